@@ -1,0 +1,254 @@
+"""Workload adapters: one per kind, behind the small ``WorkloadAdapter`` Protocol.
+
+An adapter turns a raw object (a dict as the API server sends it) into the list of its pod
+templates, each with its role, replica count and GPU demand, so that mutation, validation and
+the policy input never walk kind-specific paths themselves.
+
+Kinds and where their pod templates are (KubeRay ``ray.io/v1`` and Kubernetes ``batch/v1``):
+
+- RayCluster: ``spec.headGroupSpec.template`` (role ``head``, 1 pod) and
+  ``spec.workerGroupSpecs[i].template`` (role ``worker``, ``replicas`` x ``numOfHosts`` pods).
+- RayJob: the same under ``spec.rayClusterSpec``, plus ``spec.submitterPodTemplate`` (role
+  ``submitter``, 1 pod) when present.
+- Job: ``spec.template`` (role ``job``, ``parallelism`` pods, default 1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from typing import Any, Iterator, Literal, Protocol
+
+from kubernetes.utils.quantity import parse_quantity
+
+from taugate import labels
+
+Role = Literal["head", "worker", "submitter", "job"]
+Path = tuple[str | int, ...]
+
+
+def field_path(path: Path) -> str:
+    """Render a path as Kubernetes field paths read: ``spec.workerGroupSpecs[0].template``."""
+    out = ""
+    for part in path:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif "/" in part or "." in part:
+            out += f"[{part!r}]".replace("'", '"')
+        else:
+            out += f".{part}" if out else part
+    return out
+
+
+def quantity(value: Any) -> Decimal | None:
+    """A Kubernetes resource quantity ("500m", "8G", 2) as a Decimal; None if unparsable."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        return parse_quantity(value)
+    except (ValueError, TypeError, InvalidOperation):
+        return None
+
+
+@dataclass(frozen=True)
+class ContainerGpus:
+    """GPU resources of one container: ``nvidia.com/gpu`` request and limit as written.
+
+    ``request``/``limit`` are the raw values (None when absent); ``request_n``/``limit_n`` the
+    parsed numbers (None when absent or unparsable). Kubernetes defaults a missing request of an
+    extended resource to its limit, so ``effective`` is the limit, else the request.
+    """
+
+    name: str
+    index: int
+    kind: Literal["containers", "initContainers"]
+    request: Any
+    limit: Any
+    request_n: Decimal | None
+    limit_n: Decimal | None
+
+    @property
+    def effective(self) -> Decimal:
+        """GPUs this container holds on its node (limit, else request, else 0)."""
+        if self.limit_n is not None:
+            return self.limit_n
+        return self.request_n if self.request_n is not None else Decimal(0)
+
+
+@dataclass(frozen=True)
+class PodTemplate:
+    """One pod template of a workload.
+
+    - ``role``: head / worker / submitter / job.
+    - ``group``: the Ray group name (``groupName``), ``head``, ``submitter`` or ``job``.
+    - ``path``: where the template is in the object, e.g. ``("spec", "template")``.
+    - ``group_path``: where the enclosing group spec is (RayJob/RayCluster), else ``path[:-1]``.
+    - ``replicas``: pods created from it (worker: ``replicas`` x ``numOfHosts``).
+    - ``template``: the template dict itself (a live reference into the object).
+    - ``ray_start_params``: the group's ``rayStartParams`` (strings), empty for non-Ray.
+    """
+
+    role: Role
+    group: str
+    path: Path
+    group_path: Path
+    replicas: int
+    template: dict
+    ray_start_params: dict
+
+    @property
+    def spec(self) -> dict:
+        """The pod spec (``template.spec``), or an empty dict."""
+        spec = self.template.get("spec") if isinstance(self.template, dict) else None
+        return spec if isinstance(spec, dict) else {}
+
+    def containers(self) -> Iterator[tuple[str, int, dict]]:
+        """Yield ``(list name, index, container)`` for containers, then initContainers."""
+        for kind in ("containers", "initContainers"):
+            items = self.spec.get(kind)
+            if isinstance(items, list):
+                for i, c in enumerate(items):
+                    if isinstance(c, dict):
+                        yield kind, i, c
+
+    def gpus(self) -> list[ContainerGpus]:
+        """``nvidia.com/gpu`` request and limit of every container (init containers included)."""
+        out = []
+        for kind, i, c in self.containers():
+            res = c.get("resources") if isinstance(c.get("resources"), dict) else {}
+            req = (res.get("requests") or {}) if isinstance(res.get("requests") or {}, dict) else {}
+            lim = (res.get("limits") or {}) if isinstance(res.get("limits") or {}, dict) else {}
+            r, l = req.get(labels.GPU_RESOURCE), lim.get(labels.GPU_RESOURCE)
+            out.append(ContainerGpus(c.get("name") or f"#{i}", i, kind, r, l, quantity(r), quantity(l)))
+        return out
+
+    @property
+    def gpus_per_pod(self) -> int:
+        """GPUs one pod of this template holds: sum over regular containers, or the largest
+        init container if larger (Kubernetes' effective-request rule for pods)."""
+        main = sum((g.effective for g in self.gpus() if g.kind == "containers"), Decimal(0))
+        init = max((g.effective for g in self.gpus() if g.kind == "initContainers"), default=Decimal(0))
+        value = max(main, init)
+        return int(value) if value == value.to_integral_value() else int(value) + 1
+
+    @property
+    def ray_num_gpus(self) -> Decimal | None:
+        """``rayStartParams["num-gpus"]`` as a number, None if absent or unparsable."""
+        raw = self.ray_start_params.get("num-gpus")
+        return quantity(raw) if raw is not None else None
+
+
+class WorkloadAdapter(Protocol):
+    """What admission needs to know about one workload kind."""
+
+    kind: str
+    api_version: str
+
+    def pod_templates(self, obj: dict) -> list[PodTemplate]:
+        """Every pod template of ``obj`` with its role, in a stable order (head first)."""
+        ...
+
+    def suspend_path(self, obj: dict) -> Path:
+        """Where ``suspend`` lives (``spec.suspend`` for RayJob, RayCluster and Job)."""
+        ...
+
+
+def _dict(value: Any) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
+def _int(value: Any, default: int) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+def _ray_cluster_templates(spec: dict, prefix: Path) -> list[PodTemplate]:
+    out: list[PodTemplate] = []
+    head = _dict(spec.get("headGroupSpec"))
+    if isinstance(head.get("template"), dict):
+        out.append(PodTemplate("head", "head", prefix + ("headGroupSpec", "template"),
+                               prefix + ("headGroupSpec",), 1, head["template"],
+                               _dict(head.get("rayStartParams"))))
+    groups = spec.get("workerGroupSpecs")
+    for i, group in enumerate(groups if isinstance(groups, list) else []):
+        group = _dict(group)
+        if not isinstance(group.get("template"), dict):
+            continue
+        replicas = _int(group.get("replicas"), _int(group.get("minReplicas"), 1))
+        hosts = max(_int(group.get("numOfHosts"), 1), 1)
+        out.append(PodTemplate("worker", str(group.get("groupName") or f"group-{i}"),
+                               prefix + ("workerGroupSpecs", i, "template"),
+                               prefix + ("workerGroupSpecs", i), replicas * hosts,
+                               group["template"], _dict(group.get("rayStartParams"))))
+    return out
+
+
+class RayClusterAdapter:
+    """KubeRay ``ray.io/v1`` RayCluster."""
+
+    kind = "RayCluster"
+    api_version = "ray.io/v1"
+
+    def pod_templates(self, obj: dict) -> list[PodTemplate]:
+        return _ray_cluster_templates(_dict(obj.get("spec")), ("spec",))
+
+    def suspend_path(self, obj: dict) -> Path:
+        return ("spec", "suspend")
+
+
+class RayJobAdapter:
+    """KubeRay ``ray.io/v1`` RayJob: the RayCluster spec plus the submitter pod template."""
+
+    kind = "RayJob"
+    api_version = "ray.io/v1"
+
+    def pod_templates(self, obj: dict) -> list[PodTemplate]:
+        spec = _dict(obj.get("spec"))
+        out = _ray_cluster_templates(_dict(spec.get("rayClusterSpec")), ("spec", "rayClusterSpec"))
+        if isinstance(spec.get("submitterPodTemplate"), dict):
+            out.append(PodTemplate("submitter", "submitter", ("spec", "submitterPodTemplate"),
+                                   ("spec",), 1, spec["submitterPodTemplate"], {}))
+        return out
+
+    def suspend_path(self, obj: dict) -> Path:
+        return ("spec", "suspend")
+
+
+class JobAdapter:
+    """Kubernetes ``batch/v1`` Job: one pod template, ``parallelism`` pods (default 1)."""
+
+    kind = "Job"
+    api_version = "batch/v1"
+
+    def pod_templates(self, obj: dict) -> list[PodTemplate]:
+        spec = _dict(obj.get("spec"))
+        if not isinstance(spec.get("template"), dict):
+            return []
+        return [PodTemplate("job", "job", ("spec", "template"), ("spec",),
+                            _int(spec.get("parallelism"), 1), spec["template"], {})]
+
+    def suspend_path(self, obj: dict) -> Path:
+        return ("spec", "suspend")
+
+
+ADAPTERS: dict[tuple[str, str], WorkloadAdapter] = {
+    (a.api_version.split("/")[0], a.kind): a
+    for a in (RayJobAdapter(), RayClusterAdapter(), JobAdapter())
+}
+"""Adapters by (API group, kind): ``("ray.io", "RayJob")``, ``("batch", "Job")``..."""
+
+
+def adapter_for(api_version_or_group: str | None, kind: str | None) -> WorkloadAdapter | None:
+    """The adapter for an object's ``apiVersion`` (or bare group) and ``kind``; None if taugate
+    does not handle that kind."""
+    group = (api_version_or_group or "").split("/")[0] if "/" in (api_version_or_group or "") else (api_version_or_group or "")
+    return ADAPTERS.get((group, kind or ""))
+
+
+def total_gpus(templates: list[PodTemplate]) -> int:
+    """GPUs the whole workload holds at once: sum of GPUs per pod x pods, over templates."""
+    return sum(t.gpus_per_pod * t.replicas for t in templates)
+
+
+def gpu_templates(templates: list[PodTemplate]) -> list[PodTemplate]:
+    """The templates whose pods request GPUs."""
+    return [t for t in templates if t.gpus_per_pod > 0]

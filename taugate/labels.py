@@ -1,0 +1,40 @@
+"""Every label and annotation key taugate reads or writes, in one place.
+
+Keys under ``tau.azure.com`` are the TauGrid API contract (see DESIGN.md section 1); the
+``kueue.x-k8s.io`` keys are Kueue's own (``kueue.x-k8s.io/queue-name`` selects the LocalQueue,
+``kueue.x-k8s.io/priority-class`` the WorkloadPriorityClass). taugate never writes
+``app.kubernetes.io/*`` or ``ray.io/*`` keys.
+"""
+
+GROUP = "tau.azure.com"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+RUN_ID = "tau.azure.com/run-id"
+MANAGED_BY = "tau.azure.com/managed-by"
+MANAGED_BY_VALUE = "taugate"
+WORKSPACE = "tau.azure.com/workspace"
+WORKLOAD_PROFILE = "tau.azure.com/workload-profile"
+GPU_CLASS = "tau.azure.com/gpu-class"
+PROFILE_SET_HASH = "tau.azure.com/workload-profile-set-hash"
+LANE = "tau.azure.com/lane"
+
+KUEUE_QUEUE_NAME = "kueue.x-k8s.io/queue-name"
+KUEUE_PRIORITY_CLASS = "kueue.x-k8s.io/priority-class"
+KUEUE_JOB_UID = "kueue.x-k8s.io/job-uid"
+
+# TauQuotaRequest approval annotations: platform-owned, only admins may set them.
+APPROVED = "tau.azure.com/approved"
+REJECTED = "tau.azure.com/rejected"
+REVIEWED_BY = "tau.azure.com/reviewed-by"
+
+# Annotation in which the mutating webhook records what it changed and why, for the recorder
+# (admission has no side effects, so the record travels on the object itself).
+ADMISSION_RECORD = "tau.azure.com/admission"
+
+# Resource names.
+GPU_RESOURCE = "nvidia.com/gpu"
+GFD_GPU_PRODUCT = "nvidia.com/gpu.product"
+GFD_GPU_COUNT = "nvidia.com/gpu.count"
+
+RUN_ID_LENGTH = 24

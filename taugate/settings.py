@@ -1,0 +1,48 @@
+"""Settings shared by the webhook, the controllers and the CLI.
+
+Read from environment variables prefixed ``TAUGATE_`` (pydantic-settings), e.g.
+``TAUGATE_SERVICE_ACCOUNT=system:serviceaccount:taugate-system:taugate``; the CLI may override
+them. Nothing here is read per request from the environment: a ``Settings`` is built once.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+# Node Problem Detector conditions that mean a GPU node is unhealthy when their status is "True"
+# (names from the OKE NPD GPU health checks in ../shared/samples/oci-hpc-oke).
+DEFAULT_GPU_HEALTH_CONDITIONS = (
+    "GpuEcc", "GpuRowRemap", "GpuBus", "GpuCount", "GpuPcie", "GpuFabricMgr", "GpuXid",
+    "NvlinkSpeed", "DcgmiHealth", "GpuImex", "RdmaLink",
+)
+
+
+class Settings(BaseSettings):
+    """Platform-wide configuration.
+
+    - ``service_account``: taugate's own username (``system:serviceaccount:NS:NAME``); its
+      requests pass admission untouched.
+    - ``system_namespace``: where TauWorkspaces and TauQuotaRequests live.
+    - ``gpu_class_label``: the node label naming a node's GPU class.
+    - ``gpu_health_conditions``: Node Problem Detector condition types that, when ``True``, mark a
+      GPU node unhealthy (a node that is not ``Ready`` is unhealthy too).
+    - ``admission_deadline_seconds``: seconds the server spends on one review before answering
+      with its fail-safe decision; keep it below the webhook configuration's ``timeoutSeconds``.
+    - ``default_lanes``: the lane of an object without a ``tau.azure.com/lane`` label, by kind.
+    - ``admin_groups`` / ``admin_users``: who may approve TauQuotaRequests.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="TAUGATE_")
+
+    service_account: str = "system:serviceaccount:taugate-system:taugate"
+    system_namespace: str = "tau-platform"
+    gpu_class_label: str = "tau.azure.com/gpu-class"
+    gpu_health_conditions: tuple[str, ...] = DEFAULT_GPU_HEALTH_CONDITIONS
+    admission_deadline_seconds: float = Field(default=2.0, gt=0, le=30)
+    max_body_bytes: int = 8 * 1024 * 1024
+    default_lanes: dict[str, str] = Field(
+        default_factory=lambda: {"RayJob": "training", "Job": "training", "RayCluster": "interactive"}
+    )
+    admin_groups: tuple[str, ...] = ("tau-platform-admins", "system:masters")
+    admin_users: tuple[str, ...] = ()

@@ -1,0 +1,311 @@
+"""Cluster state: what admission knows about the cluster, as plain precomputed data.
+
+A ``ClusterState`` is built once (from a snapshot file, or from watches in a cluster) and then
+only read: per-request work never scans nodes or queues. It holds the TauCluster and its
+resolved profiles, workspaces by target namespace, Kueue LocalQueues / ClusterQueues /
+ResourceFlavors, and a per-GPU-class summary of the nodes.
+
+Snapshot file format: a multi-document YAML (or a ``kind: List``) holding TauCluster,
+TauWorkspace, Node, LocalQueue, ClusterQueue and ResourceFlavor objects; other kinds are
+ignored. ``load_snapshot`` raises ``SnapshotError`` with a one-line reason on bad input.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path as _Path
+from typing import Any, Iterable
+
+import yaml
+from pydantic import ValidationError
+
+from taugate import labels
+from taugate.adapters import quantity
+from taugate.models import ResolvedProfile, TauCluster, TauWorkspace
+from taugate.profiles import profile_set_hash, resolve_profile
+from taugate.settings import Settings
+
+
+class SnapshotError(ValueError):
+    """A snapshot that cannot be loaded; the message is one line naming the problem."""
+
+
+@dataclass(frozen=True)
+class GpuClassSummary:
+    """Nodes of one GPU class.
+
+    ``max_gpus_per_node``: the largest allocatable ``nvidia.com/gpu`` on one node of the class;
+    ``max_healthy_gpus_per_node`` the same over healthy nodes; ``nodes``/``healthy_nodes``/
+    ``unhealthy_nodes`` node counts; ``healthy_gpus`` allocatable GPUs on healthy nodes;
+    ``products`` the GPU Feature Discovery ``nvidia.com/gpu.product`` values seen;
+    ``problems`` maps an unhealthy node to its failing condition types.
+    """
+
+    name: str
+    max_gpus_per_node: int
+    max_healthy_gpus_per_node: int
+    nodes: int
+    healthy_nodes: int
+    unhealthy_nodes: int
+    healthy_gpus: int
+    products: tuple[str, ...]
+    problems: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def as_input(self) -> dict[str, Any]:
+        """The summary as the policy input shows it (camelCase)."""
+        return {"name": self.name, "maxGpusPerNode": self.max_gpus_per_node,
+                "maxHealthyGpusPerNode": self.max_healthy_gpus_per_node, "nodes": self.nodes,
+                "healthyNodes": self.healthy_nodes, "unhealthyNodes": self.unhealthy_nodes,
+                "healthyGpus": self.healthy_gpus, "products": list(self.products),
+                "problems": {k: list(v) for k, v in self.problems.items()}}
+
+
+@dataclass(frozen=True)
+class FlavorQuota:
+    """One ResourceFlavor's quota for one resource in a ClusterQueue, in resource units
+    (GPUs for ``nvidia.com/gpu``). ``borrowing_limit`` None means unlimited within the cohort;
+    ``usage`` is the ClusterQueue's ``status.flavorsUsage`` total."""
+
+    flavor: str
+    resource: str
+    nominal: Decimal
+    borrowing_limit: Decimal | None
+    usage: Decimal
+    cohort: str | None
+
+    def as_input(self) -> dict[str, Any]:
+        return {"flavor": self.flavor, "resource": self.resource, "nominal": _num(self.nominal),
+                "borrowingLimit": None if self.borrowing_limit is None else _num(self.borrowing_limit),
+                "usage": _num(self.usage), "cohort": self.cohort}
+
+
+def _num(d: Decimal) -> int | float:
+    return int(d) if d == d.to_integral_value() else float(d)
+
+
+@dataclass(frozen=True)
+class ClusterState:
+    """Everything admission reads, indexed for O(1) lookups.
+
+    ``profiles``: resolved profiles by name; ``profile_set_problem``: None when the profile set
+    is usable, else why it fails closed (stale ``profileSetHash``, no TauCluster).
+    ``workspaces``: by target namespace. ``local_queues``: by (namespace, name).
+    ``queue_quotas``: by (namespace, LocalQueue name), the flavor quotas of its ClusterQueue.
+    """
+
+    cluster: TauCluster | None
+    profiles: dict[str, ResolvedProfile]
+    profile_set_hash: str
+    profile_set_problem: str | None
+    workspaces: dict[str, TauWorkspace]
+    local_queues: dict[tuple[str, str], dict]
+    cluster_queues: dict[str, dict]
+    flavors: dict[str, dict]
+    gpu_classes: dict[str, GpuClassSummary]
+    queue_quotas: dict[tuple[str, str], tuple[FlavorQuota, ...]]
+    default_queue: str = "jobqueue"
+    generation: int = 0
+
+    def workspace_for(self, namespace: str | None) -> TauWorkspace | None:
+        return self.workspaces.get(namespace or "")
+
+    def queues_of(self, ws: TauWorkspace) -> list[str]:
+        """LocalQueue names a workspace may use: its own queue (DESIGN section 2)."""
+        return [ws.local_queue(self.default_queue)]
+
+
+def node_gpu_class(node: dict, settings: Settings, rules: Iterable[Any] = ()) -> str | None:
+    """A node's GPU class: its ``settings.gpu_class_label`` label, else the first TauCluster
+    node label rule whose VM size (``node.kubernetes.io/instance-type``) or GFD product
+    (``nvidia.com/gpu.product``) matches and which sets that label."""
+    node_labels = (node.get("metadata") or {}).get("labels") or {}
+    if settings.gpu_class_label in node_labels:
+        return node_labels[settings.gpu_class_label]
+    vm = node_labels.get("node.kubernetes.io/instance-type") or node_labels.get("beta.kubernetes.io/instance-type")
+    product = node_labels.get(labels.GFD_GPU_PRODUCT)
+    for rule in rules:
+        if settings.gpu_class_label not in rule.labels:
+            continue
+        if (vm and vm in rule.match.vm_sizes) or (product and product in rule.gpu_products):
+            return rule.labels[settings.gpu_class_label]
+    return None
+
+
+def node_problems(node: dict, settings: Settings) -> tuple[str, ...]:
+    """Why a node is unhealthy: NPD GPU conditions that are ``True``, and ``NotReady``."""
+    out = []
+    for cond in (node.get("status") or {}).get("conditions") or []:
+        t, s = cond.get("type"), cond.get("status")
+        if t == "Ready" and s != "True":
+            out.append("NotReady")
+        elif t in settings.gpu_health_conditions and s == "True":
+            out.append(t)
+    spec = node.get("spec") or {}
+    if spec.get("unschedulable"):
+        out.append("Unschedulable")
+    return tuple(out)
+
+
+def summarise_gpu_classes(nodes: Iterable[dict], settings: Settings, rules: Iterable[Any] = ()) -> dict[str, GpuClassSummary]:
+    """Per GPU class summary of nodes with allocatable ``nvidia.com/gpu`` > 0 (pure)."""
+    rules = list(rules)
+    acc: dict[str, dict[str, Any]] = {}
+    for node in nodes:
+        alloc = quantity(((node.get("status") or {}).get("allocatable") or {}).get(labels.GPU_RESOURCE)) or Decimal(0)
+        if alloc <= 0:
+            continue
+        cls = node_gpu_class(node, settings, rules)
+        if cls is None:
+            continue
+        gpus = int(alloc)
+        a = acc.setdefault(cls, {"max": 0, "maxh": 0, "n": 0, "h": 0, "hg": 0, "products": set(), "problems": {}})
+        a["n"] += 1
+        a["max"] = max(a["max"], gpus)
+        product = ((node.get("metadata") or {}).get("labels") or {}).get(labels.GFD_GPU_PRODUCT)
+        if product:
+            a["products"].add(product)
+        problems = node_problems(node, settings)
+        if problems:
+            a["problems"][(node.get("metadata") or {}).get("name", "?")] = problems
+        else:
+            a["h"] += 1
+            a["hg"] += gpus
+            a["maxh"] = max(a["maxh"], gpus)
+    return {cls: GpuClassSummary(cls, a["max"], a["maxh"], a["n"], a["h"], a["n"] - a["h"], a["hg"],
+                                 tuple(sorted(a["products"])), dict(sorted(a["problems"].items())))
+            for cls, a in sorted(acc.items())}
+
+
+def cluster_queue_quotas(cq: dict) -> tuple[FlavorQuota, ...]:
+    """Every (flavor, resource) quota of a Kueue ClusterQueue with its current usage."""
+    spec, status = cq.get("spec") or {}, cq.get("status") or {}
+    usage: dict[tuple[str, str], Decimal] = {}
+    for fu in status.get("flavorsUsage") or status.get("flavorsReservation") or []:
+        for r in fu.get("resources") or []:
+            usage[(fu.get("name"), r.get("name"))] = quantity(r.get("total")) or Decimal(0)
+    out = []
+    for group in spec.get("resourceGroups") or []:
+        for fl in group.get("flavors") or []:
+            for r in fl.get("resources") or []:
+                out.append(FlavorQuota(fl.get("name"), r.get("name"), quantity(r.get("nominalQuota")) or Decimal(0),
+                                       quantity(r.get("borrowingLimit")) if r.get("borrowingLimit") is not None else None,
+                                       usage.get((fl.get("name"), r.get("name")), Decimal(0)), spec.get("cohort")))
+    return tuple(out)
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def build_state(objects: Iterable[dict], settings: Settings | None = None, *, generation: int = 0,
+                source: str = "snapshot") -> ClusterState:
+    """Build a ``ClusterState`` from plain objects (pure apart from reading the clock).
+
+    When the TauCluster has no ``status.workloadProfiles`` (an offline snapshot), profiles are
+    resolved here with the controller's own function. When it has one whose ``profileSetHash``
+    differs from the hash of ``spec.workloadProfiles``, the set is stale and admission fails
+    closed (``profile_set_problem``). Raises ``SnapshotError`` for objects that break the
+    TauGrid schema, naming the object.
+    """
+    settings = settings or Settings()
+    cluster: TauCluster | None = None
+    workspaces: dict[str, TauWorkspace] = {}
+    nodes: list[dict] = []
+    lqs: dict[tuple[str, str], dict] = {}
+    cqs: dict[str, dict] = {}
+    rfs: dict[str, dict] = {}
+    for obj in objects:
+        if not isinstance(obj, dict):
+            raise SnapshotError(f"{source}: expected Kubernetes objects, found {type(obj).__name__}")
+        kind, meta = obj.get("kind"), obj.get("metadata") or {}
+        name = meta.get("name")
+        try:
+            if kind == "TauCluster":
+                cluster = TauCluster.model_validate(obj)
+            elif kind == "TauWorkspace":
+                ws = TauWorkspace.model_validate(obj)
+                other = workspaces.get(ws.target_namespace)
+                if other is not None:
+                    raise SnapshotError(f"{source}: TauWorkspaces {other.metadata.name!r} and {ws.metadata.name!r} "
+                                        f"both target namespace {ws.target_namespace!r}")
+                workspaces[ws.target_namespace] = ws
+        except ValidationError as e:
+            err = e.errors()[0]
+            loc = ".".join(str(p) for p in err["loc"])
+            raise SnapshotError(f"{source}: {kind} {name!r}: {loc}: {err['msg']}") from None
+        if kind == "Node":
+            nodes.append(obj)
+        elif kind == "LocalQueue":
+            lqs[(meta.get("namespace") or "default", name)] = obj
+        elif kind == "ClusterQueue":
+            cqs[name] = obj
+        elif kind == "ResourceFlavor":
+            rfs[name] = obj
+    rules = cluster.spec.nodes.label_rules if cluster and cluster.spec.nodes else []
+    gpu_classes = summarise_gpu_classes(nodes, settings, rules)
+    problem: str | None = None
+    profiles: dict[str, ResolvedProfile] = {}
+    set_hash = ""
+    if cluster is None:
+        problem = "no TauCluster named 'cluster' is known, so no workload profile can be resolved"
+    else:
+        set_hash = profile_set_hash(cluster.spec.workload_profiles)
+        status = cluster.status.workload_profiles if cluster.status else None
+        if status is None or not status.profiles:
+            now = _now()
+            profiles = {p.name: resolve_profile(p, local_queues=lqs, cluster_queues=cqs, flavors=rfs,
+                                                gpu_classes=set(gpu_classes), now=now)
+                        for p in cluster.spec.workload_profiles}
+        else:
+            profiles = {p.name: p for p in status.profiles}
+            if status.profile_set_hash != set_hash:
+                problem = (f"the TauCluster profile set is stale: status.workloadProfiles.profileSetHash is "
+                           f"{status.profile_set_hash!r} but spec hashes to {set_hash!r}; wait for the taugate "
+                           f"operator to reconcile the TauCluster")
+    quotas: dict[tuple[str, str], tuple[FlavorQuota, ...]] = {}
+    for (ns, n), lq in lqs.items():
+        cq = cqs.get((lq.get("spec") or {}).get("clusterQueue"))
+        if cq is not None:
+            quotas[(ns, n)] = cluster_queue_quotas(cq)
+    default_queue = cluster.spec.workspace_defaults.default_queue if cluster else "jobqueue"
+    return ClusterState(cluster, profiles, set_hash, problem, workspaces, lqs, cqs, rfs, gpu_classes,
+                        quotas, default_queue, generation)
+
+
+def read_objects(path: str | _Path) -> list[dict]:
+    """Every object in a YAML/JSON file (multi-document, ``kind: List`` expanded).
+
+    Raises ``SnapshotError`` with the file name and the problem (missing file, YAML error with
+    line, a document that is not a mapping)."""
+    p = _Path(path)
+    try:
+        text = p.read_text()
+    except FileNotFoundError:
+        raise SnapshotError(f"{p}: no such file") from None
+    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as e:
+        raise SnapshotError(f"{p}: cannot read: {e.__class__.__name__}") from None
+    try:
+        docs = list(yaml.safe_load_all(text))
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        reason = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise SnapshotError(f"{p}: invalid YAML{where}: {reason}") from None
+    out: list[dict] = []
+    for i, doc in enumerate(docs):
+        if doc is None:
+            continue
+        if not isinstance(doc, dict):
+            raise SnapshotError(f"{p}: document {i + 1} is a {type(doc).__name__}, not a Kubernetes object")
+        if doc.get("kind", "").endswith("List") and isinstance(doc.get("items"), list):
+            out.extend(d for d in doc["items"] if isinstance(d, dict))
+        else:
+            out.append(doc)
+    return out
+
+
+def load_snapshot(path: str | _Path, settings: Settings | None = None) -> ClusterState:
+    """Load a snapshot file into a ``ClusterState``; ``SnapshotError`` on bad input."""
+    return build_state(read_objects(path), settings, source=str(path))

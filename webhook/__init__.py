@@ -1,0 +1,1 @@
+"""taugate admission: the HTTPS server, pure review functions, mutation, validation, policies."""

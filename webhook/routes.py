@@ -1,0 +1,47 @@
+"""The webhook's routes: the single source for the server and the Helm chart's webhook
+configurations (a test checks the chart against this table).
+
+Each route is one HTTPS path served by ``webhook.server`` and one entry in a
+Mutating/ValidatingWebhookConfiguration: which API groups, versions and resources it intercepts,
+for which operations. Rules never name ``*/status`` or other subresources.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One ``rules[]`` entry of a webhook configuration (admissionregistration.k8s.io/v1)."""
+
+    api_groups: tuple[str, ...]
+    api_versions: tuple[str, ...]
+    resources: tuple[str, ...]
+    operations: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Route:
+    """One webhook: ``name`` (a DNS name, as webhook configurations require), ``path`` on the
+    server, ``type`` (mutating or validating) and its rules."""
+
+    name: str
+    path: str
+    type: str
+    rules: tuple[Rule, ...]
+
+
+WORKLOAD_RULES = (
+    Rule(("ray.io",), ("v1",), ("rayjobs", "rayclusters"), ("CREATE", "UPDATE")),
+    Rule(("batch",), ("v1",), ("jobs",), ("CREATE", "UPDATE")),
+)
+TAU_RULES = (
+    Rule(("tau.azure.com",), ("v1alpha1",), ("clusters", "workspaces", "quotarequests"), ("CREATE", "UPDATE")),
+)
+
+ROUTES: tuple[Route, ...] = (
+    Route("mutate.workloads.tau.azure.com", "/mutate", "mutating", WORKLOAD_RULES),
+    Route("validate.workloads.tau.azure.com", "/validate", "validating", WORKLOAD_RULES),
+    Route("validate.resources.tau.azure.com", "/validate-tau", "validating", TAU_RULES),
+)
