@@ -239,6 +239,14 @@ class TauWorkspace(TauModel):
         """``spec.target.namespace``, defaulting to the workspace name (TauGrid rule)."""
         return self.spec.target.namespace or self.metadata.name or ""
 
+    @property
+    def data_claim_name(self) -> str | None:
+        """The data PVC's name (``spec.dataVolume.claimName``, default ``<workspace>-data``), or
+        None when the workspace has no data volume."""
+        if self.spec.data_volume is None:
+            return None
+        return self.spec.data_volume.claim_name or f"{self.metadata.name}-data"
+
     def local_queue(self, default_queue: str) -> str:
         """``spec.queue``, else the TauCluster's ``workspaceDefaults.defaultQueue``."""
         return self.spec.queue or default_queue

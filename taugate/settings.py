@@ -7,6 +7,8 @@ them. Nothing here is read per request from the environment: a ``Settings`` is b
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -31,6 +33,8 @@ class Settings(BaseSettings):
       with its fail-safe decision; keep it below the webhook configuration's ``timeoutSeconds``.
     - ``default_lanes``: the lane of an object without a ``tau.azure.com/lane`` label, by kind.
     - ``admin_groups`` / ``admin_users``: who may approve TauQuotaRequests.
+    - ``policy_dir``: the Rego policy library (default: ``policies/`` of this checkout; set
+      ``TAUGATE_POLICY_DIR`` in an image).
     """
 
     model_config = SettingsConfigDict(env_prefix="TAUGATE_")
@@ -45,4 +49,5 @@ class Settings(BaseSettings):
         default_factory=lambda: {"RayJob": "training", "Job": "training", "RayCluster": "interactive"}
     )
     admin_groups: tuple[str, ...] = ("tau-platform-admins", "system:masters")
+    policy_dir: Path = Path(__file__).resolve().parent.parent / "policies"
     admin_users: tuple[str, ...] = ()

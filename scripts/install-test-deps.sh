@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Installs taugate and everything its tests need (idempotent).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python3 -m pip install -q -e '.[test]'
+# Real OPA semantics for the policy reference tests. Its metadata asks for Python >= 3.14 but it
+# works on 3.11; a failure to install fails CI rather than skipping those tests.
+python3 -m pip install -q --ignore-requires-python opa-golib-python-bindings==0.4.4

@@ -1,0 +1,124 @@
+"""``taugate admit`` and the registration of the webhook's other subcommands.
+
+``taugate admit -f FILE [-f FILE ...] --cluster SNAPSHOT [-n NAMESPACE] [-o yaml|json|patch]``
+runs every RayJob, RayCluster and Job in the files through mutation then validation, offline,
+like ``kyverno apply`` or ``gator test``: it prints the admitted objects (or their JSONPatch),
+or the denial. Exit 0 when everything is allowed, 1 when anything is denied, 2 on bad input
+(one line on stderr naming the file and the problem). Other kinds are printed unchanged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import yaml
+
+from taugate.adapters import adapter_for
+from taugate.settings import Settings
+from taugate.snapshot import SnapshotError, load_snapshot, read_objects
+
+
+def _err(msg: str) -> None:
+    print(msg, file=sys.stderr)
+
+
+def load_engine(args: argparse.Namespace, settings: Settings):
+    """The policy engine for ``--policies``/``--enforcement`` (None with ``--no-policies``).
+    Raises the engine's ``PolicyError`` when the library does not load."""
+    if getattr(args, "no_policies", False):
+        return None
+    from webhook.policy import load_policy_engine
+
+    return load_policy_engine(args.policies or settings.policy_dir, enforcement=args.enforcement)
+
+
+def cmd_admit(args: argparse.Namespace) -> int:
+    """Handler of ``taugate admit``; returns the exit code."""
+    from webhook.review import admit
+
+    settings = Settings()
+    try:
+        state = load_snapshot(args.cluster, settings)
+    except SnapshotError as e:
+        _err(f"taugate: {e}")
+        return 2
+    inputs: list[tuple[str, dict]] = []
+    for f in args.file:
+        try:
+            objs = read_objects(f)
+        except SnapshotError as e:
+            _err(f"taugate: {e}")
+            return 2
+        if not objs:
+            _err(f"taugate: {f}: no Kubernetes object in the file")
+            return 2
+        for o in objs:
+            if not o.get("kind") or not o.get("apiVersion"):
+                _err(f"taugate: {f}: an object has no kind/apiVersion")
+                return 2
+            inputs.append((f, o))
+    try:
+        engine = load_engine(args, settings)
+    except Exception as e:  # PolicyError and friends: one line, bad input
+        _err(f"taugate: policies: {e}")
+        return 2
+    status = 0
+    out_docs: list = []
+    for f, obj in inputs:
+        meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+        name = meta.get("name") or (meta.get("generateName", "") + "*")
+        label = f"{obj['kind']} {name}"
+        if adapter_for(obj.get("apiVersion"), obj.get("kind")) is None:
+            _err(f"{f}: {label}: not a kind taugate admits; unchanged")
+            if args.output != "patch":
+                out_docs.append(obj)
+            continue
+        ns = args.namespace or meta.get("namespace")
+        if not ns:
+            _err(f"taugate: {f}: {label} has no metadata.namespace; pass -n NAMESPACE")
+            return 2
+        if state.workspace_for(ns) is None:
+            _err(f"{f}: {label}: namespace {ns!r} is not a workspace ({', '.join(sorted(state.workspaces)) or 'none'}); unchanged")
+        decision = admit(obj, state=state, settings=settings, engine=engine, namespace=ns)
+        for w in decision.warnings:
+            _err(f"Warning: {w}")
+        if not decision.allowed:
+            _err(f"{f}: {label} denied: {decision.message}")
+            status = 1
+            continue
+        if args.output == "patch":
+            out_docs.append({"kind": obj["kind"], "name": name, "patch": decision.patch or []})
+        else:
+            out_docs.append(decision.object)
+    if args.output == "json":
+        print(json.dumps(out_docs[0] if len(out_docs) == 1 else {"apiVersion": "v1", "kind": "List", "items": out_docs}, indent=2))
+    elif args.output == "patch":
+        print(json.dumps(out_docs if len(out_docs) != 1 else out_docs[0]["patch"], indent=2))
+    elif out_docs:
+        sys.stdout.write(yaml.safe_dump_all(out_docs, sort_keys=False))
+    return status
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:
+    """Register ``admit``, and ``serve`` and ``policy`` from their modules."""
+    p = sub.add_parser("admit", help="run mutation and validation on objects offline",
+                       description=__doc__.split("\n\n")[1] if __doc__ else None)
+    p.add_argument("-f", "--file", action="append", required=True, help="YAML/JSON file (repeatable)")
+    p.add_argument("--cluster", required=True, help="cluster snapshot YAML (see examples/cluster.yaml)")
+    p.add_argument("-n", "--namespace", help="namespace to admit into (default: the object's)")
+    p.add_argument("-o", "--output", choices=("yaml", "json", "patch"), default="yaml")
+    p.add_argument("--policies", type=Path, help="policy library directory (default: the bundled policies/)")
+    p.add_argument("--enforcement", help="enforcement YAML: policy name -> deny|warn|dryrun")
+    p.add_argument("--no-policies", action="store_true", help="built-in checks only")
+    p.set_defaults(func=cmd_admit)
+    for module in ("webhook.serve_commands", "webhook.policy_commands"):
+        try:
+            mod = __import__(module, fromlist=["add_commands"])
+        except ModuleNotFoundError as e:
+            if e.name == module:
+                continue
+            raise
+        mod.add_commands(sub)

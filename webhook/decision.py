@@ -1,0 +1,73 @@
+"""Admission decisions as plain data: what ``review.mutate``/``review.validate`` return and
+what the server and the CLI render.
+
+A ``Violation`` always says where (``field``, a Kubernetes field path such as
+``spec.rayClusterSpec.workerGroupSpecs[0].template.spec.containers[0].resources.limits["nvidia.com/gpu"]``),
+what was asked, what is allowed and how to fix it, and which rule (``policy``) found it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Action = Literal["deny", "warn", "dryrun"]
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One broken rule. ``message`` holds asked / allowed / fix in one sentence or three;
+    ``action`` is the enforcement (``deny`` rejects, ``warn`` becomes an AdmissionReview
+    warning, ``dryrun`` is only logged and counted)."""
+
+    policy: str
+    field: str
+    message: str
+    action: Action = "deny"
+
+    def render(self) -> str:
+        """``[policy] field: message``, the form kubectl shows the researcher."""
+        where = f"{self.field}: " if self.field else ""
+        return f"[{self.policy}] {where}{self.message}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"policy": self.policy, "field": self.field, "msg": self.message, "action": self.action}
+
+
+@dataclass
+class Decision:
+    """The outcome of one admission step.
+
+    ``patch`` is a JSONPatch (list of RFC 6902 operations) or None when nothing changes;
+    ``object`` is the object after the patch (for the CLI); ``warnings`` are shown by kubectl;
+    ``violations`` are every deny (all reported together); ``dryrun`` the ones only logged;
+    ``code`` the HTTP-style status code placed in ``response.status.code`` on denial.
+    """
+
+    allowed: bool
+    violations: list[Violation] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    dryrun: list[Violation] = field(default_factory=list)
+    patch: list[dict] | None = None
+    object: dict | None = None
+    code: int = 200
+    reason: str = ""
+
+    @property
+    def message(self) -> str:
+        """The denial text: a headline, then one line per violation."""
+        if self.allowed:
+            return ""
+        lines = [self.reason or f"taugate denied the request ({len(self.violations)} problem(s)):"]
+        lines += [f"- {v.render()}" for v in self.violations]
+        return "\n".join(lines)
+
+    @classmethod
+    def allow(cls, obj: dict | None = None, warnings: list[str] | None = None) -> "Decision":
+        return cls(True, object=obj, warnings=list(warnings or []))
+
+    @classmethod
+    def deny(cls, violations: list[Violation], *, warnings: list[str] | None = None,
+             reason: str = "", obj: dict | None = None, code: int = 403) -> "Decision":
+        return cls(False, violations=list(violations), warnings=list(warnings or []), reason=reason,
+                   object=obj, code=code)

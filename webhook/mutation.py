@@ -1,0 +1,209 @@
+"""Mutation: what taugate adds to a workload in a workspace (DESIGN.md section 2, step 3).
+
+Pure functions over plain dicts. ``edit`` returns an edited deep copy; the JSONPatch is always
+``jsonpatch.make_patch(original, edited)`` (review.py), never hand-built pointers. Every edit is
+"set if missing": running ``edit`` on its own output changes nothing, so reinvocation yields an
+empty patch, and where the object already disagrees with the profile it is left for validation
+to reject (the profile is authoritative; taugate never silently overrides what was asked).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import secrets
+from typing import Any
+
+from taugate import labels
+from taugate.adapters import PodTemplate, WorkloadAdapter
+from taugate.settings import Settings
+from taugate.snapshot import ClusterState
+from webhook.resolution import Resolution
+
+RUN_ID_RE = re.compile(r"^[0-9a-f]{24}$")
+WORKLOAD_OWNER_KINDS = {("ray.io", "RayJob"), ("ray.io", "RayCluster"), ("batch", "Job")}
+DATA_VOLUME = "tau-data"
+DATA_MOUNT_PATH = "/data"
+
+
+def mint_run_id() -> str:
+    """A fresh run-id: 24 lowercase hex characters (96 random bits), never derived from the
+    object's name (which is empty with ``generateName``)."""
+    return secrets.token_hex(labels.RUN_ID_LENGTH // 2)
+
+
+def valid_run_id(value: Any) -> bool:
+    """True for a well-formed run-id (24 lowercase hex characters)."""
+    return isinstance(value, str) and bool(RUN_ID_RE.match(value))
+
+
+def controller_owner(obj: dict) -> dict | None:
+    """The controller ownerReference when it is a RayJob, RayCluster or Job (KubeRay's submitter
+    Job and the RayCluster a RayJob creates): such children are queued through their parent."""
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if isinstance(ref, dict) and ref.get("controller"):
+            group = str(ref.get("apiVersion", "")).split("/")[0] if "/" in str(ref.get("apiVersion", "")) else ""
+            if (group, ref.get("kind")) in WORKLOAD_OWNER_KINDS:
+                return ref
+    return None
+
+
+def run_id_of(obj: dict, templates: list[PodTemplate]) -> str | None:
+    """The run-id the object already carries: on itself, else on any pod template."""
+    found = ((obj.get("metadata") or {}).get("labels") or {}).get(labels.RUN_ID)
+    if valid_run_id(found):
+        return found
+    for t in templates:
+        found = ((t.template.get("metadata") or {}).get("labels") or {}).get(labels.RUN_ID)
+        if valid_run_id(found):
+            return found
+    return None
+
+
+def _labels(holder: dict) -> dict:
+    meta = holder.get("metadata")
+    if not isinstance(meta, dict):
+        meta = holder["metadata"] = {}
+    if not isinstance(meta.get("labels"), dict):
+        meta["labels"] = {}
+    return meta["labels"]
+
+
+def _at(obj: dict, path: tuple) -> Any:
+    for part in path:
+        obj = obj[part]
+    return obj
+
+
+def label_run(edited: dict, templates: list[PodTemplate], run_id: str) -> None:
+    """Put ``run_id`` on the object and on every pod template (in place, on the copy)."""
+    _labels(edited)[labels.RUN_ID] = run_id
+    for t in templates:
+        template = _at(edited, t.path)
+        _labels(template)[labels.RUN_ID] = run_id
+
+
+def _place_gpu_template(spec: dict, res: Resolution, settings: Settings) -> None:
+    profile = res.profile
+    wanted = dict(profile.node_selector)
+    if profile.gpu_class:
+        wanted[settings.gpu_class_label] = profile.gpu_class
+    if wanted:
+        selector = spec.get("nodeSelector")
+        if not isinstance(selector, dict):
+            selector = spec["nodeSelector"] = {}
+        for k, v in wanted.items():
+            selector.setdefault(k, v)
+    if profile.tolerations:
+        tolerations = spec.get("tolerations")
+        if not isinstance(tolerations, list):
+            tolerations = spec["tolerations"] = []
+        for tol in profile.tolerations:
+            wire = tol.wire()
+            if wire not in tolerations:
+                tolerations.append(wire)
+
+
+def _mount_data(spec: dict, claim: str) -> None:
+    volumes = spec.get("volumes")
+    if not isinstance(volumes, list):
+        volumes = spec["volumes"] = []
+    if not any(isinstance(v, dict) and v.get("name") == DATA_VOLUME for v in volumes):
+        volumes.append({"name": DATA_VOLUME, "persistentVolumeClaim": {"claimName": claim}})
+    for c in spec.get("containers") or []:
+        if not isinstance(c, dict):
+            continue
+        mounts = c.get("volumeMounts")
+        if not isinstance(mounts, list):
+            mounts = c["volumeMounts"] = []
+        if not any(isinstance(m, dict) and m.get("mountPath") == DATA_MOUNT_PATH for m in mounts):
+            mounts.append({"name": DATA_VOLUME, "mountPath": DATA_MOUNT_PATH})
+
+
+def edit_create(obj: dict, adapter: WorkloadAdapter, templates: list[PodTemplate], res: Resolution,
+                state: ClusterState, settings: Settings, record: dict | None = None) -> dict:
+    """The edited deep copy of a top-level workload on CREATE (DESIGN.md section 2, step 3).
+
+    Adds, where missing: the Kueue queue label, ``suspend: true`` (Kueue's own webhook may run
+    before ours), a run-id on the object and every pod template, workspace / profile /
+    profile-set-hash / gpu-class / managed-by labels, the Kueue priority-class label, the
+    profile's node selector, GPU-class selector and tolerations on GPU pod templates only (never
+    on a CPU-only Ray head or the submitter), the workspace data PVC at ``/data``, and
+    ``shutdownAfterJobFinishes: true`` for a RayJob (Kueue requires it). ``record`` (a dict) is
+    written as the ``tau.azure.com/admission`` annotation for the recorder when anything else
+    changed.
+    """
+    edited = copy.deepcopy(obj)
+    profile = res.profile
+    obj_labels = _labels(edited)
+    wanted = {
+        labels.KUEUE_QUEUE_NAME: res.queue,
+        labels.MANAGED_BY: labels.MANAGED_BY_VALUE,
+        labels.WORKSPACE: res.workspace.metadata.name,
+        labels.WORKLOAD_PROFILE: profile.name,
+        labels.PROFILE_SET_HASH: state.profile_set_hash[:63],
+    }
+    if profile.gpu_class:
+        wanted[labels.GPU_CLASS] = profile.gpu_class
+    if profile.priorities.workload_priority_class_name:
+        wanted[labels.KUEUE_PRIORITY_CLASS] = profile.priorities.workload_priority_class_name
+    for k, v in wanted.items():
+        obj_labels.setdefault(k, v)
+    label_run(edited, templates, run_id_of(obj, templates) or mint_run_id())
+
+    spec = edited.get("spec")
+    if not isinstance(spec, dict):
+        spec = edited["spec"] = {}
+    path = adapter.suspend_path(edited)
+    holder = _at(edited, path[:-1])
+    holder.setdefault(path[-1], True)
+    if adapter.kind == "RayJob":
+        spec.setdefault("shutdownAfterJobFinishes", True)
+
+    claim = res.workspace.data_claim_name
+    for t in templates:
+        template = _at(edited, t.path)
+        pod_spec = template.get("spec")
+        if not isinstance(pod_spec, dict):
+            continue
+        if t.gpus_per_pod > 0:
+            _place_gpu_template(pod_spec, res, settings)
+        if claim:
+            _mount_data(pod_spec, claim)
+
+    if record is not None and edited != obj:
+        meta = edited["metadata"]
+        if not isinstance(meta.get("annotations"), dict):
+            meta["annotations"] = {}
+        meta["annotations"][labels.ADMISSION_RECORD] = json.dumps(record, sort_keys=True, separators=(",", ":"))
+    return edited
+
+
+def edit_update(obj: dict, old: dict | None, templates: list[PodTemplate]) -> dict:
+    """The edited copy on UPDATE: only the run-id is restored from ``old`` (it never changes);
+    everything else was decided at CREATE and is Kueue's or the user's to change."""
+    old_run_id = ((old or {}).get("metadata") or {}).get("labels", {}) or {}
+    old_run_id = old_run_id.get(labels.RUN_ID) if isinstance(old_run_id, dict) else None
+    if not valid_run_id(old_run_id):
+        return obj
+    current = run_id_of(obj, [])
+    if current == old_run_id and all(
+            ((t.template.get("metadata") or {}).get("labels") or {}).get(labels.RUN_ID) == old_run_id
+            for t in templates):
+        return obj
+    edited = copy.deepcopy(obj)
+    label_run(edited, templates, old_run_id)
+    return edited
+
+
+def edit_child(obj: dict, templates: list[PodTemplate]) -> dict:
+    """A child (KubeRay's submitter Job, the RayCluster of a RayJob) inherits its parent's run-id
+    (KubeRay copies the RayJob's labels and templates) onto itself and every pod template, and
+    gets nothing else: it is neither queued again nor given a new run-id."""
+    run_id = run_id_of(obj, templates)
+    if run_id is None:
+        return obj
+    edited = copy.deepcopy(obj)
+    label_run(edited, templates, run_id)
+    return edited

@@ -1,0 +1,169 @@
+"""Workspace, workload profile and LocalQueue resolution (DESIGN.md section 2, step 1 and 2).
+
+Pure: reads a ``ClusterState`` and the object, returns a ``Resolution`` or the violations that
+explain, with the candidates, why none could be made. Mutation and validation both call it, so
+the two webhooks can never disagree about which profile and queue an object belongs to.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from taugate import labels
+from taugate.adapters import PodTemplate, gpu_templates
+from taugate.models import ResolvedProfile, TauWorkspace
+from taugate.settings import Settings
+from taugate.snapshot import ClusterState
+from webhook.decision import Violation
+
+LABELS_FIELD = "metadata.labels"
+
+
+def label_field(key: str) -> str:
+    """Field path of one label, e.g. ``metadata.labels["kueue.x-k8s.io/queue-name"]``."""
+    return f'{LABELS_FIELD}["{key}"]'
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """What an object in a workspace resolves to: its workspace, profile, LocalQueue and lane."""
+
+    workspace: TauWorkspace
+    profile: ResolvedProfile
+    queue: str
+    lane: str
+
+
+def lane_of(obj: dict, settings: Settings) -> str:
+    """The lane: the ``tau.azure.com/lane`` label, else ``settings.default_lanes[kind]``."""
+    obj_labels = (obj.get("metadata") or {}).get("labels") or {}
+    return obj_labels.get(labels.LANE) or settings.default_lanes.get(obj.get("kind", ""), "training")
+
+
+def is_applicable(profile: ResolvedProfile, ws: TauWorkspace, lane: str) -> bool:
+    """TauGrid applicability: every non-empty list (namespaces, teams, lanes) must contain the
+    workspace's namespace, team and the object's lane; an empty list matches everything."""
+    app = profile.applicability
+    team = ws.spec.team_ref.name if ws.spec.team_ref else None
+    return ((not app.namespaces or ws.target_namespace in app.namespaces)
+            and (not app.teams or team in app.teams)
+            and (not app.lanes or lane in app.lanes))
+
+
+def gpus_per_pod_shape(templates: list[PodTemplate]) -> set[int]:
+    """The distinct GPUs-per-pod values of the GPU pod templates (empty for a CPU-only object)."""
+    return {t.gpus_per_pod for t in gpu_templates(templates)}
+
+
+def matches_shape(profile: ResolvedProfile, templates: list[PodTemplate], settings: Settings) -> bool:
+    """A profile matches an object's shape when every GPU pod template asks exactly the
+    profile's ``gpusPerWorker`` (a CPU-only object matches ``gpusPerWorker: 0``) and no GPU
+    template's nodeSelector names another GPU class."""
+    shape = gpus_per_pod_shape(templates)
+    if profile.gpus_per_worker == 0:
+        if shape:
+            return False
+    elif shape != {profile.gpus_per_worker}:
+        return False
+    for t in gpu_templates(templates):
+        wanted = (t.spec.get("nodeSelector") or {}).get(settings.gpu_class_label)
+        if wanted is not None and profile.gpu_class is not None and wanted != profile.gpu_class:
+            return False
+    return True
+
+
+def _describe(p: ResolvedProfile) -> str:
+    cls = f", gpuClass {p.gpu_class}" if p.gpu_class else ""
+    return f"{p.name} (gpusPerWorker {p.gpus_per_worker}{cls})"
+
+
+def resolve(obj: dict, templates: list[PodTemplate], ws: TauWorkspace, state: ClusterState,
+            settings: Settings) -> Resolution | list[Violation]:
+    """Resolve the workload profile and LocalQueue of ``obj`` in workspace ``ws``.
+
+    Profile: the ``tau.azure.com/workload-profile`` label if present; else the single
+    applicable Ready profile whose shape matches the object (the workspace default wins a tie);
+    else the workspace default (``spec.defaults.workloadProfile``). A stale profile set, a
+    missing, inapplicable or not-Ready profile fails closed. Queue: the workspace's LocalQueue;
+    a ``kueue.x-k8s.io/queue-name`` label naming any other queue is a violation listing the
+    allowed ones. Returns the violations (never raises) when resolution fails.
+    """
+    if state.profile_set_problem:
+        return [Violation("workload-profile", "", state.profile_set_problem)]
+    meta_labels = (obj.get("metadata") or {}).get("labels") or {}
+    lane = lane_of(obj, settings)
+    applicable = [p for p in state.profiles.values() if is_applicable(p, ws, lane)]
+    names = ", ".join(sorted(p.name for p in applicable)) or "none"
+    wsname = ws.metadata.name
+    problems: list[Violation] = []
+
+    profile: ResolvedProfile | None = None
+    requested = meta_labels.get(labels.WORKLOAD_PROFILE)
+    field = label_field(labels.WORKLOAD_PROFILE)
+    if requested is not None:
+        candidate = state.profiles.get(requested)
+        if candidate is None:
+            problems.append(Violation("workload-profile", field,
+                f"asks for workload profile {requested!r}, which does not exist; allowed in workspace "
+                f"{wsname!r} (lane {lane}): {names}; fix: set the label to one of them or remove it"))
+        elif candidate not in applicable:
+            problems.append(Violation("workload-profile", field,
+                f"asks for workload profile {requested!r}, which does not apply to workspace {wsname!r} "
+                f"(namespace {ws.target_namespace}, lane {lane}); allowed: {names}; fix: use one of them"))
+        else:
+            profile = candidate
+    else:
+        ready = [p for p in applicable if p.is_ready()]
+        shaped = [p for p in ready if matches_shape(p, templates, settings)]
+        default = ws.spec.defaults.workload_profile
+        if len(shaped) == 1:
+            profile = shaped[0]
+        elif len(shaped) > 1:
+            profile = next((p for p in shaped if p.name == default), None)
+            if profile is None:
+                problems.append(Violation("workload-profile", field,
+                    f"several workload profiles fit this object: {', '.join(_describe(p) for p in shaped)}; "
+                    f"fix: add the label {labels.WORKLOAD_PROFILE}=<one of them>"))
+        elif default:
+            profile = state.profiles.get(default)
+            if profile is None or profile not in applicable:
+                shape = sorted(gpus_per_pod_shape(templates)) or [0]
+                problems.append(Violation("workload-profile", field,
+                    f"no applicable workload profile matches {'/'.join(map(str, shape))} GPU(s) per pod and the "
+                    f"workspace default {default!r} is {'missing' if profile is None else 'not applicable'}; "
+                    f"allowed: {', '.join(_describe(p) for p in applicable) or 'none'}; fix: set the label "
+                    f"{labels.WORKLOAD_PROFILE} or ask the platform team to fix workspace {wsname!r}"))
+                profile = None
+        else:
+            shape = sorted(gpus_per_pod_shape(templates)) or [0]
+            problems.append(Violation("workload-profile", field,
+                f"no applicable Ready workload profile matches {'/'.join(map(str, shape))} GPU(s) per pod in "
+                f"workspace {wsname!r}; profiles here: {', '.join(_describe(p) for p in applicable) or 'none'}; "
+                f"fix: change the GPUs per pod or set the label {labels.WORKLOAD_PROFILE}"))
+    if profile is not None and not profile.is_ready():
+        why = next((c.message for c in profile.conditions if c.type == "Ready"), "no Ready condition")
+        problems.append(Violation("workload-profile", field,
+            f"workload profile {profile.name!r} is not Ready ({why}); runs cannot be placed until the platform "
+            f"team fixes it; other profiles here: {names}"))
+
+    allowed_queues = state.queues_of(ws)
+    queue = allowed_queues[0]
+    asked_queue = meta_labels.get(labels.KUEUE_QUEUE_NAME)
+    qfield = label_field(labels.KUEUE_QUEUE_NAME)
+    if asked_queue is not None and asked_queue not in allowed_queues:
+        owner = next((w.metadata.name for w in state.workspaces.values()
+                      if asked_queue in state.queues_of(w) and w is not ws), None)
+        where = (f"the LocalQueue of workspace {owner!r}" if owner else
+                 f"a LocalQueue that does not exist in namespace {ws.target_namespace!r}"
+                 if (ws.target_namespace, asked_queue) not in state.local_queues else
+                 f"a LocalQueue that workspace {wsname!r} may not use")
+        problems.append(Violation("queue", qfield,
+            f"names queue {asked_queue!r}, {where}; allowed: {', '.join(allowed_queues)}; "
+            f"fix: set {labels.KUEUE_QUEUE_NAME}={queue} or remove the label"))
+    elif (ws.target_namespace, queue) not in state.local_queues:
+        problems.append(Violation("queue", qfield,
+            f"workspace {wsname!r} uses LocalQueue {queue!r}, which does not exist in namespace "
+            f"{ws.target_namespace!r}; nothing can be queued until the platform team creates it"))
+    if problems or profile is None:
+        return problems
+    return Resolution(ws, profile, queue, lane)

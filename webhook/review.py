@@ -1,0 +1,283 @@
+"""AdmissionReview in, decision out: the pure heart of the webhook (DESIGN.md section 2).
+
+``parse_review`` checks an AdmissionReview body; ``mutate`` and ``validate`` decide on its
+``request`` from a ``ClusterState`` (no API call, no I/O; ``validate`` calls the policy engine);
+``review_response`` renders the AdmissionReview answer; ``admit`` runs mutate then validate on a
+bare object, for the CLI and for policy samples, through exactly the webhook's code path.
+
+Guard clauses, in order, before any work: a subresource (``status``, ``scale``) is allowed
+untouched; DELETE and CONNECT are allowed; taugate's own service account is allowed; a kind
+taugate does not handle is allowed; a namespace that is not a workspace gets no change; a child
+whose controller owner is a RayJob, RayCluster or Job (KubeRay's submitter Job, the RayCluster a
+RayJob creates) only inherits the parent's run-id.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import uuid
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import jsonpatch
+
+from taugate import labels
+from taugate.adapters import PodTemplate, WorkloadAdapter, adapter_for
+from taugate.policy_input import build_policy_input
+from taugate.settings import Settings
+from taugate.snapshot import ClusterState
+from webhook import mutation, validation
+from webhook.decision import Decision, Violation
+from webhook.resolution import Resolution, resolve
+
+OPERATIONS = {"CREATE", "UPDATE", "DELETE", "CONNECT"}
+API_VERSIONS = {"admission.k8s.io/v1", "admission.k8s.io/v1beta1"}
+
+
+class ReviewError(ValueError):
+    """A body that is not a usable AdmissionReview; ``str(error)`` is the reason for the
+    HTTP 400 answer."""
+
+
+class Engine(Protocol):
+    """The policy engine as validation sees it (webhook/policy.py implements it)."""
+
+    digest: str
+
+    def evaluate(self, input: dict) -> list[Violation]: ...
+
+
+def parse_review(body: bytes | str | dict) -> dict:
+    """Parse and check an AdmissionReview; return the whole review (``review["request"]`` is
+    the request). Raises ``ReviewError`` naming the first problem: not JSON, not an object,
+    wrong apiVersion/kind, no request, missing or non-string uid, unknown operation, a missing
+    kind, or an ``object``/``oldObject`` that is not an object."""
+    if isinstance(body, dict):
+        review = body
+    else:
+        try:
+            review = json.loads(body)
+        except (UnicodeDecodeError, ValueError) as e:
+            raise ReviewError(f"body is not JSON: {e}") from None
+    if not isinstance(review, dict):
+        raise ReviewError(f"body is a JSON {type(review).__name__}, not an AdmissionReview object")
+    if review.get("kind") != "AdmissionReview" or review.get("apiVersion") not in API_VERSIONS:
+        raise ReviewError(f"expected kind AdmissionReview in admission.k8s.io/v1, got kind={review.get('kind')!r} "
+                          f"apiVersion={review.get('apiVersion')!r}")
+    req = review.get("request")
+    if not isinstance(req, dict):
+        raise ReviewError("AdmissionReview has no request object")
+    if not isinstance(req.get("uid"), str) or not req["uid"]:
+        raise ReviewError("request.uid is missing or not a string")
+    if req.get("operation") not in OPERATIONS:
+        raise ReviewError(f"request.operation is {req.get('operation')!r}; expected one of {sorted(OPERATIONS)}")
+    if not isinstance(req.get("kind"), dict) or not req["kind"].get("kind"):
+        raise ReviewError("request.kind (group, version, kind) is missing")
+    for key in ("object", "oldObject"):
+        if req.get(key) is not None and not isinstance(req[key], dict):
+            raise ReviewError(f"request.{key} is a {type(req[key]).__name__}, not an object")
+    if req.get("userInfo") is not None and not isinstance(req["userInfo"], dict):
+        raise ReviewError("request.userInfo is not an object")
+    return review
+
+
+@dataclass
+class _Subject:
+    """What the guard clauses leave for real work."""
+
+    obj: dict
+    adapter: WorkloadAdapter
+    templates: list[PodTemplate]
+    workspace: Any
+    child: bool
+
+
+def _subject(request: dict, state: ClusterState, settings: Settings) -> _Subject | None:
+    """Apply the guard clauses; None means "allow untouched"."""
+    if request.get("subResource"):
+        return None
+    if request.get("operation") not in ("CREATE", "UPDATE"):
+        return None
+    if ((request.get("userInfo") or {}).get("username")) == settings.service_account:
+        return None
+    obj = request.get("object")
+    if not isinstance(obj, dict):
+        return None
+    gvk = request.get("kind") or {}
+    adapter = adapter_for(gvk.get("group") or obj.get("apiVersion"), gvk.get("kind") or obj.get("kind"))
+    if adapter is None:
+        return None
+    namespace = request.get("namespace") or (obj.get("metadata") or {}).get("namespace")
+    ws = state.workspace_for(namespace)
+    if ws is None:
+        return None
+    return _Subject(obj, adapter, adapter.pod_templates(obj), ws, mutation.controller_owner(obj) is not None)
+
+
+def _patch(original: dict, edited: dict) -> list[dict] | None:
+    if edited is original:
+        return None
+    ops = jsonpatch.make_patch(original, edited).patch
+    return ops or None
+
+
+def _record(res: Resolution, state: ClusterState, engine: Engine | None, decisions: list[Violation]) -> dict:
+    return {"workspace": res.workspace.metadata.name, "profile": res.profile.name,
+            "profileSetHash": state.profile_set_hash, "queue": res.queue,
+            "policyDigest": getattr(engine, "digest", None),
+            "decisions": [v.as_dict() for v in decisions]}
+
+
+def mutate(request: dict, state: ClusterState, settings: Settings, engine: Engine | None = None) -> Decision:
+    """Decide the mutating webhook's answer for one AdmissionRequest (``review["request"]``).
+
+    CREATE of a top-level workload in a workspace: resolve profile and queue (a failure is a
+    denial listing the candidates), edit a deep copy (``mutation.edit_create``) and answer the
+    JSONPatch ``make_patch(original, edited)``; with an ``engine``, its warnings are recorded in
+    the ``tau.azure.com/admission`` annotation together with the policy digest. UPDATE: only the
+    run-id is restored. A child only inherits its parent's run-id. ``Decision.patch`` is None
+    when nothing changes (reinvocation on our own output gives None).
+    """
+    subject = _subject(request, state, settings)
+    if subject is None:
+        return Decision.allow(request.get("object"))
+    obj = subject.obj
+    if subject.child:
+        edited = mutation.edit_child(obj, subject.templates)
+    elif request.get("operation") == "UPDATE":
+        edited = mutation.edit_update(obj, request.get("oldObject"), subject.templates)
+    else:
+        res = resolve(obj, subject.templates, subject.workspace, state, settings)
+        if isinstance(res, list):
+            return Decision.deny(res, obj=obj)
+        record = _record(res, state, engine, [])
+        edited = mutation.edit_create(obj, subject.adapter, subject.templates, res, state, settings, record)
+        if engine is not None and edited is not obj:
+            found = _policies(edited, subject.adapter, request, state, settings, engine, res)
+            record = _record(res, state, engine, found)
+            edited = mutation.edit_create(obj, subject.adapter, subject.templates, res, state, settings, record)
+    patch = _patch(obj, edited)
+    return Decision(True, patch=patch, object=edited if patch else obj)
+
+
+def _policies(obj: dict, adapter: WorkloadAdapter, request: dict, state: ClusterState, settings: Settings,
+              engine: Engine, res: Resolution) -> list[Violation]:
+    templates = adapter.pod_templates(obj)
+    doc = build_policy_input(obj=obj, templates=templates, operation=request.get("operation", "CREATE"),
+                             user_info=request.get("userInfo"), namespace=res.workspace.target_namespace,
+                             workspace=res.workspace, profile=res.profile, queue=res.queue, state=state,
+                             gpu_class_label=settings.gpu_class_label)
+    return list(engine.evaluate(doc))
+
+
+def _violations(obj: dict, subject_adapter: WorkloadAdapter, request: dict, state: ClusterState,
+                settings: Settings, engine: Engine | None, ws: Any, old: dict | None) -> list[Violation]:
+    templates = subject_adapter.pod_templates(obj)
+    res = resolve(obj, templates, ws, state, settings)
+    found: list[Violation] = []
+    if isinstance(res, list):
+        found += res
+        res = None
+    found += validation.structural(obj, subject_adapter.kind, templates, res, old)
+    if res is not None and engine is not None:
+        found += _policies(obj, subject_adapter, request, state, settings, engine, res)
+    return found
+
+
+def validate(request: dict, state: ClusterState, settings: Settings, engine: Engine | None = None) -> Decision:
+    """Decide the validating webhook's answer on the final object (after every mutating
+    webhook, Kueue's included): resolution, the built-in structural checks and the policy
+    library, all violations reported together. ``warn`` results become AdmissionReview
+    warnings, ``dryrun`` results are only returned in ``Decision.dryrun``.
+
+    On UPDATE only violations that the old object did not already have deny, so Kueue and
+    KubeRay can always update (unsuspend, relabel) an object admitted under older rules.
+    """
+    subject = _subject(request, state, settings)
+    if subject is None or subject.child:
+        return Decision.allow(request.get("object"))
+    old = request.get("oldObject") if request.get("operation") == "UPDATE" else None
+    found = _violations(subject.obj, subject.adapter, request, state, settings, engine, subject.workspace, old)
+    if old is not None and isinstance(old, dict):
+        before = {(v.policy, v.field, v.message) for v in
+                  _violations(old, subject.adapter, request, state, settings, engine, subject.workspace, None)}
+        found = [v for v in found if (v.policy, v.field, v.message) not in before]
+    deny = [v for v in found if v.action == "deny"]
+    warnings = [v.render() for v in found if v.action == "warn"]
+    dryrun = [v for v in found if v.action == "dryrun"]
+    if deny:
+        d = Decision.deny(deny, warnings=warnings, obj=subject.obj)
+    else:
+        d = Decision.allow(subject.obj, warnings)
+    d.dryrun = dryrun
+    return d
+
+
+def validate_tau(request: dict, state: ClusterState, settings: Settings) -> Decision:
+    """Validate taugate's own kinds (TauQuotaRequest approvals, TauWorkspace and TauCluster
+    specs) with the pure rules in ``taugate.tau_admission``."""
+    if request.get("subResource") or request.get("operation") not in ("CREATE", "UPDATE"):
+        return Decision.allow(request.get("object"))
+    from taugate import tau_admission  # core module; imported lazily so admission starts without it
+
+    found = tau_admission.validate_tau_object(request, settings)
+    violations = [v if isinstance(v, Violation) else Violation(v.get("policy", "tau"), v.get("field", ""), v.get("msg", ""))
+                  for v in found]
+    return Decision.deny(violations) if violations else Decision.allow(request.get("object"))
+
+
+def review_response(review: dict, decision: Decision) -> dict:
+    """The AdmissionReview answer for ``review``: ``uid`` echoed, ``allowed``, ``status`` with
+    code and message on denial, ``warnings`` when any, and ``patch`` (base64 JSONPatch) with
+    ``patchType: JSONPatch`` only when there is a patch."""
+    req = review.get("request") or {}
+    response: dict[str, Any] = {"uid": req.get("uid", ""), "allowed": decision.allowed}
+    if not decision.allowed:
+        response["status"] = {"code": decision.code, "reason": "Forbidden" if decision.code == 403 else "Timeout",
+                              "message": decision.message}
+    if decision.warnings:
+        response["warnings"] = list(decision.warnings)
+    if decision.allowed and decision.patch:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(json.dumps(decision.patch).encode()).decode()
+    return {"apiVersion": review.get("apiVersion", "admission.k8s.io/v1"), "kind": "AdmissionReview",
+            "response": response}
+
+
+_PLURALS = {"RayJob": "rayjobs", "RayCluster": "rayclusters", "Job": "jobs"}
+
+
+def request_for(obj: dict, *, namespace: str | None, operation: str = "CREATE", user_info: dict | None = None,
+                old: dict | None = None, dry_run: bool = True) -> dict:
+    """A synthetic AdmissionRequest for ``obj``, as the API server would send it."""
+    group, _, version = str(obj.get("apiVersion", "")).rpartition("/")
+    kind = obj.get("kind", "")
+    gvk = {"group": group, "version": version, "kind": kind}
+    return {"uid": str(uuid.uuid4()), "kind": gvk,
+            "resource": {"group": group, "version": version, "resource": _PLURALS.get(kind, kind.lower() + "s")},
+            "requestKind": gvk, "namespace": namespace, "name": (obj.get("metadata") or {}).get("name"),
+            "operation": operation, "userInfo": user_info or {"username": "taugate-cli", "groups": []},
+            "object": obj, "oldObject": old, "dryRun": dry_run}
+
+
+def admit(obj: dict, *, state: ClusterState, settings: Settings, engine: Engine | None = None,
+          namespace: str | None = None, operation: str = "CREATE", user_info: dict | None = None,
+          old: dict | None = None) -> Decision:
+    """Run ``obj`` through mutation, then validation of the mutated object, exactly as the API
+    server would call the two webhooks. Returns the combined decision: ``object`` is the final
+    object, ``patch`` the mutating webhook's JSONPatch, warnings from both steps."""
+    ns = namespace or (obj.get("metadata") or {}).get("namespace")
+    obj = copy.deepcopy(obj)
+    if ns and isinstance(obj.get("metadata"), dict):
+        obj["metadata"].setdefault("namespace", ns)
+    request = request_for(obj, namespace=ns, operation=operation, user_info=user_info, old=old)
+    m = mutate(request, state, settings, engine)
+    if not m.allowed:
+        return m
+    final = jsonpatch.apply_patch(obj, m.patch) if m.patch else obj
+    v = validate({**request, "object": final}, state, settings, engine)
+    v.patch, v.object = m.patch, final
+    v.warnings = list(dict.fromkeys(m.warnings + v.warnings))
+    return v

@@ -1,0 +1,152 @@
+"""Built-in structural validation: rules that come from Kubernetes, KubeRay and Kueue themselves.
+
+Platform policy (GPUs per pod against nodes and profiles, GPU class, queue capacity, requests)
+lives in the Rego library under ``policies/``; what is here is what the API, KubeRay or Kueue
+would refuse or mishandle anyway, caught at ``kubectl apply`` with a message that says how to
+fix it. Each check returns ``Violation``s with the field path, what was asked, what is allowed
+and the fix; all are collected, never just the first.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from taugate import labels
+from taugate.adapters import PodTemplate, field_path
+from webhook.decision import Violation
+from webhook.resolution import Resolution, label_field
+
+# KubeRay: a RayJob's name is used to build its RayCluster's name (name + "-" + 5 random
+# characters) and the submitter Job's; KubeRay's validation rejects names over 47 characters.
+MAX_RAYJOB_NAME = 47
+# generateName gets 5 random characters appended by the API server.
+MAX_RAYJOB_GENERATE_NAME = MAX_RAYJOB_NAME - 5
+# Kueue: a Workload has at most 8 PodSets; a RayCluster's head takes one, so at most 7 worker
+# groups can be queued.
+MAX_WORKER_GROUPS = 7
+
+
+def _fmt(d: Decimal | None) -> str:
+    if d is None:
+        return "nothing"
+    return str(int(d)) if d == d.to_integral_value() else str(d.normalize())
+
+
+def check_gpu_resources(templates: list[PodTemplate]) -> list[Violation]:
+    """Kubernetes rules for the extended resource ``nvidia.com/gpu``: requests must equal limits
+    (extended resources cannot be overcommitted) and be whole numbers; KubeRay rule: Ray's
+    ``num-gpus`` may not exceed the GPUs the pod's containers get."""
+    out: list[Violation] = []
+    for t in templates:
+        for g in t.gpus():
+            base = field_path(t.path + ("spec", g.kind, g.index, "resources"))
+            for which, raw, num in (("limits", g.limit, g.limit_n), ("requests", g.request, g.request_n)):
+                if raw is None:
+                    continue
+                f = f'{base}.{which}["{labels.GPU_RESOURCE}"]'
+                if num is None:
+                    out.append(Violation("gpu-whole-numbers", f,
+                        f"asks for {raw!r} GPUs, which is not a quantity; allowed: a whole number such as 1; "
+                        f"fix: write {which}: {{{labels.GPU_RESOURCE}: 1}}"))
+                elif num != num.to_integral_value() or num < 0:
+                    out.append(Violation("gpu-whole-numbers", f,
+                        f"asks for {raw} GPUs; allowed: whole GPUs only (Kubernetes does not split "
+                        f"{labels.GPU_RESOURCE}); fix: use {max(int(num) + 1, 1)} or a smaller whole number"))
+            if g.request_n is not None and g.limit_n is not None and g.request_n != g.limit_n:
+                out.append(Violation("gpu-request-equals-limit", f'{base}.requests["{labels.GPU_RESOURCE}"]',
+                    f"requests {_fmt(g.request_n)} GPU(s) but limits {_fmt(g.limit_n)}; allowed: request == limit "
+                    f"(Kubernetes does not overcommit extended resources); fix: set both to {_fmt(g.limit_n)}"))
+            elif g.request_n is not None and g.limit_n is None and g.request_n > 0:
+                out.append(Violation("gpu-request-equals-limit", f'{base}.limits["{labels.GPU_RESOURCE}"]',
+                    f"requests {_fmt(g.request_n)} GPU(s) with no limit; allowed: extended resources must set a "
+                    f"limit equal to the request; fix: add limits: {{{labels.GPU_RESOURCE}: {_fmt(g.request_n)}}}"))
+        ray_gpus = t.ray_num_gpus
+        raw = t.ray_start_params.get("num-gpus")
+        if raw is not None:
+            f = field_path(t.group_path + ("rayStartParams", "num-gpus"))
+            if ray_gpus is None:
+                out.append(Violation("ray-num-gpus", f,
+                    f"num-gpus is {raw!r}, not a number; allowed: a whole number <= the pod's GPU limit "
+                    f"({t.gpus_per_pod}); fix: write \"{t.gpus_per_pod}\" or remove it (KubeRay derives it)"))
+            elif ray_gpus > t.gpus_per_pod:
+                out.append(Violation("ray-num-gpus", f,
+                    f"advertises {_fmt(ray_gpus)} GPU(s) to Ray but the pod's containers get {t.gpus_per_pod}; "
+                    f"allowed: at most {t.gpus_per_pod}; fix: set num-gpus to \"{t.gpus_per_pod}\" or raise "
+                    f"{labels.GPU_RESOURCE} in the Ray container's limits"))
+    return out
+
+
+def check_rayjob(obj: dict, templates: list[PodTemplate], queued: bool) -> list[Violation]:
+    """KubeRay and Kueue rules for a RayJob: name length, worker groups under Kueue,
+    ``shutdownAfterJobFinishes``, and no ``clusterSelector`` together with ``rayClusterSpec``."""
+    out: list[Violation] = []
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+    name, gen = meta.get("name"), meta.get("generateName")
+    if isinstance(name, str) and len(name) > MAX_RAYJOB_NAME:
+        out.append(Violation("rayjob-name-length", "metadata.name",
+            f"name is {len(name)} characters; allowed: at most {MAX_RAYJOB_NAME} (KubeRay derives the "
+            f"RayCluster and submitter Job names from it); fix: shorten it to {name[:MAX_RAYJOB_NAME]!r} or less"))
+    elif not name and isinstance(gen, str) and len(gen) > MAX_RAYJOB_GENERATE_NAME:
+        out.append(Violation("rayjob-name-length", "metadata.generateName",
+            f"generateName is {len(gen)} characters; allowed: at most {MAX_RAYJOB_GENERATE_NAME} (5 random "
+            f"characters are appended and KubeRay allows {MAX_RAYJOB_NAME}); fix: shorten the prefix"))
+    cluster_spec = spec.get("rayClusterSpec")
+    if cluster_spec is not None and spec.get("clusterSelector"):
+        out.append(Violation("rayjob-cluster-selector", "spec.clusterSelector",
+            "sets clusterSelector together with rayClusterSpec; allowed: one of them (KubeRay), and Kueue "
+            "does not queue RayJobs that run on an existing cluster; fix: remove spec.clusterSelector"))
+    if queued:
+        out += check_worker_groups(templates, "spec.rayClusterSpec.workerGroupSpecs")
+        if spec.get("shutdownAfterJobFinishes") is False:
+            out.append(Violation("rayjob-shutdown", "spec.shutdownAfterJobFinishes",
+                "is false; allowed: true for a queued RayJob (Kueue keeps the quota of a RayCluster that "
+                "outlives its job); fix: set spec.shutdownAfterJobFinishes: true"))
+    return out
+
+
+def check_worker_groups(templates: list[PodTemplate], where: str) -> list[Violation]:
+    """Kueue rule: at most ``MAX_WORKER_GROUPS`` worker groups (8 PodSets per Workload)."""
+    workers = sum(1 for t in templates if t.role == "worker")
+    if workers <= MAX_WORKER_GROUPS:
+        return []
+    return [Violation("kueue-worker-groups", where,
+        f"has {workers} worker groups; allowed: at most {MAX_WORKER_GROUPS} under Kueue (a Workload holds "
+        f"8 PodSets, one is the head); fix: merge worker groups with the same pod template")]
+
+
+def check_priority(obj: dict, res: Resolution) -> list[Violation]:
+    """The Kueue priority-class label must be the profile's WorkloadPriorityClass, so a run
+    cannot jump ahead of its team's queue."""
+    asked = ((obj.get("metadata") or {}).get("labels") or {}).get(labels.KUEUE_PRIORITY_CLASS)
+    allowed = res.profile.priorities.workload_priority_class_name
+    if asked is None or asked == allowed:
+        return []
+    return [Violation("priority-class", label_field(labels.KUEUE_PRIORITY_CLASS),
+        f"asks for priority class {asked!r}; allowed: {allowed!r} (workload profile {res.profile.name!r}); "
+        f"fix: {'set it to ' + repr(allowed) if allowed else 'remove the label'}")]
+
+
+def check_run_id(obj: dict, old: dict | None) -> list[Violation]:
+    """The run-id is immutable once minted."""
+    old_id = (((old or {}).get("metadata") or {}).get("labels") or {}).get(labels.RUN_ID)
+    new_id = ((obj.get("metadata") or {}).get("labels") or {}).get(labels.RUN_ID)
+    if old_id and new_id != old_id:
+        return [Violation("run-id", label_field(labels.RUN_ID),
+            f"changes the run-id from {old_id!r} to {new_id!r}; allowed: {old_id!r} (run-ids are immutable); "
+            f"fix: keep the label as it is")]
+    return []
+
+
+def structural(obj: dict, kind: str, templates: list[PodTemplate], res: Resolution | None,
+               old: dict | None) -> list[Violation]:
+    """Every built-in structural check that applies to ``obj`` (a top-level workload)."""
+    out = check_gpu_resources(templates)
+    if kind == "RayJob":
+        out += check_rayjob(obj, templates, queued=True)
+    elif kind == "RayCluster":
+        out += check_worker_groups(templates, "spec.workerGroupSpecs")
+    if res is not None:
+        out += check_priority(obj, res)
+    out += check_run_id(obj, old)
+    return out
