@@ -4,19 +4,75 @@ Rego policies see a trimmed object (metadata plus, per pod template, its role, r
 resources, node selector, affinity and tolerations; not the whole object, since evaluation cost
 grows with input size), the operation, userInfo, namespace, the resolved workspace and profile,
 and a summary of live cluster state (GPU classes, the workspace queue's quota and usage).
+
+Trimming rules: annotations that copy the object (``kubectl.kubernetes.io/last-applied-configuration``)
+or that taugate itself writes (``tau.azure.com/admission``) are left out; every number a policy
+compares is precomputed here (GPUs per container and per pod, pods per template), so policies
+never parse Kubernetes quantities.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from taugate import labels
 from taugate.adapters import PodTemplate, field_path
 from taugate.models import ResolvedProfile, TauWorkspace
 from taugate.snapshot import ClusterState
 
 
-def _template_input(t: PodTemplate) -> dict[str, Any]:
+# Annotations never shown to policies: a full copy of the object (input size drives evaluation
+# cost) and taugate's own admission record (derived from the decision being made).
+_HIDDEN_ANNOTATIONS = frozenset({"kubectl.kubernetes.io/last-applied-configuration", labels.ADMISSION_RECORD})
+
+
+def _whole(value: Any) -> int:
+    """A GPU count as a whole number (fractions round up, as a pod holds whole devices)."""
+    n = int(value)
+    return n if n == value else n + 1
+
+
+def _group_at(obj: dict, path: tuple) -> dict:
+    cur: Any = obj
+    for part in path:
+        if isinstance(cur, dict) and isinstance(part, str):
+            cur = cur.get(part)
+        elif isinstance(cur, list) and isinstance(part, int) and 0 <= part < len(cur):
+            cur = cur[part]
+        else:
+            return {}
+    return cur if isinstance(cur, dict) else {}
+
+
+def _autoscaling(obj: dict) -> bool:
+    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+    if obj.get("kind") == "RayJob":
+        spec = spec.get("rayClusterSpec") if isinstance(spec.get("rayClusterSpec"), dict) else {}
+    return spec.get("enableInTreeAutoscaling") is True
+
+
+def _replica_fields(obj: dict, t: PodTemplate, autoscaling: bool) -> tuple[str | None, int]:
+    """Where a template's pod count is set and the most pods it may scale to.
+
+    KubeRay: a worker group's ``replicas`` (x ``numOfHosts``); with ``enableInTreeAutoscaling``
+    the autoscaler may grow it to ``maxReplicas`` (x ``numOfHosts``). batch/v1 Job:
+    ``spec.parallelism``. Head and submitter: one pod, no field."""
+    if t.role == "job":
+        return field_path(t.group_path + ("parallelism",)), t.replicas
+    if t.role != "worker":
+        return None, t.replicas
+    group = _group_at(obj, t.group_path)
+    most = t.replicas
+    max_replicas = group.get("maxReplicas")
+    if autoscaling and isinstance(max_replicas, int) and not isinstance(max_replicas, bool):
+        hosts = group.get("numOfHosts") if isinstance(group.get("numOfHosts"), int) else 1
+        most = max(most, max_replicas * max(hosts, 1))
+    return field_path(t.group_path + ("replicas",)), most
+
+
+def _template_input(t: PodTemplate, obj: dict | None = None, autoscaling: bool = False) -> dict[str, Any]:
     spec = t.spec
+    gpus = {(g.kind, g.index): g.effective for g in t.gpus()}
     containers = []
     for kind, i, c in t.containers():
         res = c.get("resources") if isinstance(c.get("resources"), dict) else {}
@@ -26,12 +82,17 @@ def _template_input(t: PodTemplate) -> dict[str, Any]:
             "field": field_path(t.path + ("spec", kind, i)),
             "requests": res.get("requests") or {},
             "limits": res.get("limits") or {},
+            "gpus": _whole(gpus.get((kind, i), 0)),
         })
+    replicas_field, max_replicas = _replica_fields(obj or {}, t, autoscaling)
     return {
         "role": t.role,
         "group": t.group,
         "field": field_path(t.path),
+        "groupField": field_path(t.group_path),
+        "replicasField": replicas_field,
         "replicas": t.replicas,
+        "maxReplicas": max_replicas,
         "gpusPerPod": t.gpus_per_pod,
         "rayNumGpus": None if t.ray_num_gpus is None else float(t.ray_num_gpus),
         "nodeSelector": spec.get("nodeSelector") or {},
@@ -48,10 +109,19 @@ def build_policy_input(*, obj: dict, templates: list[PodTemplate], operation: st
                        queue: str | None, state: ClusterState, gpu_class_label: str) -> dict[str, Any]:
     """Build the ``input`` document every policy evaluates (shape: ``policies/input.schema.json``).
 
-    ``queue`` is the resolved LocalQueue name; ``cluster.queue`` holds its ClusterQueue's flavor
-    quotas (GPUs for ``nvidia.com/gpu``: nominal, borrowingLimit or null, usage).
+    Pure: reads only its arguments. ``queue`` is the resolved LocalQueue name; ``cluster.queue``
+    holds its ClusterQueue's flavor quotas (GPUs for ``nvidia.com/gpu``: nominal, borrowingLimit
+    or null, usage, and the ResourceFlavor's ``nodeLabels``), or null when the LocalQueue is
+    unknown. Per pod template: ``replicas`` (pods now), ``maxReplicas`` (pods the KubeRay
+    autoscaler may reach), ``gpusPerPod`` and each container's ``gpus`` (whole devices: limit,
+    else request, as Kubernetes defaults an extended resource's request to its limit), and the
+    field paths ``field`` / ``groupField`` / ``replicasField`` for violation messages.
     """
     meta = obj.get("metadata") or {}
+    autoscaling = _autoscaling(obj)
+    annotations = meta.get("annotations")
+    if isinstance(annotations, dict):
+        annotations = {k: v for k, v in annotations.items() if k not in _HIDDEN_ANNOTATIONS}
     quotas = state.queue_quotas.get((namespace or "", queue or ""), ())
     lq = state.local_queues.get((namespace or "", queue or ""))
     return {
@@ -61,9 +131,11 @@ def build_policy_input(*, obj: dict, templates: list[PodTemplate], operation: st
         "object": {
             "apiVersion": obj.get("apiVersion"),
             "kind": obj.get("kind"),
-            "metadata": {k: meta.get(k) for k in ("name", "generateName", "namespace", "labels", "annotations")
-                         if meta.get(k) is not None},
-            "podTemplates": [_template_input(t) for t in templates],
+            "metadata": {k: v for k, v in (("name", meta.get("name")), ("generateName", meta.get("generateName")),
+                                           ("namespace", meta.get("namespace")), ("labels", meta.get("labels")),
+                                           ("annotations", annotations or None)) if v is not None},
+            "autoscaling": autoscaling,
+            "podTemplates": [_template_input(t, obj, autoscaling) for t in templates],
         },
         "workspace": None if workspace is None else {
             "name": workspace.metadata.name, "namespace": workspace.target_namespace,
@@ -78,7 +150,17 @@ def build_policy_input(*, obj: dict, templates: list[PodTemplate], operation: st
             "queue": None if lq is None else {
                 "localQueue": queue,
                 "clusterQueue": (lq.get("spec") or {}).get("clusterQueue"),
-                "quotas": [q.as_input() for q in quotas],
+                "quotas": [_quota_input(q, state) for q in quotas],
             },
         },
     }
+
+
+def _quota_input(q: Any, state: ClusterState) -> dict[str, Any]:
+    """One flavor quota as policies see it, with the ResourceFlavor's ``nodeLabels`` (Kueue
+    places the workload's pods on nodes carrying them), ``{}`` when the flavor is unknown."""
+    out = q.as_input()
+    flavor = state.flavors.get(q.flavor) or {}
+    node_labels = (flavor.get("spec") or {}).get("nodeLabels")
+    out["nodeLabels"] = dict(node_labels) if isinstance(node_labels, dict) else {}
+    return out

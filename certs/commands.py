@@ -1,0 +1,127 @@
+"""``taugate certs``: create and rotate the webhook's CA and serving certificate in a directory.
+
+- ``taugate certs generate --dir DIR --service NAME --namespace NS`` writes ``ca.crt``, ``ca.key``,
+  ``tls.crt``, ``tls.key`` (EC P-256; SANs NAME, NAME.NS, NAME.NS.svc, NAME.NS.svc.cluster.local,
+  localhost, 127.0.0.1).
+- ``taugate certs rotate --dir DIR`` publishes a new CA next to the old one, waits ``--wait``
+  seconds, then switches the serving certificate (``--step`` runs one step; see ``certs.store``).
+- ``taugate certs show --dir DIR`` prints what the directory holds.
+
+Exit codes: 0 done (or nothing due), 2 bad input (one line on stderr naming the file and problem).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import sys
+
+from certs import store
+from certs.pki import DEFAULT_CA_DAYS, DEFAULT_SERVING_DAYS, LOCAL_HOSTS, CertError
+
+
+def _days(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number of days: {text!r}") from None
+    if n <= 0:
+        raise argparse.ArgumentTypeError(f"must be at least 1 day, not {n}")
+    return n
+
+
+def _seconds(text: str) -> float:
+    try:
+        s = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if s < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative: {s}")
+    return s
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    """``certs generate``: exit 0 with the files listed, 2 on bad input or existing files."""
+    extra = () if args.no_local else LOCAL_HOSTS
+    try:
+        st = store.generate(args.dir, service=args.service, namespace=args.namespace, extra_hosts=extra,
+                            ca_days=args.ca_days, days=args.days, force=args.force)
+    except CertError as e:
+        print(f"taugate certs generate: {e}", file=sys.stderr)
+        return 2
+    print("\n".join(store.describe(st)))
+    return 0
+
+
+def cmd_rotate(args: argparse.Namespace) -> int:
+    """``certs rotate``: exit 0 after the requested step(s) or when nothing is due, 2 on bad input."""
+    try:
+        st = store.inspect(args.dir)
+        if args.if_expiring_within is not None and args.step in ("all", "publish") and st.pending is None:
+            left = st.expires - _dt.datetime.now(_dt.timezone.utc)
+            if left > _dt.timedelta(days=args.if_expiring_within):
+                print(f"{args.dir}: nothing to do, certificates are valid for {left.days} more days")
+                return 0
+
+        def report(step: str, status: store.CertDirStatus) -> None:
+            print(f"{step}: done", flush=True)
+
+        if args.step == "all":
+            st = store.rotate(args.dir, wait_seconds=args.wait, ca_days=args.ca_days, days=args.days,
+                              on_step=report)
+        elif args.step == "publish":
+            st = store.publish_new_ca(args.dir, ca_days=args.ca_days)
+        elif args.step == "switch":
+            st = store.switch_serving(args.dir, days=args.days)
+        else:
+            st = store.trim_bundle(args.dir)
+    except CertError as e:
+        print(f"taugate certs rotate: {e}", file=sys.stderr)
+        return 2
+    print("\n".join(store.describe(st)))
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    """``certs show``: exit 0 and describe the directory, 2 when it is unusable."""
+    try:
+        st = store.inspect(args.dir)
+    except CertError as e:
+        print(f"taugate certs show: {e}", file=sys.stderr)
+        return 2
+    print("\n".join(store.describe(st)))
+    return 0
+
+
+def add_commands(subparsers) -> None:
+    """Register ``taugate certs {generate,rotate,show}``."""
+    certs = subparsers.add_parser("certs", help="create and rotate the webhook's TLS certificates")
+    sub = certs.add_subparsers(dest="certs_command", metavar="ACTION", required=True)
+
+    g = sub.add_parser("generate", help="create a CA and a serving certificate in a directory")
+    g.add_argument("--dir", required=True, help="directory to write ca.crt, ca.key, tls.crt, tls.key into")
+    g.add_argument("--service", default="taugate-webhook", help="webhook Service name (default: %(default)s)")
+    g.add_argument("--namespace", default="taugate-system", help="its namespace (default: %(default)s)")
+    g.add_argument("--days", type=_days, default=DEFAULT_SERVING_DAYS, help="serving certificate validity")
+    g.add_argument("--ca-days", type=_days, default=DEFAULT_CA_DAYS, help="CA validity")
+    g.add_argument("--no-local", action="store_true", help="leave localhost/127.0.0.1 out of the SANs")
+    g.add_argument("--force", action="store_true", help="overwrite existing certificates (breaks clients)")
+    g.set_defaults(func=cmd_generate)
+
+    r = sub.add_parser("rotate", help="rotate CA and serving certificate without breaking clients")
+    r.add_argument("--dir", required=True)
+    r.add_argument("--step", choices=("all", "publish", "switch", "trim"), default="all",
+                   help="publish: new CA next to the old one; switch: serve a certificate of the new CA; "
+                        "trim: drop old CAs from ca.crt; all (default): publish, wait, switch")
+    r.add_argument("--wait", type=_seconds, default=2.0,
+                   help="seconds between publish and switch (default %(default)s: the server reloads every "
+                        "second; in a cluster cover the caBundle update and kubelet's Secret sync)")
+    r.add_argument("--if-expiring-within", type=_days, metavar="DAYS",
+                   help="rotate only when a certificate expires within DAYS days")
+    r.add_argument("--days", type=_days, default=DEFAULT_SERVING_DAYS)
+    r.add_argument("--ca-days", type=_days, default=DEFAULT_CA_DAYS)
+    r.set_defaults(func=cmd_rotate)
+
+    s = sub.add_parser("show", help="describe a certificate directory")
+    s.add_argument("--dir", required=True)
+    s.set_defaults(func=cmd_show)

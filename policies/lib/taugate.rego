@@ -1,0 +1,65 @@
+# Shared helpers for the taugate policy library (package data.taugate.lib).
+#
+# Every policy imports this package as `data.taugate.lib` and builds its results with
+# `lib.violation(name, field, msg)`, so all results have the contract shape
+# {"msg": ..., "field": ..., "policy": ...}. The input document is described in
+# policies/input.schema.json.
+package taugate.lib
+
+gpu_resource := "nvidia.com/gpu"
+
+# violation builds one result of the contract: `field` is a Kubernetes field path,
+# `msg` says what was asked, what is allowed and how to fix it.
+violation(policy, field, msg) := {"policy": policy, "field": field, "msg": msg}
+
+# Every pod template of the object (head, workers, submitter, or a Job's template).
+templates := input.object.podTemplates
+
+# Pod templates whose pods hold GPUs.
+gpu_templates := [t | some t in input.object.podTemplates; t.gpusPerPod > 0]
+
+# The resolved workload profile's GPU class (undefined for a profile without one).
+profile_gpu_class := input.profile.gpuClass if {
+	is_string(input.profile.gpuClass)
+}
+
+# The cluster summary of the profile's GPU class (undefined when no node has that class).
+profile_class_summary := input.cluster.gpuClasses[profile_gpu_class]
+
+# describe(t) names a pod template for a researcher: "worker group gpu-group", "the Ray head"...
+describe(t) := sprintf("worker group %s", [t.group]) if t.role == "worker"
+
+describe(t) := "the Ray head" if t.role == "head"
+
+describe(t) := "the RayJob submitter" if t.role == "submitter"
+
+describe(t) := "the Job's pod template" if t.role == "job"
+
+# gpu_field(t) is the field path of the GPU limit (else request) of the first container of t
+# that holds GPUs, e.g. spec.template.spec.containers[0].resources.limits["nvidia.com/gpu"].
+gpu_field(t) := f if {
+	fields := [sprintf("%s.resources.%s[\"%s\"]", [c.field, gpu_key(c), gpu_resource]) |
+		some c in t.containers
+		c.gpus > 0
+	]
+	count(fields) > 0
+	f := fields[0]
+} else := sprintf("%s.spec.containers", [t.field])
+
+gpu_key(c) := "limits" if {
+	object.get(c.limits, gpu_resource, null) != null
+} else := "requests"
+
+# replicas_field(t) is where t's pod count is set (a worker group's replicas, a Job's
+# parallelism), else the template itself.
+replicas_field(t) := t.replicasField if is_string(t.replicasField)
+
+replicas_field(t) := t.field if not is_string(t.replicasField)
+
+# Total GPUs the whole workload holds at once: sum of GPUs per pod x pods.
+total_gpus := sum([(t.gpusPerPod * t.replicas) | some t in input.object.podTemplates])
+
+# plural(n, word) is "1 GPU" / "2 GPUs".
+plural(n, word) := sprintf("%v %s", [n, word]) if n == 1
+
+plural(n, word) := sprintf("%v %ss", [n, word]) if n != 1

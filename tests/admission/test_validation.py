@@ -1,0 +1,120 @@
+"""Built-in validation: Kubernetes, KubeRay and Kueue rules, caught at `kubectl apply` with the
+field path, what was asked, what is allowed and how to fix it, all reported together."""
+
+from __future__ import annotations
+
+import copy
+
+from taugate import labels
+from webhook.review import admit, mutate, request_for, validate
+
+WORKER = ("spec", "rayClusterSpec", "workerGroupSpecs", 0)
+
+
+def _worker(obj):
+    g = obj
+    for p in WORKER:
+        g = g[p]
+    return g
+
+
+def _denied(obj, state, settings, **kw):
+    d = admit(obj, state=state, settings=settings, namespace="vision", **kw)
+    assert not d.allowed
+    return {v.policy: v for v in d.violations}, d
+
+
+def test_a_gpu_request_different_from_its_limit_is_denied_with_both_numbers(classifier, state, settings):
+    _worker(classifier)["template"]["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = "2"
+    found, _ = _denied(classifier, state, settings)
+    v = found["gpu-request-equals-limit"]
+    assert v.field == ('spec.rayClusterSpec.workerGroupSpecs[0].template.spec.containers[0].resources'
+                       '.requests["nvidia.com/gpu"]')
+    assert "requests 2" in v.message and "limits 1" in v.message and "fix:" in v.message
+
+
+def test_a_fraction_of_a_gpu_is_denied(classifier, state, settings):
+    res = _worker(classifier)["template"]["spec"]["containers"][0]["resources"]
+    res["requests"]["nvidia.com/gpu"] = res["limits"]["nvidia.com/gpu"] = "500m"
+    found, _ = _denied(classifier, state, settings)
+    assert "whole GPUs" in found["gpu-whole-numbers"].message
+
+
+def test_ray_num_gpus_above_the_containers_gpu_limit_is_denied(classifier, state, settings):
+    _worker(classifier)["rayStartParams"]["num-gpus"] = "4"
+    found, _ = _denied(classifier, state, settings)
+    v = found["ray-num-gpus"]
+    assert v.field == "spec.rayClusterSpec.workerGroupSpecs[0].rayStartParams.num-gpus"
+    assert "4 GPU(s)" in v.message and "at most 1" in v.message
+
+
+def test_a_rayjob_name_over_47_characters_and_a_long_generate_name_are_denied(classifier, state, settings):
+    named = copy.deepcopy(classifier)
+    del named["metadata"]["generateName"]
+    named["metadata"]["name"] = "x" * 48
+    found, _ = _denied(named, state, settings)
+    assert "48 characters" in found["rayjob-name-length"].message and "47" in found["rayjob-name-length"].message
+    classifier["metadata"]["generateName"] = "y" * 43
+    found, _ = _denied(classifier, state, settings)
+    assert found["rayjob-name-length"].field == "metadata.generateName"
+
+
+def test_more_than_seven_worker_groups_cannot_be_queued_by_kueue(classifier, state, settings):
+    groups = classifier["spec"]["rayClusterSpec"]["workerGroupSpecs"]
+    for i in range(7):
+        g = copy.deepcopy(groups[0])
+        g["groupName"] = f"g{i}"
+        groups.append(g)
+    found, _ = _denied(classifier, state, settings)
+    assert "8 worker groups" in found["kueue-worker-groups"].message
+
+
+def test_shutdown_false_and_a_cluster_selector_are_both_reported_together(classifier, state, settings):
+    classifier["spec"]["shutdownAfterJobFinishes"] = False
+    classifier["spec"]["clusterSelector"] = {"ray.io/cluster": "shared"}
+    found, d = _denied(classifier, state, settings)
+    assert {"rayjob-shutdown", "rayjob-cluster-selector"} <= set(found)
+    assert d.message.count("\n- ") >= 2
+
+
+def test_a_queue_label_of_another_workspace_is_denied_listing_the_allowed_queue(classifier, state, settings):
+    classifier["metadata"]["labels"] = {labels.KUEUE_QUEUE_NAME: "nlp-queue"}
+    found, _ = _denied(classifier, state, settings)
+    v = found["queue"]
+    assert "workspace 'nlp'" in v.message and "allowed: vision-queue" in v.message
+
+
+def test_an_unknown_or_foreign_profile_is_denied_listing_the_candidates(classifier, state, settings):
+    classifier["metadata"]["labels"] = {labels.WORKLOAD_PROFILE: "a100-4gpu"}
+    found, _ = _denied(classifier, state, settings)
+    msg = found["workload-profile"].message
+    assert "does not apply" in msg and "h100-1gpu" in msg and "h100-8gpu" in msg
+    classifier["metadata"]["labels"] = {labels.WORKLOAD_PROFILE: "nope"}
+    found, _ = _denied(classifier, state, settings)
+    assert "does not exist" in found["workload-profile"].message
+
+
+def test_a_priority_class_other_than_the_profiles_is_denied(classifier, state, settings):
+    classifier["metadata"]["labels"] = {labels.KUEUE_PRIORITY_CLASS: "urgent"}
+    found, _ = _denied(classifier, state, settings)
+    assert "'tau-train-default'" in found["priority-class"].message
+
+
+def test_validation_on_update_blocks_only_new_problems(classifier, state, settings):
+    created = admit(classifier, state=state, settings=settings, namespace="vision").object
+    old = copy.deepcopy(created)
+    old["spec"]["shutdownAfterJobFinishes"] = False  # admitted under older rules
+    new = copy.deepcopy(old)
+    new["spec"]["suspend"] = False  # Kueue unsuspends it
+    d = validate(request_for(new, namespace="vision", operation="UPDATE", old=old), state, settings)
+    assert d.allowed
+    new["metadata"]["labels"][labels.RUN_ID] = "a" * 24
+    d = validate(request_for(new, namespace="vision", operation="UPDATE", old=old), state, settings)
+    assert not d.allowed and d.violations[0].policy == "run-id"
+
+
+def test_a_mutated_request_that_fails_resolution_is_denied_already_by_the_mutating_webhook(classifier, state, settings):
+    classifier["metadata"]["labels"] = {labels.KUEUE_QUEUE_NAME: "missing"}
+    d = mutate(request_for(classifier, namespace="vision"), state, settings)
+    assert not d.allowed and d.code == 403
+    assert "does not exist in namespace 'vision'" in d.message
