@@ -24,8 +24,9 @@ class TauModel(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
 
     def wire(self) -> dict[str, Any]:
-        """The object as Kubernetes stores it: camelCase keys, unset fields left out."""
-        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+        """The object as it was written: camelCase keys; fields that were never set (defaults)
+        and nulls left out, so a TauGrid object round-trips unchanged."""
+        return self.model_dump(by_alias=True, exclude_none=True, exclude_unset=True, mode="json")
 
 
 class Applicability(TauModel):
@@ -82,6 +83,10 @@ class WorkloadProfile(TauModel):
     max_gpus_per_pod: int | None = Field(default=None, ge=1)
 
 
+# A Kubernetes resource quantity (apimachinery ``resource.Quantity`` syntax, as in TauGrid's CRDs).
+QUANTITY_PATTERN = r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+
+
 class WorkspaceDefaults(TauModel):
     """Workspace-wide defaults (TauGrid ``spec.workspaceDefaults``)."""
 
@@ -106,10 +111,34 @@ class NodesSpec(TauModel):
     selector: dict[str, str] = Field(default_factory=dict)
 
 
+class ObjectRef(TauModel):
+    """A cluster-scoped object by name (TauGrid ``ObjectReference``)."""
+
+    name: str = Field(min_length=1)
+
+
+class NamespacedObjectRef(TauModel):
+    """A namespaced object by namespace and name (TauGrid ``NamespacedObjectReference``)."""
+
+    name: str = Field(min_length=1)
+    namespace: str = Field(min_length=1)
+
+
+class QueuesSpec(TauModel):
+    """TauGrid ``spec.queues``: which Kueue objects the platform observes, adopts or manages."""
+
+    cluster_queues: list[ObjectRef] | None = None
+    ownership: Literal["External", "Adopt", "Manage"] = "External"
+    resource_flavors: list[ObjectRef] | None = None
+    shared_local_queues: list[NamespacedObjectRef] | None = None
+    topology: ObjectRef | None = None
+
+
 class TauClusterSpec(TauModel):
     management_mode: Literal["Observe", "Reconcile"] = "Observe"
     deletion_policy: Literal["Retain", "DeleteManaged"] = "Retain"
     nodes: NodesSpec | None = None
+    queues: QueuesSpec | None = None
     workload_profiles: list[WorkloadProfile] = Field(default_factory=list)
     workspace_defaults: WorkspaceDefaults = Field(default_factory=WorkspaceDefaults)
 
@@ -138,6 +167,9 @@ class ResolvedProfile(WorkloadProfile):
     cluster_queues: list[str] = Field(default_factory=list)
     resource_flavors: list[str] = Field(default_factory=list)
     local_queues: list[ResolvedLocalQueue] = Field(default_factory=list)
+    pod_priority_classes: list[str] | None = None
+    topologies: list[str] | None = None
+    workload_priority_classes: list[str] | None = None
 
     def is_ready(self) -> bool:
         """True when the profile's ``Ready`` condition is ``True``."""
@@ -153,13 +185,51 @@ class ProfileSetStatus(TauModel):
     profiles: list[ResolvedProfile] = Field(default_factory=list)
 
 
+class ObservedCounts(TauModel):
+    """TauGrid's observed / ready / drifted counters (of nodes or queue objects)."""
+
+    drifted: int | None = None
+    observed: int | None = None
+    ready: int | None = None
+
+
+class ManagedResource(TauModel):
+    """An object the TauGrid cluster controller owns or adopted."""
+
+    api_version: str
+    kind: str
+    name: str
+    namespace: str | None = None
+    ownership: Literal["External", "Adopt", "Manage"]
+    uid: str | None = None
+
+
+class GpuClassInventory(TauModel):
+    """taugate extension: one GPU class of ``TauCluster.status.gpuInventory`` (the same fields as
+    ``taugate.snapshot.GpuClassSummary.as_input()``): GPUs are allocatable ``nvidia.com/gpu``."""
+
+    name: str
+    max_gpus_per_node: int = Field(ge=0)
+    max_healthy_gpus_per_node: int = Field(ge=0)
+    nodes: int = Field(ge=0)
+    healthy_nodes: int = Field(ge=0)
+    unhealthy_nodes: int = Field(ge=0)
+    healthy_gpus: int = Field(ge=0)
+    products: list[str] = Field(default_factory=list)
+    problems: dict[str, list[str]] = Field(default_factory=dict)
+
+
 class TauClusterStatus(TauModel):
     phase: Literal["Pending", "Ready", "Degraded"] | None = None
     conditions: list[Condition] = Field(default_factory=list)
     observed_generation: int | None = None
     workload_profiles: ProfileSetStatus | None = None
+    desired_state_hash: str | None = None
+    managed_resources: list[ManagedResource] | None = None
+    nodes: ObservedCounts | None = None
+    queues: ObservedCounts | None = None
     # taugate extension: GPU inventory summary, per GPU class.
-    gpu_inventory: list[dict[str, Any]] | None = None
+    gpu_inventory: list[GpuClassInventory] | None = None
 
 
 class ObjectMeta(TauModel):
@@ -199,12 +269,48 @@ class WorkspaceRunDefaults(TauModel):
     workload_profile: str | None = None
 
 
+DEFAULT_DATA_CLAIM = "tau-data"
+
+
 class DataVolume(TauModel):
-    """taugate extension: the workspace data PVC, mounted at ``/data`` by every run."""
+    """taugate extension: the workspace data PVC, mounted at ``/data`` by every run.
+
+    ``size`` is a Kubernetes quantity; ``claim_name`` defaults to ``tau-data``."""
 
     storage_class_name: str | None = None
-    size: str = "100Gi"
-    claim_name: str | None = None
+    size: str = Field(default="100Gi", pattern=QUANTITY_PATTERN)
+    claim_name: str | None = Field(default=None, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+
+
+class PrincipalRef(TauModel):
+    """The external identity (Entra or GitHub group) behind a workspace (TauGrid)."""
+
+    provider: Literal["entra", "github"]
+    name: str = Field(min_length=1)
+
+
+class WorkloadIdentity(TauModel):
+    """Azure Workload Identity for the workspace's workload service account (TauGrid)."""
+
+    client_id: str = Field(min_length=1)
+    service_account_name: str = Field(min_length=1)
+
+
+class WorkspaceAuthorization(TauModel):
+    """TauGrid ``spec.authorization``: ``workspace-rbac`` (the controller binds the subject in the
+    target namespace) or ``cluster-wide`` (callers bring their own access)."""
+
+    mode: Literal["workspace-rbac", "cluster-wide"] = "workspace-rbac"
+
+
+class WorkspaceQuota(TauModel):
+    """One TauGrid ``spec.quota`` entry: a Kueue quota for ``resource`` on ``flavor`` (quantities)."""
+
+    resource: str = Field(min_length=1)
+    flavor: str = Field(min_length=1)
+    nominal_quota: int | str
+    borrowing_limit: int | str | None = None
+    lending_limit: int | str | None = None
 
 
 class TeamRef(TauModel):
@@ -212,17 +318,53 @@ class TeamRef(TauModel):
 
 
 class TauWorkspaceSpec(TauModel):
-    principal_ref: dict[str, Any] | None = None
+    principal_ref: PrincipalRef | None = None
     kubernetes_subject: Subject | None = None
     role: Literal["researcher", "tau-researcher-v1"] | None = None
     target: WorkspaceTarget = Field(default_factory=WorkspaceTarget)
     queue: str | None = None
     team_ref: TeamRef | None = None
-    quota: list[dict[str, Any]] = Field(default_factory=list)
+    quota: list[WorkspaceQuota] = Field(default_factory=list)
     defaults: WorkspaceRunDefaults = Field(default_factory=WorkspaceRunDefaults)
-    workload_identity: dict[str, Any] | None = None
-    authorization: dict[str, Any] | None = None
+    workload_identity: WorkloadIdentity | None = None
+    authorization: WorkspaceAuthorization | None = None
     data_volume: DataVolume | None = None
+    # taugate extension: the ClusterQueue of the LocalQueue the controller creates (default: the
+    # TauCluster's ``workspaceDefaults.defaultQueue``); an existing LocalQueue is adopted as is.
+    cluster_queue: str | None = Field(default=None, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+
+
+class WorkspaceQueueStatus(TauModel):
+    cluster_queue: str | None = None
+    cluster_queue_uid: str | None = Field(default=None, alias="clusterQueueUID")
+    local_queue: str | None = None
+
+
+class WorkspaceTargetStatus(TauModel):
+    resolved_namespace: str | None = None
+
+
+class WorkspaceDataVolumeStatus(TauModel):
+    """taugate extension: the data PVC as observed (``phase`` is the PVC's, e.g. Pending, Bound)."""
+
+    claim_name: str
+    size: str | None = None
+    storage_class_name: str | None = None
+    phase: str | None = None
+
+
+class TauWorkspaceStatus(TauModel):
+    """TauGrid's workspace status plus taugate's ``serviceAccount``, ``roleBinding`` and
+    ``dataVolume`` (the children the controller made)."""
+
+    phase: Literal["Pending", "Ready", "Degraded"] | None = None
+    conditions: list[Condition] = Field(default_factory=list)
+    observed_generation: int | None = None
+    queue: WorkspaceQueueStatus | None = None
+    target: WorkspaceTargetStatus | None = None
+    service_account: str | None = None
+    role_binding: str | None = None
+    data_volume: WorkspaceDataVolumeStatus | None = None
 
 
 class TauWorkspace(TauModel):
@@ -232,7 +374,7 @@ class TauWorkspace(TauModel):
     kind: Literal["TauWorkspace"] = "TauWorkspace"
     metadata: ObjectMeta
     spec: TauWorkspaceSpec = Field(default_factory=TauWorkspaceSpec)
-    status: dict[str, Any] | None = None
+    status: TauWorkspaceStatus | None = None
 
     @property
     def target_namespace(self) -> str:
@@ -251,6 +393,14 @@ class TauWorkspace(TauModel):
         """``spec.queue``, else the TauCluster's ``workspaceDefaults.defaultQueue``."""
         return self.spec.queue or default_queue
 
+    @property
+    def data_claim_name(self) -> str | None:
+        """The data PVC every run mounts at ``/data``: ``spec.dataVolume.claimName``, else
+        ``tau-data``; None when the workspace declares no ``dataVolume``."""
+        if self.spec.data_volume is None:
+            return None
+        return self.spec.data_volume.claim_name or DEFAULT_DATA_CLAIM
+
 
 class TauQuotaRequestSpec(TauModel):
     workspace: str
@@ -261,9 +411,32 @@ class TauQuotaRequestSpec(TauModel):
     flavor: str | None = None
 
 
+class QuotaChange(TauModel):
+    """taugate extension: what an approved ``Apply`` request did to a ClusterQueue's
+    ``nominalQuota`` for one flavor and resource (quantities as Kueue stores them)."""
+
+    cluster_queue: str
+    flavor: str
+    resource: str
+    before: int | str | None = None
+    after: int | str | None = None
+
+
+class TauQuotaRequestStatus(TauModel):
+    """TauGrid's quota request status plus taugate's ``reviewedBy`` and ``quotaChange``."""
+
+    phase: Literal["PendingApproval", "Approved", "Rejected", "Expired"] | None = None
+    approved_by: str | None = None
+    decision: str | None = None
+    conditions: list[Condition] = Field(default_factory=list)
+    observed_generation: int | None = None
+    reviewed_by: str | None = None
+    quota_change: QuotaChange | None = None
+
+
 class TauQuotaRequest(TauModel):
     api_version: str = "tau.azure.com/v1alpha1"
     kind: Literal["TauQuotaRequest"] = "TauQuotaRequest"
     metadata: ObjectMeta
     spec: TauQuotaRequestSpec
-    status: dict[str, Any] | None = None
+    status: TauQuotaRequestStatus | None = None
