@@ -122,7 +122,7 @@ def _mount_data(spec: dict, claim: str) -> None:
 
 
 def edit_create(obj: dict, adapter: WorkloadAdapter, templates: list[PodTemplate], res: Resolution,
-                state: ClusterState, settings: Settings, record: dict | None = None) -> dict:
+                state: ClusterState, settings: Settings) -> dict:
     """The edited deep copy of a top-level workload on CREATE (DESIGN.md section 2, step 3).
 
     Adds, where missing: the Kueue queue label, ``suspend: true`` (Kueue's own webhook may run
@@ -130,9 +130,7 @@ def edit_create(obj: dict, adapter: WorkloadAdapter, templates: list[PodTemplate
     profile-set-hash / gpu-class / managed-by labels, the Kueue priority-class label, the
     profile's node selector, GPU-class selector and tolerations on GPU pod templates only (never
     on a CPU-only Ray head or the submitter), the workspace data PVC at ``/data``, and
-    ``shutdownAfterJobFinishes: true`` for a RayJob (Kueue requires it). ``record`` (a dict) is
-    written as the ``tau.azure.com/admission`` annotation for the recorder when anything else
-    changed.
+    ``shutdownAfterJobFinishes: true`` for a RayJob (Kueue requires it).
     """
     edited = copy.deepcopy(obj)
     profile = res.profile
@@ -172,12 +170,16 @@ def edit_create(obj: dict, adapter: WorkloadAdapter, templates: list[PodTemplate
         if claim:
             _mount_data(pod_spec, claim)
 
-    if record is not None and edited != obj:
-        meta = edited["metadata"]
-        if not isinstance(meta.get("annotations"), dict):
-            meta["annotations"] = {}
-        meta["annotations"][labels.ADMISSION_RECORD] = json.dumps(record, sort_keys=True, separators=(",", ":"))
     return edited
+
+
+def annotate(edited: dict, record: dict) -> None:
+    """Write ``record`` as the ``tau.azure.com/admission`` annotation (compact, sorted JSON) for
+    the recorder. Call it only when something else changed, so reinvocation stays a no-op."""
+    meta = edited["metadata"]
+    if not isinstance(meta.get("annotations"), dict):
+        meta["annotations"] = {}
+    meta["annotations"][labels.ADMISSION_RECORD] = json.dumps(record, sort_keys=True, separators=(",", ":"))
 
 
 def edit_update(obj: dict, old: dict | None, templates: list[PodTemplate]) -> dict:

@@ -152,12 +152,10 @@ def mutate(request: dict, state: ClusterState, settings: Settings, engine: Engin
         res = resolve(obj, subject.templates, subject.workspace, state, settings)
         if isinstance(res, list):
             return Decision.deny(res, obj=obj)
-        record = _record(res, state, engine, [])
-        edited = mutation.edit_create(obj, subject.adapter, subject.templates, res, state, settings, record)
-        if engine is not None and edited is not obj:
-            found = _policies(edited, subject.adapter, request, state, settings, engine, res)
-            record = _record(res, state, engine, found)
-            edited = mutation.edit_create(obj, subject.adapter, subject.templates, res, state, settings, record)
+        edited = mutation.edit_create(obj, subject.adapter, subject.templates, res, state, settings)
+        if edited != obj:
+            found = _policies(edited, subject.adapter, request, state, settings, engine, res) if engine else []
+            mutation.annotate(edited, _record(res, state, engine, found))
     patch = _patch(obj, edited)
     return Decision(True, patch=patch, object=edited if patch else obj)
 
