@@ -132,7 +132,7 @@ def test_a_workspace_with_a_data_volume_mounts_it_at_data_in_every_pod(classifie
     _, out = _mutated(classifier, state, settings)
     for path in (HEAD, WORKER):
         spec = _at(out, path)["spec"]
-        assert {"name": "tau-data", "persistentVolumeClaim": {"claimName": "tau-data"}} in spec["volumes"]
+        assert {"name": "tau-data", "persistentVolumeClaim": {"claimName": "vision-data"}} in spec["volumes"]
         assert {"name": "tau-data", "mountPath": "/data"} in spec["containers"][0]["volumeMounts"]
 
 
