@@ -16,6 +16,7 @@ Kinds and where their pod templates are (KubeRay ``ray.io/v1`` and Kubernetes ``
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from decimal import Decimal, InvalidOperation
 from typing import Any, Iterator, Literal, Protocol
 
@@ -44,6 +45,8 @@ def quantity(value: Any) -> Decimal | None:
     """A Kubernetes resource quantity ("500m", "8G", 2) as a Decimal; None if unparsable."""
     if value is None or isinstance(value, bool):
         return None
+    if isinstance(value, int) or (isinstance(value, str) and value.isdigit()):
+        return Decimal(value)
     try:
         return parse_quantity(value)
     except (ValueError, TypeError, InvalidOperation):
@@ -111,8 +114,17 @@ class PodTemplate:
                     if isinstance(c, dict):
                         yield kind, i, c
 
-    def gpus(self) -> list[ContainerGpus]:
-        """``nvidia.com/gpu`` request and limit of every container (init containers included)."""
+    @cached_property
+    def container_gpus(self) -> tuple[ContainerGpus, ...]:
+        """``nvidia.com/gpu`` request and limit of every container (init containers included),
+        computed once per template."""
+        return tuple(self._read_gpus())
+
+    def gpus(self) -> tuple[ContainerGpus, ...]:
+        """Same as ``container_gpus``."""
+        return self.container_gpus
+
+    def _read_gpus(self) -> list[ContainerGpus]:
         out = []
         for kind, i, c in self.containers():
             res = c.get("resources") if isinstance(c.get("resources"), dict) else {}
@@ -122,7 +134,7 @@ class PodTemplate:
             out.append(ContainerGpus(c.get("name") or f"#{i}", i, kind, r, l, quantity(r), quantity(l)))
         return out
 
-    @property
+    @cached_property
     def gpus_per_pod(self) -> int:
         """GPUs one pod of this template holds: sum over regular containers, or the largest
         init container if larger (Kubernetes' effective-request rule for pods)."""

@@ -14,6 +14,7 @@ import json
 import sys
 from pathlib import Path
 
+import orjson
 import yaml
 
 from taugate.adapters import adapter_for
@@ -56,6 +57,7 @@ def cmd_admit(args: argparse.Namespace) -> int:
             _err(f"taugate: {f}: no Kubernetes object in the file")
             return 2
         for o in objs:
+            o = orjson.loads(orjson.dumps(o, default=str))  # YAML timestamps become strings, as in the API
             if not o.get("kind") or not o.get("apiVersion"):
                 _err(f"taugate: {f}: an object has no kind/apiVersion")
                 return 2

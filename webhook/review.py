@@ -15,20 +15,19 @@ RayJob creates) only inherits the parent's run-id.
 from __future__ import annotations
 
 import base64
-import copy
-import json
 import uuid
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import jsonpatch
+import orjson
 
 from taugate import labels
 from taugate.adapters import PodTemplate, WorkloadAdapter, adapter_for
 from taugate.policy_input import build_policy_input
 from taugate.settings import Settings
 from taugate.snapshot import ClusterState
-from webhook import mutation, validation
+from webhook import mutation, patching, validation
 from webhook.decision import Decision, Violation
 from webhook.resolution import Resolution, resolve
 
@@ -58,8 +57,8 @@ def parse_review(body: bytes | str | dict) -> dict:
         review = body
     else:
         try:
-            review = json.loads(body)
-        except (UnicodeDecodeError, ValueError) as e:
+            review = orjson.loads(body)
+        except (orjson.JSONDecodeError, TypeError) as e:
             raise ReviewError(f"body is not JSON: {e}") from None
     if not isinstance(review, dict):
         raise ReviewError(f"body is a JSON {type(review).__name__}, not an AdmissionReview object")
@@ -117,17 +116,21 @@ def _subject(request: dict, state: ClusterState, settings: Settings) -> _Subject
 
 
 def _patch(original: dict, edited: dict) -> list[dict] | None:
+    """The JSONPatch from ``original`` to ``edited`` (``webhook.patching.make_patch``: the
+    ``jsonpatch`` library's diff over the parts that differ); None when nothing changed."""
     if edited is original:
         return None
-    ops = jsonpatch.make_patch(original, edited).patch
-    return ops or None
+    return patching.make_patch(original, edited) or None
 
 
-def _record(res: Resolution, state: ClusterState, engine: Engine | None, decisions: list[Violation]) -> dict:
+def _record(res: Resolution, state: ClusterState, engine: Engine | None) -> dict:
+    """The admission record for the recorder: workspace, profile, profile-set hash, queue and
+    the policy digest (the policy decisions are reproducible from the admitted object, the
+    digest and the snapshot with ``taugate policy eval``; evaluating them again in the mutating
+    webhook would double the policy cost of every create)."""
     return {"workspace": res.workspace.metadata.name, "profile": res.profile.name,
             "profileSetHash": state.profile_set_hash, "queue": res.queue,
-            "policyDigest": getattr(engine, "digest", None),
-            "decisions": [v.as_dict() for v in decisions]}
+            "policyDigest": getattr(engine, "digest", None)}
 
 
 def mutate(request: dict, state: ClusterState, settings: Settings, engine: Engine | None = None) -> Decision:
@@ -135,8 +138,8 @@ def mutate(request: dict, state: ClusterState, settings: Settings, engine: Engin
 
     CREATE of a top-level workload in a workspace: resolve profile and queue (a failure is a
     denial listing the candidates), edit a deep copy (``mutation.edit_create``) and answer the
-    JSONPatch ``make_patch(original, edited)``; with an ``engine``, its warnings are recorded in
-    the ``tau.azure.com/admission`` annotation together with the policy digest. UPDATE: only the
+    JSONPatch ``make_patch(original, edited)``; the ``tau.azure.com/admission`` annotation
+    records profile, queue, profile-set hash and (with an ``engine``) the policy digest. UPDATE: only the
     run-id is restored. A child only inherits its parent's run-id. ``Decision.patch`` is None
     when nothing changes (reinvocation on our own output gives None).
     """
@@ -154,8 +157,7 @@ def mutate(request: dict, state: ClusterState, settings: Settings, engine: Engin
             return Decision.deny(res, obj=obj)
         edited = mutation.edit_create(obj, subject.adapter, subject.templates, res, state, settings)
         if edited != obj:
-            found = _policies(edited, subject.adapter, request, state, settings, engine, res) if engine else []
-            mutation.annotate(edited, _record(res, state, engine, found))
+            mutation.annotate(edited, _record(res, state, engine))
     patch = _patch(obj, edited)
     return Decision(True, patch=patch, object=edited if patch else obj)
 
@@ -239,7 +241,7 @@ def review_response(review: dict, decision: Decision) -> dict:
         response["warnings"] = list(decision.warnings)
     if decision.allowed and decision.patch:
         response["patchType"] = "JSONPatch"
-        response["patch"] = base64.b64encode(json.dumps(decision.patch).encode()).decode()
+        response["patch"] = base64.b64encode(orjson.dumps(decision.patch)).decode()
     return {"apiVersion": review.get("apiVersion", "admission.k8s.io/v1"), "kind": "AdmissionReview",
             "response": response}
 
@@ -267,7 +269,7 @@ def admit(obj: dict, *, state: ClusterState, settings: Settings, engine: Engine 
     server would call the two webhooks. Returns the combined decision: ``object`` is the final
     object, ``patch`` the mutating webhook's JSONPatch, warnings from both steps."""
     ns = namespace or (obj.get("metadata") or {}).get("namespace")
-    obj = copy.deepcopy(obj)
+    obj = mutation.deep_copy(obj)
     if ns and isinstance(obj.get("metadata"), dict):
         obj["metadata"].setdefault("namespace", ns)
     request = request_for(obj, namespace=ns, operation=operation, user_info=user_info, old=old)
