@@ -21,7 +21,13 @@ _SAME = 0  # placeholder for an unchanged list element: compared as an equal lea
 
 
 def _same(a: Any, b: Any) -> bool:
-    return type(a) is type(b) and a == b
+    """JSON equality: Python's ``==`` (in C) first, then, for containers found equal, their
+    canonical JSON, since ``==`` holds ``True == 1`` deep inside."""
+    if type(a) is not type(b) or a != b:
+        return False
+    if isinstance(a, (dict, list)):
+        return orjson.dumps(a, option=orjson.OPT_SORT_KEYS) == orjson.dumps(b, option=orjson.OPT_SORT_KEYS)
+    return True
 
 
 def _prune(src: Any, dst: Any) -> tuple[Any, Any]:
