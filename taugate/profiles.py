@@ -11,6 +11,7 @@ import hashlib
 import json
 from typing import Any
 
+from taugate import labels
 from taugate.models import Condition, ResolvedLocalQueue, ResolvedProfile, WorkloadProfile
 
 
@@ -26,38 +27,88 @@ def profile_set_hash(profiles: list[WorkloadProfile]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
+def _condition(type_: str, problems: list[str], ok_reason: str, bad_reason: str, ok_message: str, now: str) -> Condition:
+    return Condition(type=type_, status="False" if problems else "True", reason=bad_reason if problems else ok_reason,
+                     message="; ".join(problems) or ok_message, last_transition_time=now)
+
+
+def _gpu_flavors(cq: dict) -> list[dict]:
+    """The flavors of a ClusterQueue's resource groups that cover ``nvidia.com/gpu``."""
+    out = []
+    for group in (cq.get("spec") or {}).get("resourceGroups") or []:
+        if labels.GPU_RESOURCE in (group.get("coveredResources") or []):
+            out.extend(group.get("flavors") or [])
+    return out
+
+
 def resolve_profile(profile: WorkloadProfile, *, local_queues: dict[tuple[str, str], dict],
                     cluster_queues: dict[str, dict], flavors: dict[str, dict],
-                    gpu_classes: set[str], now: str) -> ResolvedProfile:
-    """Resolve one profile against observed Kueue objects and GPU classes.
+                    gpu_classes: set[str], now: str, gpu_class_label: str = labels.GPU_CLASS) -> ResolvedProfile:
+    """Resolve one profile against observed Kueue objects and GPU classes (pure).
 
     Ready is True when some LocalQueue named ``defaultLocalQueue`` exists, its ClusterQueue
-    exists, every ResourceFlavor that ClusterQueue names exists, and (for a profile with
-    ``gpuClass``) at least one node carries that class. ``local_queues`` is keyed by
-    (namespace, name); ``now`` is an RFC 3339 timestamp for ``lastTransitionTime``.
+    exists, every ResourceFlavor that ClusterQueue names exists, the queue agrees with the profile
+    (a profile with ``gpusPerWorker > 0`` needs a ClusterQueue resource group covering
+    ``nvidia.com/gpu``; with ``gpuClass``, the GPU flavors must not all pin another class through
+    their ``nodeLabels[gpu_class_label]``; Kueue places pods with a flavor's nodeLabels), and (for
+    a profile with ``gpuClass``) at least one node carries that class. ``local_queues`` is keyed
+    by (namespace, name); ``now`` is an RFC 3339 timestamp for ``lastTransitionTime``.
+
+    Conditions: ``Ready`` first (the summary, every problem in its message), then
+    ``QueueResolved`` (LocalQueue and ClusterQueue found), ``FlavorsResolved`` (flavors found and
+    agree) and ``GpuClassAvailable``.
     """
-    problems: list[str] = []
+    queue_problems: list[str] = []
+    flavor_problems: list[str] = []
+    class_problems: list[str] = []
     lqs = [ResolvedLocalQueue(name=n, namespace=ns, cluster_queue=str((lq.get("spec") or {}).get("clusterQueue", "")))
            for (ns, n), lq in sorted(local_queues.items()) if n == profile.default_local_queue]
     if not lqs:
-        problems.append(f"LocalQueue {profile.default_local_queue!r} not found in any namespace")
+        queue_problems.append(f"LocalQueue {profile.default_local_queue!r} not found in any namespace")
     cqs = sorted({lq.cluster_queue for lq in lqs if lq.cluster_queue})
     rfs: set[str] = set()
     for cq in cqs:
         if cq not in cluster_queues:
-            problems.append(f"ClusterQueue {cq!r} (behind LocalQueue {profile.default_local_queue!r}) not found")
+            queue_problems.append(f"ClusterQueue {cq!r} (behind LocalQueue {profile.default_local_queue!r}) not found")
             continue
         for group in (cluster_queues[cq].get("spec") or {}).get("resourceGroups") or []:
             for fl in group.get("flavors") or []:
                 rfs.add(fl.get("name"))
+        gpu_flavors = _gpu_flavors(cluster_queues[cq])
+        if profile.gpus_per_worker > 0 and not gpu_flavors:
+            flavor_problems.append(f"ClusterQueue {cq!r} has no resource group covering {labels.GPU_RESOURCE!r}, "
+                                   f"but the profile asks for {profile.gpus_per_worker} GPU(s) per worker")
+        if profile.gpu_class and gpu_flavors:
+            pinned = {fl.get("name"): ((flavors.get(fl.get("name")) or {}).get("spec") or {}).get("nodeLabels", {}).get(gpu_class_label)
+                      for fl in gpu_flavors if fl.get("name") in flavors}
+            if pinned and all(v is not None and v != profile.gpu_class for v in pinned.values()):
+                shown = ", ".join(f"{k}={v}" for k, v in sorted(pinned.items()))
+                flavor_problems.append(f"the GPU flavors of ClusterQueue {cq!r} pin {gpu_class_label} to other classes "
+                                       f"({shown}), not {profile.gpu_class!r}")
     for rf in sorted(rfs):
         if rf not in flavors:
-            problems.append(f"ResourceFlavor {rf!r} not found")
+            flavor_problems.append(f"ResourceFlavor {rf!r} not found")
     if profile.gpu_class and profile.gpu_class not in gpu_classes:
-        problems.append(f"no node has GPU class {profile.gpu_class!r}")
-    ready = Condition(type="Ready", status="False" if problems else "True",
-                      reason="Unresolved" if problems else "Resolved",
-                      message="; ".join(problems) or "queue, flavors and GPU class found",
-                      last_transition_time=now)
-    return ResolvedProfile(**profile.model_dump(), conditions=[ready], cluster_queues=cqs,
+        class_problems.append(f"no node has GPU class {profile.gpu_class!r}")
+    problems = queue_problems + flavor_problems + class_problems
+    conditions = [
+        _condition("Ready", problems, "Resolved", "Unresolved", "queue, flavors and GPU class found", now),
+        _condition("QueueResolved", queue_problems, "QueueFound", "QueueNotFound",
+                   f"LocalQueue {profile.default_local_queue!r} and its ClusterQueue found", now),
+        _condition("FlavorsResolved", flavor_problems, "FlavorsAgree", "FlavorsDisagree",
+                   "every ResourceFlavor exists and agrees with the profile", now),
+        _condition("GpuClassAvailable", class_problems, "GpuClassFound", "GpuClassMissing",
+                   f"nodes with GPU class {profile.gpu_class!r} found" if profile.gpu_class else "no GPU class required", now),
+    ]
+    return ResolvedProfile(**profile.model_dump(), conditions=conditions, cluster_queues=cqs,
                            resource_flavors=sorted(rfs), local_queues=lqs)
+
+
+def is_applicable(profile: WorkloadProfile, *, namespace: str, team: str | None, lane: str) -> bool:
+    """TauGrid applicability: each non-empty list of ``applicability`` (namespaces, teams,
+    lanes) must contain the workspace's namespace, its team and the object's lane; an empty
+    list matches everything."""
+    app = profile.applicability
+    return ((not app.namespaces or namespace in app.namespaces)
+            and (not app.teams or team in app.teams)
+            and (not app.lanes or lane in app.lanes))

@@ -24,7 +24,7 @@ from pydantic import ValidationError
 from taugate import labels
 from taugate.adapters import quantity
 from taugate.models import ResolvedProfile, TauCluster, TauWorkspace
-from taugate.profiles import profile_set_hash, resolve_profile
+from taugate.profiles import is_applicable, profile_set_hash, resolve_profile
 from taugate.settings import Settings
 
 
@@ -107,6 +107,20 @@ class ClusterState:
     queue_quotas: dict[tuple[str, str], tuple[FlavorQuota, ...]]
     default_queue: str = "jobqueue"
     generation: int = 0
+    applicable: dict[tuple[str, str], tuple[ResolvedProfile, ...]] = field(default_factory=dict)
+    lanes: frozenset[str] = frozenset()
+
+    def applicable_profiles(self, ws: TauWorkspace, lane: str) -> tuple[ResolvedProfile, ...]:
+        """The profiles that apply to workspace ``ws`` for ``lane``, precomputed at build time so
+        a request costs the same with 5 profiles or 300 (a lane no profile names matches only
+        profiles without a lane list)."""
+        key = (ws.target_namespace, lane if lane in self.lanes else "")
+        found = self.applicable.get(key)
+        if found is None:
+            team = ws.spec.team_ref.name if ws.spec.team_ref else None
+            found = tuple(p for p in self.profiles.values()
+                          if is_applicable(p, namespace=ws.target_namespace, team=team, lane=key[1]))
+        return found
 
     def workspace_for(self, namespace: str | None) -> TauWorkspace | None:
         return self.workspaces.get(namespace or "")
@@ -270,8 +284,15 @@ def build_state(objects: Iterable[dict], settings: Settings | None = None, *, ge
         if cq is not None:
             quotas[(ns, n)] = cluster_queue_quotas(cq)
     default_queue = cluster.spec.workspace_defaults.default_queue if cluster else "jobqueue"
+    lanes = frozenset(lane for p in profiles.values() for lane in p.applicability.lanes)
+    applicable = {}
+    for ws in workspaces.values():
+        team = ws.spec.team_ref.name if ws.spec.team_ref else None
+        for lane in (*lanes, ""):
+            applicable[(ws.target_namespace, lane)] = tuple(
+                p for p in profiles.values() if is_applicable(p, namespace=ws.target_namespace, team=team, lane=lane))
     return ClusterState(cluster, profiles, set_hash, problem, workspaces, lqs, cqs, rfs, gpu_classes,
-                        quotas, default_queue, generation)
+                        quotas, default_queue, generation, applicable, lanes)
 
 
 def read_objects(path: str | _Path) -> list[dict]:

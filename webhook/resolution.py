@@ -40,16 +40,6 @@ def lane_of(obj: dict, settings: Settings) -> str:
     return obj_labels.get(labels.LANE) or settings.default_lanes.get(obj.get("kind", ""), "training")
 
 
-def is_applicable(profile: ResolvedProfile, ws: TauWorkspace, lane: str) -> bool:
-    """TauGrid applicability: every non-empty list (namespaces, teams, lanes) must contain the
-    workspace's namespace, team and the object's lane; an empty list matches everything."""
-    app = profile.applicability
-    team = ws.spec.team_ref.name if ws.spec.team_ref else None
-    return ((not app.namespaces or ws.target_namespace in app.namespaces)
-            and (not app.teams or team in app.teams)
-            and (not app.lanes or lane in app.lanes))
-
-
 def gpus_per_pod_shape(templates: list[PodTemplate]) -> set[int]:
     """The distinct GPUs-per-pod values of the GPU pod templates (empty for a CPU-only object)."""
     return {t.gpus_per_pod for t in gpu_templates(templates)}
@@ -92,8 +82,11 @@ def resolve(obj: dict, templates: list[PodTemplate], ws: TauWorkspace, state: Cl
         return [Violation("workload-profile", "", state.profile_set_problem)]
     meta_labels = (obj.get("metadata") or {}).get("labels") or {}
     lane = lane_of(obj, settings)
-    applicable = [p for p in state.profiles.values() if is_applicable(p, ws, lane)]
-    names = ", ".join(sorted(p.name for p in applicable)) or "none"
+    applicable = state.applicable_profiles(ws, lane)
+
+    def names() -> str:  # only for messages: a request that resolves never pays for it
+        return ", ".join(sorted(p.name for p in applicable)) or "none"
+
     wsname = ws.metadata.name
     problems: list[Violation] = []
 
@@ -105,11 +98,11 @@ def resolve(obj: dict, templates: list[PodTemplate], ws: TauWorkspace, state: Cl
         if candidate is None:
             problems.append(Violation("workload-profile", field,
                 f"asks for workload profile {requested!r}, which does not exist; allowed in workspace "
-                f"{wsname!r} (lane {lane}): {names}; fix: set the label to one of them or remove it"))
-        elif candidate not in applicable:
+                f"{wsname!r} (lane {lane}): {names()}; fix: set the label to one of them or remove it"))
+        elif not any(p is candidate for p in applicable):
             problems.append(Violation("workload-profile", field,
                 f"asks for workload profile {requested!r}, which does not apply to workspace {wsname!r} "
-                f"(namespace {ws.target_namespace}, lane {lane}); allowed: {names}; fix: use one of them"))
+                f"(namespace {ws.target_namespace}, lane {lane}); allowed: {names()}; fix: use one of them"))
         else:
             profile = candidate
     else:
@@ -126,7 +119,7 @@ def resolve(obj: dict, templates: list[PodTemplate], ws: TauWorkspace, state: Cl
                     f"fix: add the label {labels.WORKLOAD_PROFILE}=<one of them>"))
         elif default:
             profile = state.profiles.get(default)
-            if profile is None or profile not in applicable:
+            if profile is None or not any(p is profile for p in applicable):
                 shape = sorted(gpus_per_pod_shape(templates)) or [0]
                 problems.append(Violation("workload-profile", field,
                     f"no applicable workload profile matches {'/'.join(map(str, shape))} GPU(s) per pod and the "
@@ -144,7 +137,7 @@ def resolve(obj: dict, templates: list[PodTemplate], ws: TauWorkspace, state: Cl
         why = next((c.message for c in profile.conditions if c.type == "Ready"), "no Ready condition")
         problems.append(Violation("workload-profile", field,
             f"workload profile {profile.name!r} is not Ready ({why}); runs cannot be placed until the platform "
-            f"team fixes it; other profiles here: {names}"))
+            f"team fixes it; other profiles here: {names()}"))
 
     allowed_queues = state.queues_of(ws)
     queue = allowed_queues[0]
