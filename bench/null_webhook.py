@@ -1,0 +1,44 @@
+"""The null webhook: the floor any admission webhook on this stack is measured against.
+
+Same stack as ``taugate serve`` (aiohttp, TLS from the same certificate files, the same event
+loop choice): it parses the AdmissionReview and answers ``allowed: true`` with the uid, nothing
+else. Usage: ``python bench/null_webhook.py --cert-dir DIR --port N [--loop uvloop]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import ssl
+from pathlib import Path
+
+from aiohttp import web
+
+
+async def review(request: web.Request) -> web.Response:
+    body = json.loads(await request.read())
+    uid = body["request"]["uid"]
+    return web.json_response({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                              "response": {"uid": uid, "allowed": True}})
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--cert-dir", type=Path, required=True)
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio")
+    args = p.parse_args()
+    if args.loop == "uvloop":
+        import uvloop
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(args.cert_dir / "tls.crt", args.cert_dir / "tls.key")
+    app = web.Application(client_max_size=8 * 1024 * 1024)
+    app.router.add_post("/{path:.*}", review)
+    app.router.add_get("/healthz", lambda r: web.Response(text="ok"))
+    web.run_app(app, host="127.0.0.1", port=args.port, ssl_context=ctx, print=None, access_log=None)
+
+
+if __name__ == "__main__":
+    main()

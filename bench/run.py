@@ -1,0 +1,289 @@
+"""Admission benchmark: taugate against the null webhook, on this machine, in one run.
+
+    python bench/run.py [--duration 5] [--connections 1,16,64] [--loop asyncio|uvloop] [--quick]
+
+It starts the real ``taugate serve`` (TLS, mutate + validate with the policy library) and the
+null webhook (``bench/null_webhook.py``: same aiohttp + TLS stack, parses the review, answers
+allowed) each pinned to core 0, and drives them one after the other with ``wrk`` pinned to core
+1 (installed with apt-get if missing), over loopback, each run bounded by ``--duration``.
+Workloads come from ../shared/samples (``bench/workloads.py``). Then the same rows against a
+generated 5,000-node / 300-profile / 500-workspace snapshot (``bench/scale.py``), with the
+server's resident memory and the snapshot load time.
+
+Writes ``bench/results/latest.json`` and ``bench/results/latest.md`` (the Markdown table the
+README quotes) and prints the table. Exit 0 when it ran (targets missed are reported, not
+hidden), 2 when it could not run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from bench import scale, workloads  # noqa: E402
+from taugate.settings import Settings  # noqa: E402
+from taugate.snapshot import load_snapshot  # noqa: E402
+
+RESULTS = REPO / "bench" / "results"
+LUA = """
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+local f = assert(io.open(os.getenv("TAUGATE_BENCH_BODY"), "rb"))
+wrk.body = f:read("*a")
+f:close()
+"""
+
+
+def ensure_wrk() -> str:
+    """The wrk binary, installed from Debian's packages when missing."""
+    found = shutil.which("wrk")
+    if found:
+        return found
+    subprocess.run(["apt-get", "install", "-y", "-q", "wrk"], check=False, capture_output=True)
+    if not shutil.which("wrk"):
+        subprocess.run(["apt-get", "update", "-q"], check=False, capture_output=True)
+        subprocess.run(["apt-get", "install", "-y", "-q", "wrk"], check=True, capture_output=True)
+    return shutil.which("wrk") or sys.exit("bench: wrk could not be installed")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_ready(port: int, path: str, timeout: float) -> float:
+    """Seconds until https://127.0.0.1:port/path answers 200."""
+    ctx = ssl.create_default_context()
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        try:
+            with urllib.request.urlopen(f"https://127.0.0.1:{port}{path}", context=ctx, timeout=1) as r:
+                if r.status == 200:
+                    return time.monotonic() - start
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"server on port {port} not ready after {timeout} s")
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _ms(text: str) -> float:
+    m = re.match(r"([\d.]+)(us|ms|s)", text)
+    value, unit = float(m.group(1)), m.group(2)
+    return value / 1000 if unit == "us" else value if unit == "ms" else value * 1000
+
+
+def run_wrk(wrk: str, url: str, body: Path, connections: int, duration: float, script: Path) -> dict:
+    """One wrk run pinned to core 1: req/s, p50 and p99 in ms, non-2xx and socket errors."""
+    env = {**os.environ, "TAUGATE_BENCH_BODY": str(body)}
+    cmd = ["taskset", "-c", "1", wrk, "-t1", f"-c{connections}", f"-d{int(duration)}s", "--latency",
+           "-s", str(script), url]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=duration + 30)
+    out = proc.stdout
+    found = re.search(r"Requests/sec:\s+([\d.]+)", out)
+    if not found:
+        raise RuntimeError(f"wrk gave no result for {url}: {out[-1500:]} {proc.stderr[-1500:]}")
+    rps = float(found.group(1))
+    lat = dict(re.findall(r"^\s+(50|99)%\s+(\S+)", out, re.M))
+    non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    errors = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
+    return {"rps": rps, "p50_ms": _ms(lat["50"]), "p99_ms": _ms(lat["99"]),
+            "non2xx": int(non2xx.group(1)) if non2xx else 0,
+            "socket_errors": sum(map(int, errors.groups())) if errors else 0}
+
+
+class Server:
+    """A server process pinned to core 0."""
+
+    def __init__(self, cmd: list[str], port: int, ready_path: str, timeout: float = 120):
+        self.port = port
+        self.proc = subprocess.Popen(["taskset", "-c", "0", *cmd], stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.PIPE, start_new_session=True)
+        try:
+            self.ready_s = wait_ready(port, ready_path, timeout)
+        except RuntimeError:
+            self.stop()
+            raise RuntimeError(f"{cmd[0]} did not start: {self.proc.stderr.read().decode()[-2000:]}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+
+
+def check_answer(port: int, path: str, body: bytes) -> dict:
+    """One request before the load: the answer must be a valid AdmissionReview for the uid."""
+    ctx = ssl.create_default_context()
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+    req = urllib.request.Request(f"https://127.0.0.1:{port}{path}", data=body,
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, context=ctx, timeout=5) as r:
+        answer = json.loads(r.read())
+    uid = json.loads(body)["request"]["uid"]
+    assert answer["response"]["uid"] == uid, answer
+    return answer["response"]
+
+
+def bench_rows(wrk: str, rows, conns, duration, tmp: Path, script: Path, taugate_port: int, null_port: int | None):
+    out = []
+    for name, path, body in rows:
+        f = tmp / f"body-{abs(hash((name, path)))}.json"
+        f.write_bytes(body)
+        resp = check_answer(taugate_port, path, body)
+        for c in conns:
+            t = run_wrk(wrk, f"https://127.0.0.1:{taugate_port}{path}", f, c, duration, script)
+            n = run_wrk(wrk, f"https://127.0.0.1:{null_port}{path}", f, c, duration, script) if null_port else None
+            row = {"workload": name, "path": path, "connections": c, "allowed": resp["allowed"],
+                   "patched": "patch" in resp, "taugate": t, "null": n,
+                   "ratio": round(t["rps"] / n["rps"], 3) if n else None}
+            out.append(row)
+            print(f"  {name:28} {path:10} c={c:<3} taugate {t['rps']:8.0f} req/s p50 {t['p50_ms']:.2f} p99 "
+                  f"{t['p99_ms']:.2f} ms" + (f" | null {n['rps']:8.0f} req/s p99 {n['p99_ms']:.2f} ms | "
+                                             f"ratio {row['ratio']:.2f}" if n else ""), flush=True)
+    return out
+
+
+def markdown(result: dict) -> str:
+    lines = [f"Measured {result['date']} on {result['machine']} (server and wrk pinned to separate cores, "
+             f"{result['duration_s']} s per run, loop {result['loop']}).", "",
+             "| workload | path | conns | taugate req/s | p50 ms | p99 ms | null req/s | null p99 ms | ratio |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in result["rows"]:
+        t, n = r["taugate"], r["null"]
+        lines.append(f"| {r['workload']} | `{r['path']}` | {r['connections']} | {t['rps']:.0f} | {t['p50_ms']:.2f} | "
+                     f"{t['p99_ms']:.2f} | {n['rps']:.0f} | {n['p99_ms']:.2f} | {r['ratio']:.2f} |")
+    s = result["scale"]
+    lines += ["", f"Scale ({s['nodes']} GPU nodes, {s['profiles']} profiles, {s['workspaces']} workspaces): "
+              f"resident memory {s['rss_mb_idle']:.0f} MB after load, {s['rss_mb_loaded']:.0f} MB after the runs; "
+              f"snapshot load {s['load_s_json']:.2f} s (JSON) / {s['load_s_yaml']:.2f} s (YAML) in process, "
+              f"server ready in {s['ready_s']:.2f} s.", "",
+              "| workload | path | conns | req/s | p50 ms | p99 ms | p99 vs small snapshot |",
+              "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+    for r in s["rows"]:
+        t = r["taugate"]
+        lines.append(f"| {r['workload']} | `{r['path']}` | {r['connections']} | {t['rps']:.0f} | {t['p50_ms']:.2f} | "
+                     f"{t['p99_ms']:.2f} | {r['p99_vs_small']:+.0%} |")
+    lines += ["", "Targets (GPU RayJob CREATE on /mutate): " + ", ".join(
+        f"{k}: {'met' if v['met'] else 'MISSED'} ({v['value']})" for k, v in result["targets"].items())]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--duration", type=float, default=5.0, help="seconds per wrk run")
+    p.add_argument("--connections", default="1,16,64")
+    p.add_argument("--loop", choices=("asyncio", "uvloop"), default="uvloop")
+    p.add_argument("--quick", action="store_true", help="2 s runs, 16 connections only")
+    a = p.parse_args()
+    if a.quick:
+        a.duration, a.connections = 2.0, "16"
+    conns = [int(c) for c in a.connections.split(",")]
+    if not workloads.SAMPLES.is_dir():
+        print(f"bench: {workloads.SAMPLES} not found (the benchmark reads the shared samples)", file=sys.stderr)
+        return 2
+    wrk = ensure_wrk()
+    settings = Settings()
+    tmp = Path(tempfile.mkdtemp(prefix="taugate-bench-"))
+    script = tmp / "post.lua"
+    script.write_text(LUA)
+    taugate = shutil.which("taugate") or sys.exit("bench: the taugate command is not installed (pip install -e .)")
+    subprocess.run([taugate, "certs", "generate", "--dir", str(tmp / "tls"), "--service", "taugate-webhook",
+                    "--namespace", "taugate-system"], check=True, capture_output=True)
+    small = REPO / "examples" / "cluster.yaml"
+    state = load_snapshot(small, settings)
+    rows = workloads.build(state, settings)
+    servers: list[Server] = []
+    result: dict = {"date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+                    "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+                    "duration_s": a.duration, "loop": a.loop}
+    try:
+        tport, nport = free_port(), free_port()
+        serve = [taugate, "serve", "--cluster", str(small), "--cert-dir", str(tmp / "tls"), "--port", str(tport),
+                 "--loop", a.loop]
+        servers.append(Server(serve, tport, "/readyz"))
+        servers.append(Server([sys.executable, str(REPO / "bench" / "null_webhook.py"), "--cert-dir", str(tmp / "tls"),
+                               "--port", str(nport), "--loop", a.loop], nport, "/healthz"))
+        print("small snapshot (examples/cluster.yaml):", flush=True)
+        result["rows"] = bench_rows(wrk, rows, conns, a.duration, tmp, script, tport, nport)
+        for s in servers:
+            s.stop()
+        servers.clear()
+
+        big = tmp / "scale.json"
+        big.write_bytes(json.dumps({"apiVersion": "v1", "kind": "List", "items": scale.generate()}).encode())
+        t0 = time.perf_counter()
+        load_snapshot(big, settings)
+        load_json = time.perf_counter() - t0
+        big_yaml = tmp / "scale.yaml"
+        subprocess.run([sys.executable, str(REPO / "bench" / "scale.py"), str(big_yaml)], check=True)
+        t0 = time.perf_counter()
+        load_snapshot(big_yaml, settings)
+        load_yaml = time.perf_counter() - t0
+        tport = free_port()
+        srv = Server([taugate, "serve", "--cluster", str(big), "--cert-dir", str(tmp / "tls"), "--port", str(tport),
+                      "--loop", a.loop], tport, "/readyz", timeout=300)
+        servers.append(srv)
+        rss_idle = rss_mb(srv.proc.pid)
+        print("scale snapshot (5,000 GPU nodes, 300 profiles, 500 workspaces):", flush=True)
+        scale_rows = bench_rows(wrk, [r for r in rows if r[0] == "RayJob CREATE"], conns, a.duration, tmp, script,
+                                tport, None)
+        small_p99 = {(r["workload"], r["path"], r["connections"]): r["taugate"]["p99_ms"] for r in result["rows"]}
+        for r in scale_rows:
+            r["p99_vs_small"] = r["taugate"]["p99_ms"] / small_p99[(r["workload"], r["path"], r["connections"])] - 1
+        result["scale"] = {"nodes": 5000, "profiles": 300, "workspaces": 500, "rss_mb_idle": rss_idle,
+                           "rss_mb_loaded": rss_mb(srv.proc.pid), "load_s_json": load_json, "load_s_yaml": load_yaml,
+                           "ready_s": srv.ready_s, "rows": scale_rows}
+    finally:
+        for s in servers:
+            s.stop()
+    key = [r for r in result["rows"] if r["workload"] == "RayJob CREATE" and r["path"] == "/mutate"]
+    by_c = {r["connections"]: r for r in key}
+    targets = {}
+    if 16 in by_c:
+        targets["throughput >= 0.35 x null at 16 conns"] = {"met": by_c[16]["ratio"] >= 0.35, "value": by_c[16]["ratio"]}
+        targets["p99 <= 10 ms at 16 conns"] = {"met": by_c[16]["taugate"]["p99_ms"] <= 10, "value": by_c[16]["taugate"]["p99_ms"]}
+    if 64 in by_c:
+        targets["p99 <= 40 ms at 64 conns"] = {"met": by_c[64]["taugate"]["p99_ms"] <= 40, "value": by_c[64]["taugate"]["p99_ms"]}
+    sc = result["scale"]
+    targets["RSS <= 250 MB at 5,000 nodes"] = {"met": sc["rss_mb_loaded"] <= 250, "value": round(sc["rss_mb_loaded"])}
+    worst = max(r["p99_vs_small"] for r in sc["rows"] if r["path"] == "/mutate")
+    targets["p99 at 5,000 nodes within 20% of small"] = {"met": worst <= 0.2, "value": f"{worst:+.0%}"}
+    result["targets"] = targets
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "latest.json").write_text(json.dumps(result, indent=2))
+    md = markdown(result)
+    (RESULTS / "latest.md").write_text(md)
+    print("\n" + md)
+    shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

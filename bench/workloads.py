@@ -1,0 +1,57 @@
+"""AdmissionReview bodies for the benchmark, built from the real samples in ../shared/samples.
+
+Each workload is (name, webhook path, body): the GPU image-classifier RayJob CREATE on
+``/mutate`` and, as the API server would send it after mutation, on ``/validate``; a Kueue
+sample Job CREATE; a RayCluster CREATE; a RayJob UPDATE with ``oldObject`` on ``/validate``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import uuid
+from pathlib import Path
+
+import jsonpatch
+import yaml
+
+from taugate.settings import Settings
+from taugate.snapshot import ClusterState
+from webhook.review import mutate, request_for
+
+SAMPLES = Path(__file__).resolve().parents[1].parent / "shared" / "samples"
+CLASSIFIER = SAMPLES / "kuberay/ray-operator/config/samples/pytorch-resnet-image-classifier/ray-job.pytorch-image-classifier.yaml"
+KUEUE_JOB = SAMPLES / "kueue/site/static/examples/jobs/sample-job.yaml"
+RAYCLUSTER = SAMPLES / "kuberay/ray-operator/config/samples/ray-cluster.complete.yaml"
+
+
+def _first(path: Path, kind: str) -> dict:
+    return next(d for d in yaml.safe_load_all(path.read_text()) if isinstance(d, dict) and d.get("kind") == kind)
+
+
+def _review(req: dict) -> bytes:
+    return json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                       "request": {**req, "uid": str(uuid.uuid4()), "dryRun": False}}).encode()
+
+
+def build(state: ClusterState, settings: Settings, namespace: str = "vision") -> list[tuple[str, str, bytes]]:
+    """The benchmark rows' request bodies, for a workspace ``namespace`` of ``state``."""
+    rayjob = _first(CLASSIFIER, "RayJob")
+    rayjob["metadata"]["namespace"] = namespace
+    create = request_for(rayjob, namespace=namespace, dry_run=False)
+    admitted = jsonpatch.apply_patch(rayjob, mutate(create, state, settings).patch)
+    job = _first(KUEUE_JOB, "Job")
+    job["metadata"]["namespace"] = namespace
+    job["metadata"]["labels"].pop("kueue.x-k8s.io/queue-name", None)
+    cluster = _first(RAYCLUSTER, "RayCluster")
+    cluster["metadata"]["namespace"] = namespace
+    updated = copy.deepcopy(admitted)
+    updated["spec"]["suspend"] = False
+    return [
+        ("RayJob CREATE", "/mutate", _review(create)),
+        ("RayJob CREATE", "/validate", _review(request_for(admitted, namespace=namespace, dry_run=False))),
+        ("Job CREATE (Kueue sample)", "/mutate", _review(request_for(job, namespace=namespace, dry_run=False))),
+        ("RayCluster CREATE", "/mutate", _review(request_for(cluster, namespace=namespace, dry_run=False))),
+        ("RayJob UPDATE", "/validate", _review(request_for(updated, namespace=namespace, operation="UPDATE",
+                                                          old=admitted, dry_run=False))),
+    ]
