@@ -6,8 +6,13 @@
 - ``taugate certs rotate --dir DIR`` publishes a new CA next to the old one, waits ``--wait``
   seconds, then switches the serving certificate (``--step`` runs one step; see ``certs.store``).
 - ``taugate certs show --dir DIR`` prints what the directory holds.
+- ``taugate certs sync --secret NAME --namespace NS --service SVC [--mutating-webhook-configuration
+  NAME] [--validating-webhook-configuration NAME]`` keeps the certificates in a Kubernetes Secret
+  and the CA in the webhook configurations' ``caBundle`` (one idempotent step per run, see
+  ``certs.kube``); the Helm chart's hook Jobs and renewal CronJob run it.
 
-Exit codes: 0 done (or nothing due), 2 bad input (one line on stderr naming the file and problem).
+Exit codes: 0 done (or nothing due), 1 an API call failed, 2 bad input (one line on stderr naming
+the file, or the Secret key, and the problem).
 """
 
 from __future__ import annotations
@@ -93,8 +98,40 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_sync(args: argparse.Namespace) -> int:
+    """``certs sync``: exit 0 after the step (or nothing due), 1 on an API error, 2 on bad input."""
+    import datetime as dt
+
+    from kubernetes.client.exceptions import ApiException
+    from kubernetes.config.config_exception import ConfigException
+
+    from certs import kube
+
+    try:
+        api = kube.api_client(args.kubeconfig)
+    except (ConfigException, OSError) as e:
+        print(f"taugate certs sync: no Kubernetes API configuration: {str(e).splitlines()[0]}", file=sys.stderr)
+        return 2
+    try:
+        with api:
+            result = kube.sync(api, secret=args.secret, namespace=args.namespace, service=args.service,
+                               days=args.days, renew_before=dt.timedelta(days=args.renew_before_days),
+                               switch_after=dt.timedelta(seconds=args.switch_after),
+                               mutating=args.mutating_webhook_configuration,
+                               validating=args.validating_webhook_configuration)
+    except CertError as e:
+        print(f"taugate certs sync: {e}", file=sys.stderr)
+        return 2
+    except ApiException as e:
+        print(f"taugate certs sync: API error {e.status} {e.reason}", file=sys.stderr)
+        return 1
+    for line in result.actions:
+        print(line)
+    return 0
+
+
 def add_commands(subparsers) -> None:
-    """Register ``taugate certs {generate,rotate,show}``."""
+    """Register ``taugate certs {generate,rotate,show,sync}``."""
     certs = subparsers.add_parser("certs", help="create and rotate the webhook's TLS certificates")
     sub = certs.add_subparsers(dest="certs_command", metavar="ACTION", required=True)
 
@@ -125,3 +162,17 @@ def add_commands(subparsers) -> None:
     s = sub.add_parser("show", help="describe a certificate directory")
     s.add_argument("--dir", required=True)
     s.set_defaults(func=cmd_show)
+
+    y = sub.add_parser("sync", help="keep the certificates in a Secret and the CA in the webhook configurations")
+    y.add_argument("--secret", required=True, help="TLS Secret name")
+    y.add_argument("--namespace", required=True, help="namespace of the Secret and of the webhook Service")
+    y.add_argument("--service", required=True, help="webhook Service name (the certificate's SANs)")
+    y.add_argument("--days", type=_days, default=DEFAULT_SERVING_DAYS, help="validity of new certificates")
+    y.add_argument("--renew-before-days", type=_days, default=30, help="renew this long before expiry")
+    y.add_argument("--switch-after", type=_seconds, default=600.0,
+                   help="seconds between publishing a new CA and serving a certificate of it (default "
+                        "%(default)s: kubelet's Secret sync and the caBundle update need that long)")
+    y.add_argument("--mutating-webhook-configuration", help="MutatingWebhookConfiguration to set caBundle on")
+    y.add_argument("--validating-webhook-configuration", help="ValidatingWebhookConfiguration to set caBundle on")
+    y.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, else $KUBECONFIG or ~/.kube/config)")
+    y.set_defaults(func=cmd_sync)

@@ -1,32 +1,14 @@
-"""The certificate directory: file layout, atomic writes, generation and CA rotation.
+"""The certificate directory: atomic writes, generation and CA rotation on files.
 
-Layout of a certificate directory (the names a Kubernetes ``kubernetes.io/tls`` Secret uses, so
-the directory can be a mounted Secret volume):
-
-- ``ca.crt``: the trust bundle, one PEM CA certificate, two while a rotation is in progress and
-  until the next one (the value of the webhook configurations' ``caBundle``);
-- ``ca.key``: the key of the CA that signed ``tls.crt`` (its certificate is the bundle entry with
-  the same public key);
-- ``tls.crt`` / ``tls.key``: the serving certificate and its key;
-- ``ca-next.key``: only during a rotation, the key of the new CA already published in ``ca.crt``.
+A certificate directory holds the items of ``certs.bundle`` under their names (``ca.crt``,
+``ca.key``, ``tls.crt``, ``tls.key``, and ``ca-next.key`` during a rotation): the names of a
+``kubernetes.io/tls`` Secret, so the directory can be a mounted Secret volume. The rotation steps
+and why they come in that order are in ``certs.bundle``.
 
 Every file is written atomically (temporary file in the same directory, ``fsync``, ``rename``,
-then ``fsync`` of the directory); keys are mode 0600. A reader sees the old or the new file, never
-a partial one. Operations on one directory are serialised with ``flock`` on ``.lock``.
-
-Rotation (the order Kubernetes webhook CA rotation needs, as kube-apiserver reads ``caBundle``
-from the webhook configuration, which lags behind the files):
-
-1. ``publish``: a new CA is generated and published next to the current one (``ca.crt`` = current
-   + new); the serving certificate is untouched, so everyone who trusts the old bundle still
-   verifies it, and everyone who reloads the bundle trusts both.
-2. wait until every client has the new bundle (locally: the server's reload interval; in a
-   cluster: the caBundle patch plus kubelet's Secret volume sync, up to ~2 minutes);
-3. ``switch``: a serving certificate for the same host names is issued by the new CA and replaces
-   ``tls.crt``/``tls.key``; ``ca-next.key`` becomes ``ca.key``. Servers pick it up without a restart
-   (``certs.serving``).
-4. the old CA stays in the bundle (harmless: nothing it signed is served any more) until the next
-   rotation's ``publish`` or an explicit ``trim``.
+then ``fsync`` of the directory) and in a crash-safe order; keys are mode 0600. A reader sees the
+old or the new file, never a partial one. Operations on one directory are serialised with
+``flock`` on ``.lock``. Servers pick up a new certificate without a restart (``certs.serving``).
 """
 
 from __future__ import annotations
@@ -41,30 +23,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
-from cryptography import x509
-
-from certs.pki import (
-    LOCAL_HOSTS,
-    DEFAULT_CA_DAYS,
-    DEFAULT_SERVING_DAYS,
-    CertError,
-    KeyPair,
-    bundle_pem,
-    fingerprint,
-    generate_ca,
-    generate_serving,
-    issued_by,
-    load_certificates,
-    load_private_key,
-    public_keys_match,
-    service_dns_names,
+from certs import bundle
+from certs.bundle import (
+    CA_BUNDLE,
+    CA_KEY,
+    CA_NEXT_KEY,
+    ITEMS,
+    TLS_CERT,
+    TLS_KEY,
+    CertSet,
+    CertStatus,
+    check,
 )
+from certs.pki import DEFAULT_CA_DAYS, DEFAULT_SERVING_DAYS, LOCAL_HOSTS, CertError, fingerprint
 
-CA_BUNDLE = "ca.crt"
-CA_KEY = "ca.key"
-CA_NEXT_KEY = "ca-next.key"
-TLS_CERT = "tls.crt"
-TLS_KEY = "tls.key"
 LOCK = ".lock"
 
 
@@ -106,33 +78,6 @@ def locked(directory: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def _read(path: Path) -> bytes:
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        raise CertError(f"{path}: no such file") from None
-    except (IsADirectoryError, PermissionError) as e:
-        raise CertError(f"{path}: cannot read: {e.strerror}") from None
-
-
-def _certs_in(path: Path) -> list[x509.Certificate]:
-    try:
-        return load_certificates(_read(path))
-    except CertError as e:
-        if str(e).startswith(str(path)):
-            raise
-        raise CertError(f"{path}: {e}") from None
-
-
-def _key_in(path: Path):
-    try:
-        return load_private_key(_read(path))
-    except CertError as e:
-        if str(e).startswith(str(path)):
-            raise
-        raise CertError(f"{path}: {e}") from None
-
-
 def _check_dir(directory: str | Path, *, create: bool) -> Path:
     d = Path(directory)
     if d.exists() and not d.is_dir():
@@ -150,70 +95,68 @@ def _check_dir(directory: str | Path, *, create: bool) -> Path:
 
 
 @dataclass(frozen=True)
-class CertDirStatus:
-    """What a certificate directory holds. ``bundle`` is the CA bundle in order; ``issuer`` the
-    CA that signed ``serving``; ``pending`` the CA published by an unfinished rotation (None
-    outside a rotation); times are UTC."""
+class CertDirStatus(CertStatus):
+    """A checked certificate directory: ``certs.bundle.CertStatus`` plus its ``directory``."""
 
-    directory: Path
-    bundle: tuple[x509.Certificate, ...]
-    issuer: x509.Certificate
-    serving: x509.Certificate
-    pending: x509.Certificate | None
-
-    @property
-    def hosts(self) -> list[str]:
-        """The serving certificate's SANs (DNS names, then IP addresses as text)."""
-        return serving_hosts(self.serving)
-
-    @property
-    def expires(self) -> _dt.datetime:
-        """When the first of the serving certificate and its CA expires."""
-        return min(self.serving.not_valid_after_utc, self.issuer.not_valid_after_utc)
+    directory: Path = Path(".")
 
 
-def serving_hosts(cert: x509.Certificate) -> list[str]:
-    """The DNS names and IP addresses of a certificate's SubjectAlternativeName, in order."""
-    try:
-        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    except x509.ExtensionNotFound:
-        return []
-    out: list[str] = []
-    for name in san:
-        if isinstance(name, x509.DNSName):
-            out.append(name.value)
-        elif isinstance(name, x509.IPAddress):
-            out.append(str(name.value))
-    return out
-
-
-def _find(bundle: list[x509.Certificate], key) -> x509.Certificate | None:
-    return next((c for c in bundle if public_keys_match(c, key)), None)
-
-
-def inspect(directory: str | Path) -> CertDirStatus:
-    """Read and cross-check a certificate directory (no writes).
-
-    Raises ``CertError`` naming the file when a file is missing or damaged, when ``ca.key`` has
-    no certificate in ``ca.crt``, when ``tls.key`` does not belong to ``tls.crt`` or when
-    ``tls.crt`` was not signed by the ``ca.key`` CA."""
+def read_set(directory: str | Path) -> CertSet:
+    """The certificate set stored in ``directory`` (``CertError`` naming a missing file)."""
     d = Path(directory)
     if not d.is_dir():
         raise CertError(f"{d}: no such directory")
-    bundle = _certs_in(d / CA_BUNDLE)
-    ca_key = _key_in(d / CA_KEY)
-    issuer = _find(bundle, ca_key)
-    if issuer is None:
-        raise CertError(f"{d / CA_KEY}: no certificate for this key in {d / CA_BUNDLE}")
-    serving = _certs_in(d / TLS_CERT)[0]
-    if not public_keys_match(serving, _key_in(d / TLS_KEY)):
-        raise CertError(f"{d / TLS_KEY}: does not belong to {d / TLS_CERT}")
-    pending = None
-    if (d / CA_NEXT_KEY).exists():
-        pending = _find(bundle, _key_in(d / CA_NEXT_KEY))
-    if not issued_by(serving, issuer) and not (pending is not None and issued_by(serving, pending)):
-        raise CertError(f"{d / TLS_CERT}: not signed by the CA of {d / CA_KEY}")
-    return CertDirStatus(d, tuple(bundle), issuer, serving, pending)
+    items: dict[str, bytes | None] = {}
+    for name in ITEMS:
+        try:
+            items[name] = (d / name).read_bytes()
+        except FileNotFoundError:
+            if name != CA_NEXT_KEY:
+                raise CertError(f"{d / name}: no such file") from None
+            items[name] = None
+        except (IsADirectoryError, PermissionError) as e:
+            raise CertError(f"{d / name}: cannot read: {e.strerror}") from None
+    return CertSet.from_items(items, lambda n: str(d / n))
+
+
+# Write order: a crash between two writes always leaves a set that ``check`` accepts (or, during
+# ``generate``, an incomplete one that ``generate --force`` replaces): the new CA key before the
+# bundle that names its certificate; the serving pair before the CA key that vouches for it.
+_WRITE_ORDER = (CA_NEXT_KEY, TLS_KEY, TLS_CERT, CA_KEY, CA_BUNDLE)
+_KEYS = {CA_KEY, CA_NEXT_KEY, TLS_KEY}
+
+
+def write_set(directory: Path, new: CertSet, old: CertSet | None = None) -> None:
+    """Write the items of ``new`` that differ from ``old`` atomically, in a crash-safe order,
+    keys mode 0600; ``ca-next.key`` is removed last when ``new`` has none."""
+    before = old.items() if old else {}
+    after = new.items()
+    for name in _WRITE_ORDER:
+        if name in after and after[name] != before.get(name):
+            write_atomic(directory / name, after[name], 0o600 if name in _KEYS else 0o644)
+    if CA_NEXT_KEY not in after:
+        try:
+            (directory / CA_NEXT_KEY).unlink()
+        except FileNotFoundError:
+            pass
+
+
+def inspect(directory: str | Path) -> CertDirStatus:
+    """Read and cross-check a certificate directory (no writes); ``CertError`` names the file
+    (see ``certs.bundle.check``)."""
+    d = Path(directory)
+    st = check(read_set(d), lambda n: str(d / n))
+    return CertDirStatus(st.bundle, st.issuer, st.serving, st.pending, directory=d)
+
+
+def _step(directory: str | Path, fn: Callable[[CertSet, Callable[[str], str]], CertSet]) -> CertDirStatus:
+    d = _check_dir(directory, create=False)
+    with locked(d):
+        old = read_set(d)
+        new = fn(old, lambda n: str(d / n))
+        if new != old:
+            write_set(d, new, old)
+    return inspect(d)
 
 
 def generate(directory: str | Path, *, service: str, namespace: str, extra_hosts: tuple[str, ...] = LOCAL_HOSTS,
@@ -231,68 +174,28 @@ def generate(directory: str | Path, *, service: str, namespace: str, extra_hosts
         if existing and not force:
             raise CertError(f"{d / existing[0]}: already exists; use 'taugate certs rotate' to replace "
                             f"certificates without breaking clients, or --force")
-        ca = generate_ca(days=ca_days, now=now)
-        serving = generate_serving(ca, [*service_dns_names(service, namespace), *extra_hosts], days=days, now=now)
-        # Keys before certificates: a certificate on disk always has its key on disk.
-        write_atomic(d / CA_KEY, ca.key_pem, 0o600)
-        write_atomic(d / CA_BUNDLE, ca.cert_pem)
-        write_atomic(d / TLS_KEY, serving.key_pem, 0o600)
-        write_atomic(d / TLS_CERT, serving.cert_pem)
-        try:
-            (d / CA_NEXT_KEY).unlink()
-        except FileNotFoundError:
-            pass
+        write_set(d, bundle.create(service=service, namespace=namespace, extra_hosts=extra_hosts,
+                                   ca_days=ca_days, days=days, now=now))
     return inspect(d)
 
 
 def publish_new_ca(directory: str | Path, *, ca_days: int = DEFAULT_CA_DAYS,
                    now: _dt.datetime | None = None) -> CertDirStatus:
-    """Rotation step 1: generate a new CA and publish it next to the current one
-    (``ca.crt`` = current issuer + new CA; CAs older than the current issuer are dropped).
-    Idempotent: when a rotation is already pending, nothing changes."""
-    d = _check_dir(directory, create=False)
-    with locked(d):
-        st = inspect(d)
-        if st.pending is not None:
-            return st
-        ca = generate_ca(days=ca_days, now=now)
-        write_atomic(d / CA_NEXT_KEY, ca.key_pem, 0o600)
-        write_atomic(d / CA_BUNDLE, bundle_pem([st.issuer, ca.cert]))
-    return inspect(d)
+    """Rotation step 1 (``certs.bundle.publish``): a new CA is published next to the current
+    one. Idempotent: when a rotation is already pending, nothing changes."""
+    return _step(directory, lambda cs, where: bundle.publish(cs, ca_days=ca_days, now=now, where=where))
 
 
 def switch_serving(directory: str | Path, *, days: int = DEFAULT_SERVING_DAYS,
                    now: _dt.datetime | None = None) -> CertDirStatus:
-    """Rotation step 2: issue a serving certificate for the same host names from the pending
-    CA, replace ``tls.key``/``tls.crt`` and make the pending CA the issuer (``ca.key``).
-    Raises ``CertError`` when no rotation is pending (run ``publish_new_ca`` first, and wait)."""
-    d = _check_dir(directory, create=False)
-    with locked(d):
-        st = inspect(d)
-        if st.pending is None:
-            raise CertError(f"{d}: no new CA is published (no {CA_NEXT_KEY}); rotation step 'publish' comes first")
-        hosts = st.hosts
-        if not hosts:
-            raise CertError(f"{d / TLS_CERT}: has no SubjectAlternativeName to carry over")
-        next_ca = KeyPair(bundle_pem([st.pending]), _read(d / CA_NEXT_KEY))
-        serving = generate_serving(next_ca, hosts, days=days, now=now)
-        write_atomic(d / TLS_KEY, serving.key_pem, 0o600)
-        write_atomic(d / TLS_CERT, serving.cert_pem)
-        os.replace(d / CA_NEXT_KEY, d / CA_KEY)
-    return inspect(d)
+    """Rotation step 2 (``certs.bundle.switch``): serve a certificate of the pending CA.
+    ``CertError`` when no rotation is pending (run ``publish_new_ca`` first, and wait)."""
+    return _step(directory, lambda cs, where: bundle.switch(cs, days=days, now=now, where=where))
 
 
 def trim_bundle(directory: str | Path) -> CertDirStatus:
-    """Drop every CA but the current issuer from ``ca.crt`` (after a rotation, once nothing
-    signed by the old CA is served). Raises ``CertError`` during a rotation."""
-    d = _check_dir(directory, create=False)
-    with locked(d):
-        st = inspect(d)
-        if st.pending is not None:
-            raise CertError(f"{d}: a rotation is in progress ({CA_NEXT_KEY} exists); finish it with 'switch' first")
-        if len(st.bundle) > 1:
-            write_atomic(d / CA_BUNDLE, bundle_pem([st.issuer]))
-    return inspect(d)
+    """Drop every CA but the current issuer from ``ca.crt`` (``CertError`` during a rotation)."""
+    return _step(directory, lambda cs, where: bundle.trim(cs, where))
 
 
 def rotate(directory: str | Path, *, wait_seconds: float = 2.0, ca_days: int = DEFAULT_CA_DAYS,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import sys
 
 PARTS = ("webhook.commands", "controllers.commands", "certs.commands")
@@ -29,7 +30,34 @@ def build_parser() -> argparse.ArgumentParser:
                 continue
             raise
         module.add_commands(sub)
+    _wire(parser)
     return parser
+
+
+def _wire(parser: argparse.ArgumentParser) -> None:
+    """Cross-part wiring, here because the parts never import each other: ``taugate serve``
+    (webhook) gets its TLS from ``certs.serving.serving_tls`` (``args.tls_factory``) and, with
+    ``--in-cluster``, its cluster state from ``controllers.state_watch.WatchStateProvider``
+    (``args.state_provider_factory``)."""
+    try:
+        from certs.serving import serving_tls
+    except ModuleNotFoundError as e:
+        if e.name not in ("certs", "certs.serving"):
+            raise
+    else:
+        parser.set_defaults(tls_factory=serving_tls)
+    if importlib.util.find_spec("controllers.state_watch") is not None:
+        parser.set_defaults(state_provider_factory=_watch_state_provider)
+
+
+def _watch_state_provider(settings, kubeconfig: str | None = None):
+    """A watch-based ``StateProvider``: the pod's service account, or ``kubeconfig`` when given.
+    Raises ``controllers.kube.KubeConfigError`` (a ``ValueError``) without a usable configuration."""
+    from controllers.kube import Kube, load_configuration
+    from controllers.state_watch import WatchStateProvider
+
+    cfg = load_configuration(in_cluster=kubeconfig is None, kubeconfig=kubeconfig)
+    return WatchStateProvider(Kube.from_configuration(cfg), settings)
 
 
 def main(argv: list[str] | None = None) -> int:

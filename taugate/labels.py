@@ -32,6 +32,10 @@ REVIEWED_BY = "tau.azure.com/reviewed-by"
 # (admission has no side effects, so the record travels on the object itself).
 ADMISSION_RECORD = "tau.azure.com/admission"
 
+# Annotation on the webhook's TLS Secret: when a rotation published its new CA (RFC 3339, UTC);
+# ``taugate certs sync`` switches the serving certificate once the CA has had time to propagate.
+CA_PUBLISHED_AT = "tau.azure.com/ca-published-at"
+
 # Resource names.
 GPU_RESOURCE = "nvidia.com/gpu"
 GFD_GPU_PRODUCT = "nvidia.com/gpu.product"

@@ -228,6 +228,10 @@ def validate_tau(request: dict, state: ClusterState, settings: Settings) -> Deci
     return Decision.deny(violations) if violations else Decision.allow(request.get("object"))
 
 
+# metav1.StatusReason for the codes a decision carries (Kubernetes api/errors conventions).
+_REASONS = {403: "Forbidden", 500: "InternalError", 503: "ServiceUnavailable", 504: "Timeout"}
+
+
 def review_response(review: dict, decision: Decision) -> dict:
     """The AdmissionReview answer for ``review``: ``uid`` echoed, ``allowed``, ``status`` with
     code and message on denial, ``warnings`` when any, and ``patch`` (base64 JSONPatch) with
@@ -235,7 +239,7 @@ def review_response(review: dict, decision: Decision) -> dict:
     req = review.get("request") or {}
     response: dict[str, Any] = {"uid": req.get("uid", ""), "allowed": decision.allowed}
     if not decision.allowed:
-        response["status"] = {"code": decision.code, "reason": "Forbidden" if decision.code == 403 else "Timeout",
+        response["status"] = {"code": decision.code, "reason": _REASONS.get(decision.code, "Forbidden"),
                               "message": decision.message}
     if decision.warnings:
         response["warnings"] = list(decision.warnings)

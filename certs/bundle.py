@@ -1,0 +1,211 @@
+"""A webhook's certificate set as plain bytes, and the pure steps of its life: create, publish a
+new CA, switch the serving certificate, trim the bundle, re-issue the serving certificate.
+
+The same set lives in a directory (``certs.store``) or in a Kubernetes Secret (``certs.kube``);
+both keep the five items under the names a ``kubernetes.io/tls`` Secret uses:
+
+- ``ca.crt``: the trust bundle (what webhook configurations carry as ``caBundle``): one CA, two
+  from a rotation's publish step until the next rotation or a trim;
+- ``ca.key``: the key of the CA that signed ``tls.crt`` (its certificate is the bundle entry with
+  that public key);
+- ``tls.crt`` / ``tls.key``: the serving certificate and its key;
+- ``ca-next.key``: during a rotation only, the key of the new CA already in ``ca.crt``.
+
+CA rotation (the order Kubernetes webhook CA rotation needs, since kube-apiserver verifies with
+the ``caBundle`` of the webhook configuration, which lags behind the stored set):
+
+1. ``publish``: a new CA joins the bundle next to the current one; the serving certificate is
+   unchanged, so both old and new bundles verify it;
+2. wait until every client has the new bundle;
+3. ``switch``: a serving certificate from the new CA, for the same host names, replaces the old;
+   the new CA becomes the issuer;
+4. the old CA stays in the bundle (harmless) until the next ``publish`` drops it, or ``trim``.
+
+Every function here is pure (bytes in, bytes out; the clock only through ``now``) and raises
+``CertError`` with a one-line reason naming the item (through ``where``).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import dataclass, replace
+from typing import Callable
+
+from cryptography import x509
+
+from certs.pki import (
+    DEFAULT_CA_DAYS,
+    DEFAULT_SERVING_DAYS,
+    LOCAL_HOSTS,
+    CertError,
+    KeyPair,
+    bundle_pem,
+    generate_ca,
+    generate_serving,
+    issued_by,
+    load_certificates,
+    load_private_key,
+    public_keys_match,
+    service_dns_names,
+)
+
+CA_BUNDLE = "ca.crt"
+CA_KEY = "ca.key"
+CA_NEXT_KEY = "ca-next.key"
+TLS_CERT = "tls.crt"
+TLS_KEY = "tls.key"
+ITEMS = (CA_BUNDLE, CA_KEY, TLS_CERT, TLS_KEY, CA_NEXT_KEY)
+
+
+@dataclass(frozen=True)
+class CertSet:
+    """The five items as PEM bytes (``ca_next_key`` None outside a rotation)."""
+
+    ca_bundle: bytes
+    ca_key: bytes
+    tls_crt: bytes
+    tls_key: bytes
+    ca_next_key: bytes | None = None
+
+    def items(self) -> dict[str, bytes]:
+        """Item name -> bytes, ``ca-next.key`` only when present."""
+        out = {CA_BUNDLE: self.ca_bundle, CA_KEY: self.ca_key, TLS_CERT: self.tls_crt, TLS_KEY: self.tls_key}
+        if self.ca_next_key is not None:
+            out[CA_NEXT_KEY] = self.ca_next_key
+        return out
+
+    @classmethod
+    def from_items(cls, items: dict[str, bytes | None], where: Callable[[str], str] = str) -> "CertSet":
+        """From item name -> bytes; ``CertError`` naming the first missing required item."""
+        for name in (CA_BUNDLE, CA_KEY, TLS_CERT, TLS_KEY):
+            if not items.get(name):
+                raise CertError(f"{where(name)}: missing")
+        return cls(items[CA_BUNDLE], items[CA_KEY], items[TLS_CERT], items[TLS_KEY],  # type: ignore[arg-type]
+                   items.get(CA_NEXT_KEY) or None)
+
+
+@dataclass(frozen=True)
+class CertStatus:
+    """A checked ``CertSet``: ``bundle`` in order, ``issuer`` (the CA of ``ca.key``), ``serving``,
+    ``pending`` (the CA of ``ca-next.key``, None outside a rotation). Times are UTC."""
+
+    bundle: tuple[x509.Certificate, ...]
+    issuer: x509.Certificate
+    serving: x509.Certificate
+    pending: x509.Certificate | None
+
+    @property
+    def hosts(self) -> list[str]:
+        """The serving certificate's SANs (DNS names and IP addresses as text, in order)."""
+        return serving_hosts(self.serving)
+
+    @property
+    def expires(self) -> _dt.datetime:
+        """When the first of the serving certificate and its CA expires."""
+        return min(self.serving.not_valid_after_utc, self.issuer.not_valid_after_utc)
+
+
+def serving_hosts(cert: x509.Certificate) -> list[str]:
+    """The DNS names and IP addresses of a certificate's SubjectAlternativeName, in order."""
+    try:
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return []
+    out: list[str] = []
+    for name in san:
+        if isinstance(name, x509.DNSName):
+            out.append(name.value)
+        elif isinstance(name, x509.IPAddress):
+            out.append(str(name.value))
+    return out
+
+
+def _certs(data: bytes, name: str, where: Callable[[str], str]) -> list[x509.Certificate]:
+    try:
+        return load_certificates(data)
+    except CertError as e:
+        raise CertError(f"{where(name)}: {e}") from None
+
+
+def _key(data: bytes, name: str, where: Callable[[str], str]):
+    try:
+        return load_private_key(data)
+    except CertError as e:
+        raise CertError(f"{where(name)}: {e}") from None
+
+
+def _find(bundle, key) -> x509.Certificate | None:
+    return next((c for c in bundle if public_keys_match(c, key)), None)
+
+
+def check(cs: CertSet, where: Callable[[str], str] = str) -> CertStatus:
+    """Parse and cross-check a set: ``ca.key`` has its certificate in ``ca.crt``, ``tls.key``
+    belongs to ``tls.crt``, and ``tls.crt`` was signed by that CA (or by the pending one, mid
+    rotation). ``CertError`` names the item (``where(item)``) and the problem."""
+    bundle = _certs(cs.ca_bundle, CA_BUNDLE, where)
+    issuer = _find(bundle, _key(cs.ca_key, CA_KEY, where))
+    if issuer is None:
+        raise CertError(f"{where(CA_KEY)}: no certificate for this key in {where(CA_BUNDLE)}")
+    serving = _certs(cs.tls_crt, TLS_CERT, where)[0]
+    if not public_keys_match(serving, _key(cs.tls_key, TLS_KEY, where)):
+        raise CertError(f"{where(TLS_KEY)}: does not belong to {where(TLS_CERT)}")
+    pending = None
+    if cs.ca_next_key is not None:
+        pending = _find(bundle, _key(cs.ca_next_key, CA_NEXT_KEY, where))
+        if pending is not None and pending == issuer:  # a switch interrupted after promoting the key
+            pending = None
+    if not issued_by(serving, issuer) and not (pending is not None and issued_by(serving, pending)):
+        raise CertError(f"{where(TLS_CERT)}: not signed by the CA of {where(CA_KEY)}")
+    return CertStatus(tuple(bundle), issuer, serving, pending)
+
+
+def create(*, service: str, namespace: str, extra_hosts: tuple[str, ...] = LOCAL_HOSTS,
+           ca_days: int = DEFAULT_CA_DAYS, days: int = DEFAULT_SERVING_DAYS,
+           now: _dt.datetime | None = None) -> CertSet:
+    """A new CA and a serving certificate for Service ``service`` in ``namespace``
+    (``service_dns_names`` plus ``extra_hosts``)."""
+    ca = generate_ca(days=ca_days, now=now)
+    serving = generate_serving(ca, [*service_dns_names(service, namespace), *extra_hosts], days=days, now=now)
+    return CertSet(ca.cert_pem, ca.key_pem, serving.cert_pem, serving.key_pem)
+
+
+def publish(cs: CertSet, *, ca_days: int = DEFAULT_CA_DAYS, now: _dt.datetime | None = None,
+            where: Callable[[str], str] = str) -> CertSet:
+    """Rotation step 1: a new CA next to the current issuer (``ca.crt`` = issuer + new; older
+    CAs are dropped); ``tls.*`` unchanged. A set with a rotation pending is returned as is."""
+    st = check(cs, where)
+    if st.pending is not None:
+        return cs
+    ca = generate_ca(days=ca_days, now=now)
+    return replace(cs, ca_bundle=bundle_pem([st.issuer, ca.cert]), ca_next_key=ca.key_pem)
+
+
+def switch(cs: CertSet, *, days: int = DEFAULT_SERVING_DAYS, now: _dt.datetime | None = None,
+           where: Callable[[str], str] = str) -> CertSet:
+    """Rotation step 2: a serving certificate for the same hosts from the pending CA, which
+    becomes the issuer. ``CertError`` when no rotation is pending."""
+    st = check(cs, where)
+    if st.pending is None or cs.ca_next_key is None:
+        raise CertError(f"{where(CA_NEXT_KEY)}: no new CA is published; rotation step 'publish' comes first")
+    if not st.hosts:
+        raise CertError(f"{where(TLS_CERT)}: has no SubjectAlternativeName to carry over")
+    serving = generate_serving(KeyPair(bundle_pem([st.pending]), cs.ca_next_key), st.hosts, days=days, now=now)
+    return CertSet(cs.ca_bundle, cs.ca_next_key, serving.cert_pem, serving.key_pem, None)
+
+
+def trim(cs: CertSet, where: Callable[[str], str] = str) -> CertSet:
+    """Keep only the issuer in ``ca.crt`` (``CertError`` while a rotation is pending)."""
+    st = check(cs, where)
+    if st.pending is not None:
+        raise CertError(f"{where(CA_NEXT_KEY)}: a rotation is in progress; finish it with 'switch' first")
+    return replace(cs, ca_bundle=bundle_pem([st.issuer]), ca_next_key=None)
+
+
+def reissue(cs: CertSet, hosts: list[str], *, days: int = DEFAULT_SERVING_DAYS, now: _dt.datetime | None = None,
+            where: Callable[[str], str] = str) -> CertSet:
+    """A new serving certificate for ``hosts`` from the current issuer (no trust change: the
+    bundle already holds that CA). Used when the serving certificate, not the CA, is due, or the
+    Service name changed."""
+    st = check(cs, where)
+    serving = generate_serving(KeyPair(bundle_pem([st.issuer]), cs.ca_key), hosts, days=days, now=now)
+    return replace(cs, tls_crt=serving.cert_pem, tls_key=serving.key_pem)

@@ -1,0 +1,226 @@
+"""Kubernetes I/O for the webhook's certificates: the TLS Secret and the webhook
+configurations' ``caBundle`` (``taugate certs sync``, run by the Helm chart's hook Jobs and its
+renewal CronJob).
+
+One idempotent ``sync`` per run, each run making at most one trust change:
+
+- no Secret: create a CA and a serving certificate for the Service (type ``kubernetes.io/tls``;
+  keys ``ca.crt``, ``tls.crt``, ``tls.key`` as cert-manager writes them, plus ``ca.key``);
+- a rotation is pending and its CA was published at least ``switch_after`` ago (annotation
+  ``tau.azure.com/ca-published-at``): switch the serving certificate to the new CA;
+- the CA expires within ``renew_before``: publish a new CA next to it (``certs.bundle.publish``);
+  the switch comes in a later run, once kubelet has synced the Secret into the webhook pods and
+  the apiserver has the new ``caBundle`` (kubelet syncs Secret volumes within about a minute);
+- the serving certificate expires within ``renew_before``, or does not name the Service: issue a
+  new one from the current CA (no trust change);
+- then, always: every webhook of the named Mutating/ValidatingWebhookConfigurations gets
+  ``clientConfig.caBundle`` = the Secret's ``ca.crt`` (a JSONPatch per configuration, guarded by
+  a ``test`` of each webhook's name). A configuration that does not exist yet (pre-install) is
+  reported and skipped.
+
+The decision is the pure ``plan``; ``sync`` does the reads and writes with the official
+``kubernetes`` client. The Secret is updated with a JSON merge patch carrying its
+``resourceVersion``, so a concurrent writer makes it fail (HTTP 409) instead of losing an update.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import kubernetes.client
+from kubernetes.client.exceptions import ApiException
+
+from certs import bundle
+from certs.bundle import CertSet, CertStatus
+from certs.pki import DEFAULT_SERVING_DAYS, CertError, service_dns_names
+from taugate import labels
+
+MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+DEFAULT_RENEW_BEFORE = _dt.timedelta(days=30)
+DEFAULT_SWITCH_AFTER = _dt.timedelta(minutes=10)
+
+
+def _now() -> _dt.datetime:
+    return _dt.datetime.now(_dt.timezone.utc)
+
+
+def _stamp(t: _dt.datetime) -> str:
+    return t.astimezone(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _parse_stamp(text: str | None) -> _dt.datetime | None:
+    if not text:
+        return None
+    try:
+        return _dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=_dt.timezone.utc)
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one sync run should store: ``certs`` (the set), ``published_at`` (None outside a
+    rotation), ``actions`` (what changed, or why nothing did), ``changed``."""
+
+    certs: CertSet
+    published_at: _dt.datetime | None
+    actions: tuple[str, ...]
+    changed: bool
+
+
+def plan(current: CertSet | None, *, published_at: _dt.datetime | None, service: str, namespace: str,
+         days: int = DEFAULT_SERVING_DAYS, renew_before: _dt.timedelta = DEFAULT_RENEW_BEFORE,
+         switch_after: _dt.timedelta = DEFAULT_SWITCH_AFTER, now: _dt.datetime | None = None,
+         where=str) -> Plan:
+    """Decide one sync step (pure; see the module docstring for the rules, in order).
+    New CAs and serving certificates are valid ``days`` days. ``CertError`` (naming the item
+    through ``where``) when ``current`` is unusable: a broken Secret is never silently replaced,
+    since replacing the CA breaks every client that trusts it."""
+    now = now or _now()
+    hosts = service_dns_names(service, namespace)
+    if current is None:
+        cs = bundle.create(service=service, namespace=namespace, extra_hosts=(), ca_days=days, days=days, now=now)
+        return Plan(cs, None, ("created a CA and a serving certificate for " + hosts[2],), True)
+    st = bundle.check(current, where)
+    if st.pending is not None:
+        if published_at is not None and now - published_at < switch_after:
+            ready = _stamp(published_at + switch_after)
+            return Plan(current, published_at, (f"rotation pending: the new CA was published at "
+                                                f"{_stamp(published_at)}; the serving certificate switches "
+                                                f"from {ready}",), False)
+        cs = bundle.switch(current, days=days, now=now, where=where)
+        return Plan(cs, None, ("switched the serving certificate to the new CA",), True)
+    if st.issuer.not_valid_after_utc - now < renew_before:
+        cs = bundle.publish(current, ca_days=days, now=now, where=where)
+        return Plan(cs, now, (f"published a new CA next to the one expiring "
+                              f"{_stamp(st.issuer.not_valid_after_utc)}",), True)
+    missing = [h for h in hosts if h not in st.hosts]
+    if missing or st.serving.not_valid_after_utc - now < renew_before:
+        cs = bundle.reissue(current, hosts, days=days, now=now, where=where)
+        why = f"it did not name {', '.join(missing)}" if missing else \
+            f"it expires {_stamp(st.serving.not_valid_after_utc)}"
+        return Plan(cs, None, (f"issued a new serving certificate from the current CA ({why})",), True)
+    return Plan(current, published_at, (f"certificates valid until {_stamp(st.expires)}; nothing to renew",), False)
+
+
+@dataclass
+class SyncResult:
+    """``actions``: one line per change or decision; ``status``: the stored set, checked;
+    ``ca_bundle``: its ``ca.crt`` (PEM)."""
+
+    actions: list[str] = field(default_factory=list)
+    status: CertStatus | None = None
+    ca_bundle: bytes = b""
+
+
+def _read_json(call, *args) -> dict | None:
+    try:
+        resp = call(*args, _preload_content=False)
+    except ApiException as e:
+        if e.status == 404:
+            return None
+        raise
+    data = resp.data if hasattr(resp, "data") else resp.read()
+    return json.loads(data) if data else None
+
+
+def _decode(secret: dict, where) -> tuple[dict[str, bytes | None], _dt.datetime | None]:
+    items: dict[str, bytes | None] = {}
+    for name in bundle.ITEMS:
+        value = (secret.get("data") or {}).get(name)
+        try:
+            items[name] = base64.b64decode(value, validate=True) if value else None
+        except ValueError:
+            raise CertError(f"{where(name)}: not base64") from None
+    annotations = (secret.get("metadata") or {}).get("annotations") or {}
+    return items, _parse_stamp(annotations.get(labels.CA_PUBLISHED_AT))
+
+
+def _encode(cs: CertSet) -> dict[str, str]:
+    return {k: base64.b64encode(v).decode() for k, v in cs.items().items()}
+
+
+def sync(api: kubernetes.client.ApiClient, *, secret: str, namespace: str, service: str,
+         days: int = DEFAULT_SERVING_DAYS, renew_before: _dt.timedelta = DEFAULT_RENEW_BEFORE,
+         switch_after: _dt.timedelta = DEFAULT_SWITCH_AFTER, mutating: str | None = None,
+         validating: str | None = None, now: _dt.datetime | None = None) -> SyncResult:
+    """One sync run against the API server behind ``api`` (see the module docstring).
+
+    Raises ``CertError`` when the Secret holds an unusable set (nothing is written), and
+    ``kubernetes.client.ApiException`` for API errors (403, 409 on a concurrent update, ...)."""
+    core = kubernetes.client.CoreV1Api(api)
+    where = lambda item: f"Secret {namespace}/{secret} key {item}"  # noqa: E731
+    result = SyncResult()
+    stored = _read_json(core.read_namespaced_secret, secret, namespace)
+    current, published_at = None, None
+    if stored is not None:
+        items, published_at = _decode(stored, where)
+        current = CertSet.from_items(items, where)
+    p = plan(current, published_at=published_at, service=service, namespace=namespace, days=days,
+             renew_before=renew_before, switch_after=switch_after, now=now, where=where)
+    result.actions += p.actions
+    if stored is None:
+        body = {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+                "metadata": {"name": secret, "namespace": namespace,
+                             "labels": {labels.MANAGED_BY: labels.MANAGED_BY_VALUE}},
+                "data": _encode(p.certs)}
+        core.create_namespaced_secret(namespace, body)
+    elif p.changed:
+        data: dict[str, Any] = _encode(p.certs)
+        for name in bundle.ITEMS:
+            data.setdefault(name, None)  # merge patch: null removes ca-next.key
+        meta: dict[str, Any] = {"annotations": {labels.CA_PUBLISHED_AT: _stamp(p.published_at) if p.published_at else None}}
+        rv = (stored.get("metadata") or {}).get("resourceVersion")
+        if rv:
+            meta["resourceVersion"] = rv
+        core.patch_namespaced_secret(secret, namespace, {"metadata": meta, "data": data}, _content_type=MERGE_PATCH)
+    result.status = bundle.check(p.certs, where)
+    result.ca_bundle = p.certs.ca_bundle
+    adm = kubernetes.client.AdmissionregistrationV1Api(api)
+    for kind, name, read, patch in (
+        ("MutatingWebhookConfiguration", mutating, adm.read_mutating_webhook_configuration,
+         adm.patch_mutating_webhook_configuration),
+        ("ValidatingWebhookConfiguration", validating, adm.read_validating_webhook_configuration,
+         adm.patch_validating_webhook_configuration),
+    ):
+        if not name:
+            continue
+        result.actions.append(_sync_ca_bundle(kind, name, read, patch, p.certs.ca_bundle))
+    return result
+
+
+def _sync_ca_bundle(kind: str, name: str, read, patch, ca_bundle: bytes) -> str:
+    config = _read_json(read, name)
+    if config is None:
+        return f"{kind} {name}: not found (yet); caBundle not set"
+    value = base64.b64encode(ca_bundle).decode()
+    ops: list[dict] = []
+    for i, wh in enumerate(config.get("webhooks") or []):
+        if ((wh.get("clientConfig") or {}).get("caBundle")) != value:
+            ops.append({"op": "test", "path": f"/webhooks/{i}/name", "value": wh.get("name")})
+            ops.append({"op": "add", "path": f"/webhooks/{i}/clientConfig/caBundle", "value": value})
+    if not ops:
+        return f"{kind} {name}: caBundle up to date"
+    patch(name, ops, _content_type=JSON_PATCH)
+    return f"{kind} {name}: caBundle set on {len(ops) // 2} webhook(s)"
+
+
+def api_client(kubeconfig: str | None = None) -> kubernetes.client.ApiClient:
+    """An API client: from ``kubeconfig`` when given, else the in-cluster service account, else
+    the default kubeconfig (``$KUBECONFIG`` or ``~/.kube/config``)."""
+    import kubernetes.config
+    from kubernetes.config.config_exception import ConfigException
+
+    if kubeconfig:
+        return kubernetes.config.new_client_from_config(config_file=kubeconfig)
+    cfg = kubernetes.client.Configuration()
+    try:
+        kubernetes.config.load_incluster_config(client_configuration=cfg)
+    except ConfigException:
+        return kubernetes.config.new_client_from_config()
+    return kubernetes.client.ApiClient(cfg)

@@ -1,0 +1,89 @@
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+import yaml
+
+from certs import store
+from certs.serving import ServingTLS
+from taugate.settings import Settings
+from tests.crdschema import SAMPLES
+from tests.server.https import AdmissionClient
+from webhook import server as srv
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE_CLUSTER = REPO / "examples" / "cluster.yaml"
+EXAMPLE_RAYJOB = REPO / "examples" / "rayjob-image-classifier.yaml"
+K8S_DOCS = SAMPLES / "kubernetes-website"
+KUBEWARDEN = SAMPLES / "kubewarden-policies"
+
+
+@pytest.fixture(scope="session")
+def settings() -> Settings:
+    return Settings()
+
+
+@pytest.fixture(scope="session")
+def engine(settings):
+    from webhook.policy import load_policy_engine
+
+    return load_policy_engine(settings.policy_dir)
+
+
+@pytest.fixture
+def cert_dir(tmp_path) -> Path:
+    d = tmp_path / "tls"
+    store.generate(d, service="taugate-webhook", namespace="taugate-system")
+    return d
+
+
+@pytest.fixture
+def rayjob() -> dict:
+    """A raw RayJob in workspace namespace ``vision``: generateName, no labels map, 4 GPU workers."""
+    obj = yaml.safe_load(EXAMPLE_RAYJOB.read_text())
+    assert obj["metadata"]["namespace"] == "vision" and "labels" not in obj["metadata"]
+    return copy.deepcopy(obj)
+
+
+class Harness:
+    """A running admission server over real HTTPS and a client that trusts only its CA."""
+
+    def __init__(self, server: srv.AdmissionServer, running: srv.RunningServer, tls: ServingTLS,
+                 client: AdmissionClient):
+        self.server, self.running, self.tls, self.client = server, running, tls, client
+        self.post, self.get = client.post, client.get
+
+    async def metrics(self) -> str:
+        r = await self.get("/metrics")
+        assert r.status == 200
+        return r.text
+
+
+@pytest_asyncio.fixture
+async def start_server(cert_dir, settings, engine):
+    """``await start_server(**AdmissionServer kwargs)`` -> Harness; everything is stopped after the test."""
+    started: list[Harness] = []
+
+    async def start(*, provider=None, settings_=None, engine_=engine, **kw) -> Harness:
+        provider = provider or srv.SnapshotStateProvider(EXAMPLE_CLUSTER, settings_ or settings)
+        server = srv.AdmissionServer(provider, settings_ or settings, engine_, **kw)
+        tls = ServingTLS(cert_dir)
+        running = await srv.start(server, tls, host="127.0.0.1", port=0)
+        h = Harness(server, running, tls, AdmissionClient(running.port, cert_dir / "ca.crt"))
+        started.append(h)
+        return h
+
+    yield start
+    for h in started:
+        await h.client.close()
+        await h.running.stop()
+        h.tls.close()
+
+
+@pytest_asyncio.fixture
+async def gate(start_server) -> Harness:
+    """The server as ``taugate serve --cluster examples/cluster.yaml`` runs it, bundled policies loaded."""
+    return await start_server()

@@ -1,0 +1,111 @@
+"""What the server does with bodies that are not normal AdmissionReviews: garbage (HTTP 400
+with a reason), oversize (HTTP 413 with a reason), large but valid (decided off the event loop),
+and a review not decided within the deadline (a valid AdmissionReview: denied, 504)."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+
+import pytest
+
+from taugate.settings import Settings
+from tests.server.https import admission_review, apply, check_response, workload_request
+
+GARBAGE = [
+    pytest.param(b"", "not JSON", id="empty"),
+    pytest.param(b"\x00\xff\xfe binary", "not JSON", id="binary"),
+    pytest.param(b"{\"apiVersion\": \"admission.k8s.io/v1\", \"kind\": \"Adm", "not JSON", id="truncated"),
+    pytest.param(b"[1, 2, 3]", "list", id="json-list"),
+    pytest.param(b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}', "no request", id="no-request"),
+    pytest.param(b'{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}}', "AdmissionReview", id="a-pod"),
+    pytest.param(json.dumps(admission_review({"kind": {"kind": "RayJob"}, "operation": "CREATE"})).encode(), "uid",
+                 id="no-uid"),
+    pytest.param(json.dumps(admission_review({"uid": "u1", "kind": {"kind": "RayJob"}, "operation": "PATCH"})).encode(),
+                 "operation", id="bad-operation"),
+    pytest.param(json.dumps(admission_review({"uid": "u1", "kind": {"kind": "RayJob"}, "operation": "CREATE",
+                                              "object": ["not", "an", "object"]})).encode(), "object", id="object-list"),
+]
+
+
+@pytest.mark.parametrize("body, reason", GARBAGE)
+async def test_a_malformed_review_is_http_400_with_the_reason_in_the_body(gate, body, reason):
+    for path in ("/mutate", "/validate", "/validate-tau"):
+        r = await gate.post(path, body)
+        assert r.status == 400, (path, r.text)
+        assert set(r.body) == {"error"} and reason in r.body["error"], r.body
+    assert 'decision="invalid",kind="",operation="",webhook="/mutate"} 1.0' in await gate.metrics()
+
+
+def _padded(rayjob: dict, size: int) -> dict:
+    """A RayJob whose review body is about ``size`` bytes (a long annotation, as a managedFields-
+    heavy or configuration-carrying object has)."""
+    obj = copy.deepcopy(rayjob)
+    obj["metadata"]["annotations"] = {"example.com/notes": "x" * size}
+    return obj
+
+
+async def test_a_body_over_8_mib_is_http_413_with_a_reason(gate, rayjob):
+    body = json.dumps(admission_review(workload_request(_padded(rayjob, 9 * 1024 * 1024)))).encode()
+    assert len(body) > 9 * 1024 * 1024
+    r = await gate.post("/mutate", body)
+    assert r.status == 413 and "limit is 8388608 bytes (8 MiB)" in r.body["error"], r.text
+
+    async def chunks():  # no Content-Length: the limit is enforced while reading
+        for i in range(0, len(body), 1 << 20):
+            yield body[i:i + (1 << 20)]
+
+    r = await gate.post("/validate", chunks())
+    assert r.status == 413 and "8388608" in r.body["error"], r.text
+    # The server is unharmed: the next review is answered.
+    small = workload_request(rayjob)
+    r = await gate.post("/mutate", admission_review(small))
+    assert check_response(r.body, small["uid"])["allowed"]
+    metrics = await gate.metrics()
+    assert 'decision="too_large",kind="",operation="",webhook="/mutate"} 1.0' in metrics
+    assert 'decision="too_large",kind="",operation="",webhook="/validate"} 1.0' in metrics
+
+
+async def test_a_large_valid_review_is_decided_in_the_thread_pool_while_small_ones_keep_flowing(gate, rayjob):
+    big = workload_request(_padded(rayjob, 7 * 1024 * 1024))
+    body = json.dumps(admission_review(big)).encode()
+    assert gate.server.inline_limit < len(body) < gate.server.settings.max_body_bytes
+    finished: list[str] = []
+
+    async def big_review():
+        r = await gate.post("/mutate", body)
+        finished.append("big")
+        return r
+
+    async def probes():
+        await asyncio.sleep(0.005)
+        for _ in range(5):
+            r = await gate.get("/healthz")
+            assert r.status == 200
+        finished.append("probes")
+
+    r, _ = await asyncio.gather(big_review(), probes())
+    resp = check_response(r.body, big["uid"])
+    out = apply(big["object"], resp)
+    assert out["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "vision-queue"
+    assert len(out["metadata"]["annotations"]["example.com/notes"]) == 7 * 1024 * 1024
+    assert finished == ["probes", "big"]  # the event loop answered while the big review was decided
+
+
+async def test_a_review_not_decided_within_the_deadline_is_denied_with_a_valid_504_answer(start_server, rayjob):
+    h = await start_server(settings_=Settings(admission_deadline_seconds=0.005))
+    req = workload_request(_padded(rayjob, 4 * 1024 * 1024))  # receiving and parsing 4 MiB take longer than 5 ms
+    r = await h.post("/mutate", admission_review(req))
+    assert r.status == 200, r.text
+    resp = check_response(r.body, req["uid"])
+    assert resp["allowed"] is False and "patch" not in resp
+    assert resp["status"]["code"] == 504
+    assert "within its 0.005 s admission deadline" in resp["status"]["message"]
+    metrics = await h.metrics()
+    assert 'taugate_admission_deadline_exceeded_total{webhook="/mutate"} 1.0' in metrics
+    assert 'decision="deadline",kind="RayJob",operation="CREATE",webhook="/mutate"} 1.0' in metrics
+
+
+async def test_the_default_deadline_is_shorter_than_the_webhook_timeout(gate):
+    assert gate.server.settings.admission_deadline_seconds == 2.0 < 3

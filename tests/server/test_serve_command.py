@@ -1,0 +1,123 @@
+"""``taugate serve`` as a process: start-up message, HTTPS with the printed CA, a clean SIGTERM
+shutdown; bad input is one line and exit 2. And the snapshot provider's reload."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import signal
+from pathlib import Path
+
+import yaml
+
+from taugate.cli import main
+from taugate.settings import Settings
+from tests.server.conftest import EXAMPLE_CLUSTER
+from tests.server.https import AdmissionClient, admission_review, check_response, workload_request
+from tests.server.process import serve as _serve
+from tests.server.process import startup_lines as _startup_lines
+from webhook.server import SnapshotStateProvider
+
+
+async def test_serve_generates_a_ca_serves_reviews_and_stops_cleanly_on_sigterm(rayjob):
+    proc = _serve("--cluster", str(EXAMPLE_CLUSTER), "--port", "0")
+    try:
+        port, ca = await _startup_lines(proc)
+        assert ca.name == "ca.crt" and ca.is_file()
+        client = AdmissionClient(port, ca)  # verifies taugate-webhook.taugate-system.svc
+        try:
+            assert (await client.get("/readyz")).status == 200
+            req = workload_request(rayjob)
+            resp = check_response((await client.post("/mutate", admission_review(req))).body, req["uid"])
+            assert resp["allowed"] and resp["patchType"] == "JSONPatch"
+        finally:
+            await client.close()
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.to_thread(proc.wait, 30) == 0
+        assert not ca.parent.exists()  # the generated private directory is removed
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+async def test_serve_uses_the_certificates_of_cert_dir(cert_dir, rayjob):
+    proc = _serve("--cluster", str(EXAMPLE_CLUSTER), "--port", "0", "--cert-dir", str(cert_dir))
+    try:
+        port, ca = await _startup_lines(proc)
+        assert ca == cert_dir / "ca.crt"
+        client = AdmissionClient(port, cert_dir / "ca.crt")
+        try:
+            assert (await client.get("/healthz")).status == 200
+        finally:
+            await client.close()
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.to_thread(proc.wait, 30) == 0
+        assert (cert_dir / "tls.crt").exists()  # given certificates are never removed
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_serve_reports_bad_input_in_one_line_with_exit_2(tmp_path, capsys):
+    broken = tmp_path / "cluster.yaml"
+    broken.write_text("kind: TauCluster\nmetadata: {name: cluster\n")
+    empty_dir = tmp_path / "certs"
+    empty_dir.mkdir()
+    cases = [
+        (("--cluster", str(tmp_path / "missing.yaml")), "missing.yaml: no such file"),
+        (("--cluster", str(broken)), "cluster.yaml: invalid YAML at line"),
+        (("--cluster", str(EXAMPLE_CLUSTER), "--cert-dir", str(empty_dir), "--port", "0"), "tls.crt: no such file"),
+        (("--cluster", str(EXAMPLE_CLUSTER), "--policies", str(tmp_path / "nopolicies"), "--port", "0"),
+         "nopolicies"),
+    ]
+    for args, expected in cases:
+        code = main(["serve", *args])  # in process: these fail before anything is served
+        err = capsys.readouterr().err
+        assert code == 2, (args, err)
+        assert err.count("\n") == 1 and err.startswith("taugate serve: ") and expected in err, (args, err)
+
+
+def test_a_changed_snapshot_replaces_the_state_and_a_broken_one_keeps_it(tmp_path):
+    snap = tmp_path / "cluster.yaml"
+    shutil.copy(EXAMPLE_CLUSTER, snap)
+    provider = SnapshotStateProvider(snap, Settings())
+    first = provider.state
+    assert provider.check() is False and set(first.workspaces) == {"vision", "nlp"}
+    docs = [d for d in yaml.safe_load_all(snap.read_text())
+            if not (d.get("kind") == "TauWorkspace" and d["metadata"]["name"] == "nlp")]
+    snap.write_text(yaml.safe_dump_all(docs))
+    assert provider.check() is True and set(provider.state.workspaces) == {"vision"}
+    snap.write_text("kind: [unclosed\n")
+    assert provider.check() is False and set(provider.state.workspaces) == {"vision"}
+
+
+async def test_a_changed_enforcement_file_takes_effect_without_a_restart(tmp_path, cert_dir, rayjob):
+    policies = tmp_path / "policies"
+    shutil.copytree(Path(Settings().policy_dir), policies)
+    group = rayjob["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]
+    group["replicas"] = group["minReplicas"] = group["maxReplicas"] = 5  # h100-1gpu allows at most 4
+    proc = _serve("--cluster", str(EXAMPLE_CLUSTER), "--port", "0", "--cert-dir", str(cert_dir),
+                  "--policies", str(policies))
+    try:
+        port, _ = await _startup_lines(proc)
+        client = AdmissionClient(port, cert_dir / "ca.crt")
+        try:
+            req = workload_request(rayjob)
+            resp = check_response((await client.post("/validate", admission_review(req))).body, req["uid"])
+            assert not resp["allowed"] and "[workers-match-profile]" in resp["status"]["message"]
+            enforcement = policies / "enforcement.yaml"
+            enforcement.write_text(enforcement.read_text() + "workers-match-profile: warn\n")
+            for _ in range(60):
+                await asyncio.sleep(0.1)
+                req = workload_request(rayjob)
+                resp = check_response((await client.post("/validate", admission_review(req))).body, req["uid"])
+                if resp["allowed"]:
+                    break
+            assert resp["allowed"] and any(w.startswith("[workers-match-profile]") for w in resp["warnings"])
+        finally:
+            await client.close()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)

@@ -1,0 +1,159 @@
+"""``taugate serve``: the admission webhooks over HTTPS.
+
+``taugate serve --cluster SNAPSHOT [--cert-dir DIR] [--host 127.0.0.1] [--port 8443]
+[--policies DIR] [--enforcement FILE]`` serves ``/mutate``, ``/validate``, ``/validate-tau``,
+``/healthz``, ``/readyz`` and ``/metrics`` (see ``webhook.server``). TLS comes from
+``--cert-dir`` (``tls.crt``, ``tls.key``; reloaded without restart when they change), or, without
+it, from a CA and serving certificate generated at start (its CA path is printed). In a cluster
+pass ``--host 0.0.0.0``.
+
+Wiring (webhook does not import certs or controllers): the CLI's composition root sets
+``args.tls_factory(cert_dir, service=, namespace=)`` (``certs.serving.serving_tls``) and may set
+``args.state_provider_factory(settings, kubeconfig=)`` for ``--in-cluster`` (a watch-based
+``StateProvider``, started and stopped with the server).
+
+Exit codes: 0 after a clean shutdown (SIGTERM/SIGINT), 2 on bad input (one line on stderr
+naming the file and the problem, e.g. a broken snapshot or certificate, a port in use).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+
+from taugate.settings import Settings
+from taugate.snapshot import SnapshotError
+
+
+def _err(msg: str) -> int:
+    print(f"taugate serve: {msg}", file=sys.stderr)
+    return 2
+
+
+def _port(text: str) -> int:
+    try:
+        p = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= p <= 65535:
+        raise argparse.ArgumentTypeError(f"port out of range: {p}")
+    return p
+
+
+def _seconds(text: str) -> float:
+    try:
+        s = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if s < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative: {s}")
+    return s
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    """Handler of ``taugate serve``; returns the exit code."""
+    from webhook import server as srv
+
+    settings = Settings()
+    if args.deadline is not None:
+        try:
+            settings = Settings(**{**settings.model_dump(), "admission_deadline_seconds": args.deadline})
+        except ValueError as e:
+            return _err(f"--deadline {args.deadline}: {e.errors()[0]['msg'] if hasattr(e, 'errors') else e}")
+    # Cluster state.
+    if args.cluster is not None:
+        try:
+            provider = srv.SnapshotStateProvider(args.cluster, settings)
+        except SnapshotError as e:
+            return _err(str(e))
+    elif args.in_cluster:
+        factory = getattr(args, "state_provider_factory", None)
+        if factory is None:
+            return _err("--in-cluster needs the controllers part (no watch-based state provider is wired)")
+        try:
+            provider = factory(settings, kubeconfig=args.kubeconfig)
+        except ValueError as e:  # no usable API configuration
+            return _err(str(e))
+    else:
+        return _err("give --cluster SNAPSHOT (or --in-cluster inside a cluster)")
+    # Policies.
+    engine = None
+    if not args.no_policies:
+        from webhook.commands import load_engine
+
+        try:
+            engine = load_engine(args, settings)
+        except Exception as e:  # the engine's PolicyError: one line, bad input
+            return _err(f"policies: {e}")
+    # Hot reload of the policy library (a changed set is activated only if it passes its tests).
+    store = getattr(engine, "store", None)
+    checks = tuple(fn for fn in (getattr(store, "check_for_changes", None),) if callable(fn))
+    # TLS.
+    tls_factory = getattr(args, "tls_factory", None)
+    if tls_factory is None:
+        return _err("no TLS provider is wired (run through the taugate command, which wires certs)")
+    try:
+        tls = tls_factory(args.cert_dir, service=args.service, namespace=args.namespace)
+    except ValueError as e:  # certs.pki.CertError
+        return _err(str(e))
+
+    server = srv.AdmissionServer(provider, settings, engine, policies_required=not args.no_policies,
+                                 checks=checks)
+
+    def started(running: srv.RunningServer) -> None:
+        paths = ", ".join(r.path for r in srv.ROUTES)
+        print(f"taugate: serving {paths} on {running.url}", flush=True)
+        ca = Path(tls.ca_path)
+        print(f"taugate: CA certificate: {ca}" if ca.is_file() else
+              f"taugate: CA certificate: none next to the serving certificate ({ca} is absent)", flush=True)
+
+    async def main() -> None:
+        await srv.serve_forever(server, tls, host=args.host, port=args.port, shutdown_delay=args.shutdown_delay,
+                                on_started=started)
+
+    try:
+        if args.loop == "uvloop":
+            try:
+                import uvloop
+            except ModuleNotFoundError:
+                return _err("--loop uvloop: uvloop is not installed (pip install uvloop)")
+            with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+                runner.run(main())
+        else:
+            asyncio.run(main())
+    except OSError as e:
+        return _err(e.strerror or str(e))
+    finally:
+        close = getattr(tls, "close", None)
+        if callable(close):
+            close()
+    return 0
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:
+    """Register ``taugate serve``."""
+    p = sub.add_parser("serve", help="serve the admission webhooks over HTTPS",
+                       description=__doc__.split("\n\n")[1] if __doc__ else None)
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--cluster", type=Path, help="cluster snapshot YAML (see examples/cluster.yaml)")
+    src.add_argument("--in-cluster", action="store_true", help="read cluster state from the API server (watches)")
+    p.add_argument("--kubeconfig", help="with --in-cluster: a kubeconfig file instead of the pod's service account")
+    p.add_argument("--cert-dir", type=Path, help="directory with tls.crt and tls.key (default: generate a "
+                                                 "self-signed CA and certificate at start)")
+    p.add_argument("--service", default="taugate-webhook",
+                   help="Service name for a generated certificate's SANs (default: %(default)s)")
+    p.add_argument("--namespace", default="taugate-system", help="its namespace (default: %(default)s)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s; "
+                                                      "0.0.0.0 in a cluster)")
+    p.add_argument("--port", type=_port, default=8443, help="port (default: %(default)s; 0 picks a free one)")
+    p.add_argument("--policies", type=Path, help="policy library directory (default: the bundled policies/)")
+    p.add_argument("--enforcement", help="enforcement YAML: policy name -> deny|warn|dryrun")
+    p.add_argument("--no-policies", action="store_true", help="built-in checks only")
+    p.add_argument("--deadline", type=_seconds, help="admission deadline in seconds (default: "
+                                                     "settings.admission_deadline_seconds, 2)")
+    p.add_argument("--shutdown-delay", type=_seconds, default=0.0,
+                   help="seconds to stay up, not ready, after SIGTERM (in a cluster ~5)")
+    p.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio", help="event loop implementation")
+    p.set_defaults(func=cmd_serve)

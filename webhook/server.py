@@ -1,0 +1,559 @@
+"""The admission HTTPS server (aiohttp only): size limit, deadline, JSON, metrics, probes.
+
+Every decision is made by ``webhook.review`` (pure); this module only moves bytes:
+
+- ``POST`` on each path of ``webhook.routes.ROUTES`` (``/mutate``, ``/validate``,
+  ``/validate-tau``) takes an AdmissionReview (admission.k8s.io/v1) and answers one: ``uid``
+  echoed, ``patch``/``patchType`` only when something changes, ``warnings`` when any.
+- A body that is not an AdmissionReview is HTTP 400 ``{"error": REASON}``; a body over
+  ``settings.max_body_bytes`` (8 MiB, the apiserver's own request limit is 3 MiB per object) is
+  HTTP 413 ``{"error": REASON}``.
+- Deadline: ``settings.admission_deadline_seconds`` (2 s, below the webhook configurations'
+  ``timeoutSeconds: 3``), counted from the request's arrival. Past it the answer is still a
+  valid AdmissionReview: denied, status code 504, a message saying why (fail closed, counted in
+  ``taugate_admission_deadline_exceeded_total``). The body must be read and parsed for that (the
+  answer needs the uid), so reading may overrun the deadline by ``READ_GRACE_SECONDS``; a body
+  not received by then is HTTP 408.
+- The event loop never waits on decision work: a body up to ``inline_limit`` bytes (64 KiB, a
+  RayJob with managedFields is ~5-20 KiB) is parsed and decided inline (~1 ms of CPU); a larger
+  one is parsed, then decided, in a thread pool (the policy engine keeps one regorus engine per
+  thread, so it is thread-safe through its own interface), which is what lets the deadline
+  answer while the work is still running. An inline decision cannot be interrupted, so it is
+  bounded by size instead.
+- Not ready (no cluster state yet, or no policy library when one is required): reviews are
+  denied with code 503, and ``/readyz`` is 503 so the Service sends no traffic.
+- ``/healthz`` (process alive), ``/readyz``, ``/metrics`` (Prometheus text format).
+
+The server reads cluster state through a ``StateProvider`` (``SnapshotStateProvider`` for a
+snapshot file; the in-cluster watch-based provider lives in ``controllers`` and is handed in by
+the CLI), and takes its ``ssl.SSLContext`` from a ``TLSSource`` (``certs.serving.ServingTLS``,
+also handed in by the CLI: webhook never imports certs or controllers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import socket
+import ssl
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Awaitable, Callable, Protocol, runtime_checkable
+
+from aiohttp import web
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+from taugate.settings import Settings
+from taugate.snapshot import ClusterState, SnapshotError, load_snapshot
+from webhook import review
+from webhook.decision import Decision
+from webhook.routes import ROUTES, Route
+
+log = logging.getLogger("taugate.webhook")
+
+INLINE_LIMIT = 64 * 1024
+"""Bodies up to this many bytes are decided on the event loop; larger ones in a thread."""
+
+LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.00075, 0.001, 0.0015, 0.002, 0.003, 0.005, 0.0075, 0.01,
+                   0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0)
+"""Seconds; sub-millisecond resolution where admission normally answers (~0.3-2 ms)."""
+
+READ_GRACE_SECONDS = 1.0
+"""How long past the deadline a request body may still arrive (then HTTP 408): with the webhook
+configurations' ``timeoutSeconds: 3`` and the 2 s deadline, the apiserver waits that long anyway."""
+
+KNOWN_KINDS = frozenset({"RayJob", "RayCluster", "Job", "TauCluster", "TauWorkspace", "TauQuotaRequest"})
+"""Kinds kept as metric labels; anything else is ``other`` (a request body cannot mint labels)."""
+
+JSON = "application/json"
+
+
+@runtime_checkable
+class StateProvider(Protocol):
+    """Where the server reads cluster state. ``state`` is the current immutable
+    ``ClusterState`` (None before the first load); ``ready`` is True once it is usable;
+    ``age_seconds()`` is how old it is (seconds since the last successful load or watch event).
+    Optional: ``async start()`` / ``async stop()`` (run with the server) and ``check()``
+    (called from a worker thread every second, e.g. to reload a changed file)."""
+
+    @property
+    def state(self) -> ClusterState | None: ...
+
+    @property
+    def ready(self) -> bool: ...
+
+    def age_seconds(self) -> float: ...
+
+
+class TLSSource(Protocol):
+    """The server's TLS: a live ``context`` and ``check()`` that reloads the certificate into
+    that same context when its files change (called on the event loop thread every second and
+    on SIGHUP; True when a new certificate is served). ``certs.serving.ServingTLS`` is one."""
+
+    context: ssl.SSLContext
+
+    def check(self) -> bool: ...
+
+
+class SnapshotStateProvider:
+    """Cluster state from a snapshot file (``taugate serve --cluster FILE``).
+
+    Loads at construction (``SnapshotError`` with a one-line reason on bad input); ``check()``
+    reloads when the file's stat changes, and a broken new file keeps the previous state (logged).
+    ``age_seconds()`` counts from the last successful load."""
+
+    def __init__(self, path: str | Path, settings: Settings):
+        self.path = Path(path)
+        self.settings = settings
+        self._stat = self._stat_now()
+        self._state = load_snapshot(self.path, settings)
+        self._loaded = time.monotonic()
+        self.generation = 0
+
+    def _stat_now(self):
+        try:
+            s = os.stat(self.path)
+        except OSError:
+            return None
+        return (s.st_ino, s.st_size, s.st_mtime_ns)
+
+    @property
+    def state(self) -> ClusterState:
+        return self._state
+
+    @property
+    def ready(self) -> bool:
+        return True
+
+    def age_seconds(self) -> float:
+        return time.monotonic() - self._loaded
+
+    def check(self) -> bool:
+        """Reload the file when it changed; True when a new state is in use."""
+        stat = self._stat_now()
+        if stat is None or stat == self._stat:
+            return False
+        self._stat = stat
+        try:
+            new = load_snapshot(self.path, self.settings)
+        except SnapshotError as e:
+            log.warning("keeping the previous cluster state: %s", e)
+            return False
+        self._state, self._loaded = new, time.monotonic()
+        self.generation += 1
+        log.info("cluster state reloaded from %s", self.path)
+        return True
+
+
+class AdmissionMetrics:
+    """The server's Prometheus metrics, in their own registry (``registry``):
+
+    - ``taugate_admission_requests_total{webhook,kind,operation,decision}``: decision is
+      ``allowed`` | ``patched`` | ``denied`` | ``deadline`` | ``unavailable`` | ``error`` |
+      ``invalid`` (HTTP 400) | ``too_large`` (HTTP 413) | ``timeout`` (HTTP 408);
+    - ``taugate_admission_duration_seconds{webhook}``: wall time from the request's arrival to
+      the answer, sub-millisecond buckets;
+    - ``taugate_admission_deadline_exceeded_total{webhook}``: deadline answers;
+    - ``taugate_admission_violations_total{webhook,policy,action}``: violations found, by
+      enforcement action (``deny`` and the log-only ``dryrun``);
+    - ``taugate_state_age_seconds``: age of the cluster state (from the provider);
+    - ``taugate_certificate_reloads_total``: serving certificates loaded without restart.
+    """
+
+    def __init__(self, age: Callable[[], float], registry: CollectorRegistry | None = None):
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.requests = Counter("taugate_admission_requests", "AdmissionReviews answered",
+                                ("webhook", "kind", "operation", "decision"), registry=r)
+        self.duration = Histogram("taugate_admission_duration_seconds", "Time to answer an AdmissionReview",
+                                  ("webhook",), buckets=LATENCY_BUCKETS, registry=r)
+        self.deadline = Counter("taugate_admission_deadline_exceeded", "Reviews answered by the deadline",
+                                ("webhook",), registry=r)
+        self.violations = Counter("taugate_admission_violations", "Policy violations found",
+                                  ("webhook", "policy", "action"), registry=r)
+        self.state_age = Gauge("taugate_state_age_seconds", "Age of the cluster state in use", registry=r)
+        self.state_age.set_function(age)
+        self.cert_reloads = Counter("taugate_certificate_reloads", "Serving certificates reloaded", registry=r)
+        for route in ROUTES:  # every series exists from the start, at 0
+            self.deadline.labels(route.path)
+            self.duration.labels(route.path)
+
+
+_DECIDERS: dict[str, Callable[[dict, ClusterState, Settings, Any], Decision]] = {
+    "mutate.workloads.tau.azure.com": lambda req, st, s, e: review.mutate(req, st, s, e),
+    "validate.workloads.tau.azure.com": lambda req, st, s, e: review.validate(req, st, s, e),
+    "validate.resources.tau.azure.com": lambda req, st, s, e: review.validate_tau(req, st, s),
+}
+if set(_DECIDERS) != {r.name for r in ROUTES}:  # the route table and the server must agree
+    raise RuntimeError(f"webhook.server has deciders for {sorted(_DECIDERS)} but ROUTES names "
+                       f"{sorted(r.name for r in ROUTES)}")
+
+
+@dataclass
+class _Reply:
+    """An HTTP answer: ``body`` as JSON (or already serialised in ``payload``) and the labels."""
+
+    status: int
+    body: dict
+    decision: str
+    kind: str = ""
+    operation: str = ""
+    payload: bytes | None = None
+
+
+def _label_kind(req: dict) -> str:
+    kind = (req.get("kind") or {}).get("kind") if isinstance(req.get("kind"), dict) else None
+    return kind if kind in KNOWN_KINDS else "other"
+
+
+def _where(req: dict) -> str:
+    """``namespace/name`` of a request for log lines (``generateName*`` before a name exists)."""
+    name = req.get("name")
+    if not name:
+        meta = (req.get("object") or {}).get("metadata") if isinstance(req.get("object"), dict) else None
+        name = f"{meta.get('generateName', '')}*" if isinstance(meta, dict) else "?"
+    return f"{req.get('namespace') or ''}/{name}"
+
+
+def _label_operation(req: dict) -> str:
+    op = req.get("operation")
+    return op if op in review.OPERATIONS else "other"
+
+
+class AdmissionServer:
+    """The aiohttp application serving the admission webhooks.
+
+    ``provider``: a ``StateProvider``; ``engine``: the policy engine (``webhook.policy``), or
+    None; ``policies_required``: when True (the default) the server is not ready and denies
+    with 503 until an engine is set. ``checks``: extra callables run every ``check_interval``
+    seconds in a worker thread (a policy library reload, for example). ``registry``: where the
+    admission metrics live (a new one by default); ``/metrics`` also exposes
+    ``extra_registries`` (the process-wide default registry: process metrics and the policy
+    engine's reload counters). ``inline_limit``: body size in bytes above which parsing and
+    deciding move to the thread pool of ``executor_workers`` threads. Build the aiohttp app with
+    ``app()``; run it over HTTPS with ``start()`` or ``serve_forever()`` (one app per server).
+    """
+
+    def __init__(self, provider: StateProvider, settings: Settings | None = None, engine: Any = None, *,
+                 policies_required: bool = True, registry: CollectorRegistry | None = None,
+                 inline_limit: int = INLINE_LIMIT, executor_workers: int = 2,
+                 checks: tuple[Callable[[], Any], ...] = (), check_interval: float = 1.0,
+                 extra_registries: tuple[CollectorRegistry, ...] = (REGISTRY,)):
+        self.provider = provider
+        self.settings = settings or Settings()
+        self.engine = engine
+        self.policies_required = policies_required
+        self.inline_limit = inline_limit
+        self.metrics = AdmissionMetrics(self._state_age, registry)
+        self.executor = ThreadPoolExecutor(max_workers=executor_workers, thread_name_prefix="taugate-admit")
+        self.checks = tuple(checks)
+        self.check_interval = check_interval
+        self.extra_registries = tuple(extra_registries)
+        self.tls: TLSSource | None = None
+        self.draining = False
+
+    # --- state -------------------------------------------------------------------------------
+
+    def _state_age(self) -> float:
+        try:
+            return float(self.provider.age_seconds())
+        except Exception:  # a provider bug must not break /metrics
+            return float("nan")
+
+    def unable_reasons(self) -> list[str]:
+        """Why reviews cannot be decided now (no cluster state, no policy library); empty when
+        they can. Reviews are then denied with 503."""
+        reasons = []
+        if not self.provider.ready or self.provider.state is None:
+            reasons.append("no cluster state yet")
+        if self.policies_required and self.engine is None:
+            reasons.append("no policy library loaded")
+        return reasons
+
+    def not_ready_reasons(self) -> list[str]:
+        """Why ``/readyz`` is 503 (empty when ready): ``unable_reasons``, or shutting down (while
+        draining, reviews that still arrive are decided normally)."""
+        return (["shutting down"] if self.draining else []) + self.unable_reasons()
+
+    # --- the admission path --------------------------------------------------------------------
+
+    def _decide(self, route: Route, rev: dict, state: ClusterState) -> Decision:
+        return _DECIDERS[route.name](rev["request"], state, self.settings, self.engine)
+
+    def _decide_safely(self, route: Route, rev: dict, state: ClusterState) -> Decision:
+        try:
+            return self._decide(route, rev, state)
+        except Exception as e:  # a bug in a decision: fail closed with a valid answer, log it
+            log.exception("internal error deciding %s uid=%s", route.path, rev["request"].get("uid"))
+            return Decision.deny([], reason=f"taugate could not decide because of an internal error "
+                                            f"({type(e).__name__}); the request is denied; see the taugate "
+                                            f"webhook log", code=500)
+
+    def _deadline_decision(self) -> Decision:
+        s = self.settings.admission_deadline_seconds
+        return Decision.deny([], code=504, reason=(
+            f"taugate could not decide within its {s:g} s admission deadline, so the request is denied "
+            f"rather than admitted unchecked; retry, and tell the platform team if it keeps happening"))
+
+    def _unavailable_decision(self, reasons: list[str]) -> Decision:
+        return Decision.deny([], code=503, reason=f"taugate is not ready ({'; '.join(reasons)}); retry shortly")
+
+    def _answer(self, route: Route, rev: dict, decision: Decision, label: str | None = None) -> _Reply:
+        req = rev["request"]
+        if label is None:
+            label = ("allowed" if decision.allowed and not decision.patch else "patched" if decision.allowed
+                     else "error" if decision.code == 500 else "denied")
+        kind, operation = _label_kind(req), _label_operation(req)
+        try:
+            body = review.review_response(rev, decision)
+            payload = json.dumps(body, separators=(",", ":")).encode()
+        except Exception as e:  # a rendering bug: still a valid AdmissionReview, denied
+            log.exception("internal error rendering the answer to %s uid=%s", route.path, req.get("uid"))
+            body = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                    "response": {"uid": req.get("uid", ""), "allowed": False,
+                                 "status": {"code": 500, "message": f"taugate could not render its answer "
+                                                                    f"({type(e).__name__}); the request is denied"}}}
+            return _Reply(200, body, "error", kind, operation)
+        for v in decision.violations:
+            self.metrics.violations.labels(route.path, v.policy, v.action).inc()
+        for v in decision.dryrun:
+            self.metrics.violations.labels(route.path, v.policy, "dryrun").inc()
+            log.info("dryrun %s: %s %s uid=%s: %s", route.path, kind, _where(req), req.get("uid"), v.render())
+        if not decision.allowed:
+            log.info("denied %s: %s %s uid=%s: %s", route.path, kind, _where(req), req.get("uid"),
+                     decision.message.replace("\n", " "))
+        return _Reply(200, body, label, kind, operation, payload)
+
+    async def _admit(self, route: Route, request: web.Request) -> _Reply:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.settings.admission_deadline_seconds
+        limit = self.settings.max_body_bytes
+        if request.content_length is not None and request.content_length > limit:
+            return _Reply(413, {"error": f"request body is {request.content_length} bytes; the limit is {limit} "
+                                         f"bytes ({limit / 1048576:g} MiB)"}, "too_large")
+        # Reading may run past the deadline (by up to READ_GRACE_SECONDS): without the body there
+        # is no uid, and without a uid no valid answer, not even the deadline's.
+        try:
+            async with asyncio.timeout_at(deadline + READ_GRACE_SECONDS):
+                body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            return _Reply(413, {"error": f"request body exceeds the limit of {limit} bytes ({limit / 1048576:g} MiB)"},
+                          "too_large")
+        except TimeoutError:
+            return _Reply(408, {"error": f"request body not received within "
+                                         f"{self.settings.admission_deadline_seconds + READ_GRACE_SECONDS:g} s"},
+                          "timeout")
+
+        if len(body) <= self.inline_limit:
+            try:
+                rev = review.parse_review(body)
+            except review.ReviewError as e:
+                return _Reply(400, {"error": str(e)}, "invalid")
+            reasons = self.unable_reasons()
+            if reasons:
+                return self._answer(route, rev, self._unavailable_decision(reasons), "unavailable")
+            if loop.time() >= deadline:
+                return self._deadline_answer(route, rev)
+            return self._answer(route, rev, self._decide_safely(route, rev, self.provider.state))
+
+        # Large body: parse, then decide, in the thread pool. The parse always completes (its
+        # uid is needed for any valid answer, even the deadline's); the decision is abandoned at
+        # the deadline (the thread finishes it; its result is dropped).
+        try:
+            rev = await loop.run_in_executor(self.executor, review.parse_review, body)
+        except review.ReviewError as e:
+            return _Reply(400, {"error": str(e)}, "invalid")
+        reasons = self.unable_reasons()
+        if reasons:
+            return self._answer(route, rev, self._unavailable_decision(reasons), "unavailable")
+        state = self.provider.state
+        work = loop.run_in_executor(self.executor, self._decide_safely, route, rev, state)
+        remaining = deadline - loop.time()
+        try:
+            if remaining <= 0:
+                raise TimeoutError
+            decision = await asyncio.wait_for(asyncio.shield(work), remaining)
+        except TimeoutError:
+            return self._deadline_answer(route, rev)
+        return self._answer(route, rev, decision)
+
+    def _deadline_answer(self, route: Route, rev: dict) -> _Reply:
+        self.metrics.deadline.labels(route.path).inc()
+        log.warning("deadline: %s uid=%s not decided within %g s", route.path, rev["request"].get("uid"),
+                    self.settings.admission_deadline_seconds)
+        return self._answer(route, rev, self._deadline_decision(), "deadline")
+
+    def _handler(self, route: Route):
+        async def handle(request: web.Request) -> web.Response:
+            started = time.perf_counter()
+            reply = await self._admit(route, request)
+            self.metrics.requests.labels(route.path, reply.kind, reply.operation, reply.decision).inc()
+            self.metrics.duration.labels(route.path).observe(time.perf_counter() - started)
+            payload = reply.payload or json.dumps(reply.body, separators=(",", ":")).encode()
+            return web.Response(status=reply.status, body=payload, content_type=JSON)
+
+        handle.__name__ = f"admit_{route.path.strip('/').replace('-', '_')}"
+        return handle
+
+    # --- probes and metrics ----------------------------------------------------------------------
+
+    async def _healthz(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def _readyz(self, request: web.Request) -> web.Response:
+        reasons = self.not_ready_reasons()
+        if reasons:
+            return web.json_response({"status": "not ready", "reasons": reasons}, status=503)
+        return web.json_response({"status": "ready"})
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        registries = [self.metrics.registry, *(r for r in self.extra_registries if r is not self.metrics.registry)]
+        body = b"".join(generate_latest(r) for r in registries)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    # --- background checks -----------------------------------------------------------------------
+
+    def check_tls(self) -> bool:
+        """Reload the serving certificate if its files changed (event loop thread only)."""
+        if self.tls is None:
+            return False
+        changed = bool(self.tls.check())
+        if changed:
+            self.metrics.cert_reloads.inc()
+        return changed
+
+    async def run_checks(self) -> None:
+        """One round of background checks: the certificate (on the loop), then the provider's
+        and the extra ``checks`` (in a worker thread). Errors are logged, never raised."""
+        try:
+            self.check_tls()
+        except Exception:
+            log.exception("certificate check failed")
+        for fn in ([self.provider.check] if callable(getattr(self.provider, "check", None)) else []) + list(self.checks):
+            try:
+                await asyncio.to_thread(fn)
+            except Exception:
+                log.exception("background check %r failed", fn)
+
+    async def _background(self, app: web.Application):
+        provider_start = getattr(self.provider, "start", None)
+        if callable(provider_start):
+            await provider_start()
+
+        async def loop_checks():
+            while True:
+                await asyncio.sleep(self.check_interval)
+                await self.run_checks()
+
+        task = asyncio.create_task(loop_checks(), name="taugate-checks")
+        yield
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+        provider_stop = getattr(self.provider, "stop", None)
+        if callable(provider_stop):
+            await provider_stop()
+        self.executor.shutdown(wait=False, cancel_futures=True)
+
+    def app(self) -> web.Application:
+        """The aiohttp application: one POST route per ``ROUTES`` entry, plus the probes."""
+        app = web.Application(client_max_size=self.settings.max_body_bytes)
+        for route in ROUTES:
+            app.router.add_post(route.path, self._handler(route))
+        app.router.add_get("/healthz", self._healthz)
+        app.router.add_get("/readyz", self._readyz)
+        app.router.add_get("/metrics", self._metrics)
+        app.cleanup_ctx.append(self._background)
+        return app
+
+
+def listen_socket(host: str, port: int) -> socket.socket:
+    """A bound, listening TCP socket for ``host``:``port`` (port 0 picks a free one).
+    Raises ``OSError`` (e.g. address in use) with the address in the message."""
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    family, socktype, proto, _, addr = infos[0]
+    sock = socket.socket(family, socktype, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(addr)
+        sock.listen(512)
+    except OSError as e:
+        sock.close()
+        raise OSError(e.errno, f"cannot listen on {host}:{port}: {e.strerror}") from None
+    sock.setblocking(False)
+    return sock
+
+
+class RunningServer:
+    """A started server: ``port`` (the bound one), ``url``, and ``stop()``."""
+
+    def __init__(self, runner: web.AppRunner, server: AdmissionServer, sock: socket.socket, host: str):
+        self.runner, self.server, self.sock, self.host = runner, server, sock, host
+        self.port = sock.getsockname()[1]
+        self.url = f"https://{host}:{self.port}"
+
+    async def stop(self, *, drain_seconds: float = 0.0) -> None:
+        """Stop: report not ready, wait ``drain_seconds`` (endpoints need time to drop the pod),
+        then close listeners and let in-flight requests finish."""
+        self.server.draining = True
+        if drain_seconds > 0:
+            await asyncio.sleep(drain_seconds)
+        await self.runner.cleanup()
+
+
+async def start(server: AdmissionServer, tls: TLSSource, *, host: str = "127.0.0.1", port: int = 8443,
+                access_log: bool = False) -> RunningServer:
+    """Start ``server`` over HTTPS on ``host``:``port`` with ``tls.context`` (reloaded in place
+    by ``tls.check()`` every ``server.check_interval`` seconds). Raises ``OSError`` when the
+    address cannot be bound."""
+    server.tls = tls
+    sock = listen_socket(host, port)
+    runner = web.AppRunner(server.app(), access_log=log if access_log else None, handle_signals=False,
+                           shutdown_timeout=5.0)
+    try:
+        await runner.setup()
+        site = web.SockSite(runner, sock, ssl_context=tls.context)
+        await site.start()
+    except BaseException:
+        await runner.cleanup()
+        sock.close()
+        raise
+    return RunningServer(runner, server, sock, host)
+
+
+async def serve_forever(server: AdmissionServer, tls: TLSSource, *, host: str, port: int,
+                        shutdown_delay: float = 0.0,
+                        on_started: Callable[[RunningServer], Awaitable[None] | None] | None = None) -> None:
+    """Run until SIGTERM or SIGINT: then not ready, ``shutdown_delay`` seconds of draining, stop.
+    SIGHUP runs the background checks (certificate, state, policies) at once."""
+    running = await start(server, tls, host=host, port=port)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, lambda: asyncio.ensure_future(server.run_checks()))
+    try:
+        if on_started is not None:
+            result = on_started(running)
+            if asyncio.iscoroutine(result):
+                await result
+        await stop.wait()
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            loop.remove_signal_handler(sig)
+        await running.stop(drain_seconds=shutdown_delay)
