@@ -1,0 +1,31 @@
+# taugate: admission webhook server, operator and certificate jobs in one image.
+# The Helm chart (charts/taugate) runs it as `taugate serve ...`, `taugate operator ...` and
+# `taugate certs ...`; the entrypoint is the `taugate` console script.
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    TAUGATE_POLICY_DIR=/etc/taugate/policies
+
+# Install the distribution (its dependencies come from pyproject.toml), then drop the sources.
+COPY pyproject.toml /tmp/src/
+COPY taugate/ /tmp/src/taugate/
+COPY webhook/ /tmp/src/webhook/
+COPY controllers/ /tmp/src/controllers/
+COPY certs/ /tmp/src/certs/
+RUN pip install /tmp/src && rm -rf /tmp/src
+
+# The Rego policy library is data, not a Python package: it lives at TAUGATE_POLICY_DIR (the chart
+# can mount a ConfigMap over it).
+COPY policies/ /etc/taugate/policies/
+
+# Non-root, numeric so Kubernetes' runAsNonRoot can verify it (the chart runs as 10001 too).
+RUN groupadd --system --gid 10001 taugate \
+ && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin taugate
+USER 10001:10001
+WORKDIR /tmp
+
+ENTRYPOINT ["taugate"]
+CMD ["--help"]

@@ -1,0 +1,173 @@
+{{/* Names ------------------------------------------------------------------------------------- */}}
+
+{{- define "taugate.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "taugate.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "taugate.webhookName" -}}{{ include "taugate.fullname" . }}-webhook{{- end -}}
+{{- define "taugate.operatorName" -}}{{ include "taugate.fullname" . }}-operator{{- end -}}
+{{- define "taugate.certsName" -}}{{ include "taugate.fullname" . }}-certs{{- end -}}
+{{- define "taugate.certsHookName" -}}{{ include "taugate.fullname" . }}-certs-hook{{- end -}}
+{{- define "taugate.cleanupName" -}}{{ include "taugate.fullname" . }}-cleanup{{- end -}}
+{{/* Both webhook configurations (Mutating and Validating) carry this name. */}}
+{{- define "taugate.configurationName" -}}{{ include "taugate.fullname" . }}{{- end -}}
+{{- define "taugate.tlsSecretName" -}}{{ include "taugate.fullname" . }}-webhook-tls{{- end -}}
+{{- define "taugate.evidenceKeySecretName" -}}
+{{- .Values.operator.evidence.signingKey.existingSecret | default (printf "%s-evidence-key" (include "taugate.fullname" .)) -}}
+{{- end -}}
+{{- define "taugate.evidenceClaimName" -}}
+{{- .Values.operator.evidence.persistence.existingClaim | default (printf "%s-evidence" (include "taugate.fullname" .)) -}}
+{{- end -}}
+{{- define "taugate.certificateName" -}}{{ include "taugate.fullname" . }}-webhook{{- end -}}
+
+{{- define "taugate.priorityClassName" -}}
+{{- if .Values.priorityClass.name -}}
+{{- .Values.priorityClass.name -}}
+{{- else if .Values.priorityClass.create -}}
+{{- include "taugate.fullname" . }}-critical
+{{- end -}}
+{{- end -}}
+
+{{/* The operator's username: the webhook configurations' matchConditions skip it and the server's
+     guard clause (TAUGATE_SERVICE_ACCOUNT) allows it untouched. */}}
+{{- define "taugate.operatorUsername" -}}
+system:serviceaccount:{{ .Release.Namespace }}:{{ include "taugate.operatorName" . }}
+{{- end -}}
+
+{{- define "taugate.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+
+{{/* Labels ------------------------------------------------------------------------------------ */}}
+
+{{- define "taugate.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/name: {{ include "taugate.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end -}}
+
+{{/* Selector labels of one component: (dict "root" $ "component" "webhook"). */}}
+{{- define "taugate.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "taugate.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "taugate.componentLabels" -}}
+{{ include "taugate.labels" .root }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{/* Routes (files/routes.json, generated from webhook/routes.py by scripts/chart_routes.py) ---- */}}
+
+{{- define "taugate.routes" -}}
+{{- $doc := .Files.Get "files/routes.json" | fromJson -}}
+{{- if not $doc.routes -}}
+{{- fail "files/routes.json is missing or has no routes: run python scripts/chart_routes.py" -}}
+{{- end -}}
+{{- toJson $doc.routes -}}
+{{- end -}}
+
+{{/* failurePolicy of one route: (dict "root" $ "key" "mutate"): its entry in
+     webhook.failurePolicyOverrides, else webhook.failurePolicy. */}}
+{{- define "taugate.failurePolicy" -}}
+{{- $w := .root.Values.webhook -}}
+{{- index ($w.failurePolicyOverrides | default dict) .key | default $w.failurePolicy -}}
+{{- end -}}
+
+{{/* Namespaces no webhook ever sees: kube-system, the release namespace, and the configured ones. */}}
+{{- define "taugate.excludedNamespaces" -}}
+{{- $ns := list "kube-system" .Release.Namespace -}}
+{{- range .Values.webhook.excludedNamespaces -}}{{- $ns = append $ns . -}}{{- end -}}
+{{- toJson ($ns | uniq) -}}
+{{- end -}}
+
+{{/* Settings every taugate process reads (taugate/settings.py, prefix TAUGATE_). */}}
+{{- define "taugate.settingsEnv" -}}
+- name: TAUGATE_SERVICE_ACCOUNT
+  value: {{ include "taugate.operatorUsername" . | quote }}
+- name: TAUGATE_SYSTEM_NAMESPACE
+  value: {{ .Values.systemNamespace | quote }}
+- name: TAUGATE_ADMISSION_DEADLINE_SECONDS
+  value: {{ .Values.webhook.admissionDeadlineSeconds | quote }}
+- name: POD_NAMESPACE
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.namespace
+{{- end -}}
+
+{{/* Checks the schema cannot express (they compare two values or a value with the release). */}}
+{{- define "taugate.checks" -}}
+{{- if eq .Values.systemNamespace .Release.Namespace -}}
+{{- fail (printf "systemNamespace (%s) must differ from the release namespace: the webhook configurations never select taugate's own namespace, so TauWorkspaces there would not be validated" .Values.systemNamespace) -}}
+{{- end -}}
+{{- if ge (float64 .Values.webhook.admissionDeadlineSeconds) (float64 .Values.webhook.timeoutSeconds) -}}
+{{- fail (printf "webhook.admissionDeadlineSeconds (%v) must be below webhook.timeoutSeconds (%v): the server must answer before the API server gives up" .Values.webhook.admissionDeadlineSeconds .Values.webhook.timeoutSeconds) -}}
+{{- end -}}
+{{- $keys := list -}}
+{{- range (include "taugate.routes" . | fromJsonArray) -}}{{- $keys = append $keys .key -}}{{- end -}}
+{{- range $k, $v := .Values.webhook.failurePolicyOverrides -}}
+{{- if not (has $k $keys) -}}
+{{- fail (printf "webhook.failurePolicyOverrides names route %q; the routes are %s" $k (join ", " $keys)) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Pod-level pieces shared by every taugate pod ---------------------------------------------- */}}
+
+{{- define "taugate.podSecurityContext" -}}
+{{- toYaml .Values.podSecurityContext -}}
+{{- end -}}
+
+{{- define "taugate.containerSecurityContext" -}}
+{{- toYaml .Values.securityContext -}}
+{{- end -}}
+
+{{/* Arguments of `taugate certs` for the hook Jobs and the renewal CronJob: one idempotent
+     command that creates the CA and serving certificate in the Secret when missing, renews them
+     when they expire within renewBeforeDays, and patches the CA bundle into both webhook
+     configurations when they exist. */}}
+{{- define "taugate.certsArgs" -}}
+- certs
+- sync
+- --secret={{ include "taugate.tlsSecretName" . }}
+- --namespace={{ .Release.Namespace }}
+- --service={{ include "taugate.webhookName" . }}
+- --days={{ .Values.certs.selfSigned.validityDays }}
+- --renew-before-days={{ .Values.certs.selfSigned.renewBeforeDays }}
+- --mutating-webhook-configuration={{ include "taugate.configurationName" . }}
+- --validating-webhook-configuration={{ include "taugate.configurationName" . }}
+{{- end -}}
+
+{{/* RBAC rules of `taugate certs sync`: the one Secret, and the caBundle of the two configurations. */}}
+{{- define "taugate.certsClusterRules" -}}
+- apiGroups: [admissionregistration.k8s.io]
+  resources: [mutatingwebhookconfigurations, validatingwebhookconfigurations]
+  resourceNames: [{{ include "taugate.configurationName" . }}]
+  verbs: [get, patch]
+{{- end -}}
+{{- define "taugate.certsNamespaceRules" -}}
+# create cannot be restricted by resourceNames (Kubernetes RBAC rule).
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [create]
+- apiGroups: [""]
+  resources: [secrets]
+  resourceNames: [{{ include "taugate.tlsSecretName" . }}]
+  verbs: [get, update, patch]
+{{- end -}}

@@ -1,0 +1,163 @@
+"""The chart lints, renders for every variant, and every object it renders is one the Kubernetes
+1.30 and 1.35 API servers accept (kubernetes-validate --strict, plus the enums and ranges that
+tool does not check)."""
+
+from __future__ import annotations
+
+import copy
+
+import helm_python
+import jsonschema
+import kubernetes_validate
+import pytest
+
+from tests.install import custom_resources
+from tests.install.chart import (
+    CHART, KUBERNETES_VERSIONS, VARIANTS, crds, find, objects, one, pod_spec, render,
+    webhook_configuration_problems, workload_problems,
+)
+
+CUSTOM_GROUPS = ("cert-manager.io/", "monitoring.coreos.com/")
+
+
+def _short(error: Exception) -> str:
+    return str(error).split("\n", 1)[0][:300]
+
+
+@pytest.mark.parametrize("kube_version", [f"v{v}" for v in KUBERNETES_VERSIONS])
+def test_helm_lint_passes_without_errors_or_warnings(kube_version):
+    report = helm_python.lint(CHART, strict=True, kube_version=kube_version)
+    problems = [m for m in report["messages"] if m["severity"] >= 2]
+    assert report["errors"] == [] and problems == [], report
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_every_rendered_object_is_valid_for_kubernetes_1_30_and_1_35(rendered, variant):
+    invalid = []
+    for obj in rendered[variant] + crds():
+        if obj["apiVersion"].startswith(CUSTOM_GROUPS):
+            try:
+                custom_resources.validate(obj)
+            except jsonschema.ValidationError as e:
+                invalid.append(f"{obj['kind']}/{obj['metadata']['name']}: {e.message}")
+            continue
+        for version in KUBERNETES_VERSIONS:
+            try:
+                kubernetes_validate.validate(obj, version, strict=True)
+            except kubernetes_validate.ValidationError as e:
+                invalid.append(f"{obj['kind']}/{obj['metadata']['name']} on {version}: {_short(e)}")
+    assert invalid == []
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_enum_and_range_fields_hold_values_the_api_server_accepts(rendered, variant):
+    problems = []
+    for obj in rendered[variant]:
+        if obj["kind"] in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+            problems += webhook_configuration_problems(obj)
+        problems += workload_problems(obj)
+    assert problems == []
+
+
+def test_the_enum_checks_catch_values_kubernetes_validate_lets_through(default_objects):
+    config = copy.deepcopy(one(default_objects, "MutatingWebhookConfiguration"))
+    webhook = config["webhooks"][0]
+    webhook.update(failurePolicy="Sometimes", timeoutSeconds=31, sideEffects="Some", reinvocationPolicy="Always",
+                   matchPolicy="Fuzzy")
+    webhook["rules"][0]["resources"].append("rayjobs/status")
+    kubernetes_validate.validate(config, "1.30.0", strict=True)  # the schema alone accepts all of it
+    problems = " ".join(webhook_configuration_problems(config))
+    for field in ("failurePolicy", "timeoutSeconds", "sideEffects", "reinvocationPolicy", "matchPolicy", "rayjobs/status"):
+        assert field in problems
+
+
+def test_each_variant_renders_the_objects_it_promises(rendered):
+    kinds = {name: {o["kind"] for o in objs} for name, objs in rendered.items()}
+    assert {"Issuer", "Certificate"} <= kinds["cert-manager"]
+    assert "CronJob" in kinds["default"] and "Certificate" not in kinds["default"]
+    assert "Issuer" not in kinds["cert-manager-cluster-issuer"]  # an existing ClusterIssuer is used
+    assert {"ServiceMonitor", "PrometheusRule"} <= kinds["high-availability"]
+    assert "PriorityClass" not in kinds["high-availability"]  # an existing class is named instead
+    for objs in rendered.values():
+        assert {"Deployment", "Service", "PodDisruptionBudget", "NetworkPolicy", "MutatingWebhookConfiguration",
+                "ValidatingWebhookConfiguration"} <= {o["kind"] for o in objs}
+
+
+def test_the_webhook_runs_two_replicas_with_a_disruption_budget_and_anti_affinity(default_objects):
+    deploy = one(default_objects, "Deployment", "taugate-webhook")
+    assert deploy["spec"]["replicas"] == 2
+    assert deploy["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+    pdb = one(default_objects, "PodDisruptionBudget")
+    assert pdb["spec"]["maxUnavailable"] == 1
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= deploy["spec"]["template"]["metadata"]["labels"].items()
+    spec = pod_spec(deploy)
+    soft = spec["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert soft[0]["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    assert spec["priorityClassName"] == one(default_objects, "PriorityClass")["metadata"]["name"]
+    container = spec["containers"][0]
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    assert container["resources"]["requests"] and container["resources"]["limits"]["memory"]
+
+
+def test_high_availability_requires_one_replica_per_node(rendered):
+    deploy = one(rendered["high-availability"], "Deployment", "taugate-webhook")
+    assert deploy["spec"]["replicas"] == 3
+    hard = pod_spec(deploy)["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert hard[0]["topologyKey"] == "kubernetes.io/hostname"
+    assert pod_spec(deploy)["priorityClassName"] == "system-cluster-critical"
+
+
+def test_exactly_one_operator_instance_acts(default_objects):
+    deploy = one(default_objects, "Deployment", "taugate-operator")
+    assert deploy["spec"]["replicas"] == 1
+    assert deploy["spec"]["strategy"]["type"] == "Recreate"  # the old pod stops before the new starts
+    with pytest.raises(helm_python.HelmValuesError, match="operator/replicas"):
+        render({"operator": {"replicas": 2}})
+
+
+def test_the_services_select_their_pods_and_name_real_ports(default_objects):
+    for service in find(default_objects, "Service"):
+        pods = [d for d in find(default_objects, "Deployment")
+                if service["spec"]["selector"].items() <= d["spec"]["template"]["metadata"]["labels"].items()]
+        assert len(pods) == 1, service["metadata"]["name"]
+        port_names = {p["name"] for c in pod_spec(pods[0])["containers"] for p in c.get("ports", [])}
+        assert {p["targetPort"] for p in service["spec"]["ports"]} <= port_names
+
+
+def test_the_network_policies_select_the_pods_and_open_the_webhook_port(default_objects):
+    deployments = {d["metadata"]["name"]: d for d in find(default_objects, "Deployment")}
+    for policy in find(default_objects, "NetworkPolicy"):
+        selected = [n for n, d in deployments.items()
+                    if policy["spec"]["podSelector"]["matchLabels"].items() <= d["spec"]["template"]["metadata"]["labels"].items()]
+        assert len(selected) == 1 and set(policy["spec"]["policyTypes"]) == {"Ingress", "Egress"}
+        if selected == ["taugate-webhook"]:
+            webhook_port = pod_spec(deployments["taugate-webhook"])["containers"][0]["ports"][0]["containerPort"]
+            assert any(p["port"] == webhook_port for rule in policy["spec"]["ingress"] for p in rule["ports"])
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"webhook": {"failurePolicy": "Sometimes"}}, "failurePolicy"),
+    ({"webhook": {"timeoutSeconds": 31}}, "timeoutSeconds"),
+    ({"webhook": {"timeoutSeconds": 0}}, "timeoutSeconds"),
+    ({"webhook": {"reinvocationPolicy": "Always"}}, "reinvocationPolicy"),
+    ({"webhook": {"matchPolicy": "Fuzzy"}}, "matchPolicy"),
+    ({"certs": {"mode": "vault"}}, "certs/mode"),
+    ({"webhook": {"replicas": 0}}, "webhook/replicas"),
+    ({"webhook": {"failurePolicyOverrides": {"mutate": "Never"}}}, "failurePolicyOverrides"),
+    ({"webhook": {"failurPolicy": "Ignore"}}, "failurPolicy"),
+])
+def test_the_values_schema_rejects_bad_values_with_the_field_named(values, message):
+    with pytest.raises(helm_python.HelmValuesError, match=message):
+        render(values)
+
+
+@pytest.mark.parametrize("values, namespace, message", [
+    ({"webhook": {"admissionDeadlineSeconds": 3, "timeoutSeconds": 3}}, "taugate-system", "must be below webhook.timeoutSeconds"),
+    ({"systemNamespace": "taugate-system"}, "taugate-system", "must differ from the release namespace"),
+    ({"webhook": {"failurePolicyOverrides": {"mutating": "Ignore"}}}, "taugate-system", 'names route "mutating"'),
+])
+def test_settings_that_would_break_admission_fail_the_render_with_a_reason(values, namespace, message):
+    with pytest.raises(helm_python.HelmRenderError, match=message):
+        render(values, namespace=namespace)

@@ -1,0 +1,73 @@
+"""The operator pod has what the recorder needs to start: an evidence directory that survives
+restarts and an Ed25519 signing key it can load, configured through settings that exist."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import PurePosixPath
+
+import pytest
+
+from controllers.evidence import Signer
+from controllers.recorder_config import RecorderConfig
+from tests.install.chart import find, objects, one, pod_spec
+
+
+def _operator(objs: list[dict]) -> tuple[dict, dict]:
+    spec = pod_spec(one(objs, "Deployment", "taugate-operator"))
+    return spec, spec["containers"][0]
+
+
+def _mounted_volume(spec: dict, container: dict, path: str) -> tuple[dict, str]:
+    """The volume a file path lives in, and the path inside the volume."""
+    for mount in container["volumeMounts"]:
+        if PurePosixPath(path).is_relative_to(mount["mountPath"]):
+            volume = next(v for v in spec["volumes"] if v["name"] == mount["name"])
+            return volume, str(PurePosixPath(path).relative_to(mount["mountPath"]))
+    raise AssertionError(f"{path} is on no mounted volume")
+
+
+def test_the_recorder_settings_the_chart_sets_exist_and_point_at_mounted_volumes(default_objects, monkeypatch):
+    spec, container = _operator(default_objects)
+    env = {e["name"]: e["value"] for e in container["env"] if e["name"].startswith("TAUGATE_RECORDER_")}
+    assert set(env) <= {f"TAUGATE_RECORDER_{name.upper()}" for name in RecorderConfig.model_fields}
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    config = RecorderConfig()
+    evidence, _ = _mounted_volume(spec, container, str(config.evidence_root))
+    claim = one(default_objects, "PersistentVolumeClaim")
+    assert evidence["persistentVolumeClaim"]["claimName"] == claim["metadata"]["name"]
+    assert claim["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    key_volume, inner = _mounted_volume(spec, container, str(config.signing_key_file))
+    assert [i["path"] for i in key_volume["secret"]["items"]] == [inner]
+
+
+def test_the_generated_evidence_key_is_an_ed25519_key_the_recorder_loads(default_objects):
+    spec, container = _operator(default_objects)
+    volume, inner = _mounted_volume(spec, container, "/etc/taugate/evidence-key/ed25519.pem")
+    secret = one(default_objects, "Secret", volume["secret"]["secretName"])
+    signer = Signer.from_pem(base64.b64decode(secret["data"][inner]), "rendered Secret")
+    assert len(signer.public_raw) == 32
+    assert secret["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+
+
+def test_an_existing_key_and_claim_are_used_instead_of_created():
+    objs = objects({"operator": {"evidence": {"signingKey": {"existingSecret": "platform-evidence-key"},
+                                              "persistence": {"existingClaim": "audit"}}}})
+    spec, _ = _operator(objs)
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes["evidence-key"]["secret"]["secretName"] == "platform-evidence-key"
+    assert volumes["evidence"]["persistentVolumeClaim"]["claimName"] == "audit"
+    assert find(objs, "Secret") == [] and find(objs, "PersistentVolumeClaim") == []
+
+
+@pytest.mark.parametrize("data_claim", ["", "workspace-data"])
+def test_workspace_data_is_mounted_read_only_only_when_a_claim_is_named(data_claim):
+    spec, container = _operator(objects({"operator": {"dataClaim": data_claim}}))
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    if not data_claim:
+        assert "data" not in mounts
+        return
+    assert mounts["data"]["readOnly"] is True and mounts["data"]["mountPath"] == "/var/lib/taugate/data"
+    volume = next(v for v in spec["volumes"] if v["name"] == "data")
+    assert volume["persistentVolumeClaim"] == {"claimName": data_claim, "readOnly": True}
