@@ -23,10 +23,16 @@ import ssl
 import tempfile
 from pathlib import Path
 
+from prometheus_client import Gauge
+
 from certs.pki import CertError, fingerprint, load_certificates, load_private_key, public_keys_match
 from certs.store import CA_BUNDLE, TLS_CERT, TLS_KEY, generate
 
 log = logging.getLogger("taugate.certs")
+
+CERT_EXPIRY = Gauge("taugate_certificate_expiry_timestamp_seconds",
+                    "Unix time (seconds) at which the serving certificate in use expires")
+"""Set on every certificate load; alert well before ``time() - expiry`` reaches zero."""
 
 
 def _stat_id(path: Path) -> tuple[int, int, int, int] | None:
@@ -110,6 +116,7 @@ class ServingTLS:
             k.unlink(missing_ok=True)
         self._stat, self._digest = stat, digest
         self.fingerprint = fingerprint(cert)
+        CERT_EXPIRY.set(cert.not_valid_after_utc.timestamp())
         if not initial:
             self.reloads += 1
             log.info("serving certificate reloaded from %s (sha256 %s)", self.cert_path, self.fingerprint[:16])

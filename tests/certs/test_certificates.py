@@ -154,3 +154,19 @@ def test_inspect_names_the_file_that_does_not_belong(cert_dir, tmp_path):
     (cert_dir / "ca.crt").write_bytes(b"-----BEGIN CERTIFICATE-----\ngarbage\n-----END CERTIFICATE-----\n")
     with pytest.raises(CertError, match=r"ca\.crt: "):
         store.inspect(cert_dir)
+
+
+def test_the_serving_certificates_expiry_is_exported_as_a_metric(tmp_path):
+    from prometheus_client import REGISTRY
+
+    from certs import store
+    from certs.serving import ServingTLS
+
+    store.generate(tmp_path, service="taugate-webhook", namespace="taugate-system", days=30)
+    tls = ServingTLS(tmp_path)
+    try:
+        expiry = REGISTRY.get_sample_value("taugate_certificate_expiry_timestamp_seconds")
+        import time
+        assert 29 * 86400 < expiry - time.time() <= 30 * 86400 + 60
+    finally:
+        tls.close()
