@@ -13,6 +13,7 @@ never parse Kubernetes quantities.
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 from taugate import labels
@@ -24,6 +25,11 @@ from taugate.snapshot import ClusterState
 # Annotations never shown to policies: a full copy of the object (input size drives evaluation
 # cost) and taugate's own admission record (derived from the decision being made).
 _HIDDEN_ANNOTATIONS = frozenset({"kubectl.kubernetes.io/last-applied-configuration", labels.ADMISSION_RECORD})
+
+
+# Profile fields that describe how the profile was resolved, not what it allows: left out.
+_PROFILE_RESOLUTION_FIELDS = {"conditions", "description", "applicability", "local_queues", "cluster_queues",
+                              "resource_flavors"}
 
 
 def _whole(value: Any) -> int:
@@ -111,14 +117,19 @@ def build_policy_input(*, obj: dict, templates: list[PodTemplate], operation: st
 
     Pure: reads only its arguments. ``queue`` is the resolved LocalQueue name; ``cluster.queue``
     holds its ClusterQueue's flavor quotas (GPUs for ``nvidia.com/gpu``: nominal, borrowingLimit
-    or null, usage, and the ResourceFlavor's ``nodeLabels``), or null when the LocalQueue is
-    unknown. Per pod template: ``replicas`` (pods now), ``maxReplicas`` (pods the KubeRay
+    or null, usage) plus ``gpu``, the ``nvidia.com/gpu`` quota for the profile's GPU class with
+    ``max``, what Kueue can ever admit; null when the LocalQueue is unknown. The profile leaves
+    out how it was resolved (conditions, applicability, queues, flavors, description). Per pod template: ``replicas`` (pods now), ``maxReplicas`` (pods the KubeRay
     autoscaler may reach), ``gpusPerPod`` and each container's ``gpus`` (whole devices: limit,
     else request, as Kubernetes defaults an extended resource's request to its limit), and the
-    field paths ``field`` / ``groupField`` / ``replicasField`` for violation messages.
+    field paths ``field`` / ``groupField`` / ``replicasField`` for violation messages. Per
+    object: ``totalGpus`` (sum of GPUs per pod x pods), ``maxGpusPerPod`` and ``workers`` (worker
+    pods: Ray worker groups and a Job's parallelism, all of them and those holding GPUs, now and
+    at the autoscaler's maximum), so a policy can leave early on the common, compliant case.
     """
     meta = obj.get("metadata") or {}
     autoscaling = _autoscaling(obj)
+    pod_templates = [_template_input(t, obj, autoscaling) for t in templates]
     annotations = meta.get("annotations")
     if isinstance(annotations, dict):
         annotations = {k: v for k, v in annotations.items() if k not in _HIDDEN_ANNOTATIONS}
@@ -135,7 +146,10 @@ def build_policy_input(*, obj: dict, templates: list[PodTemplate], operation: st
                                            ("namespace", meta.get("namespace")), ("labels", meta.get("labels")),
                                            ("annotations", annotations or None)) if v is not None},
             "autoscaling": autoscaling,
-            "podTemplates": [_template_input(t, obj, autoscaling) for t in templates],
+            "totalGpus": sum(t.gpus_per_pod * t.replicas for t in templates),
+            "maxGpusPerPod": max((t.gpus_per_pod for t in templates), default=0),
+            "workers": _workers(pod_templates),
+            "podTemplates": pod_templates,
         },
         "workspace": None if workspace is None else {
             "name": workspace.metadata.name, "namespace": workspace.target_namespace,
@@ -143,24 +157,53 @@ def build_policy_input(*, obj: dict, templates: list[PodTemplate], operation: st
             "team": workspace.spec.team_ref.name if workspace.spec.team_ref else None,
         },
         "profile": None if profile is None else profile.model_dump(by_alias=True, exclude_none=True, mode="json",
-                                                                   exclude={"conditions"}),
+                                                                   exclude=_PROFILE_RESOLUTION_FIELDS),
         "cluster": {
             "gpuClassLabel": gpu_class_label,
             "gpuClasses": {name: s.as_input() for name, s in state.gpu_classes.items()},
             "queue": None if lq is None else {
                 "localQueue": queue,
                 "clusterQueue": (lq.get("spec") or {}).get("clusterQueue"),
-                "quotas": [_quota_input(q, state) for q in quotas],
+                "quotas": [q.as_input() for q in quotas],
+                "gpu": _gpu_quota(quotas, state, profile.gpu_class if profile else None, gpu_class_label),
             },
         },
     }
 
 
-def _quota_input(q: Any, state: ClusterState) -> dict[str, Any]:
-    """One flavor quota as policies see it, with the ResourceFlavor's ``nodeLabels`` (Kueue
-    places the workload's pods on nodes carrying them), ``{}`` when the flavor is unknown."""
-    out = q.as_input()
-    flavor = state.flavors.get(q.flavor) or {}
-    node_labels = (flavor.get("spec") or {}).get("nodeLabels")
-    out["nodeLabels"] = dict(node_labels) if isinstance(node_labels, dict) else {}
-    return out
+def _workers(pod_templates: list[dict[str, Any]]) -> dict[str, int]:
+    """Worker pods (role ``worker`` or ``job``): ``pods``/``maxPods`` over all of them,
+    ``gpuPods``/``maxGpuPods`` over those holding GPUs."""
+    workers = [t for t in pod_templates if t["role"] in ("worker", "job")]
+    gpu = [t for t in workers if t["gpusPerPod"] > 0]
+    return {"pods": sum(t["replicas"] for t in workers), "maxPods": sum(t["maxReplicas"] for t in workers),
+            "gpuPods": sum(t["replicas"] for t in gpu), "maxGpuPods": sum(t["maxReplicas"] for t in gpu)}
+
+
+def _gpu_quota(quotas: tuple, state: ClusterState, gpu_class: str | None, gpu_class_label: str) -> dict[str, Any]:
+    """The ``nvidia.com/gpu`` quota a workload of GPU class ``gpu_class`` can draw on.
+
+    Flavors: the ClusterQueue's ``nvidia.com/gpu`` flavors whose ResourceFlavor ``nodeLabels``
+    name the class, else all of its ``nvidia.com/gpu`` flavors. ``max`` is what Kueue can ever
+    admit (Kueue ClusterQueue quota rules): the sum of ``nominalQuota + borrowingLimit``; a
+    flavor without ``borrowingLimit`` borrows nothing without a cohort (``nominalQuota``) and
+    without bound inside one (``max`` null: no limit can be stated)."""
+    gpu = [q for q in quotas if q.resource == labels.GPU_RESOURCE]
+    chosen = [q for q in gpu if gpu_class is not None and
+              (((state.flavors.get(q.flavor) or {}).get("spec") or {}).get("nodeLabels") or {}).get(gpu_class_label) == gpu_class]
+    chosen = chosen or gpu
+    most: Any = 0
+    for q in chosen:
+        if q.borrowing_limit is not None:
+            most = None if most is None else most + q.nominal + q.borrowing_limit
+        elif q.cohort is None:
+            most = None if most is None else most + q.nominal
+        else:
+            most = None
+    num = lambda d: int(d) if d == d.to_integral_value() else float(d)  # noqa: E731
+    return {"flavors": [q.flavor for q in chosen],
+            "nominal": num(sum((q.nominal for q in chosen), Decimal(0))),
+            "borrowingLimit": None if any(q.borrowing_limit is None for q in chosen)
+            else num(sum((q.borrowing_limit for q in chosen), Decimal(0))),
+            "usage": num(sum((q.usage for q in chosen), Decimal(0))),
+            "max": None if most is None else num(Decimal(most))}

@@ -17,44 +17,34 @@ product_label := "nvidia.com/gpu.product"
 class_label := input.cluster.gpuClassLabel
 
 # The GPU products of the profile's class (empty when unknown).
-products := {p | some p in lib.profile_class_summary.products}
+products := {p | some p in input.cluster.gpuClasses[input.profile.gpuClass].products}
 
 # nodeSelector names another class.
 deny contains lib.violation(name, field, msg) if {
-	cls := lib.profile_gpu_class
-	some t in lib.templates
-	asked := t.nodeSelector[class_label]
-	asked != cls
+	some t in input.object.podTemplates
+	asked := t.nodeSelector[input.cluster.gpuClassLabel]
+	asked != input.profile.gpuClass
+	cls := input.profile.gpuClass
+	is_string(cls)
 	field := sprintf("%s.spec.nodeSelector[\"%s\"]", [t.field, class_label])
 	msg := sprintf(
-		"%s asks for GPU class %s (nodeSelector %s=%s), but workload profile %s runs on GPU class %s; fix: remove the selector (taugate sets %s=%s) or use a profile of class %s",
-		[lib.describe(t), asked, class_label, asked, input.profile.name, cls, class_label, cls, asked],
+		"%s asks for GPU class %s (nodeSelector %s=%s); allowed: GPU class %s, where workload profile %s runs; fix: remove the selector (taugate sets %s=%s) or use a profile of class %s",
+		[lib.describe(t), asked, class_label, asked, cls, input.profile.name, class_label, cls, asked],
 	)
 }
 
 # nodeSelector names a GPU product the class does not have.
 deny contains lib.violation(name, field, msg) if {
-	cls := lib.profile_gpu_class
+	some t in input.object.podTemplates
+	asked := t.nodeSelector["nvidia.com/gpu.product"]
+	cls := input.profile.gpuClass
+	is_string(cls)
 	count(products) > 0
-	some t in lib.templates
-	asked := t.nodeSelector[product_label]
 	not asked in products
 	field := sprintf("%s.spec.nodeSelector[\"%s\"]", [t.field, product_label])
 	msg := sprintf(
-		"%s asks for GPU product %s (nodeSelector %s), but workload profile %s runs on GPU class %s, whose nodes have %s; fix: remove the selector or set it to one of those products",
-		[lib.describe(t), asked, product_label, input.profile.name, cls, concat(", ", products)],
-	)
-}
-
-# Required node affinity: one matchExpression of one nodeSelectorTerm, with its field path.
-expressions contains [t, field, e] if {
-	some t in lib.templates
-	terms := t.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms
-	some i, term in terms
-	some j, e in term.matchExpressions
-	field := sprintf(
-		"%s.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[%d].matchExpressions[%d]",
-		[t.field, i, j],
+		"%s asks for GPU product %s (nodeSelector %s); allowed: %s, the products of GPU class %s where workload profile %s runs; fix: remove the selector or set it to one of those products",
+		[lib.describe(t), asked, product_label, concat(", ", products), cls, input.profile.name],
 	)
 }
 
@@ -71,25 +61,38 @@ conflicts(e, allowed) if {
 
 conflicts(e, _) if e.operator == "DoesNotExist"
 
-deny contains lib.violation(name, field, msg) if {
-	cls := lib.profile_gpu_class
-	some [t, field, e] in expressions
-	e.key == class_label
+affinity_field(t, i, j) := sprintf(
+	"%s.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[%d].matchExpressions[%d]",
+	[t.field, i, j],
+)
+
+# A required node affinity expression on the class label excludes the profile's class.
+deny contains lib.violation(name, affinity_field(t, i, j), msg) if {
+	some t in input.object.podTemplates
+	some i, term in t.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms
+	some j, e in term.matchExpressions
+	e.key == input.cluster.gpuClassLabel
+	cls := input.profile.gpuClass
+	is_string(cls)
 	conflicts(e, {cls})
 	msg := sprintf(
-		"%s requires nodes with %s %s %v, but workload profile %s runs on GPU class %s; fix: remove this affinity term (taugate places GPU pods on class %s) or use a profile of the class you need",
-		[lib.describe(t), class_label, e.operator, object.get(e, "values", []), input.profile.name, cls, cls],
+		"%s requires nodes with %s %s %v; allowed: GPU class %s, where workload profile %s runs; fix: remove this affinity term (taugate places GPU pods on class %s) or use a profile of the class you need",
+		[lib.describe(t), e.key, e.operator, object.get(e, "values", []), cls, input.profile.name, cls],
 	)
 }
 
-deny contains lib.violation(name, field, msg) if {
-	cls := lib.profile_gpu_class
-	count(products) > 0
-	some [t, field, e] in expressions
+# A required node affinity expression on the GPU product excludes every product of the class.
+deny contains lib.violation(name, affinity_field(t, i, j), msg) if {
+	some t in input.object.podTemplates
+	some i, term in t.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms
+	some j, e in term.matchExpressions
 	e.key == product_label
+	cls := input.profile.gpuClass
+	is_string(cls)
+	count(products) > 0
 	conflicts(e, products)
 	msg := sprintf(
-		"%s requires nodes with %s %s %v, but workload profile %s runs on GPU class %s, whose nodes have %s; fix: remove this affinity term or name one of those products",
-		[lib.describe(t), product_label, e.operator, object.get(e, "values", []), input.profile.name, cls, concat(", ", products)],
+		"%s requires nodes with %s %s %v; allowed: %s, the products of GPU class %s where workload profile %s runs; fix: remove this affinity term or name one of those products",
+		[lib.describe(t), product_label, e.operator, object.get(e, "values", []), concat(", ", products), cls, input.profile.name],
 	)
 }

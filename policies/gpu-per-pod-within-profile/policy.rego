@@ -6,27 +6,30 @@
 package taugate.policies.gpu_per_pod_within_profile
 
 import data.taugate.lib
+import data.taugate.lib.gpu_templates
 
 name := "gpu-per-pod-within-profile"
 
 deny contains lib.violation(name, lib.gpu_field(t), msg) if {
 	allowed := input.profile.gpusPerWorker
-	some t in lib.gpu_templates
+	input.object.maxGpusPerPod > allowed
+	some t in gpu_templates
 	t.gpusPerPod > allowed
 	msg := sprintf(
-		"%s asks for %s per pod, but workload profile %s allows %s per worker (gpusPerWorker %d); fix: set nvidia.com/gpu to %d in requests and limits, or use a workload profile with more GPUs per worker (label tau.azure.com/workload-profile)",
-		[lib.describe(t), lib.plural(t.gpusPerPod, "GPU"), input.profile.name, lib.plural(allowed, "GPU"), allowed, allowed],
+		"%s asks for %s per pod; allowed: %s per worker under workload profile %s (gpusPerWorker %d); fix: set nvidia.com/gpu to %d in requests and limits, or use a workload profile with more GPUs per worker (label tau.azure.com/workload-profile)",
+		[lib.describe(t), lib.plural(t.gpusPerPod, "GPU"), lib.plural(allowed, "GPU"), input.profile.name, allowed, allowed],
 	)
 }
 
 deny contains lib.violation(name, lib.gpu_field(t), msg) if {
 	cap := input.profile.maxGpusPerPod
 	is_number(cap)
-	some t in lib.gpu_templates
+	input.object.maxGpusPerPod > cap
+	some t in gpu_templates
 	t.gpusPerPod > cap
 	t.gpusPerPod <= input.profile.gpusPerWorker
 	msg := sprintf(
-		"%s asks for %s per pod, but workload profile %s allows at most %s per pod (maxGpusPerPod %d); fix: request at most %d GPUs per pod",
-		[lib.describe(t), lib.plural(t.gpusPerPod, "GPU"), input.profile.name, lib.plural(cap, "GPU"), cap, cap],
+		"%s asks for %s per pod; allowed: at most %s per pod under workload profile %s (maxGpusPerPod %d); fix: request at most %d GPUs per pod",
+		[lib.describe(t), lib.plural(t.gpusPerPod, "GPU"), lib.plural(cap, "GPU"), input.profile.name, cap, cap],
 	)
 }

@@ -24,16 +24,18 @@ queues := {
 	"vision": {
 		"localQueue": "vision-queue", "clusterQueue": "vision-cq",
 		"quotas": [
-			{"flavor": "cpu", "resource": "cpu", "nominal": 32, "borrowingLimit": null, "usage": 0, "cohort": "research", "nodeLabels": {"node.kubernetes.io/instance-type": "Standard_D16s_v5"}},
-			{"flavor": "h100", "resource": "nvidia.com/gpu", "nominal": 24, "borrowingLimit": 8, "usage": 8, "cohort": "research", "nodeLabels": {"tau.azure.com/gpu-class": "h100"}},
+			{"flavor": "cpu", "resource": "cpu", "nominal": 32, "borrowingLimit": null, "usage": 0, "cohort": "research"},
+			{"flavor": "h100", "resource": "nvidia.com/gpu", "nominal": 24, "borrowingLimit": 8, "usage": 8, "cohort": "research"},
 		],
+		"gpu": {"flavors": ["h100"], "nominal": 24, "borrowingLimit": 8, "usage": 8, "max": 32},
 	},
 	"nlp": {
 		"localQueue": "nlp-queue", "clusterQueue": "nlp-cq",
 		"quotas": [
-			{"flavor": "cpu", "resource": "cpu", "nominal": 32, "borrowingLimit": null, "usage": 0, "cohort": "research", "nodeLabels": {"node.kubernetes.io/instance-type": "Standard_D16s_v5"}},
-			{"flavor": "a100", "resource": "nvidia.com/gpu", "nominal": 16, "borrowingLimit": 0, "usage": 4, "cohort": "research", "nodeLabels": {"tau.azure.com/gpu-class": "a100"}},
+			{"flavor": "cpu", "resource": "cpu", "nominal": 32, "borrowingLimit": null, "usage": 0, "cohort": "research"},
+			{"flavor": "a100", "resource": "nvidia.com/gpu", "nominal": 16, "borrowingLimit": 0, "usage": 4, "cohort": "research"},
 		],
+		"gpu": {"flavors": ["a100"], "nominal": 16, "borrowingLimit": 0, "usage": 4, "max": 16},
 	},
 }
 
@@ -95,11 +97,22 @@ input_for(workspace, profile, templates) := {
 		"apiVersion": "ray.io/v1", "kind": "RayJob",
 		"metadata": {"name": "train", "namespace": workspace, "labels": {}},
 		"autoscaling": false,
+		"totalGpus": sum([(t.gpusPerPod * t.replicas) | some t in templates]),
+		"maxGpusPerPod": max(array.concat([t.gpusPerPod | some t in templates], [0])),
+		"workers": workers(templates),
 		"podTemplates": templates,
 	},
 	"workspace": {"name": workspace, "namespace": workspace, "queue": queues[workspace].localQueue, "team": sprintf("%s-team", [workspace])},
 	"profile": profiles[profile],
 	"cluster": {"gpuClassLabel": "tau.azure.com/gpu-class", "gpuClasses": gpu_classes, "queue": queues[workspace]},
+}
+
+# workers(templates): what build_policy_input counts in input.object.workers.
+workers(templates) := {
+	"pods": sum([t.replicas | some t in templates; t.role in {"worker", "job"}]),
+	"maxPods": sum([t.maxReplicas | some t in templates; t.role in {"worker", "job"}]),
+	"gpuPods": sum([t.replicas | some t in templates; t.role in {"worker", "job"}; t.gpusPerPod > 0]),
+	"maxGpuPods": sum([t.maxReplicas | some t in templates; t.role in {"worker", "job"}; t.gpusPerPod > 0]),
 }
 
 # rayjob(workers, gpus): a vision RayJob with a CPU head and one worker group.

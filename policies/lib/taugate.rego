@@ -12,8 +12,10 @@ gpu_resource := "nvidia.com/gpu"
 # `msg` says what was asked, what is allowed and how to fix it.
 violation(policy, field, msg) := {"policy": policy, "field": field, "msg": msg}
 
-# Every pod template of the object (head, workers, submitter, or a Job's template).
-templates := input.object.podTemplates
+# Performance note (regorus, the embedded engine): referring to a rule of this package through
+# the package alias (`lib.gpu_templates` after `import data.taugate.lib`) evaluates the whole
+# package on every request. Import the rules you use by name (`import data.taugate.lib.gpu_templates`)
+# and call functions through the alias (`lib.violation(...)`): both are cheap.
 
 # Pod templates whose pods hold GPUs.
 gpu_templates := [t | some t in input.object.podTemplates; t.gpusPerPod > 0]
@@ -52,12 +54,9 @@ gpu_key(c) := "limits" if {
 
 # replicas_field(t) is where t's pod count is set (a worker group's replicas, a Job's
 # parallelism), else the template itself.
-replicas_field(t) := t.replicasField if is_string(t.replicasField)
-
-replicas_field(t) := t.field if not is_string(t.replicasField)
-
-# Total GPUs the whole workload holds at once: sum of GPUs per pod x pods.
-total_gpus := sum([(t.gpusPerPod * t.replicas) | some t in input.object.podTemplates])
+replicas_field(t) := t.replicasField if {
+	is_string(t.replicasField)
+} else := t.field
 
 # plural(n, word) is "1 GPU" / "2 GPUs".
 plural(n, word) := sprintf("%v %s", [n, word]) if n == 1

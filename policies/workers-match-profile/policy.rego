@@ -1,0 +1,59 @@
+# workers-match-profile: the number of worker pods follows the workload profile.
+#
+# TauGrid profile semantics: `mode: fixed` runs exactly `workerCount` workers (gang-sized
+# placement and quota are planned for that number); `mode: elastic` runs at most
+# `workerCount`. Workers are Ray worker-group pods (replicas x numOfHosts; with the KubeRay
+# autoscaler on, up to maxReplicas x numOfHosts) and a batch/v1 Job's parallelism; for a GPU
+# profile only pod templates that hold GPUs count.
+package taugate.policies.workers_match_profile
+
+import data.taugate.lib
+
+name := "workers-match-profile"
+
+# Worker pods now and at most (input.object.workers counts them: GPU ones for a GPU profile).
+now := input.object.workers.gpuPods if input.profile.gpusPerWorker > 0
+
+else := input.object.workers.pods
+
+most := input.object.workers.maxGpuPods if input.profile.gpusPerWorker > 0
+
+else := input.object.workers.maxPods
+
+workers := [t | some t in input.object.podTemplates; t.role in {"worker", "job"}; t.gpusPerPod > 0] if {
+	input.profile.gpusPerWorker > 0
+} else := [t | some t in input.object.podTemplates; t.role in {"worker", "job"}]
+
+groups := concat(", ", [sprintf("%s: %d", [t.group, t.replicas]) | some t in workers])
+
+field := lib.replicas_field(workers[0])
+
+deny contains lib.violation(name, field, msg) if {
+	input.profile.mode == "fixed"
+	now != input.profile.workerCount
+	now > 0
+	msg := sprintf(
+		"asks for %d workers (%s); allowed: exactly %d under workload profile %s (mode fixed, workerCount %d); fix: set the worker replicas to %d in total, or use an elastic profile",
+		[now, groups, input.profile.workerCount, input.profile.name, input.profile.workerCount, input.profile.workerCount],
+	)
+}
+
+deny contains lib.violation(name, field, msg) if {
+	input.profile.mode == "elastic"
+	now > input.profile.workerCount
+	msg := sprintf(
+		"asks for %d workers (%s); allowed: at most %d under workload profile %s (mode elastic, workerCount %d); fix: set the worker replicas to at most %d in total, or use a profile with more workers",
+		[now, groups, input.profile.workerCount, input.profile.name, input.profile.workerCount, input.profile.workerCount],
+	)
+}
+
+# The KubeRay autoscaler may grow the worker groups past the profile's count.
+deny contains lib.violation(name, field, msg) if {
+	input.object.autoscaling
+	now <= input.profile.workerCount
+	most > input.profile.workerCount
+	msg := sprintf(
+		"lets the Ray autoscaler grow to %d workers (maxReplicas); allowed: at most %d under workload profile %s (mode %s, workerCount %d); fix: set maxReplicas so the worker groups add up to at most %d",
+		[most, input.profile.workerCount, input.profile.name, input.profile.mode, input.profile.workerCount, input.profile.workerCount],
+	)
+}

@@ -1,0 +1,47 @@
+package taugate.policies.workers_match_profile
+
+import data.taugate.lib.fixtures as fx
+
+test_fixed_profile_with_exact_count_is_allowed if {
+	count(deny) == 0 with input as fx.rayjob("h100-8gpu", 2, 8)
+}
+
+test_fixed_profile_with_other_count_is_denied if {
+	some v in deny with input as fx.rayjob("h100-8gpu", 3, 8)
+	v.field == "spec.rayClusterSpec.workerGroupSpecs[0].replicas"
+	contains(v.msg, "asks for 3 workers")
+	contains(v.msg, "allowed: exactly 2 under workload profile h100-8gpu")
+	count(deny) == 1 with input as fx.rayjob("h100-8gpu", 1, 8)
+}
+
+test_elastic_profile_allows_fewer if {
+	count(deny) == 0 with input as fx.rayjob("h100-1gpu", 1, 1)
+}
+
+test_elastic_profile_denies_more if {
+	some v in deny with input as fx.rayjob("h100-1gpu", 5, 1)
+	contains(v.msg, "allowed: at most 4 under workload profile h100-1gpu")
+}
+
+test_worker_groups_add_up if {
+	inp := fx.input_for("vision", "h100-8gpu", [fx.head(0), fx.worker(0, 1, 8), fx.worker(1, 2, 8)])
+	some v in deny with input as inp
+	contains(v.msg, "asks for 3 workers (gpu-group-0: 1, gpu-group-1: 2)")
+}
+
+test_autoscaler_maximum_counts if {
+	autoscaled := object.union(fx.worker(0, 2, 1), {"maxReplicas": 8})
+	inp := json.patch(fx.input_for("vision", "h100-1gpu", [fx.head(0), autoscaled]), [{"op": "replace", "path": "/object/autoscaling", "value": true}])
+	some v in deny with input as inp
+	contains(v.msg, "grow to 8 workers")
+}
+
+test_cpu_worker_groups_do_not_count_for_a_gpu_profile if {
+	inp := fx.input_for("vision", "h100-8gpu", [fx.head(0), fx.worker(0, 2, 8), fx.worker(1, 6, 0)])
+	count(deny) == 0 with input as inp
+}
+
+test_job_parallelism_counts_as_workers if {
+	some v in deny with input as fx.input_for("vision", "h100-8gpu", [fx.job(4, 8)])
+	v.field == "spec.parallelism"
+}

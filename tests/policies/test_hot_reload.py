@@ -1,0 +1,135 @@
+"""Hot reload: edited policies change decisions within 2 s, broken ones never replace the set."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+from prometheus_client import REGISTRY
+
+from tests.policies.test_engine import image_classifier_input
+from webhook.policy import load_policy_engine
+
+LIMIT_RULE = "\tallowed := input.cluster.queue.gpu.max\n"
+
+
+def wait_for(predicate, timeout: float = 2.0, step: float = 0.02) -> float:
+    """Seconds until ``predicate()`` held; AssertionError after ``timeout``."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        if predicate():
+            return time.monotonic() - start
+        time.sleep(step)
+    raise AssertionError(f"not within {timeout} s")
+
+
+def metric(name: str) -> float:
+    return REGISTRY.get_sample_value(name) or 0.0
+
+
+def policies_of(found) -> set[str]:
+    return {v.policy for v in found}
+
+
+def tighten_queue_limit(policy_dir, factor: int = 4) -> None:
+    """Edit gpu-total-fits-queue so that only a quarter of the quota is admissible (its tests are
+    adjusted too, since a set must pass its own tests to be activated)."""
+    policy = policy_dir / "gpu-total-fits-queue" / "policy.rego"
+    policy.write_text(policy.read_text().replace(LIMIT_RULE, f"\tallowed := input.cluster.queue.gpu.max / {factor}\n"))
+    tests = policy_dir / "gpu-total-fits-queue" / "policy_test.rego"
+    tests.write_text("package taugate.policies.gpu_total_fits_queue\n\nimport data.taugate.lib.fixtures as fx\n\n"
+                     "test_a_quarter_of_the_quota if {\n\tcount(deny) == 1 with input as fx.rayjob(\"h100-4gpu\", 3, 4)\n}\n")
+
+
+def test_editing_a_policy_changes_decisions_within_two_seconds(policy_copy, example_state, settings):
+    doc = image_classifier_input(example_state, settings, workers=4, gpus=4)  # 16 GPUs of 32
+    engine = load_policy_engine(policy_copy)
+    assert "gpu-total-fits-queue" not in policies_of(engine.evaluate(doc))
+    before = engine.digest
+    engine.start_watching(0.1)
+    try:
+        tighten_queue_limit(policy_copy)
+        # Evaluate from a thread that already holds an engine of the old set, and from a new one.
+        took = wait_for(lambda: "gpu-total-fits-queue" in policies_of(engine.evaluate(doc)))
+        assert took < 2.0
+        other: list = []
+        t = threading.Thread(target=lambda: other.append(engine.evaluate(doc)))
+        t.start()
+        t.join()
+        assert "gpu-total-fits-queue" in policies_of(other[0])
+        assert engine.digest != before
+        assert engine.store.last_error is None
+    finally:
+        engine.stop_watching()
+
+
+def test_a_broken_policy_never_replaces_the_working_set(policy_copy, example_state, settings):
+    doc = image_classifier_input(example_state, settings, workers=16, gpus=4)
+    engine = load_policy_engine(policy_copy)
+    expected = engine.evaluate(doc)
+    digest = engine.digest
+    failures = metric("taugate_policy_reload_failures_total")
+    engine.start_watching(0.1)
+    try:
+        target = policy_copy / "gpu-total-fits-queue" / "policy.rego"
+        good = target.read_text()
+        target.write_text(good.replace("deny contains lib.violation(name, field, msg) if {", "deny contains if {"))
+        wait_for(lambda: engine.store.last_error is not None)
+        assert str(target) in engine.store.last_error
+        assert engine.digest == digest
+        assert engine.evaluate(doc) == expected
+        assert metric("taugate_policy_reload_failures_total") == failures + 1
+        assert metric("taugate_policy_set_broken") == 1.0
+        # Another thread building its engine now still gets the working set.
+        seen: list = []
+        t = threading.Thread(target=lambda: seen.append(engine.evaluate(doc)))
+        t.start()
+        t.join()
+        assert seen == [expected]
+        # Repairing the file clears the error; the same sources give the same digest.
+        target.write_text(good)
+        wait_for(lambda: engine.store.last_error is None)
+        assert metric("taugate_policy_set_broken") == 0.0
+        assert engine.digest == digest
+    finally:
+        engine.stop_watching()
+
+
+def test_a_policy_change_that_breaks_its_own_tests_is_not_activated(policy_copy, example_state, settings):
+    doc = image_classifier_input(example_state, settings, workers=4, gpus=4)
+    engine = load_policy_engine(policy_copy)
+    digest = engine.digest
+    policy = policy_copy / "gpu-total-fits-queue" / "policy.rego"
+    policy.write_text(policy.read_text().replace(LIMIT_RULE, "\tallowed := input.cluster.queue.gpu.max / 4\n"))
+    assert engine.store.check_for_changes() is False
+    assert "test_" in engine.store.last_error and "failed" in engine.store.last_error
+    assert engine.digest == digest
+    assert "gpu-total-fits-queue" not in policies_of(engine.evaluate(doc))
+
+
+def test_editing_the_enforcement_file_changes_actions_without_restart(policy_copy, example_state, settings):
+    doc = image_classifier_input(example_state, settings, workers=16, gpus=4)
+    engine = load_policy_engine(policy_copy)
+    assert {v.policy: v.action for v in engine.evaluate(doc)}["gpu-total-fits-queue"] == "deny"
+    (policy_copy / "enforcement.yaml").write_text("head-without-gpu: warn\ngpu-total-fits-queue: dryrun\n")
+    assert engine.store.check_for_changes() is True
+    assert {v.policy: v.action for v in engine.evaluate(doc)}["gpu-total-fits-queue"] == "dryrun"
+    (policy_copy / "enforcement.yaml").write_text("gpu-total-fits-queue: sometimes\n")
+    assert engine.store.check_for_changes() is False
+    assert "enforcement.yaml:1:" in engine.store.last_error
+    assert {v.policy: v.action for v in engine.evaluate(doc)}["gpu-total-fits-queue"] == "dryrun"
+
+
+async def test_the_store_can_watch_as_an_asyncio_task(policy_copy, example_state, settings):
+    doc = image_classifier_input(example_state, settings, workers=4, gpus=4)
+    engine = load_policy_engine(policy_copy)
+    task = asyncio.create_task(engine.store.watch(0.1))
+    try:
+        tighten_queue_limit(policy_copy)
+        deadline = time.monotonic() + 2.0
+        while "gpu-total-fits-queue" not in policies_of(engine.evaluate(doc)):
+            assert time.monotonic() < deadline, engine.store.last_error
+            await asyncio.sleep(0.02)
+    finally:
+        task.cancel()

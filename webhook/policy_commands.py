@@ -1,0 +1,327 @@
+"""``taugate policy test`` and ``taugate policy eval``: the policy library's own tools.
+
+``taugate policy test [DIR]`` works like ``opa test`` plus Gatekeeper's ``gator verify``: it
+loads the policy set (a parse or compile error fails with file, line and reason), runs every
+``test_`` rule, then admits every sample (``<policy>/samples/example_allowed*.yaml`` and
+``example_disallowed*.yaml``) through ``webhook.review.admit`` — mutation then validation,
+the webhook's own code path — against ``<policy>/samples/cluster.yaml`` if present, else the
+``--cluster`` snapshot (default ``DIR/../examples/cluster.yaml``), in the sample's
+``metadata.namespace``. A disallowed sample passes when that policy reports it (a denial, a
+warning or a dry-run result, whatever its enforcement); an allowed sample passes when that
+policy reports nothing. Exit 0 when everything passed, 1 on any failure, 2 for bad
+command-line input.
+
+``taugate policy eval -f OBJECT --cluster SNAPSHOT [-n NS]`` admits one object and shows the
+input document the policies saw and each policy's result. Exit 0 allowed, 1 denied, 2 bad input.
+
+The lead's ``webhook/commands.py`` calls ``add_commands(subparsers)``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from taugate.settings import Settings
+from taugate.snapshot import ClusterState, SnapshotError, load_snapshot, read_objects
+from webhook.decision import Decision, Violation
+from webhook.policy import (
+    EmbeddedPolicyEngine, PolicyEngine, PolicyError, PolicySet, PolicyStore, RecordingEngine, TestOutcome,
+    build_regorus_engine, explain, load_policy_engine, read_policy_set, run_rego_tests,
+)
+
+SAMPLE_KINDS = ("allowed", "disallowed")
+
+
+def default_policy_dir() -> Path:
+    """``Settings().policy_dir``: ``TAUGATE_POLICY_DIR``, else the checkout's ``policies/``."""
+    return Path(Settings().policy_dir)
+
+
+def default_cluster(policy_dir: Path) -> Path:
+    """The snapshot samples are admitted against: ``DIR/../examples/cluster.yaml``."""
+    return policy_dir.resolve().parent / "examples" / "cluster.yaml"
+
+
+# --------------------------------------------------------------------------- sample runner
+
+@dataclass
+class SampleResult:
+    """One sample admitted through the webhook's code path.
+
+    ``expect``: ``allowed`` or ``disallowed``; ``own``: the results of the sample's own
+    policy (``[action] field: message``); ``others``: every other denial or warning;
+    ``error``: why the sample could not be admitted at all (bad YAML, no namespace)."""
+
+    policy: str
+    path: Path
+    expect: str
+    decision: Decision | None = None
+    own: list[str] = field(default_factory=list)
+    others: list[str] = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        if self.error:
+            return False
+        return bool(self.own) if self.expect == "disallowed" else not self.own
+
+
+def results_of(decision: Decision, policy: str) -> list[str]:
+    """Every result of ``policy`` in a decision: denials, warnings and dry-run results."""
+    out = [f"[deny] {v.field}: {v.message}" for v in decision.violations if v.policy == policy]
+    out += [f"[warn] {w[len(policy) + 3:]}" for w in decision.warnings if w.startswith(f"[{policy}] ")]
+    out += [f"[dryrun] {v.field}: {v.message}" for v in decision.dryrun if v.policy == policy]
+    return out
+
+
+def _others(decision: Decision, policy: str) -> list[str]:
+    out = [v.render() for v in decision.violations if v.policy != policy]
+    out += [w for w in decision.warnings if not w.startswith(f"[{policy}] ")]
+    return out
+
+
+def sample_files(ps: PolicySet) -> dict[str, list[tuple[str, Path]]]:
+    """Samples by policy: ``[(expect, path)]`` sorted by file name."""
+    out: dict[str, list[tuple[str, Path]]] = {}
+    for name in sorted(ps.policies.values()):
+        folder = ps.root / name / "samples"
+        items = []
+        for path in sorted(folder.glob("*.y*ml")) if folder.is_dir() else []:
+            for kind in ("disallowed", "allowed"):
+                if path.name.startswith(f"example_{kind}"):
+                    items.append((kind, path))
+                    break
+        out[name] = items
+    return out
+
+
+def admit_sample(policy: str, expect: str, path: Path, *, engine: PolicyEngine, state: ClusterState,
+                 settings: Settings) -> SampleResult:
+    """Admit one sample file with ``webhook.review.admit`` (mutate, then validate)."""
+    from webhook.review import admit
+
+    result = SampleResult(policy, path, expect)
+    try:
+        objects = read_objects(path)
+    except SnapshotError as e:
+        result.error = str(e)
+        return result
+    if len(objects) != 1:
+        result.error = f"{path}: a sample holds exactly one object, found {len(objects)}"
+        return result
+    obj = objects[0]
+    namespace = (obj.get("metadata") or {}).get("namespace")
+    if not namespace:
+        result.error = f"{path}: metadata.namespace is required (the workspace namespace the sample is admitted in)"
+        return result
+    try:
+        decision = admit(obj, state=state, settings=settings, engine=engine, namespace=namespace)
+    except PolicyError as e:
+        result.error = f"{path}: evaluation failed: {e}"
+        return result
+    result.decision = decision
+    result.own = results_of(decision, policy)
+    result.others = _others(decision, policy)
+    return result
+
+
+@dataclass
+class Report:
+    """Everything ``taugate policy test`` found. ``load_error`` set means nothing else ran."""
+
+    policy_dir: Path
+    load_error: str | None = None
+    tests: list[TestOutcome] = field(default_factory=list)
+    samples: list[SampleResult] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def failures(self) -> int:
+        return ((1 if self.load_error else 0) + sum(not t.passed for t in self.tests)
+                + sum(not s.passed for s in self.samples) + len(self.problems))
+
+    @property
+    def passed(self) -> int:
+        return sum(t.passed for t in self.tests) + sum(s.passed for s in self.samples)
+
+    @property
+    def ok(self) -> bool:
+        return self.failures == 0
+
+
+def run_policy_tests(policy_dir: str | Path, *, cluster: str | Path | None = None, settings: Settings | None = None,
+                     engine_factory: Callable[[PolicySet], PolicyEngine] | None = None) -> Report:
+    """Load, unit-test and sample-test a policy folder; never raises for a broken library.
+
+    ``engine_factory(policy_set)`` builds the engine samples are admitted with (default: the
+    embedded engine); the reference tests pass one backed by real OPA. Snapshot errors are
+    reported as problems."""
+    root = Path(policy_dir)
+    report = Report(root)
+    settings = settings or Settings()
+    try:
+        ps = read_policy_set(root)
+        compiled = build_regorus_engine(ps, with_tests=True)
+    except PolicyError as e:
+        report.load_error = str(e)
+        return report
+    report.tests = run_rego_tests(ps, compiled)
+    by_file: dict[str, int] = {}
+    for t in report.tests:
+        by_file[t.test.file.rel] = by_file.get(t.test.file.rel, 0) + 1
+    engine = engine_factory(ps) if engine_factory else EmbeddedPolicyEngine(PolicyStore.serving(ps))
+    snapshots: dict[Path, ClusterState] = {}
+    fallback = Path(cluster) if cluster else default_cluster(root)
+    for name, items in sample_files(ps).items():
+        if not any(rel.startswith(f"{name}/") for rel in by_file):
+            report.problems.append(f"{root / name}: policy {name!r} has no test_ rules (add {name}/policy_test.rego)")
+        for kind in SAMPLE_KINDS:
+            if not any(k == kind for k, _ in items):
+                report.problems.append(f"{root / name / 'samples'}: policy {name!r} has no example_{kind}*.yaml sample")
+        own = root / name / "samples" / "cluster.yaml"
+        snap = own if own.is_file() else fallback
+        if snap not in snapshots:
+            try:
+                snapshots[snap] = load_snapshot(snap, settings)
+            except SnapshotError as e:
+                report.problems.append(f"cluster snapshot for samples: {e}")
+                continue
+        for kind, path in items:
+            report.samples.append(admit_sample(name, kind, path, engine=engine, state=snapshots[snap], settings=settings))
+    return report
+
+
+def render_report(report: Report, *, verbose: bool = False) -> str:
+    """The readable report: failures in full, passes as one line each (or counted)."""
+    lines = [f"policy library {report.policy_dir}"]
+    if report.load_error:
+        lines.append(f"FAIL load: {report.load_error}")
+    else:
+        lines.append("rego tests:")
+        for t in report.tests:
+            if not t.passed:
+                why = f": {t.error}" if t.error else " (false or undefined)"
+                lines.append(f"  FAIL {t.test.file.display}:{t.test.line} {t.test.name}{why}")
+            elif verbose:
+                lines.append(f"  PASS {t.test.file.display}:{t.test.line} {t.test.name} ({t.seconds * 1e3:.1f} ms)")
+        passed = sum(t.passed for t in report.tests)
+        lines.append(f"  {passed}/{len(report.tests)} passed")
+        lines.append("samples (admitted through mutation + validation):")
+        for s in report.samples:
+            status = "PASS" if s.passed else "FAIL"
+            if s.error:
+                lines.append(f"  FAIL {s.path}: {s.error}")
+                continue
+            if s.passed and not verbose:
+                continue
+            want = f"{s.policy} reports it" if s.expect == "disallowed" else f"{s.policy} reports nothing"
+            lines.append(f"  {status} {s.path} (expected: {want})")
+            for r in s.own:
+                lines.append(f"      {r}")
+            if verbose or not s.passed:
+                for r in s.others:
+                    lines.append(f"      other: {r}")
+        lines.append(f"  {sum(s.passed for s in report.samples)}/{len(report.samples)} passed")
+        for p in report.problems:
+            lines.append(f"FAIL {p}")
+    lines.append(f"{report.passed} passed, {report.failures} failed")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- commands
+
+def _cmd_test(args: argparse.Namespace) -> int:
+    root = Path(args.dir) if args.dir else default_policy_dir()
+    if not root.is_dir():
+        print(f"{root}: no such policy folder", file=sys.stderr)
+        return 2
+    if args.cluster and not Path(args.cluster).is_file():
+        print(f"{args.cluster}: no such cluster snapshot", file=sys.stderr)
+        return 2
+    report = run_policy_tests(root, cluster=args.cluster)
+    print(render_report(report, verbose=args.verbose))
+    return 0 if report.ok else 1
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    from webhook.review import admit
+
+    settings = Settings()
+    try:
+        state = load_snapshot(args.cluster, settings)
+        objects = read_objects(args.file)
+    except SnapshotError as e:
+        print(str(e), file=sys.stderr)
+        return 2
+    if len(objects) != 1:
+        print(f"{args.file}: expected one object, found {len(objects)}", file=sys.stderr)
+        return 2
+    obj = objects[0]
+    try:
+        engine = load_policy_engine(args.policies or default_policy_dir(), enforcement=args.enforcement)
+    except PolicyError as e:
+        print(str(e), file=sys.stderr)
+        return 2
+    rec = RecordingEngine(engine)
+    namespace = args.namespace or (obj.get("metadata") or {}).get("namespace")
+    decision = admit(obj, state=state, settings=settings, engine=rec, namespace=namespace)
+    doc = rec.inputs[-1] if rec.inputs else None
+    per_policy = explain(engine, doc) if doc is not None else {}
+    if args.output == "json":
+        print(json.dumps({"allowed": decision.allowed, "input": doc, "digest": engine.digest,
+                          "results": {p: [v.as_dict() for v in vs] for p, vs in per_policy.items()},
+                          "violations": [v.as_dict() for v in decision.violations],
+                          "warnings": decision.warnings}, indent=2))
+    else:
+        print(_render_eval(decision, doc, per_policy, engine.digest))
+    return 0 if decision.allowed else 1
+
+
+def _render_eval(decision: Decision, doc: dict | None, per_policy: dict[str, list[Violation]], digest: str) -> str:
+    lines = []
+    if doc is None:
+        lines.append("policies were not evaluated (the object is not in a workspace, or its workload profile or "
+                     "queue could not be resolved)")
+    else:
+        lines.append("input document:")
+        lines += ["  " + line for line in json.dumps(doc, indent=2).splitlines()]
+        lines.append(f"policy results (policy set {digest[:12]}):")
+        for name, found in per_policy.items():
+            if not found:
+                lines.append(f"  {name}: pass")
+            for v in found:
+                lines.append(f"  {name}: {v.action}: {v.field}: {v.message}")
+    lines.append(f"decision: {'allowed' if decision.allowed else 'denied'}")
+    for v in decision.violations:
+        lines.append(f"  - {v.render()}")
+    for w in decision.warnings:
+        lines.append(f"  warning: {w}")
+    return "\n".join(lines)
+
+
+def add_commands(subparsers: Any) -> None:
+    """Register ``policy test`` and ``policy eval`` on the ``taugate`` parser's subparsers."""
+    policy = subparsers.add_parser("policy", help="test and evaluate the Rego policy library")
+    sub = policy.add_subparsers(dest="policy_command", metavar="SUBCOMMAND")
+    policy.set_defaults(func=lambda args: (policy.print_help(sys.stderr), 2)[1])
+
+    t = sub.add_parser("test", help="run every test_ rule and every sample (like opa test + gator verify)")
+    t.add_argument("dir", nargs="?", help="policy folder (default: the bundled policies/)")
+    t.add_argument("--cluster", help="cluster snapshot for samples (default: DIR/../examples/cluster.yaml)")
+    t.add_argument("-v", "--verbose", action="store_true", help="list passing tests and samples too")
+    t.set_defaults(func=_cmd_test)
+
+    e = sub.add_parser("eval", help="admit one object and show the policy input and every policy's result")
+    e.add_argument("-f", "--file", required=True, help="the object (YAML or JSON)")
+    e.add_argument("--cluster", required=True, help="cluster snapshot (TauCluster, TauWorkspaces, Nodes, queues)")
+    e.add_argument("-n", "--namespace", help="namespace (default: the object's metadata.namespace)")
+    e.add_argument("--policies", help="policy folder (default: the bundled policies/)")
+    e.add_argument("--enforcement", help="enforcement file (default: POLICIES/enforcement.yaml)")
+    e.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    e.set_defaults(func=_cmd_eval)
