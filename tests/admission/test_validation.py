@@ -118,3 +118,26 @@ def test_a_mutated_request_that_fails_resolution_is_denied_already_by_the_mutati
     d = mutate(request_for(classifier, namespace="vision"), state, settings)
     assert not d.allowed and d.code == 403
     assert "does not exist in namespace 'vision'" in d.message
+
+
+def test_nine_gpus_per_worker_on_the_8_gpu_class_is_denied_with_the_field_and_both_numbers(classifier, state, settings,
+                                                                                             engine):
+    res = _worker(classifier)["template"]["spec"]["containers"][0]["resources"]
+    res["requests"]["nvidia.com/gpu"] = res["limits"]["nvidia.com/gpu"] = "9"
+    d = admit(classifier, state=state, settings=settings, engine=engine, namespace="vision")
+    assert not d.allowed
+    field = 'spec.rayClusterSpec.workerGroupSpecs[0].template.spec.containers[0].resources.limits["nvidia.com/gpu"]'
+    fits = [v for v in d.violations if v.policy == "gpu-per-pod-fits-node"]
+    assert fits and fits[0].field == field
+    assert "9" in fits[0].message and "8" in fits[0].message
+
+
+def test_every_violation_is_reported_together_built_in_and_policy(classifier, state, settings, engine):
+    worker = _worker(classifier)
+    res = worker["template"]["spec"]["containers"][0]["resources"]
+    res["requests"]["nvidia.com/gpu"] = res["limits"]["nvidia.com/gpu"] = "9"
+    worker["rayStartParams"]["num-gpus"] = "12"
+    classifier["spec"]["shutdownAfterJobFinishes"] = False
+    d = admit(classifier, state=state, settings=settings, engine=engine, namespace="vision")
+    policies = {v.policy for v in d.violations}
+    assert {"ray-num-gpus", "rayjob-shutdown", "gpu-per-pod-fits-node"} <= policies
