@@ -12,6 +12,7 @@ profile without ``workerCount`` or with ``mode: sometimes``).
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -81,6 +82,12 @@ class WorkloadProfile(TauModel):
     node_selector: dict[str, str] = Field(default_factory=dict)
     tolerations: list[Toleration] = Field(default_factory=list)
     max_gpus_per_pod: int | None = Field(default=None, ge=1)
+
+    @cached_property
+    def toleration_dicts(self) -> tuple[dict[str, Any], ...]:
+        """``tolerations`` as Kubernetes writes them (computed once; admission adds them to
+        every GPU pod template)."""
+        return tuple(t.wire() for t in self.tolerations)
 
 
 # A Kubernetes resource quantity (apimachinery ``resource.Quantity`` syntax, as in TauGrid's CRDs).

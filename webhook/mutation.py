@@ -106,10 +106,9 @@ def _place_gpu_template(spec: dict, res: Resolution, settings: Settings) -> None
         tolerations = spec.get("tolerations")
         if not isinstance(tolerations, list):
             tolerations = spec["tolerations"] = []
-        for tol in profile.tolerations:
-            wire = tol.wire()
+        for wire in profile.toleration_dicts:
             if wire not in tolerations:
-                tolerations.append(wire)
+                tolerations.append(dict(wire))
 
 
 def _mount_data(spec: dict, claim: str) -> None:

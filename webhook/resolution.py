@@ -45,11 +45,13 @@ def gpus_per_pod_shape(templates: list[PodTemplate]) -> set[int]:
     return {t.gpus_per_pod for t in gpu_templates(templates)}
 
 
-def matches_shape(profile: ResolvedProfile, templates: list[PodTemplate], settings: Settings) -> bool:
+def matches_shape(profile: ResolvedProfile, templates: list[PodTemplate], settings: Settings,
+                  shape: set[int] | None = None) -> bool:
     """A profile matches an object's shape when every GPU pod template asks exactly the
     profile's ``gpusPerWorker`` (a CPU-only object matches ``gpusPerWorker: 0``) and no GPU
-    template's nodeSelector names another GPU class."""
-    shape = gpus_per_pod_shape(templates)
+    template's nodeSelector names another GPU class. ``shape``: ``gpus_per_pod_shape(templates)``
+    when the caller already has it."""
+    shape = gpus_per_pod_shape(templates) if shape is None else shape
     if profile.gpus_per_worker == 0:
         if shape:
             return False
@@ -107,7 +109,8 @@ def resolve(obj: dict, templates: list[PodTemplate], ws: TauWorkspace, state: Cl
             profile = candidate
     else:
         ready = [p for p in applicable if p.is_ready()]
-        shaped = [p for p in ready if matches_shape(p, templates, settings)]
+        shape = gpus_per_pod_shape(templates)
+        shaped = [p for p in ready if matches_shape(p, templates, settings, shape)]
         default = ws.spec.defaults.workload_profile
         if len(shaped) == 1:
             profile = shaped[0]

@@ -33,7 +33,6 @@ also handed in by the CLI: webhook never imports certs or controllers).
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import signal
@@ -45,6 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Protocol, runtime_checkable
 
+import orjson
 from aiohttp import web
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -319,7 +319,7 @@ class AdmissionServer:
         kind, operation = _label_kind(req), _label_operation(req)
         try:
             body = review.review_response(rev, decision)
-            payload = json.dumps(body, separators=(",", ":")).encode()
+            payload = orjson.dumps(body)
         except Exception as e:  # a rendering bug: still a valid AdmissionReview, denied
             log.exception("internal error rendering the answer to %s uid=%s", route.path, req.get("uid"))
             body = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
@@ -402,7 +402,7 @@ class AdmissionServer:
             reply = await self._admit(route, request)
             self.metrics.requests.labels(route.path, reply.kind, reply.operation, reply.decision).inc()
             self.metrics.duration.labels(route.path).observe(time.perf_counter() - started)
-            payload = reply.payload or json.dumps(reply.body, separators=(",", ":")).encode()
+            payload = reply.payload or orjson.dumps(reply.body)
             return web.Response(status=reply.status, body=payload, content_type=JSON)
 
         handle.__name__ = f"admit_{route.path.strip('/').replace('-', '_')}"
