@@ -1,0 +1,153 @@
+"""The controllers' subcommands: ``taugate operator``, ``taugate snapshot export``, ``taugate crds``.
+
+``add_commands(subparsers)`` registers them (``taugate.cli`` calls it); each handler is
+``func(args) -> exit code``: 0 success, 1 a check failed or the API failed, 2 bad input (one line
+on stderr naming the file or source and the problem).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from pathlib import Path
+
+DEFAULT_CRD_DIR = "charts/taugate/crds"
+
+
+def _connection_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
+    p.add_argument("--context", metavar="NAME", help="kubeconfig context")
+    p.add_argument("--in-cluster", action="store_true", help="use the pod's service account")
+
+
+def _configuration(args: argparse.Namespace):
+    from controllers.kube import load_configuration
+
+    return load_configuration(in_cluster=args.in_cluster, kubeconfig=args.kubeconfig, context=args.context)
+
+
+def _err(msg: str) -> None:
+    print(f"taugate: {msg}", file=sys.stderr)
+
+
+def run_operator_command(args: argparse.Namespace) -> int:
+    """``taugate operator``: run the kopf operator until interrupted."""
+    from controllers.kube import KubeConfigError
+    from controllers.operator import OperatorOptions, run_operator
+    from taugate.settings import Settings
+
+    if args.resync_seconds <= 0 or args.debounce_seconds < 0:
+        _err("--resync-seconds must be > 0 and --debounce-seconds >= 0")
+        return 2
+    try:
+        cfg = _configuration(args)
+    except KubeConfigError as e:
+        _err(str(e))
+        return 2
+    logging.basicConfig(level=getattr(logging, args.log_level.upper(), logging.INFO),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings = Settings()
+    if args.system_namespace:
+        settings = settings.model_copy(update={"system_namespace": args.system_namespace})
+    options = OperatorOptions(resync_seconds=args.resync_seconds, debounce_seconds=args.debounce_seconds,
+                              liveness_endpoint=args.liveness)
+    asyncio.run(run_operator(cfg, settings, options))
+    return 0
+
+
+def snapshot_export_command(args: argparse.Namespace) -> int:
+    """``taugate snapshot export [-o FILE]``: write the live state as a snapshot file."""
+    from controllers.export import export_snapshot, write_atomically
+    from controllers.kube import Kube, KubeConfigError, KubeError
+    from taugate.snapshot import SnapshotError
+
+    try:
+        cfg = _configuration(args)
+    except KubeConfigError as e:
+        _err(str(e))
+        return 2
+    if args.output and not Path(args.output).resolve().parent.is_dir():
+        _err(f"{args.output}: the directory does not exist")
+        return 2
+    kube = Kube.from_configuration(cfg)
+    try:
+        text, skipped = export_snapshot(kube, source=cfg.host)
+    except KubeError as e:
+        _err(f"{cfg.host}: {e}")
+        return 1
+    except SnapshotError as e:
+        _err(str(e))
+        return 1
+    finally:
+        kube.close()
+    for line in skipped:
+        _err(f"left out: {line}")
+    if args.output:
+        try:
+            write_atomically(args.output, text)
+        except OSError as e:
+            _err(f"{args.output}: cannot write: {e.strerror or e}")
+            return 2
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def crds_command(args: argparse.Namespace) -> int:
+    """``taugate crds``: print the CRDs, write them into a directory (``-o``), or check that a
+    directory holds exactly what the models generate (``--check``, exit 1 when stale)."""
+    from controllers.crds import render_crds, stale_crds, write_crds
+
+    if args.check:
+        if not Path(args.check).is_dir():
+            _err(f"{args.check}: no such directory")
+            return 2
+        stale = stale_crds(args.check)
+        for name in stale:
+            _err(f"{Path(args.check) / name}: out of date with taugate/models.py; run `taugate crds -o {args.check}`")
+        return 1 if stale else 0
+    if args.output:
+        try:
+            for path in write_crds(args.output):
+                print(path)
+        except OSError as e:
+            _err(f"{args.output}: cannot write: {e.strerror or e}")
+            return 2
+        return 0
+    sys.stdout.write("---\n".join(render_crds().values()))
+    return 0
+
+
+def add_commands(subparsers: argparse._SubParsersAction) -> None:
+    """Register ``operator``, ``snapshot export`` and ``crds``."""
+    p = subparsers.add_parser("operator", help="run the controllers (kopf operator)",
+                              description="Run the TauCluster, TauWorkspace and TauQuotaRequest controllers.")
+    _connection_args(p)
+    p.add_argument("--system-namespace", metavar="NS", help="namespace of TauWorkspaces and TauQuotaRequests "
+                                                            "(default: $TAUGATE_SYSTEM_NAMESPACE or tau-platform)")
+    p.add_argument("--resync-seconds", type=float, default=300.0, help="reconcile everything at least this often")
+    p.add_argument("--debounce-seconds", type=float, default=0.5, help="gather events this long before reconciling")
+    p.add_argument("--liveness", metavar="URL", help="kopf liveness endpoint, e.g. http://0.0.0.0:8080/healthz")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.set_defaults(func=run_operator_command)
+
+    snap = subparsers.add_parser("snapshot", help="cluster snapshots for offline admission")
+    ssub = snap.add_subparsers(dest="snapshot_command", metavar="SUBCOMMAND")
+    e = ssub.add_parser("export", help="write the live cluster state as a snapshot file",
+                        description="List the TauCluster, TauWorkspaces, Nodes and Kueue queues and write them as "
+                                    "the snapshot file `taugate admit --cluster` reads.")
+    _connection_args(e)
+    e.add_argument("-o", "--output", metavar="FILE", help="write here (default: standard output)")
+    e.set_defaults(func=snapshot_export_command)
+
+    c = subparsers.add_parser("crds", help="generate taugate's CustomResourceDefinitions from the models",
+                              description="Print the CRDs, write them (-o DIR) or check a directory (--check DIR).")
+    g = c.add_mutually_exclusive_group()
+    g.add_argument("-o", "--output", metavar="DIR", help=f"write one file per CRD here (e.g. {DEFAULT_CRD_DIR})")
+    g.add_argument("--check", metavar="DIR", help="exit 1 when the CRD files in DIR differ from the models")
+    c.set_defaults(func=crds_command)
+
+    from controllers.recorder_commands import add_commands as add_recorder_commands  # status, evidence
+    add_recorder_commands(subparsers)

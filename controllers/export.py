@@ -1,0 +1,76 @@
+"""``taugate snapshot export``: the live cluster state written as the snapshot file that
+``taugate admit --cluster`` and ``taugate serve --cluster`` read (``taugate.snapshot`` format).
+
+The export lists the TauCluster, TauWorkspaces, Nodes, LocalQueues, ClusterQueues and
+ResourceFlavors once, drops server bookkeeping (managedFields, uid, resourceVersion,
+creationTimestamp, generation, ownerReferences, kopf annotations) and trims Nodes to what
+admission reads, leaves out what admission could not use (``state_watch.usable_objects``), and
+checks that the result loads with ``taugate.snapshot.build_state`` before anything is written.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from controllers import resources as R
+from controllers.state_watch import trim, usable_objects
+from taugate.settings import Settings
+from taugate.snapshot import build_state
+
+_SERVER_FIELDS = ("uid", "resourceVersion", "creationTimestamp", "generation", "ownerReferences",
+                  "managedFields", "selfLink", "deletionGracePeriodSeconds")
+
+
+def clean(obj: dict, res: R.Resource) -> dict:
+    """One object as a snapshot document: server-set metadata removed (pure)."""
+    obj = trim(res, obj)
+    meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k not in _SERVER_FIELDS}
+    ann = {k: v for k, v in (meta.get("annotations") or {}).items()
+           if not k.startswith("kopf.zalando.org/") and k != "kubectl.kubernetes.io/last-applied-configuration"}
+    if ann:
+        meta["annotations"] = ann
+    else:
+        meta.pop("annotations", None)
+    out = {"apiVersion": obj.get("apiVersion") or res.api_version, "kind": obj.get("kind") or res.kind, "metadata": meta}
+    out.update({k: v for k, v in obj.items() if k not in ("apiVersion", "kind", "metadata")})
+    return out
+
+
+def collect(kube: Any) -> list[dict]:
+    """Every object of the snapshot kinds, cleaned, in snapshot order (reads the API once)."""
+    out: list[dict] = []
+    for res in R.STATE_RESOURCES:
+        items = kube.list(res)
+        out.extend(clean(o, res) for o in sorted(items, key=lambda o: (R.namespace_of(o) or "", R.name_of(o))))
+    return out
+
+
+def render(objects: list[dict], source: str, skipped: list[str]) -> str:
+    """The snapshot file text: a header comment, then one YAML document per object."""
+    when = _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    header = [f"# taugate cluster snapshot exported from {source} at {when} by `taugate snapshot export`.",
+              "# Read it with `taugate admit -f OBJECT.yaml --cluster FILE` or `taugate serve --cluster FILE`."]
+    header += [f"# left out: {line}" for line in skipped]
+    body = yaml.safe_dump_all(objects, sort_keys=False, default_flow_style=False)
+    return "\n".join(header) + "\n" + body
+
+
+def export_snapshot(kube: Any, settings: Settings | None = None, *, source: str = "the cluster") -> tuple[str, list[str]]:
+    """(snapshot text, what was left out and why). Raises ``taugate.snapshot.SnapshotError`` if the
+    result would not load (a bug: the objects were already filtered)."""
+    settings = settings or Settings()
+    kept, skipped = usable_objects(collect(kube), settings.system_namespace)
+    build_state(kept, settings, source=source)  # the file must load as written
+    return render(kept, source, skipped), skipped
+
+
+def write_atomically(path: str | Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file and a rename (never half a file)."""
+    p = Path(path)
+    tmp = p.with_name(f".{p.name}.tmp")
+    tmp.write_text(text)
+    tmp.replace(p)

@@ -1,0 +1,278 @@
+"""Kubernetes API I/O for the controllers, the state watcher and ``taugate snapshot export``.
+
+Everything that talks to the API server goes through ``Kube``, a thin layer over the official
+``kubernetes`` client's ``ApiClient`` (its configuration, authentication, TLS and connection
+pool) that reads and writes objects as plain JSON dicts, exactly as the API serves them (camelCase,
+the same shape ``taugate.snapshot.build_state`` and the pure reconcile functions take). Writes
+are JSON merge patches (RFC 7386), never PUT, so a field another controller owns is left alone.
+
+Errors: ``KubeError`` carries the HTTP status and a one-line message (the API's ``Status.message``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import kubernetes.client
+import kubernetes.config
+import yaml
+from kubernetes.client import ApiClient, ApiException
+
+from controllers.resources import Action, Resource
+
+log = logging.getLogger("taugate.kube")
+
+MERGE_PATCH = "application/merge-patch+json"
+
+
+class KubeError(RuntimeError):
+    """An API error: ``status`` is the HTTP status (0 when the server was not reached)."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+class WatchExpired(KubeError):
+    """The watch's resourceVersion is too old (HTTP 410 Gone): list again, then watch."""
+
+
+class KubeConfigError(ValueError):
+    """No usable client configuration (one line: which file or source, and why)."""
+
+
+def load_configuration(*, in_cluster: bool = False, kubeconfig: str | None = None,
+                       context: str | None = None) -> kubernetes.client.Configuration:
+    """A client ``Configuration``: the pod's service account (``in_cluster``), else the kubeconfig
+    file (``kubeconfig`` or ``$KUBECONFIG`` or ``~/.kube/config``) and ``context``.
+
+    Raises ``KubeConfigError`` with one line naming the source and the problem."""
+    cfg = kubernetes.client.Configuration()
+    try:
+        if in_cluster:
+            kubernetes.config.load_incluster_config(client_configuration=cfg)
+        else:
+            kubernetes.config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=cfg,
+                                               persist_config=False)
+    except kubernetes.config.ConfigException as e:
+        source = "in-cluster service account" if in_cluster else (kubeconfig or "default kubeconfig")
+        raise KubeConfigError(f"{source}: {str(e).splitlines()[0] if str(e) else e.__class__.__name__}") from None
+    except FileNotFoundError as e:
+        raise KubeConfigError(f"{kubeconfig or e.filename}: no such file") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise KubeConfigError(f"{kubeconfig or 'default kubeconfig'}: invalid YAML{where}: "
+                              f"{getattr(e, 'problem', None) or e.__class__.__name__}") from None
+    except (OSError, ValueError, TypeError, KeyError, AttributeError) as e:  # malformed fields
+        raise KubeConfigError(f"{kubeconfig or 'default kubeconfig'}: cannot load: {e.__class__.__name__}: "
+                              f"{str(e).splitlines()[0] if str(e) else ''}") from None
+    return cfg
+
+
+def _error_message(status: int, body: bytes | str | None, fallback: str) -> str:
+    try:
+        data = json.loads(body or b"")
+        if isinstance(data, dict) and data.get("message"):
+            return str(data["message"]).splitlines()[0]
+    except (ValueError, TypeError):
+        pass
+    return fallback
+
+
+class Kube:
+    """Plain-dict CRUD and watch over ``kubernetes.client.ApiClient``.
+
+    ``request_timeout``: (connect, read) seconds for ordinary requests. ``writes`` counts the
+    write requests sent (create, patch, delete), for logs and tests.
+    """
+
+    def __init__(self, api_client: ApiClient, *, request_timeout: tuple[float, float] = (5.0, 30.0)):
+        self.api = api_client
+        self.request_timeout = request_timeout
+        self.writes = 0
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_configuration(cls, cfg: kubernetes.client.Configuration, **kwargs: Any) -> "Kube":
+        return cls(ApiClient(cfg), **kwargs)
+
+    def close(self) -> None:
+        self.api.close()
+
+    # -- transport -------------------------------------------------------------------------
+    def _call(self, method: str, path: str, *, query: list[tuple[str, Any]] | None = None,
+              body: Any = None, content_type: str = "application/json",
+              timeout: tuple[float, float] | None = None) -> Any:
+        """One request; returns the raw ``RESTResponse`` (body not yet read)."""
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = content_type
+        try:
+            method_, url, hdrs, data, _ = self.api.param_serialize(
+                method=method, resource_path=path, query_params=query or [], header_params=headers,
+                body=body, auth_settings=["BearerToken"])
+            resp = self.api.call_api(method_, url, header_params=hdrs, body=data,
+                                     _request_timeout=timeout or self.request_timeout)
+        except ApiException as e:
+            raise KubeError(e.status or 0, _error_message(e.status or 0, e.body, f"{method} {path}: {e.reason}")) from None
+        except Exception as e:  # urllib3 connection errors, timeouts
+            raise KubeError(0, f"{method} {path}: {e.__class__.__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
+        if resp.status >= 400:
+            body_bytes = resp.read()
+            raise (WatchExpired if resp.status == 410 else KubeError)(
+                resp.status, _error_message(resp.status, body_bytes, f"{method} {path}: HTTP {resp.status} {resp.reason}"))
+        return resp
+
+    def _json(self, method: str, path: str, **kwargs: Any) -> Any:
+        resp = self._call(method, path, **kwargs)
+        data = resp.read()
+        if not data:
+            return None
+        try:
+            return json.loads(data)
+        except ValueError:
+            raise KubeError(resp.status, f"{method} {path}: the answer is not JSON") from None
+
+    def _count_write(self) -> None:
+        with self._lock:
+            self.writes += 1
+
+    # -- CRUD --------------------------------------------------------------------------------
+    def get(self, res: Resource, name: str, namespace: str | None = None) -> dict | None:
+        """The object, or None when it does not exist (HTTP 404)."""
+        try:
+            obj = self._json("GET", res.path(namespace, name))
+        except KubeError as e:
+            if e.status == 404:
+                return None
+            raise
+        return obj if isinstance(obj, dict) else None
+
+    def list_with_version(self, res: Resource, namespace: str | None = None) -> tuple[list[dict], str | None]:
+        """Every object of ``res`` (in ``namespace``, or all) and the list's resourceVersion."""
+        data = self._json("GET", res.path(namespace)) or {}
+        items = [dict(i, apiVersion=i.get("apiVersion") or res.api_version, kind=i.get("kind") or res.kind)
+                 for i in data.get("items") or [] if isinstance(i, dict)]
+        return items, (data.get("metadata") or {}).get("resourceVersion")
+
+    def list(self, res: Resource, namespace: str | None = None,
+             labels: dict[str, str] | None = None) -> list[dict]:
+        """Every object of ``res`` (in ``namespace``, or all namespaces), optionally only those
+        carrying every label in ``labels`` (filtered here too, so a server that ignores
+        ``labelSelector`` gives the same answer)."""
+        if labels:
+            sel = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+            data = self._json("GET", res.path(namespace), query=[("labelSelector", sel)]) or {}
+            items = [dict(i, apiVersion=i.get("apiVersion") or res.api_version, kind=i.get("kind") or res.kind)
+                     for i in data.get("items") or [] if isinstance(i, dict)]
+        else:
+            items, _ = self.list_with_version(res, namespace)
+        if labels:
+            items = [i for i in items
+                     if all(((i.get("metadata") or {}).get("labels") or {}).get(k) == v for k, v in labels.items())]
+        if namespace and res.namespaced:
+            items = [i for i in items if (i.get("metadata") or {}).get("namespace") in (None, namespace)]
+        return items
+
+    def create(self, res: Resource, obj: dict) -> dict | None:
+        """Create ``obj``; an object that already exists (HTTP 409) is not an error: the current
+        object is returned instead (a later reconcile reconciles it)."""
+        ns = (obj.get("metadata") or {}).get("namespace") if res.namespaced else None
+        body = dict(obj, apiVersion=res.api_version, kind=res.kind)
+        self._count_write()
+        try:
+            return self._json("POST", res.path(ns), body=body)
+        except KubeError as e:
+            if e.status == 409:
+                return self.get(res, (obj.get("metadata") or {}).get("name", ""), ns)
+            raise
+
+    def patch(self, res: Resource, name: str, body: dict, namespace: str | None = None,
+              subresource: str | None = None) -> dict | None:
+        """JSON merge patch (RFC 7386) of one object (or its ``status`` subresource)."""
+        self._count_write()
+        return self._json("PATCH", res.path(namespace, name, subresource), body=body, content_type=MERGE_PATCH)
+
+    def delete(self, res: Resource, name: str, namespace: str | None = None) -> bool:
+        """Delete one object (background propagation); False when it was already gone."""
+        self._count_write()
+        try:
+            self._json("DELETE", res.path(namespace, name),
+                       body={"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"})
+        except KubeError as e:
+            if e.status == 404:
+                return False
+            raise
+        return True
+
+    def execute(self, action: Action) -> None:
+        """Carry out one planned ``Action``."""
+        log.info("%s", action.describe())
+        if action.verb == "create":
+            self.create(action.resource, action.body or {})
+        elif action.verb == "patch":
+            self.patch(action.resource, action.name, action.body or {}, action.namespace, action.subresource)
+        elif action.verb == "delete":
+            self.delete(action.resource, action.name, action.namespace)
+        else:  # pragma: no cover - Action.verb is a Literal
+            raise ValueError(f"unknown action verb {action.verb!r}")
+
+    # -- watch -------------------------------------------------------------------------------
+    def watch(self, res: Resource, *, resource_version: str | None = None, timeout_seconds: int = 300,
+              on_open: Callable[[Any], None] | None = None) -> Iterator[dict]:
+        """Watch events (``{"type": ADDED|MODIFIED|DELETED|BOOKMARK, "object": {...}}``) of ``res``
+        in all namespaces, from ``resource_version``, until the server ends the watch after
+        ``timeout_seconds`` (the iterator then ends normally).
+
+        ``on_open(response)`` receives the streaming urllib3 response, so another thread can end
+        the watch at once with ``response.shutdown()``. Raises ``WatchExpired`` on HTTP 410 (also
+        when it arrives as an ERROR event) and ``KubeError`` on other errors."""
+        query: list[tuple[str, Any]] = [("watch", "true"), ("allowWatchBookmarks", "true"),
+                                        ("timeoutSeconds", str(int(timeout_seconds)))]
+        if resource_version:
+            query.append(("resourceVersion", resource_version))
+        resp = self._call("GET", res.path(), query=query,
+                          timeout=(self.request_timeout[0], float(timeout_seconds) + 15.0))
+        raw = resp.response
+        if on_open is not None:
+            on_open(raw)
+        buf = b""
+        try:
+            for chunk in raw.stream(16 * 1024, decode_content=True):
+                buf += chunk
+                while b"\n" in buf:
+                    line, buf = buf.split(b"\n", 1)
+                    event = self._decode_event(line)
+                    if event is not None:
+                        yield event
+            event = self._decode_event(buf)
+            if event is not None:
+                yield event
+        except (KubeError, GeneratorExit):
+            raise
+        except Exception as e:  # connection closed / shut down / read timeout
+            raise KubeError(0, f"watch {res}: {e.__class__.__name__}") from None
+        finally:
+            raw.release_conn()
+
+    @staticmethod
+    def _decode_event(line: bytes) -> dict | None:
+        line = line.strip()
+        if not line:
+            return None
+        try:
+            event = json.loads(line)
+        except ValueError:
+            return None
+        if not isinstance(event, dict):
+            return None
+        if event.get("type") == "ERROR":
+            obj = event.get("object") or {}
+            code = int(obj.get("code") or 0)
+            raise (WatchExpired if code == 410 else KubeError)(code, str(obj.get("message") or "watch error"))
+        return event

@@ -1,0 +1,396 @@
+"""The taugate operator: one kopf process running the TauCluster, TauWorkspace and
+TauQuotaRequest controllers.
+
+Shape (level-triggered, like controller-runtime): kopf watches the resources and its ``on.event``
+handlers only enqueue keys (``("cluster", "", "cluster")``, ``("workspace", ns, name)``,
+``("quota", ns, name)``) into one deduplicating, debounced ``WorkQueue``. A single worker takes
+the keys one at a time and runs the module's reconcile function (read, pure plan, write what
+differs) in a thread through the official ``kubernetes`` client (``controllers.kube.Kube``).
+A failed reconcile is retried with exponential backoff (1 s doubling to 60 s); every key is also
+re-queued every ``resync_seconds`` to repair drift nobody announced. Because reconciles are
+idempotent (an unchanged object writes nothing), their own status writes settle after one no-op
+pass.
+
+What wakes what: the TauCluster, Nodes, LocalQueues, ClusterQueues and ResourceFlavors wake the
+TauCluster; the TauCluster wakes every workspace (its default queue may change); a LocalQueue
+wakes the workspace of its namespace; a ClusterQueue wakes every workspace and quota request;
+TauWorkspaces and TauQuotaRequests (in the system namespace only) wake themselves. An event
+wakes anything only when it changes what the controllers read (``relevant``): status writes
+(the controllers' own included), node heartbeats and Kueue usage updates wake nobody.
+
+kopf runs with only ``on.event`` handlers, so it never patches the objects itself (no kopf
+annotations, no kopf finalizers); peering is off (run one replica), CRD scanning is off (the
+chart installs the CRDs first; restart after installing Kueue later).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+import time
+from collections.abc import Awaitable, Callable, Hashable
+from dataclasses import dataclass, field
+from typing import Any
+
+import kopf
+import kubernetes.client
+from pydantic import ValidationError
+
+from controllers import resources as R
+from controllers.kube import Kube, KubeError
+from controllers.taucluster import reconcile_cluster
+from controllers.tauquotarequest import reconcile_quota_request
+from controllers.tauworkspace import reconcile_workspace
+from taugate import labels
+from taugate.models import TauWorkspace
+from taugate.settings import Settings
+
+log = logging.getLogger("taugate.operator")
+
+Key = tuple[str, str, str]
+CLUSTER_KEY: Key = ("cluster", "", R.CLUSTER_NAME)
+
+
+@dataclass
+class OperatorOptions:
+    """How the operator runs.
+
+    ``resync_seconds``: every key is reconciled at least this often; ``debounce_seconds``: how
+    long a new key waits for more events before it runs; ``max_backoff_seconds``: the cap of the
+    retry delay; ``liveness_endpoint``: kopf's health endpoint (e.g. ``http://0.0.0.0:8080/healthz``);
+    ``test_mode``: kopf settings for tests (short batching, no Kubernetes events posted).
+    """
+
+    resync_seconds: float = 300.0
+    debounce_seconds: float = 0.5
+    max_backoff_seconds: float = 60.0
+    liveness_endpoint: str | None = None
+    test_mode: bool = False
+    recorder: Any = None  # a controllers.recorder_config.RecorderConfig: also run the run recorder
+
+
+class WorkQueue:
+    """A deduplicating, delayed queue of keys, consumed by one worker.
+
+    ``add(key, delay)`` schedules ``key`` to run after ``delay`` seconds; a key already waiting
+    keeps the earlier time, so bursts of events collapse into one reconcile. Safe to call from
+    the event loop only (kopf handlers run there)."""
+
+    def __init__(self) -> None:
+        self._due: dict[Hashable, float] = {}
+        self._wake = asyncio.Event()
+        self.processed = 0
+
+    def add(self, key: Hashable, delay: float = 0.0) -> None:
+        due = time.monotonic() + max(0.0, delay)
+        if key not in self._due or due < self._due[key]:
+            self._due[key] = due
+            self._wake.set()
+
+    def __len__(self) -> int:
+        return len(self._due)
+
+    async def run(self, handle: Callable[[Hashable], Awaitable[None]]) -> None:
+        """Process keys forever (until cancelled), earliest first, one at a time."""
+        while True:
+            self._wake.clear()
+            now = time.monotonic()
+            ready = sorted((t, k) for k, t in self._due.items() if t <= now) if self._due else []
+            if not ready:
+                timeout = (min(self._due.values()) - now) if self._due else None
+                try:
+                    await asyncio.wait_for(self._wake.wait(), timeout)
+                except asyncio.TimeoutError:
+                    pass
+                continue
+            _, key = ready[0]
+            del self._due[key]
+            await handle(key)
+            self.processed += 1
+
+
+@dataclass
+class Controller:
+    """The reconcile dispatcher behind the kopf handlers (holds the queue and what it knows of
+    workspaces and quota requests, to fan events out)."""
+
+    kube: Kube
+    settings: Settings
+    options: OperatorOptions
+    queue: WorkQueue = field(default_factory=WorkQueue)
+    workspaces: dict[tuple[str, str], str] = field(default_factory=dict)  # (ns, name) -> target namespace
+    quota_requests: set[tuple[str, str]] = field(default_factory=set)
+    failures: dict[Hashable, int] = field(default_factory=dict)
+    reconciles: int = 0
+    errors: int = 0
+    task: asyncio.Task | None = None
+    seen: dict[tuple[str, str, str], str] = field(default_factory=dict)  # what each watched object last meant
+
+    # -- event fan-out (called by kopf handlers on the event loop) ---------------------------
+    def enqueue(self, key: Key) -> None:
+        self.queue.add(key, self.options.debounce_seconds)
+
+    def changed(self, kind: str, event_type: str | None, body: dict) -> bool:
+        """Did this event change what the controllers read of the object (``relevant``)? Status
+        writes (our own included), node heartbeats and Kueue usage updates do not, so they wake
+        nobody; the periodic resync still repairs anything missed."""
+        key = (kind, R.namespace_of(body) or "", R.name_of(body))
+        if event_type == "DELETED":
+            self.seen.pop(key, None)
+            return True
+        fp = json.dumps(relevant(kind, body), sort_keys=True, default=str)
+        if self.seen.get(key) == fp:
+            return False
+        self.seen[key] = fp
+        return True
+
+    def all_workspaces(self) -> None:
+        for ns, name in list(self.workspaces):
+            self.enqueue(("workspace", ns, name))
+
+    def all_quota_requests(self) -> None:
+        for ns, name in list(self.quota_requests):
+            self.enqueue(("quota", ns, name))
+
+    def on_workspace(self, event_type: str | None, body: dict) -> None:
+        ns, name = R.namespace_of(body) or "", R.name_of(body)
+        if event_type == "DELETED":
+            self.workspaces.pop((ns, name), None)
+            self.all_workspaces()  # a rival for the same namespace may now proceed
+            return
+        try:
+            target = TauWorkspace.model_validate(body).target_namespace
+        except ValidationError:
+            target = name
+        self.workspaces[(ns, name)] = target
+        self.enqueue(("workspace", ns, name))
+
+    def on_quota_request(self, event_type: str | None, body: dict) -> None:
+        key = (R.namespace_of(body) or "", R.name_of(body))
+        if event_type == "DELETED":
+            self.quota_requests.discard(key)
+            return
+        self.quota_requests.add(key)
+        self.enqueue(("quota", *key))
+
+    def on_local_queue(self, body: dict) -> None:
+        self.enqueue(CLUSTER_KEY)
+        ns = R.namespace_of(body)
+        for (wns, wname), target in list(self.workspaces.items()):
+            if target == ns:
+                self.enqueue(("workspace", wns, wname))
+
+    def on_cluster_queue(self) -> None:
+        self.enqueue(CLUSTER_KEY)
+        self.all_workspaces()
+        self.all_quota_requests()
+
+    def resync(self) -> None:
+        """Queue every known key (periodic drift repair)."""
+        self.queue.add(CLUSTER_KEY, 0)
+        for ns, name in list(self.workspaces):
+            self.queue.add(("workspace", ns, name), 0)
+        for ns, name in list(self.quota_requests):
+            self.queue.add(("quota", ns, name), 0)
+
+    # -- the worker ---------------------------------------------------------------------------
+    def reconcile(self, key: Key) -> Any:
+        """Run one reconcile synchronously (in a worker thread)."""
+        kind, ns, name = key
+        if kind == "cluster":
+            return reconcile_cluster(self.kube, self.settings, name=name)
+        if kind == "workspace":
+            return reconcile_workspace(self.kube, self.settings, ns, name)
+        if kind == "quota":
+            return reconcile_quota_request(self.kube, self.settings, ns, name)
+        raise ValueError(f"unknown key {key!r}")
+
+    async def handle(self, key: Hashable) -> None:
+        try:
+            await asyncio.to_thread(self.reconcile, key)  # type: ignore[arg-type]
+        except (KubeError, ValueError, OSError) as e:
+            self.errors += 1
+            n = self.failures.get(key, 0) + 1
+            self.failures[key] = n
+            delay = min(self.options.max_backoff_seconds, 2.0 ** (n - 1))
+            log.warning("reconcile %s failed (attempt %d, retry in %.0f s): %s", key, n, delay, e)
+            self.queue.add(key, delay)
+        except Exception:  # a bug must not stop the worker; retried like an API error
+            self.errors += 1
+            n = self.failures.get(key, 0) + 1
+            self.failures[key] = n
+            log.exception("reconcile %s crashed (attempt %d)", key, n)
+            self.queue.add(key, min(self.options.max_backoff_seconds, 2.0 ** (n - 1)))
+        else:
+            self.reconciles += 1
+            self.failures.pop(key, None)
+
+    async def run(self) -> None:
+        """The worker and the resync timer (until cancelled)."""
+        async def resync_loop() -> None:
+            while True:
+                await asyncio.sleep(self.options.resync_seconds)
+                self.resync()
+
+        timer = asyncio.create_task(resync_loop(), name="taugate-resync")
+        try:
+            await self.queue.run(self.handle)
+        finally:
+            timer.cancel()
+
+    async def stop(self) -> None:
+        """Cancel the worker (a reconcile running in its thread finishes on its own)."""
+        task, self.task = self.task, None
+        if task is not None:
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+
+
+def relevant(kind: str, body: dict) -> Any:
+    """The part of a watched object the controllers read (pure): for Nodes the labels,
+    allocatable GPUs, condition types/statuses and ``unschedulable`` (not heartbeats); for
+    Kueue objects and taugate's kinds everything but ``status`` and server bookkeeping."""
+    meta = body.get("metadata") or {}
+    if kind == "Node":
+        status = body.get("status") or {}
+        return [meta.get("labels"), (status.get("allocatable") or {}).get(labels.GPU_RESOURCE),
+                sorted((c.get("type"), c.get("status")) for c in status.get("conditions") or [] if isinstance(c, dict)),
+                (body.get("spec") or {}).get("unschedulable")]
+    keep_meta = {k: v for k, v in meta.items()
+                 if k not in ("resourceVersion", "managedFields", "generation", "uid", "creationTimestamp")}
+    return [keep_meta, {k: v for k, v in body.items() if k not in ("metadata", "status")}]
+
+
+def connection_info(cfg: kubernetes.client.Configuration) -> kopf.ConnectionInfo:
+    """kopf's credentials from the same client ``Configuration`` the controllers use (server, CA,
+    client certificate, bearer token; the token is refreshed first when the configuration can,
+    as the in-cluster service account token rotates)."""
+    hook = getattr(cfg, "refresh_api_key_hook", None)
+    if callable(hook):
+        hook(cfg)
+    token = None
+    auth = (cfg.api_key or {}).get("authorization") or (cfg.api_key or {}).get("BearerToken")
+    if auth:
+        token = auth.split(" ", 1)[1] if auth.lower().startswith("bearer ") else auth
+    return kopf.ConnectionInfo(
+        server=cfg.host, ca_path=cfg.ssl_ca_cert or None, insecure=not cfg.verify_ssl, token=token,
+        certificate_path=cfg.cert_file or None, private_key_path=cfg.key_file or None)
+
+
+def build_registry(ctl: Controller, cfg: kubernetes.client.Configuration) -> kopf.OperatorRegistry:
+    """The kopf registry: login, settings, and the ``on.event`` handlers that feed ``ctl``."""
+    registry = kopf.OperatorRegistry()
+    system_ns = ctl.settings.system_namespace
+    opts = ctl.options
+
+    @kopf.on.login(registry=registry)
+    def _login(**_: Any) -> kopf.ConnectionInfo:
+        return connection_info(cfg)
+
+    @kopf.on.startup(registry=registry)
+    def _configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+        settings.peering.standalone = True
+        settings.scanning.disabled = True
+        settings.posting.enabled = not opts.test_mode
+        settings.posting.level = logging.WARNING
+        settings.watching.server_timeout = 300
+        settings.watching.client_timeout = 330
+        settings.networking.request_timeout = 30
+        if opts.test_mode:
+            settings.queueing.idle_timeout = 1.0
+            settings.queueing.exit_timeout = 1.0
+            settings.watching.reconnect_backoff = 0.05
+            settings.networking.connect_timeout = 2
+        ctl.enqueue(CLUSTER_KEY)
+
+    @kopf.on.startup(registry=registry)
+    async def _start_worker(**_: Any) -> None:
+        # Started and stopped inside kopf's lifecycle, so kopf does not count it as a hung task.
+        ctl.task = asyncio.create_task(ctl.run(), name="taugate-reconciler")
+
+    @kopf.on.cleanup(registry=registry)
+    async def _stop_worker(**_: Any) -> None:
+        await ctl.stop()
+
+    def in_system_namespace(namespace: str | None, **_: Any) -> bool:
+        return namespace == system_ns
+
+    @kopf.on.event(R.TAU_CLUSTERS.group, R.TAU_CLUSTERS.version, R.TAU_CLUSTERS.plural, registry=registry,
+                   when=lambda name, **_: name == R.CLUSTER_NAME)
+    def _cluster(type: str | None, body: kopf.Body, **_: Any) -> None:
+        if ctl.changed("TauCluster", type, dict(body)):
+            ctl.enqueue(CLUSTER_KEY)
+            ctl.all_workspaces()  # workspaceDefaults.defaultQueue may have changed
+
+    @kopf.on.event(R.TAU_WORKSPACES.group, R.TAU_WORKSPACES.version, R.TAU_WORKSPACES.plural, registry=registry,
+                   when=in_system_namespace)
+    def _workspace(type: str | None, body: kopf.Body, **_: Any) -> None:
+        if ctl.changed("TauWorkspace", type, dict(body)):
+            ctl.on_workspace(type, dict(body))
+
+    @kopf.on.event(R.TAU_QUOTA_REQUESTS.group, R.TAU_QUOTA_REQUESTS.version, R.TAU_QUOTA_REQUESTS.plural,
+                   registry=registry, when=in_system_namespace)
+    def _quota(type: str | None, body: kopf.Body, **_: Any) -> None:
+        if ctl.changed("TauQuotaRequest", type, dict(body)):
+            ctl.on_quota_request(type, dict(body))
+
+    @kopf.on.event("", "v1", "nodes", registry=registry)
+    def _node(type: str | None, body: kopf.Body, **_: Any) -> None:
+        if ctl.changed("Node", type, dict(body)):
+            ctl.enqueue(CLUSTER_KEY)
+
+    @kopf.on.event(R.LOCAL_QUEUES.group, R.LOCAL_QUEUES.version, R.LOCAL_QUEUES.plural, registry=registry)
+    def _local_queue(type: str | None, body: kopf.Body, **_: Any) -> None:
+        if ctl.changed("LocalQueue", type, dict(body)):
+            ctl.on_local_queue(dict(body))
+
+    @kopf.on.event(R.CLUSTER_QUEUES.group, R.CLUSTER_QUEUES.version, R.CLUSTER_QUEUES.plural, registry=registry)
+    def _cluster_queue(type: str | None, body: kopf.Body, **_: Any) -> None:
+        if ctl.changed("ClusterQueue", type, dict(body)):
+            ctl.on_cluster_queue()
+
+    @kopf.on.event(R.RESOURCE_FLAVORS.group, R.RESOURCE_FLAVORS.version, R.RESOURCE_FLAVORS.plural, registry=registry)
+    def _flavor(type: str | None, body: kopf.Body, **_: Any) -> None:
+        if ctl.changed("ResourceFlavor", type, dict(body)):
+            ctl.enqueue(CLUSTER_KEY)
+
+    return registry
+
+
+async def run_operator(cfg: kubernetes.client.Configuration, settings: Settings | None = None,
+                       options: OperatorOptions | None = None, *,
+                       stop_flag: threading.Event | asyncio.Event | None = None,
+                       ready_flag: threading.Event | asyncio.Event | None = None,
+                       controller_hook: Callable[[Controller], None] | None = None) -> None:
+    """Run the operator until ``stop_flag`` is set (or the task is cancelled).
+
+    ``cfg`` is the client configuration for both the controllers and kopf; ``ready_flag`` is set
+    once kopf has started; ``controller_hook`` receives the ``Controller`` (tests read its
+    counters)."""
+    settings = settings or Settings()
+    options = options or OperatorOptions()
+    kube = Kube.from_configuration(cfg)
+    ctl = Controller(kube, settings, options)
+    if controller_hook is not None:
+        controller_hook(ctl)
+    registry = build_registry(ctl, cfg)
+    recorder = None
+    if options.recorder is not None:  # the run recorder (controllers/recorder.py), same process
+        from controllers.recorder import Recorder
+        recorder = Recorder.create(options.recorder, settings, cfg)
+        recorder.register(registry)
+    try:
+        # The reconcile worker starts and stops inside kopf's lifecycle (on.startup/on.cleanup
+        # in build_registry), so kopf does not wait on it as a hung task at exit.
+        await kopf.operator(registry=registry, standalone=True, clusterwide=True, stop_flag=stop_flag,
+                            ready_flag=ready_flag, liveness_endpoint=options.liveness_endpoint)
+    finally:
+        await ctl.stop()
+        await asyncio.to_thread(kube.close)
+        if recorder is not None:
+            await asyncio.to_thread(recorder.close)

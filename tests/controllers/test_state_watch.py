@@ -1,0 +1,174 @@
+"""The webhook follows the cluster: the watch-based state provider rebuilds its ClusterState when
+Nodes or ClusterQueues change in the API (no restart, no API call per request), is not ready
+before its first full sync, fails closed on a stale profile set, and shows an outage as age."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import math
+import time
+
+import pytest
+
+from controllers.kube import Kube
+from controllers.state_watch import WatchStateProvider, usable_objects
+from tests.controllers.conftest import pick
+from tests.kubedouble import KubeDouble
+
+TAU = "tau.azure.com/v1alpha1"
+KUEUE = "kueue.x-k8s.io/v1beta1"
+SYS = "tau-platform"
+
+
+def _vision_only(example_objects: list[dict]) -> list[dict]:
+    """The vision workspace's slice of the example: TauCluster, workspace, its queues and flavors,
+    and two healthy H100 nodes."""
+    keep = {("TauCluster", "cluster"), ("TauWorkspace", "vision"), ("LocalQueue", "vision-queue"),
+            ("ClusterQueue", "vision-cq"), ("ResourceFlavor", "h100"), ("ResourceFlavor", "cpu"),
+            ("Node", "aks-h100-0"), ("Node", "aks-h100-1")}
+    return [o for o in example_objects if (o["kind"], o["metadata"]["name"]) in keep]
+
+
+async def _until(predicate, timeout: float = 10.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture
+def engine(settings):
+    from webhook.policy import load_policy_engine
+
+    return load_policy_engine(settings.policy_dir)
+
+
+def _admit(classifier, provider, settings, engine):
+    from webhook.review import admit
+
+    return admit(copy.deepcopy(classifier), state=provider.state, settings=settings, engine=engine, namespace="vision")
+
+
+async def test_the_state_and_the_webhooks_decision_follow_node_and_cluster_queue_changes(
+        kube_double, example_objects, classifier, settings, engine):
+    kd = kube_double
+    kd.apply(_vision_only(example_objects))
+    provider = WatchStateProvider(Kube.from_configuration(kd.configuration), settings, debounce_seconds=0.02)
+    with kd.operator(settings):  # the operator writes the TauCluster's status, the webhook checks its hash
+        await provider.start()
+        try:
+            assert await provider.wait_ready(10)
+            await _until(lambda: provider.state.cluster.status is not None, what="the operator's TauCluster status")
+            assert provider.state.profile_set_problem is None
+            first = _admit(classifier, provider, settings, engine)
+            assert first.allowed, first.message
+
+            # The ClusterQueue shrinks: the same RayJob can now never be admitted.
+            generation = provider.generation
+            cq = kd.get(KUEUE, "ClusterQueue", "vision-cq")
+            cq["spec"]["resourceGroups"][1]["flavors"][0]["resources"][0].update(nominalQuota=2, borrowingLimit=0)
+            kd.patch(KUEUE, "ClusterQueue", "vision-cq", {"spec": {"resourceGroups": cq["spec"]["resourceGroups"]}})
+            await _until(lambda: provider.generation > generation and
+                         any(q.nominal == 2 for q in provider.state.queue_quotas[("vision", "vision-queue")]),
+                         what="the smaller quota")
+            denied = _admit(classifier, provider, settings, engine)
+            assert not denied.allowed
+            assert "gpu-total-fits-queue" in {v.policy for v in denied.violations}
+
+            # Both H100 nodes fail a GPU health check: the summary and the warnings follow.
+            for node in ("aks-h100-0", "aks-h100-1"):
+                conds = kd.get("v1", "Node", node)["status"]["conditions"]
+                for c in conds:
+                    if c["type"] == "GpuXid":
+                        c.update(status="True", reason="GpuXidHasIssues")
+                kd.patch("v1", "Node", node, {"status": {"conditions": conds}})
+            await _until(lambda: provider.state.gpu_classes["h100"].unhealthy_nodes == 2, what="unhealthy nodes")
+            assert provider.state.gpu_classes["h100"].healthy_gpus == 0
+            warned = _admit(classifier, provider, settings, engine)
+            assert any("gpu-healthy-capacity" in w for w in warned.warnings)
+        finally:
+            await provider.stop()
+
+
+async def test_the_provider_is_not_ready_before_its_first_full_sync_and_then_serves_from_memory(
+        kube_double, example_objects, settings, classifier, engine):
+    kube_double.apply(_vision_only(example_objects))
+    provider = WatchStateProvider(Kube.from_configuration(kube_double.configuration), settings, debounce_seconds=0.02)
+    assert provider.ready is False and provider.state is None and math.isinf(provider.age_seconds())
+    await provider.start()
+    try:
+        assert await provider.wait_ready(10)
+        assert provider.ready and provider.state.workspace_for("vision").metadata.name == "vision"
+        assert provider.age_seconds() == 0.0  # every watch is connected
+        before = kube_double.request_count()
+        decisions = [_admit(classifier, provider, settings, engine) for _ in range(20)]
+        assert all(d.allowed for d in decisions)
+        calls = [r for r in kube_double.request_log(before) if r[2].get("watch") != "true"]
+        assert calls == []  # no API call per admission request (watch streams opening are not calls)
+    finally:
+        await provider.stop()
+
+
+async def test_a_stale_profile_set_hash_fails_closed(kube_double, example_objects, settings, classifier, engine):
+    objs = _vision_only(example_objects)
+    cluster = pick(objs, "TauCluster")
+    cluster["status"] = {"workloadProfiles": {"profileSetHash": "0" * 64, "profiles": [
+        {**p, "conditions": [{"type": "Ready", "status": "True", "reason": "Resolved", "message": "",
+                              "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
+        for p in cluster["spec"]["workloadProfiles"]]}}
+    kube_double.apply(objs)
+    provider = WatchStateProvider(Kube.from_configuration(kube_double.configuration), settings, debounce_seconds=0.02)
+    await provider.start()
+    try:
+        assert await provider.wait_ready(10)
+        assert "stale" in provider.state.profile_set_problem
+        decision = _admit(classifier, provider, settings, engine)
+        assert not decision.allowed and "stale" in decision.message
+    finally:
+        await provider.stop()
+
+
+async def test_an_api_outage_shows_as_a_growing_state_age(example_objects, settings):
+    kd = KubeDouble().__enter__()
+    provider = None
+    try:
+        kd.apply(_vision_only(example_objects))
+        provider = WatchStateProvider(Kube.from_configuration(kd.configuration), settings, debounce_seconds=0.02)
+        await provider.start()
+        assert await provider.wait_ready(10)
+        assert provider.age_seconds() == 0.0
+    finally:
+        kd.__exit__(None, None, None)  # the API server goes away
+    try:
+        await _until(lambda: provider.age_seconds() > 0.2, what="a growing age")
+        assert provider.state is not None  # the last state keeps serving
+    finally:
+        await provider.stop()
+
+
+def test_an_invalid_workspace_or_a_second_claim_on_a_namespace_is_left_out(example_objects):
+    ws = pick(example_objects, "TauWorkspace", "vision")
+    ws["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z"
+    rival = copy.deepcopy(ws)
+    rival["metadata"].update(name="vision-2", creationTimestamp="2026-03-01T00:00:00Z")
+    broken = copy.deepcopy(pick(example_objects, "TauWorkspace", "nlp"))
+    broken["metadata"]["name"] = "broken"
+    broken["spec"]["role"] = "owner"
+    other_cluster = copy.deepcopy(pick(example_objects, "TauCluster"))
+    other_cluster["metadata"]["name"] = "prod"
+    elsewhere = copy.deepcopy(pick(example_objects, "TauWorkspace", "nlp"))
+    elsewhere["metadata"].update(name="squatter", namespace="team-x")
+    elsewhere["spec"]["target"]["namespace"] = "payments"
+    kept, skipped = usable_objects([rival, *example_objects, broken, other_cluster, elsewhere], SYS)
+    names = {(o["kind"], o["metadata"]["name"]) for o in kept}
+    assert ("TauWorkspace", "vision") in names and ("TauWorkspace", "vision-2") not in names
+    assert ("TauWorkspace", "broken") not in names and ("TauCluster", "prod") not in names
+    assert ("TauWorkspace", "squatter") not in names  # only the system namespace's workspaces claim namespaces
+    assert any("namespace 'vision' already belongs to TauWorkspace vision" in s for s in skipped)
+    assert len(skipped) == 4
+    assert {o["kind"] for o in kept} == {"TauCluster", "TauWorkspace", "Node", "LocalQueue", "ClusterQueue",
+                                         "ResourceFlavor"}
