@@ -34,12 +34,9 @@ from controllers.resources import Action
 from taugate.models import NodeLabelRule, TauCluster
 from taugate.profiles import profile_set_hash, resolve_profile
 from taugate.settings import Settings
-from taugate.snapshot import summarise_gpu_classes
+from taugate.snapshot import rule_matches, summarise_gpu_classes
 
 log = logging.getLogger("taugate.controllers.taucluster")
-
-INSTANCE_TYPE_LABELS = ("node.kubernetes.io/instance-type", "beta.kubernetes.io/instance-type")
-GFD_PRODUCT = "nvidia.com/gpu.product"
 
 
 @dataclass(frozen=True)
@@ -61,19 +58,6 @@ class ClusterPlan:
 
     status: dict
     actions: list[Action]
-
-
-def rule_matches(rule: NodeLabelRule, node_labels: dict[str, str]) -> bool:
-    """Does a node label rule select a node? TauGrid rule: ``match.vmSizes`` against the AKS VM
-    size label (``node.kubernetes.io/instance-type``), an empty list matching every node;
-    taugate extension: ``gpuProducts`` against GFD's ``nvidia.com/gpu.product``. With both
-    lists set, either match selects the node."""
-    vm_sizes, products = rule.match.vm_sizes, rule.gpu_products
-    if not vm_sizes and not products:
-        return True
-    vm = next((node_labels[k] for k in INSTANCE_TYPE_LABELS if k in node_labels), None)
-    product = node_labels.get(GFD_PRODUCT)
-    return bool((vm is not None and vm in vm_sizes) or (product is not None and product in products))
 
 
 def desired_node_labels(rules: list[NodeLabelRule], node_labels: dict[str, str]) -> tuple[dict[str, str], list[str]]:

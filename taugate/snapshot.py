@@ -135,19 +135,31 @@ class ClusterState:
         return [ws.local_queue(self.default_queue)]
 
 
+INSTANCE_TYPE_LABELS = ("node.kubernetes.io/instance-type", "beta.kubernetes.io/instance-type")
+
+
+def rule_matches(rule: Any, node_labels: dict[str, str]) -> bool:
+    """Does a TauCluster node label rule select a node? TauGrid rule: ``match.vmSizes`` against
+    the AKS VM size label (``node.kubernetes.io/instance-type``), an empty list matching every
+    node; taugate extension: ``gpuProducts`` against GPU Feature Discovery's
+    ``nvidia.com/gpu.product``. With both lists set, either match selects the node."""
+    vm_sizes, products = rule.match.vm_sizes, rule.gpu_products
+    if not vm_sizes and not products:
+        return True
+    vm = next((node_labels[k] for k in INSTANCE_TYPE_LABELS if k in node_labels), None)
+    product = node_labels.get(labels.GFD_GPU_PRODUCT)
+    return bool((vm is not None and vm in vm_sizes) or (product is not None and product in products))
+
+
 def node_gpu_class(node: dict, settings: Settings, rules: Iterable[Any] = ()) -> str | None:
-    """A node's GPU class: its ``settings.gpu_class_label`` label, else the first TauCluster
-    node label rule whose VM size (``node.kubernetes.io/instance-type``) or GFD product
-    (``nvidia.com/gpu.product``) matches and which sets that label."""
+    """A node's GPU class: its ``settings.gpu_class_label`` label, else the value the first
+    matching TauCluster node label rule (``rule_matches``) gives that label, so the class is
+    known before the operator has labelled the node."""
     node_labels = (node.get("metadata") or {}).get("labels") or {}
     if settings.gpu_class_label in node_labels:
         return node_labels[settings.gpu_class_label]
-    vm = node_labels.get("node.kubernetes.io/instance-type") or node_labels.get("beta.kubernetes.io/instance-type")
-    product = node_labels.get(labels.GFD_GPU_PRODUCT)
     for rule in rules:
-        if settings.gpu_class_label not in rule.labels:
-            continue
-        if (vm and vm in rule.match.vm_sizes) or (product and product in rule.gpu_products):
+        if settings.gpu_class_label in rule.labels and rule_matches(rule, node_labels):
             return rule.labels[settings.gpu_class_label]
     return None
 
