@@ -42,6 +42,11 @@ def run_operator_command(args: argparse.Namespace) -> int:
         _err("--resync-seconds must be > 0 and --debounce-seconds >= 0")
         return 2
     try:
+        recorder = _recorder_config(args)
+    except ValueError as e:
+        _err(str(e))
+        return 2
+    try:
         cfg = _configuration(args)
     except KubeConfigError as e:
         _err(str(e))
@@ -52,9 +57,42 @@ def run_operator_command(args: argparse.Namespace) -> int:
     if args.system_namespace:
         settings = settings.model_copy(update={"system_namespace": args.system_namespace})
     options = OperatorOptions(resync_seconds=args.resync_seconds, debounce_seconds=args.debounce_seconds,
-                              liveness_endpoint=args.liveness)
-    asyncio.run(run_operator(cfg, settings, options))
+                              liveness_endpoint=args.liveness, recorder=recorder)
+    try:
+        asyncio.run(run_operator(cfg, settings, options))
+    except Exception as e:
+        from controllers.evidence import EvidenceError
+
+        if isinstance(e, EvidenceError):
+            _err(f"recorder: {e}")
+            return 2
+        raise
     return 0
+
+
+def _recorder_config(args: argparse.Namespace):
+    """The recorder's configuration, or None when it is off. It runs when a signing key is
+    configured (flags or ``TAUGATE_RECORDER_SIGNING_KEY_*``) unless ``--no-record``; ``--record``
+    without a key is an error, since evidence is never written unsigned."""
+    from pydantic import ValidationError
+
+    from controllers.recorder_config import RecorderConfig
+
+    overrides = {k: v for k, v in (("evidence_root", args.evidence_root), ("data_root", args.data_root),
+                                   ("signing_key_file", args.signing_key_file),
+                                   ("signing_key_secret", args.signing_key_secret)) if v is not None}
+    try:
+        config = RecorderConfig(**overrides)
+    except ValidationError as e:
+        err = e.errors()[0]
+        raise ValueError(f"recorder configuration: {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+    has_key = config.signing_key_file is not None or config.signing_key_secret is not None
+    if args.record is False or (args.record is None and not has_key):
+        return None
+    if not has_key:
+        raise ValueError("--record needs an evidence signing key: --signing-key-file FILE or "
+                         "--signing-key-secret NAMESPACE/NAME[/KEY] (create one with `taugate evidence keygen`)")
+    return config
 
 
 def snapshot_export_command(args: argparse.Namespace) -> int:
@@ -63,6 +101,11 @@ def snapshot_export_command(args: argparse.Namespace) -> int:
     from controllers.kube import Kube, KubeConfigError, KubeError
     from taugate.snapshot import SnapshotError
 
+    try:
+        recorder = _recorder_config(args)
+    except ValueError as e:
+        _err(str(e))
+        return 2
     try:
         cfg = _configuration(args)
     except KubeConfigError as e:
@@ -131,6 +174,15 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--debounce-seconds", type=float, default=0.5, help="gather events this long before reconciling")
     p.add_argument("--liveness", metavar="URL", help="kopf liveness endpoint, e.g. http://0.0.0.0:8080/healthz")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    rec = p.add_argument_group("run recorder (TauRuns and evidence)")
+    onoff = rec.add_mutually_exclusive_group()
+    onoff.add_argument("--record", dest="record", action="store_true", default=None,
+                       help="run the recorder (default: on when a signing key is configured)")
+    onoff.add_argument("--no-record", dest="record", action="store_false", help="do not run the recorder")
+    rec.add_argument("--evidence-root", type=Path, help="directory of per-run evidence (TAUGATE_RECORDER_EVIDENCE_ROOT)")
+    rec.add_argument("--data-root", type=Path, help="where workspace data volumes are mounted (TAUGATE_RECORDER_DATA_ROOT)")
+    rec.add_argument("--signing-key-file", type=Path, help="Ed25519 PEM key that signs evidence")
+    rec.add_argument("--signing-key-secret", metavar="NS/NAME[/KEY]", help="the same key from a Secret")
     p.set_defaults(func=run_operator_command)
 
     snap = subparsers.add_parser("snapshot", help="cluster snapshots for offline admission")
