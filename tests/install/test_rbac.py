@@ -111,3 +111,23 @@ def test_hook_jobs_get_their_rbac_before_they_run_and_clean_it_up(default_object
             assert set(annotations["helm.sh/hook-delete-policy"].split(",")) == {"before-hook-creation", "hook-succeeded"}
             if o is not job:
                 assert int(annotations["helm.sh/hook-weight"]) < weight
+
+
+def test_the_operator_patches_nodes_only_when_node_labelling_is_enabled(default_objects):
+    assert not allowed(rules_of(default_objects, "taugate-operator"), "patch", "", "nodes")
+    enabled = objects({"operator": {"labelNodes": True}})
+    assert allowed(rules_of(enabled, "taugate-operator"), "patch", "", "nodes")
+
+
+def test_the_researcher_role_the_operator_binds_ships_with_the_chart_and_grants_no_cluster_writes(default_objects):
+    role = one(default_objects, "ClusterRole", "tau-researcher-v1")
+    rules = [(None, r) for r in role["rules"]]
+    assert allowed(rules, "create", "ray.io", "rayjobs") and allowed(rules, "get", "", "pods/log")
+    assert not allowed(rules, "create", "kueue.x-k8s.io", "localqueues")
+    assert not allowed(rules, "patch", "tau.azure.com", "tauruns")
+    assert not allowed(rules, "get", "", "secrets")
+    operator = one(default_objects, "ClusterRole", "taugate-operator")
+    bind = [r for r in operator["rules"] if "bind" in r["verbs"]]
+    assert bind and bind[0]["resourceNames"] == ["tau-researcher-v1"]
+    assert not find(objects({"researcherRole": {"create": False, "name": "tau-researcher-v1"}}), "ClusterRole",
+                    "tau-researcher-v1")
