@@ -102,11 +102,6 @@ def snapshot_export_command(args: argparse.Namespace) -> int:
     from taugate.snapshot import SnapshotError
 
     try:
-        recorder = _recorder_config(args)
-    except ValueError as e:
-        _err(str(e))
-        return 2
-    try:
         cfg = _configuration(args)
     except KubeConfigError as e:
         _err(str(e))
