@@ -40,6 +40,7 @@ from certs.pki import (
     CertError,
     KeyPair,
     bundle_pem,
+    check_validity,
     generate_ca,
     generate_serving,
     issued_by,
@@ -163,9 +164,14 @@ def create(*, service: str, namespace: str, extra_hosts: tuple[str, ...] = LOCAL
            ca_days: int = DEFAULT_CA_DAYS, days: int = DEFAULT_SERVING_DAYS,
            now: _dt.datetime | None = None) -> CertSet:
     """A new CA and a serving certificate for Service ``service`` in ``namespace``
-    (``service_dns_names`` plus ``extra_hosts``)."""
+    (``service_dns_names`` plus ``extra_hosts``).
+
+    Raises ``CertError`` before generating anything when the names are not valid Kubernetes
+    names or the periods are out of range or ``days`` exceeds ``ca_days`` (``check_validity``)."""
+    check_validity(ca_days=ca_days, days=days)
+    hosts = [*service_dns_names(service, namespace), *extra_hosts]
     ca = generate_ca(days=ca_days, now=now)
-    serving = generate_serving(ca, [*service_dns_names(service, namespace), *extra_hosts], days=days, now=now)
+    serving = generate_serving(ca, hosts, days=days, now=now)
     return CertSet(ca.cert_pem, ca.key_pem, serving.cert_pem, serving.key_pem)
 
 

@@ -11,8 +11,14 @@
   and the CA in the webhook configurations' ``caBundle`` (one idempotent step per run, see
   ``certs.kube``); the Helm chart's hook Jobs and renewal CronJob run it.
 
+Validity periods (``--days``, ``--ca-days``, ``--if-expiring-within``, ``--renew-before-days``)
+are whole days from 1 to 36500, and a serving certificate may not be asked to outlive its CA
+(``--days`` <= ``--ca-days``); ``--service`` must be a valid Kubernetes Service name (DNS-1035
+label) and ``--namespace`` a valid Namespace name (DNS-1123 label). These are checked before
+anything is written.
+
 Exit codes: 0 done (or nothing due), 1 an API call failed, 2 bad input (one line on stderr naming
-the file, or the Secret key, and the problem).
+the option, the file or the Secret key, and the problem).
 """
 
 from __future__ import annotations
@@ -22,17 +28,46 @@ import datetime as _dt
 import sys
 
 from certs import store
-from certs.pki import DEFAULT_CA_DAYS, DEFAULT_SERVING_DAYS, LOCAL_HOSTS, CertError
+from certs.pki import (
+    DEFAULT_CA_DAYS,
+    DEFAULT_SERVING_DAYS,
+    LOCAL_HOSTS,
+    CertError,
+    check_days,
+    check_validity,
+    name_problem,
+)
 
 
 def _days(text: str) -> int:
+    """A whole number (its range is checked by the handler, which names the option)."""
     try:
-        n = int(text)
+        return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a whole number of days: {text!r}") from None
-    if n <= 0:
-        raise argparse.ArgumentTypeError(f"must be at least 1 day, not {n}")
-    return n
+
+
+def _fail(action: str, message: str) -> int:
+    print(f"taugate certs {action}: {message}", file=sys.stderr)
+    return 2
+
+
+def _check_options(args: argparse.Namespace, *, days: tuple[str, ...] = (), pair: bool = False,
+                   names: bool = False) -> None:
+    """Raise ``CertError`` naming the first bad option: each of ``days`` (option names) in
+    1..36500; with ``pair``, ``--days`` <= ``--ca-days``; with ``names``, ``--service`` a
+    Service name (DNS-1035 label) and ``--namespace`` a Namespace name (DNS-1123 label)."""
+    if names:
+        for option, kind in (("--service", "Service"), ("--namespace", "Namespace")):
+            problem = name_problem(getattr(args, option[2:]), kind)
+            if problem:
+                raise CertError(f"{option}: {problem}")
+    for option in days:
+        value = getattr(args, option[2:].replace("-", "_"))
+        if value is not None:
+            check_days(value, option)
+    if pair:
+        check_validity(ca_days=args.ca_days, days=args.days, ca_what="--ca-days", what="--days")
 
 
 def _seconds(text: str) -> float:
@@ -49,6 +84,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     """``certs generate``: exit 0 with the files listed, 2 on bad input or existing files."""
     extra = () if args.no_local else LOCAL_HOSTS
     try:
+        _check_options(args, days=("--ca-days", "--days"), pair=True, names=True)
         st = store.generate(args.dir, service=args.service, namespace=args.namespace, extra_hosts=extra,
                             ca_days=args.ca_days, days=args.days, force=args.force)
     except CertError as e:
@@ -61,6 +97,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 def cmd_rotate(args: argparse.Namespace) -> int:
     """``certs rotate``: exit 0 after the requested step(s) or when nothing is due, 2 on bad input."""
     try:
+        _check_options(args, days=("--ca-days", "--days", "--if-expiring-within"), pair=args.step == "all")
         st = store.inspect(args.dir)
         if args.if_expiring_within is not None and args.step in ("all", "publish") and st.pending is None:
             left = st.expires - _dt.datetime.now(_dt.timezone.utc)
@@ -107,6 +144,10 @@ def cmd_sync(args: argparse.Namespace) -> int:
 
     from certs import kube
 
+    try:
+        _check_options(args, days=("--days", "--renew-before-days"), names=True)
+    except CertError as e:
+        return _fail("sync", str(e))
     try:
         api = kube.api_client(args.kubeconfig)
     except (ConfigException, OSError) as e:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import ipaddress
+import re
 from dataclasses import dataclass
 
 from cryptography import x509
@@ -30,6 +31,16 @@ CLOCK_SKEW = _dt.timedelta(minutes=5)
 DEFAULT_CA_DAYS = 365
 DEFAULT_SERVING_DAYS = 365
 LOCAL_HOSTS = ("localhost", "127.0.0.1")
+MAX_DAYS = 36500
+"""The longest validity accepted, in days (100 years): far past any sensible certificate, and
+well inside what ``datetime`` and X.509 ``GeneralizedTime`` (year 9999) can represent."""
+
+# Kubernetes object-name rules (k8s.io/apimachinery/pkg/util/validation): a Namespace name is a
+# DNS-1123 label (IsDNS1123Label); a Service name is a DNS-1035 label (IsDNS1035Label, used by
+# ValidateServiceName): the same, but it must start with a letter. Both: at most 63 characters.
+_DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_DNS1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+_LABEL_MAX = 63
 
 
 class CertError(ValueError):
@@ -50,12 +61,53 @@ class KeyPair:
         return load_certificates(self.cert_pem)[0]
 
 
+def check_days(days: int, what: str = "validity") -> None:
+    """Raise ``CertError`` unless ``days`` is a whole number from 1 to ``MAX_DAYS`` (36500);
+    ``what`` names the value in the message (e.g. ``"--days"``)."""
+    if isinstance(days, bool) or not isinstance(days, int) or not 1 <= days <= MAX_DAYS:
+        raise CertError(f"{what} {days!r}: must be a whole number of days from 1 to {MAX_DAYS}")
+
+
+def check_validity(*, ca_days: int, days: int, ca_what: str = "CA validity",
+                   what: str = "serving certificate validity") -> None:
+    """Raise ``CertError`` unless both periods are within 1..``MAX_DAYS`` days and the serving
+    certificate's ``days`` do not exceed the CA's ``ca_days`` (a certificate cannot usefully
+    outlive the CA that signed it: clients stop trusting it when the CA expires).
+    ``ca_what``/``what`` name the values in the message (e.g. ``"--ca-days"``, ``"--days"``)."""
+    check_days(ca_days, ca_what)
+    check_days(days, what)
+    if days > ca_days:
+        raise CertError(f"{what} {days} exceeds {ca_what} {ca_days}: a serving certificate cannot outlive "
+                        f"its CA; give at most {ca_days} days, or a longer CA validity")
+
+
+def name_problem(name: str, kind: str = "Namespace") -> str | None:
+    """Why ``name`` is not a valid Kubernetes ``kind`` name (``"Service"``: DNS-1035 label;
+    anything else: DNS-1123 label, as for a Namespace), or None when it is valid.
+    Rule: k8s.io/apimachinery ``IsDNS1035Label`` / ``IsDNS1123Label``."""
+    if not isinstance(name, str) or not name:
+        return f"a {kind} name is required"
+    service = kind == "Service"
+    pattern, label = (_DNS1035_LABEL, "DNS-1035") if service else (_DNS1123_LABEL, "DNS-1123")
+    if len(name) > _LABEL_MAX or not pattern.fullmatch(name):
+        first = "a lowercase letter" if service else "a lowercase letter or digit"
+        return (f"{name!r} is not a valid {kind} name: a Kubernetes {kind} name is a {label} label: at most "
+                f"{_LABEL_MAX} characters, lowercase letters, digits and '-', starting with {first} and "
+                f"ending with a lowercase letter or digit")
+    return None
+
+
 def service_dns_names(service: str, namespace: str) -> list[str]:
     """The DNS names under which Kubernetes reaches Service ``service`` in ``namespace``:
     ``svc``, ``svc.ns``, ``svc.ns.svc``, ``svc.ns.svc.cluster.local`` (Kubernetes DNS for
-    Services; the apiserver calls a webhook at ``https://SVC.NS.svc:PORT/PATH``)."""
-    if not service or not namespace:
-        raise CertError("a serving certificate needs both a service name and a namespace")
+    Services; the apiserver calls a webhook at ``https://SVC.NS.svc:PORT/PATH``).
+
+    Raises ``CertError`` when ``service`` is not a valid Service name (DNS-1035 label) or
+    ``namespace`` not a valid Namespace name (DNS-1123 label): Kubernetes could never reach it."""
+    for name, kind in ((service, "Service"), (namespace, "Namespace")):
+        problem = name_problem(name, kind)
+        if problem:
+            raise CertError(problem)
     return [service, f"{service}.{namespace}", f"{service}.{namespace}.svc",
             f"{service}.{namespace}.svc.cluster.local"]
 
@@ -79,8 +131,7 @@ def generate_ca(common_name: str = "taugate-ca", *, days: int = DEFAULT_CA_DAYS,
 
     The Common Name gets the issue time appended (``taugate-ca@2026-11-29T10:00:00Z``), so that
     successive CAs in one bundle are told apart by name as well as by key."""
-    if days <= 0:
-        raise CertError(f"a CA must be valid for at least one day, not {days}")
+    check_days(days, "CA validity")
     now = now or _now()
     key = _new_key()
     stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -107,14 +158,16 @@ def generate_ca(common_name: str = "taugate-ca", *, days: int = DEFAULT_CA_DAYS,
 def generate_serving(ca: KeyPair, hosts: list[str] | tuple[str, ...], *, days: int = DEFAULT_SERVING_DAYS,
                      now: _dt.datetime | None = None) -> KeyPair:
     """A serving certificate for ``hosts`` (DNS names and/or IP addresses, first one is the
-    Common Name) signed by ``ca``, valid ``days`` days but never beyond the CA's own expiry.
+    Common Name) signed by ``ca``, valid ``days`` days but never beyond the CA's own expiry
+    (a rotation issues from a CA that has already used part of its life; to refuse a request
+    for more days than the CA has, callers check ``check_validity`` first).
 
-    Raises ``CertError`` when ``hosts`` is empty or ``ca`` is not a usable CA key pair."""
+    Raises ``CertError`` when ``hosts`` is empty, ``days`` is outside 1..``MAX_DAYS``, or ``ca``
+    is not a usable CA key pair."""
     hosts = [h for h in hosts if h]
     if not hosts:
         raise CertError("a serving certificate needs at least one host name")
-    if days <= 0:
-        raise CertError(f"a serving certificate must be valid for at least one day, not {days}")
+    check_days(days, "serving certificate validity")
     now = now or _now()
     ca_cert = ca.cert
     ca_key = load_private_key(ca.key_pem)

@@ -154,7 +154,7 @@ def serving_tls(cert_dir: str | Path | None, *, service: str = "taugate-webhook"
     if cert_dir is not None:
         d = Path(cert_dir)
         if not d.is_dir():
-            raise CertError(f"{d}: no such directory")
+            raise CertError(f"{d}: is not a directory" if d.exists() else f"{d}: no such directory")
         return ServingTLS(d)
     d = Path(tempfile.mkdtemp(prefix="taugate-tls-"))
     try:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime as _dt
 import fcntl
 import os
+import shutil
 import tempfile
 import time
 from contextlib import contextmanager
@@ -35,7 +36,15 @@ from certs.bundle import (
     CertStatus,
     check,
 )
-from certs.pki import DEFAULT_CA_DAYS, DEFAULT_SERVING_DAYS, LOCAL_HOSTS, CertError, fingerprint
+from certs.pki import (
+    DEFAULT_CA_DAYS,
+    DEFAULT_SERVING_DAYS,
+    LOCAL_HOSTS,
+    CertError,
+    check_validity,
+    fingerprint,
+    service_dns_names,
+)
 
 LOCK = ".lock"
 
@@ -81,7 +90,7 @@ def locked(directory: Path) -> Iterator[None]:
 def _check_dir(directory: str | Path, *, create: bool) -> Path:
     d = Path(directory)
     if d.exists() and not d.is_dir():
-        raise CertError(f"{d}: not a directory")
+        raise CertError(f"{d}: is not a directory")
     if not d.exists():
         if not create:
             raise CertError(f"{d}: no such directory")
@@ -105,7 +114,7 @@ def read_set(directory: str | Path) -> CertSet:
     """The certificate set stored in ``directory`` (``CertError`` naming a missing file)."""
     d = Path(directory)
     if not d.is_dir():
-        raise CertError(f"{d}: no such directory")
+        raise CertError(f"{d}: is not a directory" if d.exists() else f"{d}: no such directory")
     items: dict[str, bytes | None] = {}
     for name in ITEMS:
         try:
@@ -167,15 +176,25 @@ def generate(directory: str | Path, *, service: str, namespace: str, extra_hosts
     ``extra_hosts`` (localhost and 127.0.0.1 by default, for local serving).
 
     Refuses (``CertError``) to overwrite an existing ``ca.crt`` or ``tls.crt`` unless ``force``:
-    replacing a CA in place breaks every client that trusts it (use ``rotate``)."""
+    replacing a CA in place breaks every client that trusts it (use ``rotate``). Invalid names or
+    periods (``certs.pki.check_validity``, ``service_dns_names``) are refused before anything is
+    created; a directory this call created is removed again when it fails."""
+    check_validity(ca_days=ca_days, days=days)
+    service_dns_names(service, namespace)
+    created = not Path(directory).exists()
     d = _check_dir(directory, create=True)
-    with locked(d):
-        existing = [n for n in (CA_BUNDLE, TLS_CERT) if (d / n).exists()]
-        if existing and not force:
-            raise CertError(f"{d / existing[0]}: already exists; use 'taugate certs rotate' to replace "
-                            f"certificates without breaking clients, or --force")
-        write_set(d, bundle.create(service=service, namespace=namespace, extra_hosts=extra_hosts,
-                                   ca_days=ca_days, days=days, now=now))
+    try:
+        with locked(d):
+            existing = [n for n in (CA_BUNDLE, TLS_CERT) if (d / n).exists()]
+            if existing and not force:
+                raise CertError(f"{d / existing[0]}: already exists; use 'taugate certs rotate' to replace "
+                                f"certificates without breaking clients, or --force")
+            write_set(d, bundle.create(service=service, namespace=namespace, extra_hosts=extra_hosts,
+                                       ca_days=ca_days, days=days, now=now))
+    except BaseException:
+        if created:
+            shutil.rmtree(d, ignore_errors=True)
+        raise
     return inspect(d)
 
 

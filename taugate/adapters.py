@@ -15,6 +15,7 @@ Kinds and where their pod templates are (KubeRay ``ray.io/v1`` and Kubernetes ``
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from functools import cached_property
 from decimal import Decimal, InvalidOperation
@@ -48,9 +49,20 @@ def quantity(value: Any) -> Decimal | None:
     if isinstance(value, int) or (isinstance(value, str) and value.isdigit()):
         return Decimal(value)
     try:
-        return parse_quantity(value)
+        q = parse_quantity(value)
     except (ValueError, TypeError, InvalidOperation):
         return None
+    return q if q.is_finite() else None
+
+
+MAX_GPUS = 2**31 - 1
+"""The largest GPU count taugate reads (a Kubernetes int32 count); larger is not a quantity."""
+
+
+def gpu_quantity(value: Any) -> Decimal | None:
+    """An ``nvidia.com/gpu`` quantity, or None when unparsable, not finite or above ``MAX_GPUS``."""
+    q = quantity(value)
+    return q if q is not None and abs(q) <= MAX_GPUS else None
 
 
 @dataclass(frozen=True)
@@ -131,7 +143,7 @@ class PodTemplate:
             req = (res.get("requests") or {}) if isinstance(res.get("requests") or {}, dict) else {}
             lim = (res.get("limits") or {}) if isinstance(res.get("limits") or {}, dict) else {}
             r, l = req.get(labels.GPU_RESOURCE), lim.get(labels.GPU_RESOURCE)
-            out.append(ContainerGpus(c.get("name") or f"#{i}", i, kind, r, l, quantity(r), quantity(l)))
+            out.append(ContainerGpus(c.get("name") or f"#{i}", i, kind, r, l, gpu_quantity(r), gpu_quantity(l)))
         return out
 
     @cached_property
@@ -164,6 +176,12 @@ class WorkloadAdapter(Protocol):
         """Where ``suspend`` lives (``spec.suspend`` for RayJob, RayCluster and Job)."""
         ...
 
+    def malformed(self, obj: dict) -> list[tuple[str, str]]:
+        """``(field path, problem)`` for every field admission reads or writes that does not
+        have the type its API gives it (the API server checks the schema only after mutating
+        webhooks have run, so they see objects exactly as a client sent them)."""
+        ...
+
 
 def _dict(value: Any) -> dict:
     return value if isinstance(value, dict) else {}
@@ -194,6 +212,136 @@ def _ray_cluster_templates(spec: dict, prefix: Path) -> list[PodTemplate]:
     return out
 
 
+def json_type(value: Any) -> str:
+    """The JSON name of a value's type: object, array, string, number, boolean or null."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return "an object"
+
+
+class _Shape:
+    """Collects type problems as ``(field path, problem)``."""
+
+    def __init__(self) -> None:
+        self.problems: list[tuple[str, str]] = []
+
+    def bad(self, path: Path, problem: str) -> None:
+        self.problems.append((field_path(path), problem))
+
+    def obj(self, value: Any, path: Path, *, required: bool = False) -> bool:
+        """True when ``value`` is an object; a problem when it is something else (or missing
+        and required)."""
+        if isinstance(value, dict):
+            return True
+        if value is not None or required:
+            self.bad(path, "is missing; it is required" if value is None else f"is {json_type(value)}; it must be an object")
+        return False
+
+    def array(self, value: Any, path: Path) -> bool:
+        if isinstance(value, list):
+            return True
+        if value is not None:
+            self.bad(path, f"is {json_type(value)}; it must be an array")
+        return False
+
+    def string_map(self, value: Any, path: Path) -> None:
+        if self.obj(value, path):
+            for k, v in value.items():
+                if not isinstance(v, str):
+                    self.bad(path + (k,), f"is {json_type(v)}; label, annotation and selector values must be strings")
+
+    def scalar(self, value: Any, path: Path, typ: type, what: str, minimum: int | None = None) -> None:
+        if value is None:
+            return
+        if not isinstance(value, typ) or (typ is int and isinstance(value, bool)):
+            self.bad(path, f"is {json_type(value)} ({value!r}); it must be {what}")
+        elif minimum is not None and value < minimum:
+            self.bad(path, f"is {value}; it must be {what}")
+
+    def meta(self, meta: Any, path: Path) -> None:
+        if self.obj(meta, path):
+            for key in ("name", "generateName", "namespace"):
+                self.scalar(meta.get(key), path + (key,), str, "a string")
+            self.string_map(meta.get("labels"), path + ("labels",))
+            self.string_map(meta.get("annotations"), path + ("annotations",))
+
+    def quantities(self, resources: Any, path: Path) -> None:
+        if not self.obj(resources, path):
+            return
+        for which in ("requests", "limits"):
+            values = resources.get(which)
+            if not self.obj(values, path + (which,)):
+                continue
+            for name, raw in values.items():
+                q = quantity(raw) if isinstance(raw, (str, int, float)) and not isinstance(raw, bool) else None
+                if q is None:
+                    self.bad(path + (which, name), f"is {json.dumps(raw)}, which is not a Kubernetes quantity "
+                                                   f"(e.g. 2, 500m, 8Gi)")
+                elif q < 0:
+                    self.bad(path + (which, name), f"is {raw}; quantities must not be negative")
+
+    def pod_template(self, template: Any, path: Path) -> None:
+        if not self.obj(template, path, required=True):
+            return
+        if template.get("metadata") is not None:
+            self.meta(template["metadata"], path + ("metadata",))
+        spec = template.get("spec")
+        if not self.obj(spec, path + ("spec",), required=True):
+            return
+        self.string_map(spec.get("nodeSelector"), path + ("spec", "nodeSelector"))
+        self.obj(spec.get("affinity"), path + ("spec", "affinity"))
+        for key in ("tolerations", "volumes"):
+            if self.array(spec.get(key), path + ("spec", key)):
+                for i, item in enumerate(spec[key]):
+                    self.obj(item, path + ("spec", key, i), required=True)
+        for key in ("containers", "initContainers"):
+            items = spec.get(key)
+            if key == "containers" and (items is None or items == []):
+                self.bad(path + ("spec", key), "is missing or empty; a pod needs at least one container")
+                continue
+            if not self.array(items, path + ("spec", key)):
+                continue
+            for i, c in enumerate(items):
+                cpath = path + ("spec", key, i)
+                if not self.obj(c, cpath, required=True):
+                    continue
+                self.scalar(c.get("name"), cpath + ("name",), str, "a string")
+                if c.get("resources") is not None:
+                    self.quantities(c["resources"], cpath + ("resources",))
+                if self.array(c.get("volumeMounts"), cpath + ("volumeMounts",)):
+                    for j, m in enumerate(c["volumeMounts"]):
+                        self.obj(m, cpath + ("volumeMounts", j), required=True)
+
+
+def _ray_cluster_shape(shape: _Shape, spec: Any, prefix: Path) -> None:
+    if not shape.obj(spec, prefix, required=True):
+        return
+    head = spec.get("headGroupSpec")
+    if shape.obj(head, prefix + ("headGroupSpec",), required=True):
+        shape.string_map(head.get("rayStartParams"), prefix + ("headGroupSpec", "rayStartParams"))
+        shape.pod_template(head.get("template"), prefix + ("headGroupSpec", "template"))
+    groups = spec.get("workerGroupSpecs")
+    if shape.array(groups, prefix + ("workerGroupSpecs",)):
+        for i, g in enumerate(groups):
+            gpath = prefix + ("workerGroupSpecs", i)
+            if not shape.obj(g, gpath, required=True):
+                continue
+            shape.scalar(g.get("groupName"), gpath + ("groupName",), str, "a string")
+            for key in ("replicas", "minReplicas", "maxReplicas"):
+                shape.scalar(g.get(key), gpath + (key,), int, "a whole number >= 0", minimum=0)
+            shape.scalar(g.get("numOfHosts"), gpath + ("numOfHosts",), int, "a whole number >= 1", minimum=1)
+            shape.string_map(g.get("rayStartParams"), gpath + ("rayStartParams",))
+            shape.pod_template(g.get("template"), gpath + ("template",))
+
+
 class RayClusterAdapter:
     """KubeRay ``ray.io/v1`` RayCluster."""
 
@@ -206,12 +354,38 @@ class RayClusterAdapter:
     def suspend_path(self, obj: dict) -> Path:
         return ("spec", "suspend")
 
+    def malformed(self, obj: dict) -> list[tuple[str, str]]:
+        shape = _Shape()
+        shape.meta(obj.get("metadata"), ("metadata",))
+        _ray_cluster_shape(shape, obj.get("spec"), ("spec",))
+        if isinstance(obj.get("spec"), dict):
+            shape.scalar(obj["spec"].get("suspend"), ("spec", "suspend"), bool, "true or false")
+        return shape.problems
+
 
 class RayJobAdapter:
     """KubeRay ``ray.io/v1`` RayJob: the RayCluster spec plus the submitter pod template."""
 
     kind = "RayJob"
     api_version = "ray.io/v1"
+
+    def malformed(self, obj: dict) -> list[tuple[str, str]]:
+        """KubeRay: a RayJob needs ``rayClusterSpec`` or ``clusterSelector``."""
+        shape = _Shape()
+        shape.meta(obj.get("metadata"), ("metadata",))
+        spec = obj.get("spec")
+        if shape.obj(spec, ("spec",), required=True):
+            if spec.get("rayClusterSpec") is None and not spec.get("clusterSelector"):
+                shape.bad(("spec", "rayClusterSpec"), "is missing; a RayJob needs rayClusterSpec (or clusterSelector, "
+                                                      "which Kueue does not queue)")
+            elif spec.get("rayClusterSpec") is not None:
+                _ray_cluster_shape(shape, spec["rayClusterSpec"], ("spec", "rayClusterSpec"))
+            shape.string_map(spec.get("clusterSelector"), ("spec", "clusterSelector"))
+            if spec.get("submitterPodTemplate") is not None:
+                shape.pod_template(spec["submitterPodTemplate"], ("spec", "submitterPodTemplate"))
+            for key in ("suspend", "shutdownAfterJobFinishes"):
+                shape.scalar(spec.get(key), ("spec", key), bool, "true or false")
+        return shape.problems
 
     def pod_templates(self, obj: dict) -> list[PodTemplate]:
         spec = _dict(obj.get("spec"))
@@ -241,6 +415,18 @@ class JobAdapter:
     def suspend_path(self, obj: dict) -> Path:
         return ("spec", "suspend")
 
+    def malformed(self, obj: dict) -> list[tuple[str, str]]:
+        """Kubernetes: a Job needs ``spec.template``."""
+        shape = _Shape()
+        shape.meta(obj.get("metadata"), ("metadata",))
+        spec = obj.get("spec")
+        if shape.obj(spec, ("spec",), required=True):
+            for key in ("parallelism", "completions"):
+                shape.scalar(spec.get(key), ("spec", key), int, "a whole number >= 0", minimum=0)
+            shape.scalar(spec.get("suspend"), ("spec", "suspend"), bool, "true or false")
+            shape.pod_template(spec.get("template"), ("spec", "template"))
+        return shape.problems
+
 
 ADAPTERS: dict[tuple[str, str], WorkloadAdapter] = {
     (a.api_version.split("/")[0], a.kind): a
@@ -252,8 +438,9 @@ ADAPTERS: dict[tuple[str, str], WorkloadAdapter] = {
 def adapter_for(api_version_or_group: str | None, kind: str | None) -> WorkloadAdapter | None:
     """The adapter for an object's ``apiVersion`` (or bare group) and ``kind``; None if taugate
     does not handle that kind."""
-    group = (api_version_or_group or "").split("/")[0] if "/" in (api_version_or_group or "") else (api_version_or_group or "")
-    return ADAPTERS.get((group, kind or ""))
+    if not isinstance(api_version_or_group, str) or not isinstance(kind, str):
+        return None
+    return ADAPTERS.get((api_version_or_group.split("/")[0], kind))
 
 
 def total_gpus(templates: list[PodTemplate]) -> int:

@@ -18,12 +18,13 @@ from decimal import Decimal
 from pathlib import Path as _Path
 from typing import Any, Iterable
 
+import jsonschema
 import orjson
 import yaml
 from pydantic import ValidationError
 
 from taugate import labels
-from taugate.adapters import quantity
+from taugate.adapters import json_type, quantity
 from taugate.models import ResolvedProfile, TauCluster, TauWorkspace
 from taugate.profiles import is_applicable, profile_set_hash, resolve_profile
 from taugate.settings import Settings
@@ -31,6 +32,54 @@ from taugate.settings import Settings
 
 # libyaml's C loader when PyYAML was built with it (~10x faster on a 5,000-node snapshot).
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _map_of(value_type: dict) -> dict:
+    return {"type": "object", "additionalProperties": value_type}
+
+
+_STR = {"type": "string"}
+_OBJ = {"type": "object"}
+_QTY = {"type": ["string", "number"]}
+_META = {"type": "object", "required": ["name"],
+         "properties": {"name": {"type": "string", "minLength": 1}, "namespace": _STR, "labels": _map_of(_STR)}}
+_SHAPES = {
+    "Node": {"type": "object", "properties": {
+        "metadata": _META, "spec": _OBJ,
+        "status": {"type": "object", "properties": {
+            "allocatable": _map_of(_QTY), "capacity": _map_of(_QTY),
+            "conditions": {"type": "array", "items": {"type": "object", "required": ["type", "status"],
+                                                      "properties": {"type": _STR, "status": _STR}}}}}}},
+    "LocalQueue": {"type": "object", "required": ["spec"], "properties": {
+        "metadata": _META, "spec": {"type": "object", "required": ["clusterQueue"], "properties": {"clusterQueue": _STR}}}},
+    "ClusterQueue": {"type": "object", "properties": {
+        "metadata": _META,
+        "spec": {"type": "object", "properties": {"cohort": _STR, "resourceGroups": {"type": "array", "items": {
+            "type": "object", "properties": {"coveredResources": {"type": "array", "items": _STR}, "flavors": {
+                "type": "array", "items": {"type": "object", "required": ["name"], "properties": {
+                    "name": _STR, "resources": {"type": "array", "items": {
+                        "type": "object", "required": ["name"], "properties": {
+                            "name": _STR, "nominalQuota": _QTY, "borrowingLimit": _QTY}}}}}}}}}}},
+        "status": {"type": "object", "properties": {"flavorsUsage": {"type": "array", "items": {
+            "type": "object", "properties": {"name": _STR, "resources": {"type": "array", "items": {
+                "type": "object", "properties": {"name": _STR, "total": _QTY}}}}}}}}}},
+    "ResourceFlavor": {"type": "object", "properties": {"metadata": _META, "spec": _OBJ}},
+}
+"""The fields cluster state reads from Kubernetes and Kueue objects, as JSON Schema: a snapshot
+file is checked against them when it is loaded (the API server already guarantees them for
+objects that come from watches)."""
+_SHAPE_VALIDATORS = {kind: jsonschema.Draft7Validator(schema) for kind, schema in _SHAPES.items()}
+
+
+def shape_error(obj: dict) -> str | None:
+    """The first type problem of a Node, LocalQueue, ClusterQueue or ResourceFlavor, as
+    ``field: problem``; None when it has the shape cluster state reads."""
+    validator = _SHAPE_VALIDATORS.get(obj.get("kind"))
+    err = next(iter(validator.iter_errors(obj)), None) if validator else None
+    if err is None:
+        return None
+    where = ".".join(str(p) for p in err.absolute_path) or "(object)"
+    return f"{where}: {err.message}"
 
 
 class SnapshotError(ValueError):
@@ -231,14 +280,16 @@ def _now() -> str:
 
 
 def build_state(objects: Iterable[dict], settings: Settings | None = None, *, generation: int = 0,
-                source: str = "snapshot") -> ClusterState:
+                source: str = "snapshot", check_shapes: bool = False) -> ClusterState:
     """Build a ``ClusterState`` from plain objects (pure apart from reading the clock).
 
     When the TauCluster has no ``status.workloadProfiles`` (an offline snapshot), profiles are
     resolved here with the controller's own function. When it has one whose ``profileSetHash``
     differs from the hash of ``spec.workloadProfiles``, the set is stale and admission fails
     closed (``profile_set_problem``). Raises ``SnapshotError`` for objects that break the
-    TauGrid schema, naming the object.
+    TauGrid schema, naming the object; with ``check_shapes`` (a file, not watches) also for
+    Kubernetes and Kueue objects whose fields have the wrong type, for a second TauCluster and
+    for a TauCluster not named ``cluster``.
     """
     settings = settings or Settings()
     cluster: TauCluster | None = None
@@ -250,10 +301,19 @@ def build_state(objects: Iterable[dict], settings: Settings | None = None, *, ge
     for obj in objects:
         if not isinstance(obj, dict):
             raise SnapshotError(f"{source}: expected Kubernetes objects, found {type(obj).__name__}")
-        kind, meta = obj.get("kind"), obj.get("metadata") or {}
+        kind = obj.get("kind")
+        meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
         name = meta.get("name")
+        if check_shapes:
+            problem = shape_error(obj)
+            if problem:
+                raise SnapshotError(f"{source}: {kind} {name!r}: {problem}")
         try:
             if kind == "TauCluster":
+                if check_shapes and name != "cluster":
+                    raise SnapshotError(f"{source}: TauCluster {name!r}: the TauCluster is a singleton named 'cluster'")
+                if check_shapes and cluster is not None:
+                    raise SnapshotError(f"{source}: a second TauCluster; a snapshot holds exactly one, named 'cluster'")
                 cluster = TauCluster.model_validate(obj)
             elif kind == "TauWorkspace":
                 ws = TauWorkspace.model_validate(obj)
@@ -325,6 +385,9 @@ def read_objects(path: str | _Path) -> list[dict]:
         raise SnapshotError(f"{p}: no such file") from None
     except (IsADirectoryError, PermissionError, UnicodeDecodeError) as e:
         raise SnapshotError(f"{p}: cannot read: {e.__class__.__name__}") from None
+    docs: list = []
+    if not text.strip():
+        raise SnapshotError(f"{p}: the file is empty")
     if text.lstrip()[:1] in ("{", "["):
         try:  # JSON (a List or an array of objects): orjson, ~50x faster than YAML at 5,000 nodes
             data = orjson.loads(text)
@@ -345,14 +408,22 @@ def read_objects(path: str | _Path) -> list[dict]:
         if doc is None:
             continue
         if not isinstance(doc, dict):
-            raise SnapshotError(f"{p}: document {i + 1} is a {type(doc).__name__}, not a Kubernetes object")
+            raise SnapshotError(f"{p}: document {i + 1} is {json_type(doc)}, not a Kubernetes object")
         if str(doc.get("kind") or "").endswith("List") and isinstance(doc.get("items"), list):
-            out.extend(d for d in doc["items"] if isinstance(d, dict))
+            for j, item in enumerate(doc["items"]):
+                if not isinstance(item, dict):
+                    raise SnapshotError(f"{p}: document {i + 1}: items[{j}] is {json_type(item)}, not a Kubernetes object")
+                out.append(item)
         else:
             out.append(doc)
     return out
 
 
 def load_snapshot(path: str | _Path, settings: Settings | None = None) -> ClusterState:
-    """Load a snapshot file into a ``ClusterState``; ``SnapshotError`` on bad input."""
-    return build_state(read_objects(path), settings, source=str(path))
+    """Load a snapshot file into a ``ClusterState``; ``SnapshotError`` (one line naming the
+    file) on bad input, including a snapshot without the TauCluster."""
+    state = build_state(read_objects(path), settings, source=str(path), check_shapes=True)
+    if state.cluster is None:
+        raise SnapshotError(f"{path}: no TauCluster in the snapshot; it needs the TauCluster 'cluster' with the "
+                            f"workload profiles (see examples/cluster.yaml)")
+    return state

@@ -2,8 +2,8 @@
 
 ``taugate admit -f FILE [-f FILE ...] --cluster SNAPSHOT [-n NAMESPACE] [-o yaml|json|patch]``
 runs every RayJob, RayCluster and Job in the files through mutation then validation, offline,
-like ``kyverno apply`` or ``gator test``: it prints the admitted objects (or their JSONPatch),
-or the denial. Exit 0 when everything is allowed, 1 when anything is denied, 2 on bad input
+like ``kyverno apply`` or ``gator test``: it prints the admitted objects (``-o patch``: a JSON
+array with one ``{file, kind, name, namespace, patch}`` per admitted workload), or the denial. Exit 0 when everything is allowed, 1 when anything is denied, 2 on bad input
 (one line on stderr naming the file and the problem). Other kinds are printed unchanged.
 """
 
@@ -57,9 +57,13 @@ def cmd_admit(args: argparse.Namespace) -> int:
             _err(f"taugate: {f}: no Kubernetes object in the file")
             return 2
         for o in objs:
-            o = orjson.loads(orjson.dumps(o, default=str))  # YAML timestamps become strings, as in the API
-            if not o.get("kind") or not o.get("apiVersion"):
-                _err(f"taugate: {f}: an object has no kind/apiVersion")
+            try:  # as the API server would hold it: timestamps as strings, keys as strings
+                o = orjson.loads(orjson.dumps(o, default=str, option=orjson.OPT_NON_STR_KEYS))
+            except TypeError as e:
+                _err(f"taugate: {f}: not representable as JSON ({e}); Kubernetes numbers fit in 64 bits")
+                return 2
+            if not isinstance(o.get("kind"), str) or not isinstance(o.get("apiVersion"), str):
+                _err(f"taugate: {f}: an object has no kind/apiVersion strings")
                 return 2
             inputs.append((f, o))
     try:
@@ -71,15 +75,19 @@ def cmd_admit(args: argparse.Namespace) -> int:
     out_docs: list = []
     for f, obj in inputs:
         meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
-        name = meta.get("name") or (meta.get("generateName", "") + "*")
-        label = f"{obj['kind']} {name}"
+        name = str(meta.get("name") or f"{meta.get('generateName') or ''}*")
+        label = f"{obj['kind']} {name if len(name) <= 80 else name[:77] + '...'}"
         if adapter_for(obj.get("apiVersion"), obj.get("kind")) is None:
             _err(f"{f}: {label}: not a kind taugate admits; unchanged")
             if args.output != "patch":
                 out_docs.append(obj)
             continue
-        ns = args.namespace or meta.get("namespace")
-        if not ns:
+        own = meta.get("namespace")
+        if args.namespace and own and own != args.namespace:
+            _err(f"taugate: {f}: {label} is in namespace {own!r}, which does not match -n {args.namespace!r}")
+            return 2
+        ns = args.namespace or own
+        if not isinstance(ns, str) or not ns:
             _err(f"taugate: {f}: {label} has no metadata.namespace; pass -n NAMESPACE")
             return 2
         if state.workspace_for(ns) is None:
@@ -92,13 +100,14 @@ def cmd_admit(args: argparse.Namespace) -> int:
             status = 1
             continue
         if args.output == "patch":
-            out_docs.append({"kind": obj["kind"], "name": name, "patch": decision.patch or []})
+            out_docs.append({"file": f, "kind": obj["kind"], "name": name, "namespace": ns,
+                             "patch": decision.patch or []})
         else:
             out_docs.append(decision.object)
     if args.output == "json":
         print(json.dumps(out_docs[0] if len(out_docs) == 1 else {"apiVersion": "v1", "kind": "List", "items": out_docs}, indent=2))
     elif args.output == "patch":
-        print(json.dumps(out_docs if len(out_docs) != 1 else out_docs[0]["patch"], indent=2))
+        print(json.dumps(out_docs, indent=2))
     elif out_docs:
         sys.stdout.write(yaml.safe_dump_all(out_docs, sort_keys=False))
     return status

@@ -131,8 +131,9 @@ def edit_create(obj: dict, adapter: WorkloadAdapter, templates: list[PodTemplate
                 state: ClusterState, settings: Settings) -> dict:
     """The edited deep copy of a top-level workload on CREATE (DESIGN.md section 2, step 3).
 
-    Adds, where missing: the Kueue queue label, ``suspend: true`` (Kueue's own webhook may run
-    before ours), a run-id on the object and every pod template, workspace / profile /
+    Sets ``suspend: true`` (as Kueue's defaulting webhook does for a queued job, even when the
+    object says false; Kueue's own webhook may run before ours). Adds, where missing: the Kueue
+    queue label, a run-id on the object and every pod template, workspace / profile /
     profile-set-hash / gpu-class / managed-by labels, the Kueue priority-class label, the
     profile's node selector, GPU-class selector and tolerations on GPU pod templates only (never
     on a CPU-only Ray head or the submitter), the workspace data PVC at ``/data``, and
@@ -161,7 +162,7 @@ def edit_create(obj: dict, adapter: WorkloadAdapter, templates: list[PodTemplate
         spec = edited["spec"] = {}
     path = adapter.suspend_path(edited)
     holder = _at(edited, path[:-1])
-    holder.setdefault(path[-1], True)
+    holder[path[-1]] = True  # what Kueue's own webhook does on CREATE: Kueue unsuspends it on admission
     if adapter.kind == "RayJob":
         spec.setdefault("shutdownAfterJobFinishes", True)
 
@@ -191,8 +192,9 @@ def annotate(edited: dict, record: dict) -> None:
 def edit_update(obj: dict, old: dict | None, templates: list[PodTemplate]) -> dict:
     """The edited copy on UPDATE: only the run-id is restored from ``old`` (it never changes);
     everything else was decided at CREATE and is Kueue's or the user's to change."""
-    old_run_id = ((old or {}).get("metadata") or {}).get("labels", {}) or {}
-    old_run_id = old_run_id.get(labels.RUN_ID) if isinstance(old_run_id, dict) else None
+    old_meta = (old or {}).get("metadata")
+    old_labels = old_meta.get("labels") if isinstance(old_meta, dict) else None
+    old_run_id = old_labels.get(labels.RUN_ID) if isinstance(old_labels, dict) else None
     if not valid_run_id(old_run_id):
         return obj
     current = run_id_of(obj, [])

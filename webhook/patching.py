@@ -4,10 +4,10 @@
 checks per node), so on a RayJob most of its time went to subtrees the mutation never touched.
 ``make_patch`` first drops, on both sides, dict entries whose values are equal (same JSON type,
 compared by CPython's C ``==``), and turns equal list elements at the same index into the same
-tiny placeholder. The pruned documents have the same paths for everything that differs, so the
-library's diff of them is a correct patch for the originals: an operation can only carry a
-value of the edited document that differs from the original, never a pruned one, and its
-pointers are still built by the library.
+placeholder object, which equals no real element. The pruned documents have the same paths for
+everything that differs, so the library's diff of them is a correct patch for the originals: an
+operation can only carry a value of the edited document that differs from the original, never a
+pruned one, and its pointers are still built by the library.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 import jsonpatch
 import orjson
 
-_SAME = 0  # placeholder for an unchanged list element: compared as an equal leaf
+_MARK = "\x00taugate-unchanged"  # no Kubernetes field has this name
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -48,7 +48,7 @@ def _prune(src: Any, dst: Any) -> tuple[Any, Any]:
         s2, d2 = list(src), list(dst)
         for i in range(min(len(src), len(dst))):
             if _same(src[i], dst[i]):
-                s2[i] = d2[i] = _SAME
+                s2[i] = d2[i] = {_MARK: i}  # equal on both sides, unequal to any real element
             else:
                 s2[i], d2[i] = _prune(src[i], dst[i])
         return s2, d2

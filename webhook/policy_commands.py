@@ -5,14 +5,17 @@ loads the policy set (a parse or compile error fails with file, line and reason)
 ``test_`` rule, then admits every sample (``<policy>/samples/example_allowed*.yaml`` and
 ``example_disallowed*.yaml``) through ``webhook.review.admit`` — mutation then validation,
 the webhook's own code path — against ``<policy>/samples/cluster.yaml`` if present, else the
-``--cluster`` snapshot (default ``DIR/../examples/cluster.yaml``), in the sample's
-``metadata.namespace``. A disallowed sample passes when that policy reports it (a denial, a
+``--cluster`` snapshot (default ``DIR/../examples/cluster.yaml``, or, for a policy folder with no
+``examples/`` beside it, the repository's ``examples/cluster.yaml`` shipped next to the package;
+the report names the snapshot used), in the sample's ``metadata.namespace``. A disallowed sample passes when that policy reports it (a denial, a
 warning or a dry-run result, whatever its enforcement); an allowed sample passes when that
 policy reports nothing. Exit 0 when everything passed, 1 on any failure, 2 for bad
 command-line input.
 
 ``taugate policy eval -f OBJECT --cluster SNAPSHOT [-n NS]`` admits one object and shows the
-input document the policies saw and each policy's result. Exit 0 allowed, 1 denied, 2 bad input.
+input document the policies saw and each policy's result. Exit 0 allowed, 1 denied, 2 bad input
+(one line on stderr: a missing or broken file, a file without exactly one object, or an object
+of a kind taugate does not evaluate: only RayJob, RayCluster and batch/v1 Job are).
 
 The lead's ``webhook/commands.py`` calls ``add_commands(subparsers)``.
 """
@@ -26,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from taugate.adapters import ADAPTERS, adapter_for
 from taugate.settings import Settings
 from taugate.snapshot import ClusterState, SnapshotError, load_snapshot, read_objects
 from webhook.decision import Decision, Violation
@@ -42,9 +46,18 @@ def default_policy_dir() -> Path:
     return Path(Settings().policy_dir)
 
 
-def default_cluster(policy_dir: Path) -> Path:
-    """The snapshot samples are admitted against: ``DIR/../examples/cluster.yaml``."""
-    return policy_dir.resolve().parent / "examples" / "cluster.yaml"
+def default_cluster(policy_dir: Path) -> Path | None:
+    """The snapshot samples are admitted against when ``--cluster`` is not given: the first
+    existing of ``DIR/../examples/cluster.yaml`` and the repository's own
+    ``examples/cluster.yaml`` (next to the bundled ``policies/``: ``Settings().policy_dir``'s
+    parent, so a copy of the library placed elsewhere still tests); None when neither exists."""
+    return next((c for c in default_cluster_candidates(policy_dir) if c.is_file()), None)
+
+
+def default_cluster_candidates(policy_dir: Path) -> list[Path]:
+    """Where ``default_cluster`` looks, in order (for the message when it finds nothing)."""
+    return list(dict.fromkeys((policy_dir.resolve().parent / "examples" / "cluster.yaml",
+                               Path(Settings().policy_dir).resolve().parent / "examples" / "cluster.yaml")))
 
 
 # --------------------------------------------------------------------------- sample runner
@@ -133,9 +146,12 @@ def admit_sample(policy: str, expect: str, path: Path, *, engine: PolicyEngine, 
 
 @dataclass
 class Report:
-    """Everything ``taugate policy test`` found. ``load_error`` set means nothing else ran."""
+    """Everything ``taugate policy test`` found. ``load_error`` set means nothing else ran.
+    ``cluster``: the snapshot samples without their own ``samples/cluster.yaml`` were admitted
+    against (None when there was none to use)."""
 
     policy_dir: Path
+    cluster: Path | None = None
     load_error: str | None = None
     tests: list[TestOutcome] = field(default_factory=list)
     samples: list[SampleResult] = field(default_factory=list)
@@ -160,8 +176,10 @@ def run_policy_tests(policy_dir: str | Path, *, cluster: str | Path | None = Non
     """Load, unit-test and sample-test a policy folder; never raises for a broken library.
 
     ``engine_factory(policy_set)`` builds the engine samples are admitted with (default: the
-    embedded engine); the reference tests pass one backed by real OPA. Snapshot errors are
-    reported as problems."""
+    embedded engine); the reference tests pass one backed by real OPA. ``cluster``: the
+    snapshot for samples without their own (default ``default_cluster(policy_dir)``). A snapshot
+    that is missing or broken is reported once as a problem, and the samples that needed it are
+    skipped."""
     root = Path(policy_dir)
     report = Report(root)
     settings = settings or Settings()
@@ -176,8 +194,9 @@ def run_policy_tests(policy_dir: str | Path, *, cluster: str | Path | None = Non
     for t in report.tests:
         by_file[t.test.file.rel] = by_file.get(t.test.file.rel, 0) + 1
     engine = engine_factory(ps) if engine_factory else EmbeddedPolicyEngine(PolicyStore.serving(ps))
-    snapshots: dict[Path, ClusterState] = {}
+    snapshots: dict[Path, ClusterState | None] = {}
     fallback = Path(cluster) if cluster else default_cluster(root)
+    report.cluster = fallback
     for name, items in sample_files(ps).items():
         if not any(rel.startswith(f"{name}/") for rel in by_file):
             report.problems.append(f"{root / name}: policy {name!r} has no test_ rules (add {name}/policy_test.rego)")
@@ -186,14 +205,24 @@ def run_policy_tests(policy_dir: str | Path, *, cluster: str | Path | None = Non
                 report.problems.append(f"{root / name / 'samples'}: policy {name!r} has no example_{kind}*.yaml sample")
         own = root / name / "samples" / "cluster.yaml"
         snap = own if own.is_file() else fallback
+        if snap is None:
+            if None not in snapshots:
+                looked = " or ".join(str(c) for c in default_cluster_candidates(root))
+                report.problems.append(f"no cluster snapshot for samples: looked for {looked}; "
+                                       f"pass --cluster SNAPSHOT")
+            snapshots[None] = None  # type: ignore[index]
+            continue
         if snap not in snapshots:
             try:
                 snapshots[snap] = load_snapshot(snap, settings)
             except SnapshotError as e:
+                snapshots[snap] = None
                 report.problems.append(f"cluster snapshot for samples: {e}")
-                continue
+        state = snapshots[snap]
+        if state is None:
+            continue
         for kind, path in items:
-            report.samples.append(admit_sample(name, kind, path, engine=engine, state=snapshots[snap], settings=settings))
+            report.samples.append(admit_sample(name, kind, path, engine=engine, state=state, settings=settings))
     return report
 
 
@@ -212,7 +241,9 @@ def render_report(report: Report, *, verbose: bool = False) -> str:
                 lines.append(f"  PASS {t.test.file.display}:{t.test.line} {t.test.name} ({t.seconds * 1e3:.1f} ms)")
         passed = sum(t.passed for t in report.tests)
         lines.append(f"  {passed}/{len(report.tests)} passed")
-        lines.append("samples (admitted through mutation + validation):")
+        against = f"cluster snapshot {report.cluster}" if report.cluster else "no cluster snapshot"
+        lines.append(f"samples (admitted through mutation + validation, against {against} "
+                     f"unless a policy has its own samples/cluster.yaml):")
         for s in report.samples:
             status = "PASS" if s.passed else "FAIL"
             if s.error:
@@ -244,9 +275,38 @@ def _cmd_test(args: argparse.Namespace) -> int:
     if args.cluster and not Path(args.cluster).is_file():
         print(f"{args.cluster}: no such cluster snapshot", file=sys.stderr)
         return 2
-    report = run_policy_tests(root, cluster=args.cluster)
+    cluster = Path(args.cluster) if args.cluster else default_cluster(root)
+    if cluster is None:
+        looked = " or ".join(str(c) for c in default_cluster_candidates(root))
+        print(f"{root}: no cluster snapshot to admit the samples against (looked for {looked}); "
+              f"pass --cluster SNAPSHOT", file=sys.stderr)
+        return 2
+    report = run_policy_tests(root, cluster=cluster)
     print(render_report(report, verbose=args.verbose))
     return 0 if report.ok else 1
+
+
+def evaluated_kinds() -> str:
+    """The kinds taugate evaluates, for messages: ``RayJob (ray.io/v1), ... and Job (batch/v1)``."""
+    names = [f"{a.kind} ({a.api_version})" for a in ADAPTERS.values()]
+    return ", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else "".join(names)
+
+
+def _eval_problem(objects: list[dict]) -> str | None:
+    """Why ``objects`` (a file's content) cannot be evaluated, or None: exactly one object, with
+    ``apiVersion`` and ``kind``, of a kind with a workload adapter (``taugate.adapters``)."""
+    if not objects:
+        return "no Kubernetes object in the file (policy eval needs exactly one)"
+    if len(objects) != 1:
+        return f"expected one object, found {len(objects)}"
+    obj = objects[0]
+    api_version, kind = obj.get("apiVersion"), obj.get("kind")
+    if not isinstance(api_version, str) or not api_version or not isinstance(kind, str) or not kind:
+        return "the object has no apiVersion and kind, so it is not a Kubernetes object"
+    if adapter_for(api_version, kind) is None:
+        return (f"{kind} ({api_version}) is not a kind taugate evaluates; it evaluates "
+                f"{evaluated_kinds()}")
+    return None
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
@@ -255,12 +315,18 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     settings = Settings()
     try:
         state = load_snapshot(args.cluster, settings)
+        if Path(args.file).is_file() and Path(args.file).stat().st_size == 0:
+            # read_objects fails on a 0-byte file (taugate.snapshot, lead's module): say it here.
+            print(f"{args.file}: empty file, no Kubernetes object in it (policy eval needs exactly one)",
+                  file=sys.stderr)
+            return 2
         objects = read_objects(args.file)
     except SnapshotError as e:
         print(str(e), file=sys.stderr)
         return 2
-    if len(objects) != 1:
-        print(f"{args.file}: expected one object, found {len(objects)}", file=sys.stderr)
+    problem = _eval_problem(objects)
+    if problem:
+        print(f"{args.file}: {problem}", file=sys.stderr)
         return 2
     obj = objects[0]
     try:

@@ -26,12 +26,16 @@ def label_field(key: str) -> str:
 
 @dataclass(frozen=True)
 class Resolution:
-    """What an object in a workspace resolves to: its workspace, profile, LocalQueue and lane."""
+    """What an object in a workspace resolves to: its workspace, profile, LocalQueue and lane;
+    ``how`` the profile was chosen (``label``, ``shape`` or ``default``) and, for ``default``,
+    a ``note`` saying why, for denial messages."""
 
     workspace: TauWorkspace
     profile: ResolvedProfile
     queue: str
     lane: str
+    how: str = "shape"
+    note: str = ""
 
 
 def lane_of(obj: dict, settings: Settings) -> str:
@@ -93,8 +97,11 @@ def resolve(obj: dict, templates: list[PodTemplate], ws: TauWorkspace, state: Cl
     problems: list[Violation] = []
 
     profile: ResolvedProfile | None = None
+    how = "label"
     requested = meta_labels.get(labels.WORKLOAD_PROFILE)
-    field = label_field(labels.WORKLOAD_PROFILE)
+    field = label_field(labels.WORKLOAD_PROFILE) if requested is not None else "metadata"
+    shape = gpus_per_pod_shape(templates)
+    asked = f"{'/'.join(map(str, sorted(shape) or [0]))} GPU(s) per pod"
     if requested is not None:
         candidate = state.profiles.get(requested)
         if candidate is None:
@@ -108,39 +115,42 @@ def resolve(obj: dict, templates: list[PodTemplate], ws: TauWorkspace, state: Cl
         else:
             profile = candidate
     else:
-        ready = [p for p in applicable if p.is_ready()]
-        shape = gpus_per_pod_shape(templates)
-        shaped = [p for p in ready if matches_shape(p, templates, settings, shape)]
+        shaped = [p for p in applicable if matches_shape(p, templates, settings, shape)]
+        ready = [p for p in shaped if p.is_ready()]
         default = ws.spec.defaults.workload_profile
-        if len(shaped) == 1:
-            profile = shaped[0]
-        elif len(shaped) > 1:
-            profile = next((p for p in shaped if p.name == default), None)
+        if len(ready) == 1:
+            profile, how = ready[0], "shape"
+        elif len(ready) > 1:
+            profile, how = next((p for p in ready if p.name == default), None), "shape"
             if profile is None:
                 problems.append(Violation("workload-profile", field,
-                    f"several workload profiles fit this object: {', '.join(_describe(p) for p in shaped)}; "
+                    f"several workload profiles fit {asked}: {', '.join(_describe(p) for p in ready)}; "
                     f"fix: add the label {labels.WORKLOAD_PROFILE}=<one of them>"))
+        elif shaped:
+            # The profile made for this shape exists but cannot place runs: say so, rather than
+            # falling back to a default that was never meant for this object.
+            profile, how = shaped[0], "shape"
         elif default:
-            profile = state.profiles.get(default)
+            profile, how = state.profiles.get(default), "default"
             if profile is None or not any(p is profile for p in applicable):
-                shape = sorted(gpus_per_pod_shape(templates)) or [0]
                 problems.append(Violation("workload-profile", field,
-                    f"no applicable workload profile matches {'/'.join(map(str, shape))} GPU(s) per pod and the "
-                    f"workspace default {default!r} is {'missing' if profile is None else 'not applicable'}; "
-                    f"allowed: {', '.join(_describe(p) for p in applicable) or 'none'}; fix: set the label "
+                    f"no applicable workload profile matches {asked} and the workspace default {default!r} is "
+                    f"{'missing' if profile is None else 'not applicable'}; allowed: "
+                    f"{', '.join(_describe(p) for p in applicable) or 'none'}; fix: set the label "
                     f"{labels.WORKLOAD_PROFILE} or ask the platform team to fix workspace {wsname!r}"))
                 profile = None
         else:
-            shape = sorted(gpus_per_pod_shape(templates)) or [0]
             problems.append(Violation("workload-profile", field,
-                f"no applicable Ready workload profile matches {'/'.join(map(str, shape))} GPU(s) per pod in "
-                f"workspace {wsname!r}; profiles here: {', '.join(_describe(p) for p in applicable) or 'none'}; "
-                f"fix: change the GPUs per pod or set the label {labels.WORKLOAD_PROFILE}"))
+                f"no applicable workload profile matches {asked} in workspace {wsname!r} and it has no default "
+                f"profile; allowed: {', '.join(_describe(p) for p in applicable) or 'none'}; fix: change the GPUs "
+                f"per pod to one of those or set the label {labels.WORKLOAD_PROFILE}"))
     if profile is not None and not profile.is_ready():
         why = next((c.message for c in profile.conditions if c.type == "Ready"), "no Ready condition")
+        others = ", ".join(sorted(p.name for p in applicable if p.is_ready() and p is not profile)) or "none"
         problems.append(Violation("workload-profile", field,
-            f"workload profile {profile.name!r} is not Ready ({why}); runs cannot be placed until the platform "
-            f"team fixes it; other profiles here: {names()}"))
+            f"{'asks for' if how == 'label' else 'resolves to'} workload profile {profile.name!r}, which is not "
+            f"Ready ({why}); allowed: a Ready profile ({others}); fix: wait for the platform team to fix "
+            f"{profile.name!r} or choose another with the label {labels.WORKLOAD_PROFILE}"))
 
     allowed_queues = state.queues_of(ws)
     queue = allowed_queues[0]
@@ -162,4 +172,8 @@ def resolve(obj: dict, templates: list[PodTemplate], ws: TauWorkspace, state: Cl
             f"{ws.target_namespace!r}; nothing can be queued until the platform team creates it"))
     if problems or profile is None:
         return problems
-    return Resolution(ws, profile, queue, lane)
+    note = ""
+    if how == "default":
+        note = (f"no workload profile in workspace {wsname!r} matches {asked}, so the workspace default "
+                f"{_describe(profile)} applies; to use another, set the label {labels.WORKLOAD_PROFILE}")
+    return Resolution(ws, profile, queue, lane, how, note)

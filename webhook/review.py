@@ -23,7 +23,7 @@ import jsonpatch
 import orjson
 
 from taugate import labels
-from taugate.adapters import PodTemplate, WorkloadAdapter, adapter_for
+from taugate.adapters import PodTemplate, WorkloadAdapter, adapter_for, json_type
 from taugate.policy_input import build_policy_input
 from taugate.settings import Settings
 from taugate.snapshot import ClusterState
@@ -61,7 +61,7 @@ def parse_review(body: bytes | str | dict) -> dict:
         except (orjson.JSONDecodeError, TypeError) as e:
             raise ReviewError(f"body is not JSON: {e}") from None
     if not isinstance(review, dict):
-        raise ReviewError(f"body is a JSON {type(review).__name__}, not an AdmissionReview object")
+        raise ReviewError(f"body is {json_type(review)}, not an AdmissionReview object")
     if review.get("kind") != "AdmissionReview" or review.get("apiVersion") not in API_VERSIONS:
         raise ReviewError(f"expected kind AdmissionReview in admission.k8s.io/v1, got kind={review.get('kind')!r} "
                           f"apiVersion={review.get('apiVersion')!r}")
@@ -76,9 +76,18 @@ def parse_review(body: bytes | str | dict) -> dict:
         raise ReviewError("request.kind (group, version, kind) is missing")
     for key in ("object", "oldObject"):
         if req.get(key) is not None and not isinstance(req[key], dict):
-            raise ReviewError(f"request.{key} is a {type(req[key]).__name__}, not an object")
+            raise ReviewError(f"request.{key} is {json_type(req[key])}, not an object")
     if req.get("userInfo") is not None and not isinstance(req["userInfo"], dict):
         raise ReviewError("request.userInfo is not an object")
+    if req["operation"] in ("CREATE", "UPDATE") and not req.get("subResource") and not isinstance(req.get("object"), dict):
+        raise ReviewError(f"request.object is missing; a {req['operation']} review carries the object")
+    if req["operation"] == "UPDATE" and not req.get("subResource") and not isinstance(req.get("oldObject"), dict):
+        raise ReviewError("request.oldObject is missing; an UPDATE review carries the old object")
+    for key in ("namespace", "name", "subResource"):
+        if req.get(key) is not None and not isinstance(req[key], str):
+            raise ReviewError(f"request.{key} is {json_type(req[key])}, not a string")
+    if not all(isinstance(req["kind"].get(k, ""), str) for k in ("group", "version", "kind")):
+        raise ReviewError("request.kind group, version and kind must be strings")
     return review
 
 
@@ -91,6 +100,7 @@ class _Subject:
     templates: list[PodTemplate]
     workspace: Any
     child: bool
+    malformed: list[Violation]
 
 
 def _subject(request: dict, state: ClusterState, settings: Settings) -> _Subject | None:
@@ -108,11 +118,15 @@ def _subject(request: dict, state: ClusterState, settings: Settings) -> _Subject
     adapter = adapter_for(gvk.get("group") or obj.get("apiVersion"), gvk.get("kind") or obj.get("kind"))
     if adapter is None:
         return None
-    namespace = request.get("namespace") or (obj.get("metadata") or {}).get("namespace")
-    ws = state.workspace_for(namespace)
+    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    namespace = request.get("namespace") or meta.get("namespace")
+    ws = state.workspace_for(namespace) if isinstance(namespace, str) else None
     if ws is None:
         return None
-    return _Subject(obj, adapter, adapter.pod_templates(obj), ws, mutation.controller_owner(obj) is not None)
+    malformed = [Violation("object-shape", f, f"{problem}; fix the manifest (the API server would reject it too)")
+                 for f, problem in adapter.malformed(obj)]
+    child = not malformed and mutation.controller_owner(obj) is not None
+    return _Subject(obj, adapter, [] if malformed else adapter.pod_templates(obj), ws, child, malformed)
 
 
 def _patch(original: dict, edited: dict) -> list[dict] | None:
@@ -147,6 +161,9 @@ def mutate(request: dict, state: ClusterState, settings: Settings, engine: Engin
     if subject is None:
         return Decision.allow(request.get("object"))
     obj = subject.obj
+    warnings: list[str] = []
+    if subject.malformed:
+        return Decision.deny(subject.malformed, obj=obj)
     if subject.child:
         edited = mutation.edit_child(obj, subject.templates)
     elif request.get("operation") == "UPDATE":
@@ -158,8 +175,10 @@ def mutate(request: dict, state: ClusterState, settings: Settings, engine: Engin
         edited = mutation.edit_create(obj, subject.adapter, subject.templates, res, state, settings)
         if edited != obj:
             mutation.annotate(edited, _record(res, state, engine))
+        if res.note:
+            warnings.append(res.note)
     patch = _patch(obj, edited)
-    return Decision(True, patch=patch, object=edited if patch else obj)
+    return Decision(True, patch=patch, object=edited if patch else obj, warnings=warnings)
 
 
 def _policies(obj: dict, adapter: WorkloadAdapter, request: dict, state: ClusterState, settings: Settings,
@@ -173,7 +192,8 @@ def _policies(obj: dict, adapter: WorkloadAdapter, request: dict, state: Cluster
 
 
 def _violations(obj: dict, subject_adapter: WorkloadAdapter, request: dict, state: ClusterState,
-                settings: Settings, engine: Engine | None, ws: Any, old: dict | None) -> list[Violation]:
+                settings: Settings, engine: Engine | None, ws: Any, old: dict | None) -> tuple[list[Violation], str]:
+    """Every violation of ``obj``, and the resolution's note (why the profile applies)."""
     templates = subject_adapter.pod_templates(obj)
     res = resolve(obj, templates, ws, state, settings)
     found: list[Violation] = []
@@ -183,7 +203,7 @@ def _violations(obj: dict, subject_adapter: WorkloadAdapter, request: dict, stat
     found += validation.structural(obj, subject_adapter.kind, templates, res, old)
     if res is not None and engine is not None:
         found += _policies(obj, subject_adapter, request, state, settings, engine, res)
-    return found
+    return found, (res.note if res is not None else "")
 
 
 def validate(request: dict, state: ClusterState, settings: Settings, engine: Engine | None = None) -> Decision:
@@ -198,17 +218,20 @@ def validate(request: dict, state: ClusterState, settings: Settings, engine: Eng
     subject = _subject(request, state, settings)
     if subject is None or subject.child:
         return Decision.allow(request.get("object"))
+    if subject.malformed:
+        return Decision.deny(subject.malformed, obj=subject.obj)
     old = request.get("oldObject") if request.get("operation") == "UPDATE" else None
-    found = _violations(subject.obj, subject.adapter, request, state, settings, engine, subject.workspace, old)
-    if old is not None and isinstance(old, dict):
+    found, note = _violations(subject.obj, subject.adapter, request, state, settings, engine, subject.workspace, old)
+    if isinstance(old, dict) and not subject.adapter.malformed(old):
         before = {(v.policy, v.field, v.message) for v in
-                  _violations(old, subject.adapter, request, state, settings, engine, subject.workspace, None)}
+                  _violations(old, subject.adapter, request, state, settings, engine, subject.workspace, None)[0]}
         found = [v for v in found if (v.policy, v.field, v.message) not in before]
     deny = [v for v in found if v.action == "deny"]
     warnings = [v.render() for v in found if v.action == "warn"]
     dryrun = [v for v in found if v.action == "dryrun"]
     if deny:
-        d = Decision.deny(deny, warnings=warnings, obj=subject.obj)
+        reason = f"taugate denied the request ({len(deny)} problem(s)){'; ' + note if note else ''}:"
+        d = Decision.deny(deny, warnings=warnings, obj=subject.obj, reason=reason)
     else:
         d = Decision.allow(subject.obj, warnings)
     d.dryrun = dryrun

@@ -33,6 +33,7 @@ also handed in by the CLI: webhook never imports certs or controllers).
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import signal
@@ -484,8 +485,15 @@ class AdmissionServer:
 
 def listen_socket(host: str, port: int) -> socket.socket:
     """A bound, listening TCP socket for ``host``:``port`` (port 0 picks a free one).
-    Raises ``OSError`` (e.g. address in use) with the address in the message."""
-    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    Raises ``OSError`` (an address in use, or a host that is not an address or a resolvable
+    name, e.g. ``999.1.1.1``) with ``host:port`` in its ``strerror``."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (socket.gaierror, UnicodeError) as e:  # UnicodeError: a name IDNA cannot encode
+        reason = getattr(e, "strerror", None) or "not a valid host name"
+        raise OSError(errno.EADDRNOTAVAIL, f"cannot listen on {host}:{port}: {reason} "
+                                           f"(give an IP address such as 127.0.0.1 or 0.0.0.0, or a resolvable "
+                                           f"host name)") from None
     family, socktype, proto, _, addr = infos[0]
     sock = socket.socket(family, socktype, proto)
     try:

@@ -9,10 +9,11 @@ and the fix; all are collected, never just the first.
 
 from __future__ import annotations
 
+import json
 from decimal import Decimal
 
 from taugate import labels
-from taugate.adapters import PodTemplate, field_path
+from taugate.adapters import MAX_GPUS, PodTemplate, field_path
 from webhook.decision import Violation
 from webhook.resolution import Resolution, label_field
 
@@ -46,12 +47,16 @@ def check_gpu_resources(templates: list[PodTemplate]) -> list[Violation]:
                 f = f'{base}.{which}["{labels.GPU_RESOURCE}"]'
                 if num is None:
                     out.append(Violation("gpu-whole-numbers", f,
-                        f"asks for {raw!r} GPUs, which is not a quantity; allowed: a whole number such as 1; "
-                        f"fix: write {which}: {{{labels.GPU_RESOURCE}: 1}}"))
-                elif num != num.to_integral_value() or num < 0:
+                        f"asks for {json.dumps(raw)} GPUs, which is not a usable quantity; allowed: a whole number "
+                        f"from 0 to {MAX_GPUS} such as 1; fix: write {which}: {{{labels.GPU_RESOURCE}: 1}}"))
+                elif num < 0:
                     out.append(Violation("gpu-whole-numbers", f,
-                        f"asks for {raw} GPUs; allowed: whole GPUs only (Kubernetes does not split "
-                        f"{labels.GPU_RESOURCE}); fix: use {max(int(num) + 1, 1)} or a smaller whole number"))
+                        f"asks for {json.dumps(raw)} GPUs, a negative number; allowed: a whole number >= 0; "
+                        f"fix: request the GPUs the container needs, e.g. 1"))
+                elif num != num.to_integral_value():
+                    out.append(Violation("gpu-whole-numbers", f,
+                        f"asks for {json.dumps(raw)} GPUs; allowed: whole GPUs only (Kubernetes does not split "
+                        f"{labels.GPU_RESOURCE}); fix: use {int(num) + 1} or {int(num) or 1}"))
             if g.request_n is not None and g.limit_n is not None and g.request_n != g.limit_n:
                 out.append(Violation("gpu-request-equals-limit", f'{base}.requests["{labels.GPU_RESOURCE}"]',
                     f"requests {_fmt(g.request_n)} GPU(s) but limits {_fmt(g.limit_n)}; allowed: request == limit "
@@ -66,7 +71,7 @@ def check_gpu_resources(templates: list[PodTemplate]) -> list[Violation]:
             f = field_path(t.group_path + ("rayStartParams", "num-gpus"))
             if ray_gpus is None:
                 out.append(Violation("ray-num-gpus", f,
-                    f"num-gpus is {raw!r}, not a number; allowed: a whole number <= the pod's GPU limit "
+                    f"num-gpus is {json.dumps(raw)}, not a number; allowed: a whole number <= the pod's GPU limit "
                     f"({t.gpus_per_pod}); fix: write \"{t.gpus_per_pod}\" or remove it (KubeRay derives it)"))
             elif ray_gpus > t.gpus_per_pod:
                 out.append(Violation("ray-num-gpus", f,

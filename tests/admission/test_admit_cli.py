@@ -30,8 +30,9 @@ def test_the_readme_example_is_admitted_queued_and_placed(capsys):
 def test_patch_output_is_a_jsonpatch(capsys):
     code, out, _ = run(capsys, "admit", "-f", str(IMAGE_CLASSIFIER), "--cluster", str(EXAMPLE_CLUSTER),
                        "-n", "vision", "-o", "patch", "--no-policies")
-    ops = json.loads(out)
-    assert code == 0 and {"op", "path"} <= set(ops[0])
+    [entry] = json.loads(out)
+    assert code == 0 and entry["kind"] == "RayJob" and entry["namespace"] == "vision"
+    assert {"op", "path"} <= set(entry["patch"][0])
 
 
 def test_a_denial_exits_1_and_says_why_on_stderr(tmp_path, capsys):

@@ -62,3 +62,27 @@ def test_the_benchmark_reports_median_and_p99():
     assert denied["allowed"] is False and denied["results"] == 2
     for case in (allowed, denied):
         assert 0 < case["median_ms"] <= case["p99_ms"]
+
+
+def test_policy_eval_refuses_a_kind_taugate_does_not_evaluate_with_exit_2(tmp_path, capsys):
+    obj = tmp_path / "configmap.yaml"
+    obj.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "ConfigMap",
+                                   "metadata": {"name": "settings", "namespace": "vision"}, "data": {"a": "b"}}))
+    code = taugate(["policy", "eval", "-f", str(obj), "--cluster", str(EXAMPLE_CLUSTER), "--policies", str(POLICIES)])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert err.startswith(f"{obj}: ConfigMap (v1) is not a kind taugate evaluates")
+    assert all(k in err for k in ("RayJob (ray.io/v1)", "RayCluster (ray.io/v1)", "Job (batch/v1)"))
+
+
+def test_policy_eval_of_a_file_without_an_object_is_one_line_and_exit_2(tmp_path, capsys):
+    cases = {"empty.yaml": "empty file", "separators.yaml": "no Kubernetes object in the file",
+             "array.json": "no Kubernetes object in the file", "object.json": "has no apiVersion and kind"}
+    contents = {"empty.yaml": "", "separators.yaml": "---\n---\n", "array.json": "[]", "object.json": "{}"}
+    for name, expected in cases.items():
+        f = tmp_path / name
+        f.write_text(contents[name])
+        code = taugate(["policy", "eval", "-f", str(f), "--cluster", str(EXAMPLE_CLUSTER), "--policies", str(POLICIES)])
+        out, err = capsys.readouterr()
+        assert code == 2 and out == "" and err.count("\n") == 1, (name, err)
+        assert err.startswith(f"{f}: ") and expected in err, (name, err)

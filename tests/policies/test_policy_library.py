@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 import re
+import shutil
 
 import pytest
 
-from tests.policies.conftest import POLICIES
+from tests.policies.conftest import EXAMPLE_CLUSTER, POLICIES
 from webhook.policy import read_policy_set
 from webhook.policy_commands import add_commands, run_policy_tests, sample_files
 
@@ -147,3 +148,30 @@ def test_a_policy_in_the_wrong_package_is_rejected(policy_copy, capsys):
 def test_a_missing_policy_folder_is_bad_input(tmp_path, capsys):
     assert taugate(["policy", "test", str(tmp_path / "nope")]) == 2
     assert "no such policy folder" in capsys.readouterr().err
+
+
+def test_a_copy_of_the_library_placed_elsewhere_tests_against_the_repositorys_example_cluster(tmp_path, capsys):
+    copy = tmp_path / "elsewhere" / "policies"
+    shutil.copytree(POLICIES, copy)  # no examples/ beside it
+    assert taugate(["policy", "test", str(copy)]) == 0
+    out = capsys.readouterr().out
+    assert f"against cluster snapshot {EXAMPLE_CLUSTER.resolve()}" in out
+    assert "cluster snapshot for samples" not in out and re.search(r"^\d+ passed, 0 failed$", out, re.M), out
+
+
+def test_a_broken_cluster_snapshot_is_reported_once_not_once_per_policy(policy_copy, tmp_path, capsys):
+    broken = tmp_path / "broken-cluster.yaml"
+    broken.write_text("kind: TauCluster\nmetadata: {name: cluster\n")
+    assert taugate(["policy", "test", str(policy_copy), "--cluster", str(broken)]) == 1
+    out = capsys.readouterr().out
+    assert out.count("cluster snapshot for samples:") == 1 and f"{broken}: invalid YAML" in out, out
+
+
+def test_without_any_cluster_snapshot_policy_test_says_what_it_looked_for_and_exits_2(tmp_path, monkeypatch, capsys):
+    copy = tmp_path / "elsewhere" / "policies"
+    shutil.copytree(POLICIES, copy)
+    monkeypatch.setenv("TAUGATE_POLICY_DIR", str(copy))  # the "bundled" library has no examples/ either
+    assert taugate(["policy", "test", str(copy)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(tmp_path / "elsewhere" / "examples" / "cluster.yaml") in err
+    assert "pass --cluster SNAPSHOT" in err

@@ -17,7 +17,7 @@ GARBAGE = [
     pytest.param(b"", "not JSON", id="empty"),
     pytest.param(b"\x00\xff\xfe binary", "not JSON", id="binary"),
     pytest.param(b"{\"apiVersion\": \"admission.k8s.io/v1\", \"kind\": \"Adm", "not JSON", id="truncated"),
-    pytest.param(b"[1, 2, 3]", "list", id="json-list"),
+    pytest.param(b"[1, 2, 3]", "an array", id="json-list"),
     pytest.param(b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}', "no request", id="no-request"),
     pytest.param(b'{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}}', "AdmissionReview", id="a-pod"),
     pytest.param(json.dumps(admission_review({"kind": {"kind": "RayJob"}, "operation": "CREATE"})).encode(), "uid",

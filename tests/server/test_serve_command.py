@@ -121,3 +121,11 @@ async def test_a_changed_enforcement_file_takes_effect_without_a_restart(tmp_pat
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(30)
+
+
+def test_a_host_that_is_not_an_address_is_reported_with_the_host_and_port(capsys):
+    code = main(["serve", "--cluster", str(EXAMPLE_CLUSTER), "--no-policies", "--host", "999.1.1.1", "--port", "0"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith("taugate serve: cannot listen on 999.1.1.1:0: "), err
+    assert "give an IP address" in err

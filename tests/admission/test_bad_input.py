@@ -1,0 +1,185 @@
+"""Bad input never crashes admission: a malformed object is denied naming the field, a bad
+snapshot or file is one line naming it with exit 2, and nothing half-written is admitted."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import yaml
+
+from taugate.cli import main
+from taugate.snapshot import SnapshotError, load_snapshot
+from tests.admission.conftest import EXAMPLE_CLUSTER
+from webhook.review import ReviewError, admit, mutate, parse_review, request_for, validate
+
+WORKER = ("spec", "rayClusterSpec", "workerGroupSpecs", 0)
+
+
+def _set(obj, path, value):
+    *head, last = path
+    for p in head:
+        obj = obj[p]
+    obj[last] = value
+
+
+C0 = WORKER + ("template", "spec", "containers", 0)
+MALFORMED = [
+    pytest.param(("metadata", "labels"), "x", "metadata.labels", id="labels-a-string"),
+    pytest.param(("metadata", "labels"), {"a": 1}, "metadata.labels.a", id="label-value-a-number"),
+    pytest.param(("metadata", "annotations"), ["a"], "metadata.annotations", id="annotations-an-array"),
+    pytest.param(("metadata", "name"), 12345, "metadata.name", id="name-a-number"),
+    pytest.param(("spec",), "hello", "spec", id="spec-a-string"),
+    pytest.param(("spec", "suspend"), "yes", "spec.suspend", id="suspend-a-string"),
+    pytest.param(WORKER + ("replicas",), "four", "spec.rayClusterSpec.workerGroupSpecs[0].replicas", id="replicas-four"),
+    pytest.param(WORKER + ("replicas",), -3, "spec.rayClusterSpec.workerGroupSpecs[0].replicas", id="replicas-negative"),
+    pytest.param(WORKER + ("numOfHosts",), "two", "spec.rayClusterSpec.workerGroupSpecs[0].numOfHosts", id="hosts"),
+    pytest.param(WORKER + ("rayStartParams",), "x", "spec.rayClusterSpec.workerGroupSpecs[0].rayStartParams", id="params"),
+    pytest.param(WORKER + ("template",), "x", "spec.rayClusterSpec.workerGroupSpecs[0].template", id="template"),
+    pytest.param(WORKER + ("template", "metadata"), "x", "spec.rayClusterSpec.workerGroupSpecs[0].template.metadata",
+                 id="template-metadata"),
+    pytest.param(WORKER + ("template", "spec", "nodeSelector"), "h100",
+                 "spec.rayClusterSpec.workerGroupSpecs[0].template.spec.nodeSelector", id="node-selector"),
+    pytest.param(WORKER + ("template", "spec", "containers"), ["ray-worker"],
+                 "spec.rayClusterSpec.workerGroupSpecs[0].template.spec.containers[0]", id="containers-strings"),
+    pytest.param(C0 + ("resources", "requests", "cpu"), "lots",
+                 "spec.rayClusterSpec.workerGroupSpecs[0].template.spec.containers[0].resources.requests.cpu", id="cpu-lots"),
+    pytest.param(C0 + ("resources", "requests", "memory"), -1,
+                 "spec.rayClusterSpec.workerGroupSpecs[0].template.spec.containers[0].resources.requests.memory",
+                 id="memory-negative"),
+    pytest.param(C0 + ("resources", "limits", "cpu"), True,
+                 "spec.rayClusterSpec.workerGroupSpecs[0].template.spec.containers[0].resources.limits.cpu", id="cpu-true"),
+]
+
+
+@pytest.mark.parametrize("path, value, field", MALFORMED)
+def test_a_malformed_workload_is_denied_by_both_webhooks_naming_the_field(classifier, state, settings, path, value, field):
+    obj = copy.deepcopy(classifier)
+    _set(obj, path, value)
+    for decide in (mutate, validate):
+        d = decide(request_for(obj, namespace="vision"), state, settings)
+        assert not d.allowed, decide.__name__
+        assert field in [v.field for v in d.violations], [v.render() for v in d.violations]
+        assert all(v.policy == "object-shape" for v in d.violations)
+
+
+@pytest.mark.parametrize("gpus", ["NaN", "sNaN", "Infinity", "1e30", "-1", True, "lots"])
+def test_gpu_counts_that_are_not_usable_numbers_are_denied_without_a_crash(classifier, state, settings, engine, gpus):
+    res = classifier["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]["resources"]
+    res["requests"]["nvidia.com/gpu"] = res["limits"]["nvidia.com/gpu"] = gpus
+    d = admit(classifier, state=state, settings=settings, engine=engine, namespace="vision")
+    assert not d.allowed
+    assert any('limits["nvidia.com/gpu"]' in v.field or "limits.nvidia.com/gpu" in v.field or "nvidia.com/gpu" in v.field
+               for v in d.violations), d.message
+    assert "True" not in d.message
+
+
+def test_a_rayjob_without_a_spec_or_cluster_is_denied(classifier, state, settings):
+    for spec in (None, {"entrypoint": "python x.py"}):
+        obj = copy.deepcopy(classifier)
+        if spec is None:
+            del obj["spec"]
+        else:
+            obj["spec"] = spec
+        d = mutate(request_for(obj, namespace="vision"), state, settings)
+        assert not d.allowed and d.violations[0].field in ("spec", "spec.rayClusterSpec")
+
+
+def test_suspend_false_on_create_is_set_to_true_as_kueue_does(classifier, state, settings):
+    classifier["spec"]["suspend"] = False
+    d = admit(classifier, state=state, settings=settings, namespace="vision")
+    assert d.allowed and d.object["spec"]["suspend"] is True
+
+
+@pytest.mark.parametrize("request_patch, reason", [
+    ({"object": None}, "request.object is missing"),
+    ({"namespace": 5}, "request.namespace is a number"),
+    ({"operation": "UPDATE", "oldObject": None}, "request.oldObject is missing"),
+    ({"kind": {"group": "ray.io", "version": "v1", "kind": 7}}, "must be strings"),
+])
+def test_a_review_missing_what_its_operation_needs_is_rejected_with_the_reason(classifier, request_patch, reason):
+    review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+              "request": {**request_for(classifier, namespace="vision"), **request_patch}}
+    with pytest.raises(ReviewError, match=reason):
+        parse_review(review)
+    with pytest.raises(ReviewError, match="an array"):
+        parse_review(b"[1]")
+
+
+def _snapshot(tmp_path, mutate_docs):
+    docs = list(yaml.safe_load_all(EXAMPLE_CLUSTER.read_text()))
+    docs = mutate_docs(docs) or docs
+    f = tmp_path / "cluster.yaml"
+    f.write_text(yaml.safe_dump_all(docs))
+    return f
+
+
+@pytest.mark.parametrize("change, expected", [
+    (lambda d: [x for x in d if x["kind"] != "TauCluster"], "no TauCluster"),
+    (lambda d: d + [{**d[0], "metadata": {"name": "other"}}], "singleton named 'cluster'"),
+    (lambda d: d + [d[0]], "a second TauCluster"),
+    (lambda d: [x if x["kind"] != "Node" else {**x, "metadata": "node"} for x in d], "metadata"),
+    (lambda d: [x if x["kind"] != "Node" else {**x, "status": {**x["status"], "conditions": ["Ready"]}} for x in d],
+     "conditions"),
+    (lambda d: [x if x["kind"] != "LocalQueue" else {**x, "spec": "x"} for x in d], "LocalQueue"),
+    (lambda d: [x if x["kind"] != "ClusterQueue" else {**x, "status": {"flavorsUsage": "x"}} for x in d], "flavorsUsage"),
+    (lambda d: [x if x["kind"] != "ClusterQueue" else {**x, "spec": {"resourceGroups": "x"}} for x in d], "resourceGroups"),
+])
+def test_a_broken_snapshot_is_one_error_naming_the_file_and_the_object(tmp_path, change, expected):
+    f = _snapshot(tmp_path, change)
+    with pytest.raises(SnapshotError) as e:
+        load_snapshot(f)
+    assert str(f) in str(e.value) and expected in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_an_empty_file_or_a_list_of_numbers_is_a_one_line_error(tmp_path, capsys):
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    numbers = tmp_path / "numbers.json"
+    numbers.write_text('{"kind": "List", "items": [1, 2]}')
+    for f in (empty, numbers):
+        assert main(["admit", "-f", str(f), "--cluster", str(EXAMPLE_CLUSTER), "--no-policies"]) == 2
+        assert main(["admit", "-f", str(EXAMPLE_CLUSTER), "--cluster", str(f), "--no-policies"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 2 and all(str(f) in line for line in err)
+
+
+def test_numbers_beyond_64_bits_and_non_string_keys_are_handled(tmp_path, capsys, classifier):
+    classifier["metadata"]["namespace"] = "vision"
+    big = copy.deepcopy(classifier)
+    big["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["replicas"] = 10**25
+    f = tmp_path / "big.yaml"
+    f.write_text(yaml.safe_dump(big))
+    assert main(["admit", "-f", str(f), "--cluster", str(EXAMPLE_CLUSTER), "--no-policies"]) == 2
+    assert "64 bits" in capsys.readouterr().err
+    keys = copy.deepcopy(classifier)
+    keys["metadata"]["labels"] = {1: "one", True: "yes"}
+    f.write_text(yaml.safe_dump(keys))
+    assert main(["admit", "-f", str(f), "--cluster", str(EXAMPLE_CLUSTER), "--no-policies"]) == 0
+
+
+def test_a_namespace_flag_that_contradicts_the_object_is_refused(tmp_path, capsys, classifier):
+    classifier["metadata"]["namespace"] = "vision"
+    f = tmp_path / "job.yaml"
+    f.write_text(yaml.safe_dump(classifier))
+    assert main(["admit", "-f", str(f), "--cluster", str(EXAMPLE_CLUSTER), "-n", "nlp", "--no-policies"]) == 2
+    assert "does not match -n 'nlp'" in capsys.readouterr().err
+
+
+def test_a_profile_made_for_the_shape_but_not_ready_is_named_with_its_reason(tmp_path, classifier, settings):
+    def ghost(docs):
+        docs[0]["spec"]["workloadProfiles"][0]["defaultLocalQueue"] = "ghost-queue"
+    state = load_snapshot(_snapshot(tmp_path, ghost), settings)
+    d = mutate(request_for(classifier, namespace="vision"), state, settings)
+    assert not d.allowed
+    msg = d.violations[0].message
+    assert "'h100-1gpu', which is not Ready" in msg and "ghost-queue" in msg and "fix:" in msg
+
+
+def test_a_denial_under_the_workspace_default_profile_says_why_that_profile_applies(classifier, state, settings, engine):
+    res = classifier["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]["resources"]
+    res["requests"]["nvidia.com/gpu"] = res["limits"]["nvidia.com/gpu"] = "2"
+    d = admit(classifier, state=state, settings=settings, engine=engine, namespace="vision")
+    assert not d.allowed and "h100-8gpu" in d.message
+    assert any("matches 2 GPU(s) per pod, so the workspace default h100-8gpu" in w for w in d.warnings)
