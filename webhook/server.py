@@ -33,6 +33,7 @@ also handed in by the CLI: webhook never imports certs or controllers).
 from __future__ import annotations
 
 import asyncio
+import gc
 import errno
 import logging
 import os
@@ -530,6 +531,11 @@ async def start(server: AdmissionServer, tls: TLSSource, *, host: str = "127.0.0
     by ``tls.check()`` every ``server.check_interval`` seconds). Raises ``OSError`` when the
     address cannot be bound."""
     server.tls = tls
+    # Long-lived objects (cluster state, policy engine, modules) go to the permanent GC
+    # generation: the collector then never rescans them, which removed 10-25 ms pauses from
+    # the admission p99 (see bench/). Requests only allocate short-lived objects.
+    gc.collect()
+    gc.freeze()
     sock = listen_socket(host, port)
     runner = web.AppRunner(server.app(), access_log=log if access_log else None, handle_signals=False,
                            shutdown_timeout=5.0)
