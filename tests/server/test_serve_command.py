@@ -129,3 +129,41 @@ def test_a_host_that_is_not_an_address_is_reported_with_the_host_and_port(capsys
     assert code == 2 and err.count("\n") == 1, err
     assert err.startswith("taugate serve: cannot listen on 999.1.1.1:0: "), err
     assert "give an IP address" in err
+
+
+async def test_editing_a_policy_over_https_changes_decisions_within_2_s_and_a_broken_one_changes_nothing(
+        tmp_path, cert_dir, rayjob):
+    policies = tmp_path / "policies"
+    shutil.copytree(Path(Settings().policy_dir), policies)
+    group = rayjob["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]
+    group["replicas"] = group["minReplicas"] = group["maxReplicas"] = 5  # h100-1gpu (elastic) allows at most 4
+    proc = _serve("--cluster", str(EXAMPLE_CLUSTER), "--port", "0", "--cert-dir", str(cert_dir),
+                  "--policies", str(policies))
+
+    async def message() -> str:
+        req = workload_request(rayjob)
+        resp = check_response((await client.post("/validate", admission_review(req))).body, req["uid"])
+        assert not resp["allowed"]
+        return resp["status"]["message"]
+
+    try:
+        port, _ = await _startup_lines(proc)
+        client = AdmissionClient(port, cert_dir / "ca.crt")
+        try:
+            assert "or use a profile with more workers" in await message()
+            rego = policies / "workers-match-profile" / "policy.rego"
+            original = rego.read_text()
+            rego.write_text(original.replace("or use a profile with more workers", "or ask for the h100-4gpu profile"))
+            edited_at = asyncio.get_running_loop().time()
+            while "or ask for the h100-4gpu profile" not in await message():
+                assert asyncio.get_running_loop().time() - edited_at < 2.0, "the edit was not served within 2 s"
+                await asyncio.sleep(0.05)
+            rego.write_text(original.replace("deny contains", "deny contains contains ("))  # does not parse
+            await asyncio.sleep(2.5)
+            assert "or ask for the h100-4gpu profile" in await message()
+            assert (await client.get("/readyz")).status == 200
+        finally:
+            await client.close()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
