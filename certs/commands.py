@@ -37,6 +37,7 @@ from certs.pki import (
     check_validity,
     name_problem,
 )
+from taugate import argtypes
 
 
 def _days(text: str) -> int:
@@ -68,16 +69,6 @@ def _check_options(args: argparse.Namespace, *, days: tuple[str, ...] = (), pair
             check_days(value, option)
     if pair:
         check_validity(ca_days=args.ca_days, days=args.days, ca_what="--ca-days", what="--days")
-
-
-def _seconds(text: str) -> float:
-    try:
-        s = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if s < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative: {s}")
-    return s
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -191,7 +182,7 @@ def add_commands(subparsers) -> None:
     r.add_argument("--step", choices=("all", "publish", "switch", "trim"), default="all",
                    help="publish: new CA next to the old one; switch: serve a certificate of the new CA; "
                         "trim: drop old CAs from ca.crt; all (default): publish, wait, switch")
-    r.add_argument("--wait", type=_seconds, default=2.0,
+    r.add_argument("--wait", type=argtypes.seconds, default=2.0,
                    help="seconds between publish and switch (default %(default)s: the server reloads every "
                         "second; in a cluster cover the caBundle update and kubelet's Secret sync)")
     r.add_argument("--if-expiring-within", type=_days, metavar="DAYS",
@@ -210,7 +201,7 @@ def add_commands(subparsers) -> None:
     y.add_argument("--service", required=True, help="webhook Service name (the certificate's SANs)")
     y.add_argument("--days", type=_days, default=DEFAULT_SERVING_DAYS, help="validity of new certificates")
     y.add_argument("--renew-before-days", type=_days, default=30, help="renew this long before expiry")
-    y.add_argument("--switch-after", type=_seconds, default=600.0,
+    y.add_argument("--switch-after", type=argtypes.seconds, default=600.0,
                    help="seconds between publishing a new CA and serving a certificate of it (default "
                         "%(default)s: kubelet's Secret sync and the caBundle update need that long)")
     y.add_argument("--mutating-webhook-configuration", help="MutatingWebhookConfiguration to set caBundle on")

@@ -17,7 +17,6 @@ import datetime as _dt
 import fcntl
 import os
 import shutil
-import tempfile
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -45,35 +44,10 @@ from certs.pki import (
     fingerprint,
     service_dns_names,
 )
+from taugate.files import write_atomic  # noqa: F401  (re-exported: certs.store.write_atomic)
+
 
 LOCK = ".lock"
-
-
-def write_atomic(path: str | Path, data: bytes, mode: int = 0o644) -> None:
-    """Replace ``path`` with ``data`` so that a reader sees the old or the new content, never a
-    mix, and the new content survives a crash once this returns (temp file + fsync + rename +
-    directory fsync). ``mode`` is applied before the rename (0600 for keys). On error the
-    temporary file is removed and ``path`` is unchanged."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            os.fchmod(f.fileno(), mode)
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
 
 
 @contextmanager

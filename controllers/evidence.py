@@ -45,6 +45,8 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
+from taugate.files import write_atomic
+
 SCHEMA = "taugate.evidence/v1"
 EVENTS_FILE = "events.jsonl"
 EVIDENCE_FILE = "evidence.json"
@@ -159,28 +161,9 @@ def load_public_key(path: str | os.PathLike) -> Ed25519PublicKey:
 
 
 def atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically: temp file in the same directory, fsync, rename,
-    fsync of the directory (POSIX rename is atomic; readers see the old or the new file)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o640)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    dfd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    """Write an evidence file atomically (``taugate.files.write_atomic``: temp file, fsync,
+    rename, directory fsync), creating its run directory."""
+    write_atomic(path, data, 0o640, make_parents=True)
 
 
 # --------------------------------------------------------------------------------------------

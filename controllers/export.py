@@ -18,6 +18,7 @@ import yaml
 
 from controllers import resources as R
 from controllers.state_watch import trim, usable_objects
+from taugate.files import write_atomic
 from taugate.settings import Settings
 from taugate.snapshot import build_state
 
@@ -69,8 +70,5 @@ def export_snapshot(kube: Any, settings: Settings | None = None, *, source: str 
 
 
 def write_atomically(path: str | Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and a rename (never half a file)."""
-    p = Path(path)
-    tmp = p.with_name(f".{p.name}.tmp")
-    tmp.write_text(text)
-    tmp.replace(p)
+    """Write ``text`` to ``path`` atomically (``taugate.files.write_atomic``: never half a file)."""
+    write_atomic(path, text.encode())

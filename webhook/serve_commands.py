@@ -23,6 +23,7 @@ import asyncio
 import sys
 from pathlib import Path
 
+from taugate import argtypes
 from taugate.settings import Settings
 from taugate.snapshot import SnapshotError
 
@@ -30,26 +31,6 @@ from taugate.snapshot import SnapshotError
 def _err(msg: str) -> int:
     print(f"taugate serve: {msg}", file=sys.stderr)
     return 2
-
-
-def _port(text: str) -> int:
-    try:
-        p = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
-    if not 0 <= p <= 65535:
-        raise argparse.ArgumentTypeError(f"port out of range: {p}")
-    return p
-
-
-def _seconds(text: str) -> float:
-    try:
-        s = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if s < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative: {s}")
-    return s
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -147,13 +128,13 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--namespace", default="taugate-system", help="its namespace (default: %(default)s)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s; "
                                                       "0.0.0.0 in a cluster)")
-    p.add_argument("--port", type=_port, default=8443, help="port (default: %(default)s; 0 picks a free one)")
+    p.add_argument("--port", type=argtypes.port, default=8443, help="port (default: %(default)s; 0 picks a free one)")
     p.add_argument("--policies", type=Path, help="policy library directory (default: the bundled policies/)")
     p.add_argument("--enforcement", help="enforcement YAML: policy name -> deny|warn|dryrun")
     p.add_argument("--no-policies", action="store_true", help="built-in checks only")
-    p.add_argument("--deadline", type=_seconds, help="admission deadline in seconds (default: "
+    p.add_argument("--deadline", type=argtypes.seconds, help="admission deadline in seconds (default: "
                                                      "settings.admission_deadline_seconds, 2)")
-    p.add_argument("--shutdown-delay", type=_seconds, default=0.0,
+    p.add_argument("--shutdown-delay", type=argtypes.seconds, default=0.0,
                    help="seconds to stay up, not ready, after SIGTERM (in a cluster ~5)")
     p.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio", help="event loop implementation")
     p.set_defaults(func=cmd_serve)
