@@ -16,6 +16,7 @@ Kinds and where their pod templates are (KubeRay ``ray.io/v1`` and Kubernetes ``
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from functools import cached_property
 from decimal import Decimal, InvalidOperation
@@ -227,6 +228,11 @@ def json_type(value: Any) -> str:
     return "an object"
 
 
+# A non-negative Kubernetes quantity (apimachinery resource.Quantity grammar): a decimal number,
+# then a binary (Ki..Ei) or decimal (n, u, m, k, M..E) suffix or a decimal exponent.
+_QUANTITY = re.compile(r"^\+?(\d+(\.\d*)?|\.\d+)([KMGTPE]i|[numkMGTPE]|[eE][+-]?\d+)?$")
+
+
 class _Shape:
     """Collects type problems as ``(field path, problem)``."""
 
@@ -281,6 +287,8 @@ class _Shape:
             if not self.obj(values, path + (which,)):
                 continue
             for name, raw in values.items():
+                if (isinstance(raw, str) and _QUANTITY.match(raw)) or (type(raw) is int and raw >= 0):
+                    continue  # the usual case, without parsing
                 q = quantity(raw) if isinstance(raw, (str, int, float)) and not isinstance(raw, bool) else None
                 if q is None:
                     self.bad(path + (which, name), f"is {json.dumps(raw)}, which is not a Kubernetes quantity "
