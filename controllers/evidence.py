@@ -171,7 +171,7 @@ def atomic_write(path: Path, data: bytes) -> None:
 
 
 def _condition_entry(ev: Mapping) -> dict:
-    d = dict(ev.get("data") or {})
+    d = dict(ev.get("data") if isinstance(ev.get("data"), dict) else {})
     d["recordedAt"] = ev.get("time")
     return d
 
@@ -191,7 +191,7 @@ def fold(events: Sequence[Mapping]) -> dict:
     current: dict[str, dict] = {}
     for ev in events:
         kind = ev.get("kind")
-        data = ev.get("data") or {}
+        data = ev.get("data") if isinstance(ev.get("data"), dict) else {}
         if kind == "run":
             for k in ("runId", "namespace", "object", "admittedObject", "admission", "profile",
                       "profileSetHash", "workspace", "queue"):
@@ -323,7 +323,8 @@ class EvidenceStore:
                 if ev_path.exists():
                     try:
                         cur = json.loads(ev_path.read_bytes())
-                        stale = (cur.get("events") or {}).get("head") != head
+                        evs = cur.get("events") if isinstance(cur, dict) else None
+                        stale = not isinstance(evs, dict) or evs.get("head") != head
                     except ValueError:
                         stale = True
                 if stale and events and self.signer is not None:
@@ -366,14 +367,18 @@ class EvidenceStore:
             self._cache.pop(run_id, None)
 
     def read_document(self, run_id: str) -> dict:
-        """The parsed ``evidence.json``; EvidenceError when missing or not JSON."""
+        """The parsed ``evidence.json`` (a JSON object; its fields are not checked: see
+        :func:`verify_record`); EvidenceError when missing, not JSON or not a JSON object."""
         path = self.run_dir(run_id) / EVIDENCE_FILE
         try:
-            return json.loads(path.read_bytes())
+            doc = json.loads(path.read_bytes())
         except FileNotFoundError:
             raise EvidenceError(f"{path}: no evidence record for run {run_id}") from None
         except (OSError, ValueError) as e:
             raise EvidenceError(f"{path}: unreadable ({e})") from None
+        if not isinstance(doc, dict):
+            raise EvidenceError(f"{path}: not a JSON object (malformed record)")
+        return doc
 
 
 # --------------------------------------------------------------------------------------------
@@ -385,14 +390,14 @@ def check_chain(raw: bytes) -> tuple[list[str], list[dict], str]:
     the SHA-256 of the line without it, and ``prev`` the SHA-256 of the line before. Returns
     ``(problems, events, head)``; the first problem names the first bad line (1-based). A line
     that is consistent in itself but not the one its successor chained to is reported as the bad
-    one (it was replaced)."""
+    one (it was replaced). The complete lines are checked before a missing final newline is
+    reported, so an edit earlier in the log is the one named."""
     events: list[dict] = []
     head = GENESIS
     if not raw:
         return [], events, head
-    if not raw.endswith(NL):
-        return [f"line {raw.count(NL) + 1}: incomplete (no newline at end)"], events, head
-    lines = raw[:-1].split(NL)
+    lines = raw.split(NL)
+    tail = lines.pop()  # b"" when the log ends with a newline, else the torn last line
     for i, line in enumerate(lines):
         n = i + 1
         try:
@@ -401,6 +406,8 @@ def check_chain(raw: bytes) -> tuple[list[str], list[dict], str]:
             return [f"line {n}: not JSON ({e.msg})"], events, head
         if not isinstance(ev, dict) or canonical_line(ev) != line:
             return [f"line {n}: not in canonical form (edited)"], events, head
+        if not isinstance(ev.get("kind"), str) or not isinstance(ev.get("data"), dict):
+            return [f"line {n}: not an evidence event (kind must be a string and data an object)"], events, head
         body = {k: v for k, v in ev.items() if k != "hash"}
         if ev.get("hash") != sha256_hex(canonical_line(body)):
             return [f"line {n}: content does not match its SHA-256 (edited)"], events, head
@@ -412,6 +419,8 @@ def check_chain(raw: bytes) -> tuple[list[str], list[dict], str]:
             return [f"line {n - 1}: was replaced (its SHA-256 is not the prev recorded in line {n})"], events, head
         head = sha256_hex(line)
         events.append(ev)
+    if tail:
+        return [f"line {len(lines) + 1}: incomplete (no newline at end)"], events, head
     return [], events, head
 
 
@@ -439,17 +448,26 @@ def verify_record(run_dir: str | os.PathLike, public_key: Ed25519PublicKey | Non
     Ed25519 signature (against ``public_key`` when given, else the key recorded in the file),
     that its head and count are the log's, and that its content is the fold of the log.
 
-    Raises EvidenceError when a file is missing or unreadable (not tampering: nothing to check).
+    Raises EvidenceError when the run directory does not exist or a file cannot be read (bad
+    input: there is no record to check). A record directory missing one of its files, an empty
+    log, or a summary that is not a JSON object is a failed verification (tampering or
+    corruption), not an error.
     """
     d = Path(run_dir)
     ev_path, doc_path = d / EVENTS_FILE, d / EVIDENCE_FILE
-    try:
-        raw = ev_path.read_bytes()
-        doc_raw = doc_path.read_bytes()
-    except FileNotFoundError as e:
-        raise EvidenceError(f"{e.filename}: missing") from None
-    except OSError as e:
-        raise EvidenceError(f"{e.filename}: unreadable ({e.strerror})") from None
+    if not d.is_dir():
+        raise EvidenceError(f"{d}: no evidence record (directory missing)")
+    data: dict[str, bytes] = {}
+    for path in (ev_path, doc_path):
+        try:
+            data[path.name] = path.read_bytes()
+        except FileNotFoundError:
+            return Verification(False, (f"{path.name}: missing from the record",))
+        except OSError as e:
+            raise EvidenceError(f"{path}: unreadable ({e.strerror})") from None
+    raw, doc_raw = data[EVENTS_FILE], data[EVIDENCE_FILE]
+    if not raw:
+        return Verification(False, (f"{EVENTS_FILE}: the log is empty (every record starts with its run event)",), 1)
     problems, events, head = check_chain(raw)
     if problems:
         return Verification(False, tuple(f"{EVENTS_FILE} {p}" for p in problems), _line_of(problems[0]))
@@ -457,7 +475,9 @@ def verify_record(run_dir: str | os.PathLike, public_key: Ed25519PublicKey | Non
         doc = json.loads(doc_raw)
     except ValueError as e:
         return Verification(False, (f"{EVIDENCE_FILE}: not JSON ({e})",))
-    if not isinstance(doc, dict) or canonical_document(doc) != doc_raw:
+    if not isinstance(doc, dict):
+        return Verification(False, (f"{EVIDENCE_FILE}: not a JSON object (malformed)",))
+    if canonical_document(doc) != doc_raw:
         return Verification(False, (f"{EVIDENCE_FILE}: not byte-identical to its canonical form (edited)",))
     sig = doc.get("signature")
     if not isinstance(sig, dict):
@@ -486,7 +506,7 @@ def verify_record(run_dir: str | os.PathLike, public_key: Ed25519PublicKey | Non
         public_key.verify(value, digest)
     except (InvalidSignature, ValueError, TypeError):
         return Verification(False, (f"{EVIDENCE_FILE}: Ed25519 signature does not verify",), key_id=key_id, pinned=pinned)
-    evs = body.get("events") or {}
+    evs = body.get("events") if isinstance(body.get("events"), dict) else {}
     if evs.get("head") != head or evs.get("count") != len(events):
         n = len(events)
         return Verification(False, (f"{EVENTS_FILE} line {n}: the log's head (line {n}) is not the head signed in "

@@ -8,13 +8,16 @@ through ``controllers.commands``). ``kubectl tau status RUN`` is the same comman
   [-o text|json]``: the six states in order, the release lines, the stage a stuck run is in, the
   reason and what to check next. ``RUN`` is a run-id or the name of the run's RayJob/Job. Reads
   the TauRun from the cluster, or the evidence record when ``--evidence-root`` is given.
-- ``taugate evidence show RUN [--evidence-root DIR] [--json]``: the evidence record.
+- ``taugate evidence show RUN [--evidence-root DIR] [--json]``: the evidence record, verified
+  first; a record that does not verify is still shown, under a first line
+  ``WARNING: this evidence record does not verify: <reason>``, and the exit code is 1.
 - ``taugate evidence verify RUN [--evidence-root DIR] [--public-key PEM]``: the hash chain of
   ``events.jsonl`` and the Ed25519 signature of ``evidence.json``; exit 1 and the first bad
   line when anything was edited.
 - ``taugate evidence keygen --out KEY.pem [--public-out PUB.pem]``: a new Ed25519 signing key.
 
-Exit codes: 0 success, 1 a check failed (tampered record), 2 bad input (one line on stderr).
+Exit codes: 0 success, 1 a check failed (a record that exists but is tampered, corrupt or
+incomplete), 2 bad input (one line on stderr: no such record, no kubeconfig, bad arguments).
 """
 
 from __future__ import annotations
@@ -24,10 +27,12 @@ import json
 import os
 import sys
 from pathlib import Path
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 from controllers import run_conditions as rc
-from controllers.evidence import EvidenceError, EvidenceStore, Signer, check_run_id, load_public_key, verify_record
+from controllers.evidence import (EVIDENCE_FILE, EvidenceError, EvidenceStore, Signer, Verification, check_run_id,
+                                  load_public_key, verify_record)
 
 _LABELS = {rc.COMPLETED: "Completed", rc.FAILED: "Failed"}
 
@@ -82,17 +87,34 @@ def add_commands(subparsers: Any) -> None:
 def _load_kube(args: argparse.Namespace) -> Any:
     import kubernetes.client
     import kubernetes.config
+    import yaml
 
+    env = os.environ.get("KUBECONFIG")
+    if args.kubeconfig:
+        where, found = args.kubeconfig, True
+        if not Path(args.kubeconfig).expanduser().is_file():
+            raise EvidenceError(f"{args.kubeconfig}: no such kubeconfig file")
+    else:
+        paths = [Path(p).expanduser() for p in env.split(os.pathsep) if p] if env else [Path("~/.kube/config").expanduser()]
+        where = f"$KUBECONFIG={env}" if env else str(paths[0])
+        found = any(p.is_file() for p in paths)
+    if not found and not os.environ.get("KUBERNETES_SERVICE_HOST"):
+        raise EvidenceError(f"no kubeconfig found ({where}) and not running in a cluster; "
+                            "pass --kubeconfig FILE, or --evidence-root DIR to read an evidence record")
     try:
-        if args.kubeconfig or os.environ.get("KUBECONFIG") or Path("~/.kube/config").expanduser().exists():
+        if found:
             cfg = kubernetes.client.Configuration()
             kubernetes.config.load_kube_config(config_file=args.kubeconfig, context=args.context,
                                                client_configuration=cfg)
         else:
             kubernetes.config.load_incluster_config()
             cfg = kubernetes.client.Configuration.get_default_copy()
-    except (kubernetes.config.ConfigException, OSError, ValueError, TypeError) as e:
-        raise EvidenceError(f"{args.kubeconfig or 'kubeconfig'}: {e}") from None
+    except (kubernetes.config.ConfigException, yaml.YAMLError, OSError, ValueError, TypeError, AttributeError,
+            KeyError) as e:  # the client reads the YAML as it finds it: a malformed file fails anywhere
+        problem = " ".join(str(e).split()) or type(e).__name__
+        if not isinstance(e, (kubernetes.config.ConfigException, OSError)):
+            problem = f"not a usable kubeconfig ({problem})"
+        raise EvidenceError(f"{where if found else 'in-cluster configuration'}: {problem}") from None
     return kubernetes.client.ApiClient(cfg)
 
 
@@ -129,24 +151,88 @@ def _find_taurun(args: argparse.Namespace) -> dict:
     return found[0]
 
 
-def _from_evidence(root: Path, run: str) -> dict:
-    """A TauRun-shaped view of an evidence record (for ``status --evidence-root``)."""
+@dataclass(frozen=True)
+class OpenedRecord:
+    """An evidence record as read for display: ``doc`` is ``evidence.json`` when it is a JSON
+    object (else None), ``verification`` the result of :func:`controllers.evidence.verify_record`
+    (key recorded in the file), ``run_dir`` the record's directory."""
+
+    run_id: str
+    run_dir: Path
+    doc: dict | None
+    verification: Verification
+
+    @property
+    def warning(self) -> str | None:
+        """``WARNING: this evidence record does not verify: <reason>``, or None when it verifies."""
+        if self.verification.ok:
+            return None
+        return f"WARNING: this evidence record does not verify: {self.verification.problems[0]}"
+
+
+def open_record(store: EvidenceStore, run_id: str) -> OpenedRecord:
+    """Verify and read one run's record. Raises EvidenceError (bad input, exit 2) when ``run_id``
+    is not a run-id or has no record directory, or a file cannot be read; a record that exists
+    but is broken (missing file, not JSON, edited) is returned with a failed verification."""
+    d = store.run_dir(run_id)
+    verification = verify_record(d)
+    doc: dict | None = None
+    try:
+        parsed = json.loads((d / EVIDENCE_FILE).read_bytes())
+    except (OSError, ValueError):
+        parsed = None  # the verification says why
+    if isinstance(parsed, dict):
+        doc = parsed
+    return OpenedRecord(run_id, d, doc, verification)
+
+
+def _doc_field(doc: Any, key: str) -> Any:
+    return doc.get(key) if isinstance(doc, dict) else None
+
+
+def _from_evidence(root: Path, run: str) -> tuple[dict | None, OpenedRecord]:
+    """A TauRun-shaped view of an evidence record (for ``status --evidence-root``) and the record
+    it was read from; the view is None when ``evidence.json`` is not a JSON object."""
     store = EvidenceStore(root)
     if not rc.RUN_ID_RE.match(run):
         matches = []
         for rid in store.run_ids():
-            doc = store.read_document(rid)
-            if (doc.get("object") or {}).get("name") == run:
+            try:
+                doc = store.read_document(rid)
+            except EvidenceError:
+                continue  # a broken record names no object
+            if _doc_field(doc.get("object"), "name") == run:
                 matches.append(rid)
         if len(matches) != 1:
             raise EvidenceError(f"{root}: {'no' if not matches else 'more than one'} evidence record for {run!r}")
         run = matches[0]
-    doc = store.read_document(run)
-    conds = [{k: v for k, v in c.items() if k != "recordedAt"} for c in doc.get("conditions") or []]
-    return {"metadata": {"name": doc.get("runId") or run, "namespace": doc.get("namespace")},
-            "spec": {"runId": doc.get("runId"), "object": doc.get("object") or {}, "workspace": doc.get("workspace"),
-                     "queue": doc.get("queue"), "profile": doc.get("profile")},
-            "status": {"phase": doc.get("phase"), "conditions": conds, "failures": doc.get("failures") or []}}
+    rec = open_record(store, run)
+    doc = rec.doc
+    if doc is None:
+        return None, rec
+    conds = [{k: v for k, v in c.items() if k != "recordedAt"} for c in _l(doc.get("conditions")) if isinstance(c, dict)]
+    run_id = doc.get("runId") if isinstance(doc.get("runId"), str) else run
+    return ({"metadata": {"name": run_id, "namespace": doc.get("namespace")},
+             "spec": {"runId": doc.get("runId"), "object": _d(doc.get("object")), "workspace": doc.get("workspace"),
+                      "queue": doc.get("queue"), "profile": doc.get("profile")},
+             "status": {"phase": doc.get("phase"), "conditions": conds, "failures": _l(doc.get("failures"))}}, rec)
+
+
+def _d(value: Any) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
+def _l(value: Any) -> list:
+    return value if isinstance(value, list) else []
+
+
+def _s(value: Any) -> str:
+    """A field as text (None as empty): records may hold any JSON type."""
+    return "" if value is None else str(value)
+
+
+def _failure(f: Any) -> str:
+    return rc.describe_failure(f) if isinstance(f, dict) else json.dumps(f, sort_keys=True)
 
 
 def _src(src: Any) -> str:
@@ -160,10 +246,10 @@ def _src(src: Any) -> str:
 
 def render_status(run: dict) -> str:
     """A TauRun as the text ``taugate status`` prints (pure)."""
-    meta, spec, status = run.get("metadata") or {}, run.get("spec") or {}, run.get("status") or {}
-    conds = status.get("conditions") or []
-    by = {c.get("type"): c for c in conds if isinstance(c, dict)}
-    obj = spec.get("object") or {}
+    meta, spec, status = _d(run.get("metadata")), _d(run.get("spec")), _d(run.get("status"))
+    conds = [c for c in _l(status.get("conditions")) if isinstance(c, dict)]
+    by = {_s(c.get("type")): c for c in conds}
+    obj = _d(spec.get("object"))
     lines = [f"Run {meta.get('name')}  {obj.get('kind', '?')} {meta.get('namespace')}/{obj.get('name', '?')}  "
              f"phase {status.get('phase') or rc.phase(conds)}"]
     extra = [f"{k} {spec[k]}" for k in ("workspace", "queue", "profile") if spec.get(k)]
@@ -178,20 +264,20 @@ def render_status(run: dict) -> str:
         if t in by:
             rows.append((" ", by[t]))
     for n, c in rows:
-        lines.append(f" {n} {c.get('type', ''):<14}{c.get('status', ''):<8}{c.get('reason', ''):<22}"
-                     f"{c.get('lastTransitionTime') or '':<21}{c.get('message') or ''}")
+        lines.append(f" {n} {_s(c.get('type')):<14}{_s(c.get('status')):<8}{_s(c.get('reason')):<22}"
+                     f"{_s(c.get('lastTransitionTime')):<21}{_s(c.get('message'))}")
         s = _src(c.get("source"))
         if s:
             lines.append(f"   {'':<14}{'':<8}source: {s}")
-    d = rc.diagnose(conds, namespace=meta.get("namespace"), run_id=meta.get("name"))
+    d = rc.diagnose(conds, namespace=_s(meta.get("namespace")) or None, run_id=_s(meta.get("name")) or None)
     lines.append("")
     if d.stage == "Done":
         lines.append("Stage: Done (finished; artifacts saved)")
     else:
         lines.append(f"Stage: {d.stage} ({d.summary})")
         lines.append(f"  {d.status} {d.reason}: {d.message}")
-    for f in (status.get("failures") or [])[:5]:
-        lines.append(f"  failure: {rc.describe_failure(f)}")
+    for f in _l(status.get("failures"))[:5]:
+        lines.append(f"  failure: {_failure(f)}")
     if d.next_checks:
         lines.append("Next:")
         lines.extend(f"  - {h}" for h in d.next_checks)
@@ -199,24 +285,35 @@ def render_status(run: dict) -> str:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    """``taugate status RUN``: 0 when shown, 2 when the run cannot be found or read."""
+    """``taugate status RUN``: 0 when shown, 1 when the evidence record read with
+    ``--evidence-root`` does not verify (shown under a WARNING line when it can be), 2 when the
+    run cannot be found or read."""
+    rec: OpenedRecord | None = None
     try:
         if args.evidence_root is not None:
-            run = _from_evidence(args.evidence_root, args.run)
+            run, rec = _from_evidence(args.evidence_root, args.run)
         else:
             run = _find_taurun(args)
     except EvidenceError as e:
         return _err(str(e))
+    warning = rec.warning if rec is not None else None
+    if warning and (args.output == "json" or run is None):
+        print(warning, file=sys.stderr if args.output == "json" else sys.stdout)
+    if run is None:
+        return 1
     if args.output == "json":
-        d = rc.diagnose((run.get("status") or {}).get("conditions") or [],
-                        namespace=(run.get("metadata") or {}).get("namespace"), run_id=(run.get("metadata") or {}).get("name"))
+        meta = _d(run.get("metadata"))
+        d = rc.diagnose([c for c in _l(_d(run.get("status")).get("conditions")) if isinstance(c, dict)],
+                        namespace=_s(meta.get("namespace")) or None, run_id=_s(meta.get("name")) or None)
         out = dict(run)
         out["diagnosis"] = {"stage": d.stage, "summary": d.summary, "status": d.status, "reason": d.reason,
                             "message": d.message, "source": d.source, "nextChecks": list(d.next_checks)}
+        if rec is not None:
+            out["evidence"] = {"verified": rec.verification.ok, "problem": warning and rec.verification.problems[0]}
         print(json.dumps(out, indent=2, sort_keys=True))
     else:
-        sys.stdout.write(render_status(run))
-    return 0
+        sys.stdout.write((warning + "\n" if warning else "") + render_status(run))
+    return 1 if warning else 0
 
 
 # --------------------------------------------------------------------------------------------
@@ -228,9 +325,10 @@ def _root(args: argparse.Namespace) -> Path:
 
 
 def render_evidence(doc: dict) -> str:
-    """An evidence document as readable text (pure)."""
-    obj = doc.get("object") or {}
-    adm = doc.get("admission") or {}
+    """An evidence document as readable text (pure). Any JSON object is accepted: a field of the
+    wrong type (an edited or corrupt record) is shown as it is or skipped, never an error."""
+    obj = _d(doc.get("object"))
+    adm = _d(doc.get("admission"))
     out = [f"Run {doc.get('runId')}  {obj.get('kind')} {doc.get('namespace')}/{obj.get('name')} (uid {obj.get('uid', '?')})",
            f"  phase {doc.get('phase')}  final {'yes' if doc.get('final') else 'no'}"]
     for k in ("workspace", "queue", "profile", "profileSetHash"):
@@ -240,49 +338,66 @@ def render_evidence(doc: dict) -> str:
         out.append(f"  policyDigest: {adm['policyDigest']}")
     if adm.get("error"):
         out.append(f"  admission record: {adm['error']}")
-    if adm.get("changes"):
+    if _l(adm.get("changes")):
         out.append("What taugate changed at admission:")
         out.extend(f"  - {c if isinstance(c, str) else json.dumps(c, sort_keys=True)}" for c in adm["changes"])
-    if adm.get("decisions"):
+    if _l(adm.get("decisions")):
         out.append("Policy decisions:")
         out.extend(f"  - {c if isinstance(c, str) else json.dumps(c, sort_keys=True)}" for c in adm["decisions"])
     out.append("Timeline:")
-    for c in doc.get("timeline") or []:
+    for c in _l(doc.get("timeline")):
+        c = _d(c)
         src = _src(c.get("source"))
-        out.append(f"  {c.get('recordedAt', ''):<28}{c.get('type', ''):<14}{c.get('status', ''):<8}{c.get('reason', ''):<22}"
-                   f"{c.get('message') or ''}" + (f"  [{src}]" if src else ""))
-    if doc.get("failures"):
+        out.append(f"  {_s(c.get('recordedAt')):<28}{_s(c.get('type')):<14}{_s(c.get('status')):<8}{_s(c.get('reason')):<22}"
+                   f"{_s(c.get('message'))}" + (f"  [{src}]" if src else ""))
+    if _l(doc.get("failures")):
         out.append("Failures:")
-        out.extend(f"  - {rc.describe_failure(f)}" for f in doc["failures"])
-    art = doc.get("artifacts") or {}
+        out.extend(f"  - {_failure(f)}" for f in doc["failures"])
+    art = _d(doc.get("artifacts"))
     if art:
         out.append(f"Artifacts under {art.get('root')}:" + (" (index present)" if art.get("index") else ""))
-        for f in art.get("files") or []:
+        for f in _l(art.get("files")):
+            f = _d(f)
             out.append(f"  - {f.get('path')}  {f.get('size')} bytes" + (f"  sha256 {f['sha256']}" if f.get("sha256") else ""))
-    ev = doc.get("events") or {}
-    sig = doc.get("signature") or {}
+    ev = _d(doc.get("events"))
+    sig = _d(doc.get("signature"))
     out.append(f"Events: {ev.get('count')}  head {ev.get('head')}")
     out.append(f"Signed: {sig.get('algorithm')} key {sig.get('keyId')}")
     return "\n".join(out) + "\n"
 
 
 def cmd_evidence_show(args: argparse.Namespace) -> int:
-    """``taugate evidence show RUN``: 0 when shown, 2 when missing or unreadable."""
+    """``taugate evidence show RUN``: the record is verified first (key recorded in the file).
+    0 when shown and it verifies; 1 when it does not verify (``WARNING: this evidence record
+    does not verify: <reason>`` first, on stdout, or on stderr with ``--json``; the content
+    still follows when ``evidence.json`` can be shown); 2 when there is no such record."""
     try:
         check_run_id(args.run)
-        store = EvidenceStore(_root(args))
+        rec = open_record(EvidenceStore(_root(args)), args.run)
+        raw = None
         if args.json:
-            path = store.run_dir(args.run) / "evidence.json"
             try:
-                sys.stdout.write(path.read_text(encoding="utf-8"))
-            except OSError as e:
-                raise EvidenceError(f"{path}: {e.strerror}") from None
-            return 0
-        doc = store.read_document(args.run)
+                raw = (rec.run_dir / EVIDENCE_FILE).read_text(encoding="utf-8")
+            except FileNotFoundError:
+                raw = None
+            except (OSError, UnicodeDecodeError) as e:
+                raise EvidenceError(f"{rec.run_dir / EVIDENCE_FILE}: unreadable ({e})") from None
     except EvidenceError as e:
         return _err(str(e))
-    sys.stdout.write(render_evidence(doc))
-    return 0
+    warning = rec.warning
+    if args.json:
+        if warning:
+            print(warning, file=sys.stderr)
+        if raw is not None:
+            sys.stdout.write(raw)
+        return 1 if warning else 0
+    if warning:
+        print(warning)
+    if rec.doc is not None:
+        sys.stdout.write(render_evidence(rec.doc))
+    elif not rec.verification.problems[0].startswith(EVIDENCE_FILE):
+        print(f"{rec.run_dir / EVIDENCE_FILE}: missing or not a JSON object; nothing to show")
+    return 1 if warning else 0
 
 
 def cmd_evidence_verify(args: argparse.Namespace) -> int:

@@ -75,9 +75,26 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
 
-def kubectl_plugin() -> int:
-    """Entry point of ``kubectl-tau``: ``kubectl tau status RUN`` runs ``taugate status RUN``."""
-    return main(sys.argv[1:])
+def kubectl_plugin(argv: list[str] | None = None) -> int:
+    """Entry point of ``kubectl-tau``: ``kubectl tau status RUN`` runs ``taugate status RUN``.
+
+    Only the run commands (``status``, ``evidence``, from ``controllers.recorder_commands``) are
+    offered, under the name kubectl shows (``kubectl tau``); ``argv`` defaults to ``sys.argv[1:]``.
+    Returns the process exit code (0 success, 1 a check failed, 2 bad input)."""
+    from controllers.recorder_commands import add_commands
+
+    parser = argparse.ArgumentParser(prog="kubectl tau", description="Where a GPU run stands, and its evidence record.")
+    add_commands(parser.add_subparsers(dest="command", metavar="COMMAND"))
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    if not getattr(args, "func", None):
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
 
 
 if __name__ == "__main__":
