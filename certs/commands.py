@@ -17,8 +17,9 @@ are whole days from 1 to 36500, and a serving certificate may not be asked to ou
 label) and ``--namespace`` a valid Namespace name (DNS-1123 label). These are checked before
 anything is written.
 
-Exit codes: 0 done (or nothing due), 1 an API call failed, 2 bad input (one line on stderr naming
-the option, the file or the Secret key, and the problem).
+Exit codes: 0 done (or nothing due), 1 an API call failed or the API server was not reached
+(``cannot reach the Kubernetes API at URL: reason``, after one quick ``GET /version``), 2 bad input
+(one line on stderr naming the option, the file or the Secret key, and the problem).
 """
 
 from __future__ import annotations
@@ -130,6 +131,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
     """``certs sync``: exit 0 after the step (or nothing due), 1 on an API error, 2 on bad input."""
     import datetime as dt
 
+    import urllib3.exceptions
     from kubernetes.client.exceptions import ApiException
     from kubernetes.config.config_exception import ConfigException
 
@@ -139,13 +141,17 @@ def cmd_sync(args: argparse.Namespace) -> int:
         _check_options(args, days=("--days", "--renew-before-days"), names=True)
     except CertError as e:
         return _fail("sync", str(e))
+    source = args.kubeconfig or "kubeconfig"
     try:
         api = kube.api_client(args.kubeconfig)
-    except (ConfigException, OSError) as e:
-        print(f"taugate certs sync: no Kubernetes API configuration: {str(e).splitlines()[0]}", file=sys.stderr)
-        return 2
+    except kube.KubeAccessError as e:
+        return _fail("sync", str(e))
+    except (ConfigException, OSError, ValueError, TypeError, KeyError, AttributeError) as e:
+        text = str(e).splitlines()[0] if str(e) else e.__class__.__name__
+        return _fail("sync", f"{source}: no usable Kubernetes API configuration: {text}")
     try:
         with api:
+            kube.check_reachable(api)
             result = kube.sync(api, secret=args.secret, namespace=args.namespace, service=args.service,
                                days=args.days, renew_before=dt.timedelta(days=args.renew_before_days),
                                switch_after=dt.timedelta(seconds=args.switch_after),
@@ -154,6 +160,12 @@ def cmd_sync(args: argparse.Namespace) -> int:
     except CertError as e:
         print(f"taugate certs sync: {e}", file=sys.stderr)
         return 2
+    except kube.KubeAccessError as e:
+        print(f"taugate certs sync: {e}", file=sys.stderr)
+        return 1
+    except urllib3.exceptions.HTTPError as e:  # the server went away after the preflight
+        print(f"taugate certs sync: {kube.unreachable(api.configuration.host, e)}", file=sys.stderr)
+        return 1
     except ApiException as e:
         print(f"taugate certs sync: API error {e.status} {e.reason}", file=sys.stderr)
         return 1

@@ -26,18 +26,22 @@ The decision is the pure ``plan``; ``sync`` does the reads and writes with the o
 from __future__ import annotations
 
 import base64
+import copy
 import datetime as _dt
 import json
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
 import kubernetes.client
+import urllib3.exceptions
 from kubernetes.client.exceptions import ApiException
 
 from certs import bundle
 from certs.bundle import CertSet, CertStatus
 from certs.pki import DEFAULT_SERVING_DAYS, CertError, service_dns_names
 from taugate import labels
+from taugate.kubeaccess import connection_reason, kubeconfig_problem
 
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
@@ -210,17 +214,59 @@ def _sync_ca_bundle(kind: str, name: str, read, patch, ca_bundle: bytes) -> str:
     return f"{kind} {name}: caBundle set on {len(ops) // 2} webhook(s)"
 
 
+class KubeAccessError(Exception):
+    """The API cannot be used: ``config`` True for a configuration problem (a missing or
+    unreadable kubeconfig: bad input), False when the server was not reached. One line."""
+
+    def __init__(self, message: str, *, config: bool):
+        super().__init__(message)
+        self.config = config
+
+
+def unreachable(host: str, exc: BaseException) -> KubeAccessError:
+    """``cannot reach the Kubernetes API at HOST: REASON`` (the message every taugate command uses)."""
+    return KubeAccessError(f"cannot reach the Kubernetes API at {host}: {connection_reason(exc)}", config=False)
+
+
+def check_reachable(api: kubernetes.client.ApiClient, timeout: float = 5.0) -> None:
+    """Preflight: one ``GET /version`` (readable by every client, RBAC ``system:public-info-viewer``)
+    with ``timeout`` seconds and no retries. Raises ``KubeAccessError`` when the server is not
+    reached; an HTTP answer (even an error) means it is there, except 401, raised as ``ApiException``."""
+    cfg = copy.deepcopy(api.configuration)
+    cfg.retries = 0
+    with kubernetes.client.ApiClient(cfg) as probe:
+        try:
+            kubernetes.client.VersionApi(probe).get_code(_request_timeout=(timeout, timeout),
+                                                         _preload_content=False)
+        except urllib3.exceptions.HTTPError as e:
+            raise unreachable(cfg.host, e) from None
+        except ApiException as e:
+            if e.status == 401:
+                raise
+
+
 def api_client(kubeconfig: str | None = None) -> kubernetes.client.ApiClient:
     """An API client: from ``kubeconfig`` when given, else the in-cluster service account, else
-    the default kubeconfig (``$KUBECONFIG`` or ``~/.kube/config``)."""
+    the default kubeconfig (``$KUBECONFIG`` or ``~/.kube/config``). Raises ``KubeAccessError``
+    (``config`` True) naming the kubeconfig file when it is missing or unreadable, and
+    ``kubernetes.config.ConfigException`` when its content is unusable."""
     import kubernetes.config
     from kubernetes.config.config_exception import ConfigException
 
     if kubeconfig:
+        problem = kubeconfig_problem(kubeconfig)
+        if problem:
+            raise KubeAccessError(problem, config=True)
         return kubernetes.config.new_client_from_config(config_file=kubeconfig)
     cfg = kubernetes.client.Configuration()
     try:
         kubernetes.config.load_incluster_config(client_configuration=cfg)
     except ConfigException:
-        return kubernetes.config.new_client_from_config()
+        # The kubernetes client reads $KUBECONFIG once, at import: read it now, and name the file.
+        spec, origin = ((os.environ["KUBECONFIG"], "$KUBECONFIG") if os.environ.get("KUBECONFIG")
+                        else ("~/.kube/config", "the default kubeconfig; not in a pod either"))
+        problem = kubeconfig_problem(spec, origin)
+        if problem:
+            raise KubeAccessError(problem, config=True) from None
+        return kubernetes.config.new_client_from_config(config_file=spec)
     return kubernetes.client.ApiClient(cfg)

@@ -2,7 +2,9 @@
 
 ``add_commands(subparsers)`` registers them (``taugate.cli`` calls it); each handler is
 ``func(args) -> exit code``: 0 success, 1 a check failed or the API failed, 2 bad input (one line
-on stderr naming the file or source and the problem).
+on stderr naming the file or source and the problem). Commands that talk to the API first make
+one quick call (``controllers.kube.check_reachable``), so an unreachable server is one line
+(``taugate: cannot reach the Kubernetes API at URL: reason``) and exit 1, in every command.
 """
 
 from __future__ import annotations
@@ -10,7 +12,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
+import tempfile
+import urllib.parse
 from pathlib import Path
 
 DEFAULT_CRD_DIR = "charts/taugate/crds"
@@ -32,6 +37,64 @@ def _err(msg: str) -> None:
     print(f"taugate: {msg}", file=sys.stderr)
 
 
+def _reachable(cfg) -> bool:
+    """The preflight (``check_reachable``): True, or False after one line on stderr."""
+    from controllers.kube import KubeError, check_reachable
+
+    try:
+        check_reachable(cfg)
+    except KubeError as e:
+        _err(str(e))
+        return False
+    return True
+
+
+def liveness_problem(url: str) -> str | None:
+    """Why ``url`` cannot be kopf's liveness endpoint, or None. kopf serves it over plain HTTP
+    only (``kopf._core.engines.probing`` refuses any other scheme), so it must be
+    ``http://HOST:PORT/PATH`` with an explicit host, a port from 1 to 65535 and a path."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme != "http":
+        why = "https is not supported (kopf serves the liveness endpoint over plain HTTP)" \
+            if parts.scheme == "https" else "not an http:// URL"
+        return f"--liveness {url!r}: {why}; expected http://HOST:PORT/PATH, e.g. http://0.0.0.0:8080/healthz"
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if not parts.hostname or not port or not parts.path.startswith("/"):
+        missing = "host" if not parts.hostname else "port (1-65535)" if not port else "path"
+        return f"--liveness {url!r}: no {missing}; expected http://HOST:PORT/PATH, e.g. http://0.0.0.0:8080/healthz"
+    return None
+
+
+def evidence_root_problem(root: Path) -> str | None:
+    """Create the evidence directory ``root`` when missing and prove it writable (a probe file
+    is written and removed); returns None, or one line naming the directory and the problem."""
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=root, prefix=".taugate-write-probe-"):
+            pass
+    except OSError as e:
+        return (f"{root}: the evidence directory cannot be created or written "
+                f"(--evidence-root / TAUGATE_RECORDER_EVIDENCE_ROOT): {e.strerror or e.__class__.__name__}")
+    return None
+
+
+def output_problem(output: str) -> str | None:
+    """Why ``output`` cannot receive an exported file, or None: its directory must exist, and a
+    path that exists (after following symbolic links) must be a regular file, since the file is
+    written beside it and renamed over it (a device, FIFO or directory would be replaced)."""
+    real = Path(os.path.realpath(output))
+    if real.is_symlink():
+        return f"{output}: the symbolic link cannot be resolved (a loop?)"
+    if real.exists() and not real.is_file():
+        return f"{output}: exists and is not a regular file" + (f" ({real})" if str(real) != os.path.abspath(output) else "")
+    if not real.parent.is_dir():
+        return f"{output}: the directory does not exist"
+    return None
+
+
 def run_operator_command(args: argparse.Namespace) -> int:
     """``taugate operator``: run the kopf operator until interrupted."""
     from controllers.kube import KubeConfigError
@@ -41,16 +104,26 @@ def run_operator_command(args: argparse.Namespace) -> int:
     if args.resync_seconds <= 0 or args.debounce_seconds < 0:
         _err("--resync-seconds must be > 0 and --debounce-seconds >= 0")
         return 2
+    problem = liveness_problem(args.liveness) if args.liveness is not None else None
+    if problem:
+        _err(problem)
+        return 2
     try:
         recorder = _recorder_config(args)
     except ValueError as e:
         _err(str(e))
+        return 2
+    problem = evidence_root_problem(recorder.evidence_root) if recorder is not None else None
+    if problem:
+        _err(problem)
         return 2
     try:
         cfg = _configuration(args)
     except KubeConfigError as e:
         _err(str(e))
         return 2
+    if not _reachable(cfg):
+        return 1
     logging.basicConfig(level=getattr(logging, args.log_level.upper(), logging.INFO),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = Settings()
@@ -98,7 +171,7 @@ def _recorder_config(args: argparse.Namespace):
 def snapshot_export_command(args: argparse.Namespace) -> int:
     """``taugate snapshot export [-o FILE]``: write the live state as a snapshot file."""
     from controllers.export import export_snapshot, write_atomically
-    from controllers.kube import Kube, KubeConfigError, KubeError
+    from controllers.kube import Kube, KubeConfigError, KubeError, KubeUnreachable
     from taugate.snapshot import SnapshotError
 
     try:
@@ -106,12 +179,18 @@ def snapshot_export_command(args: argparse.Namespace) -> int:
     except KubeConfigError as e:
         _err(str(e))
         return 2
-    if args.output and not Path(args.output).resolve().parent.is_dir():
-        _err(f"{args.output}: the directory does not exist")
+    problem = output_problem(args.output) if args.output else None
+    if problem:
+        _err(problem)
         return 2
+    if not _reachable(cfg):
+        return 1
     kube = Kube.from_configuration(cfg)
     try:
         text, skipped = export_snapshot(kube, source=cfg.host)
+    except KubeUnreachable as e:
+        _err(str(e))
+        return 1
     except KubeError as e:
         _err(f"{cfg.host}: {e}")
         return 1
@@ -135,17 +214,26 @@ def snapshot_export_command(args: argparse.Namespace) -> int:
 
 def crds_command(args: argparse.Namespace) -> int:
     """``taugate crds``: print the CRDs, write them into a directory (``-o``), or check that a
-    directory holds exactly what the models generate (``--check``, exit 1 when stale)."""
-    from controllers.crds import render_crds, stale_crds, write_crds
+    directory holds exactly what the models generate (``--check``, exit 1 when a CRD file is
+    missing, differs, or an unexpected manifest is there: one line each)."""
+    from controllers.crds import check_crds, render_crds, write_crds
 
     if args.check:
-        if not Path(args.check).is_dir():
+        d = Path(args.check)
+        if not d.exists():
             _err(f"{args.check}: no such directory")
             return 2
-        stale = stale_crds(args.check)
-        for name in stale:
-            _err(f"{Path(args.check) / name}: out of date with taugate/models.py; run `taugate crds -o {args.check}`")
-        return 1 if stale else 0
+        if not d.is_dir():
+            _err(f"{args.check}: is not a directory")
+            return 2
+        problems = check_crds(d)
+        fix = {"missing": f"missing; run `taugate crds -o {args.check}`",
+               "differs": f"differs from the CRD generated from taugate/models.py; run `taugate crds -o {args.check}`",
+               "unexpected": "unexpected file: Helm installs every YAML/JSON file of a chart's crds/ directory; "
+                             "remove it"}
+        for name, what in problems:
+            _err(f"{d / name}: {fix[what]}")
+        return 1 if problems else 0
     if args.output:
         try:
             for path in write_crds(args.output):
@@ -167,7 +255,8 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
                                                             "(default: $TAUGATE_SYSTEM_NAMESPACE or tau-platform)")
     p.add_argument("--resync-seconds", type=float, default=300.0, help="reconcile everything at least this often")
     p.add_argument("--debounce-seconds", type=float, default=0.5, help="gather events this long before reconciling")
-    p.add_argument("--liveness", metavar="URL", help="kopf liveness endpoint, e.g. http://0.0.0.0:8080/healthz")
+    p.add_argument("--liveness", metavar="URL", help="kopf liveness endpoint, http://HOST:PORT/PATH, "
+                                                     "e.g. http://0.0.0.0:8080/healthz")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     rec = p.add_argument_group("run recorder (TauRuns and evidence)")
     onoff = rec.add_mutually_exclusive_group()
@@ -182,6 +271,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
 
     snap = subparsers.add_parser("snapshot", help="cluster snapshots for offline admission")
     ssub = snap.add_subparsers(dest="snapshot_command", metavar="SUBCOMMAND")
+    snap.set_defaults(func=lambda args: (snap.print_help(sys.stderr), 2)[1])  # `taugate snapshot` alone
     e = ssub.add_parser("export", help="write the live cluster state as a snapshot file",
                         description="List the TauCluster, TauWorkspaces, Nodes and Kueue queues and write them as "
                                     "the snapshot file `taugate admit --cluster` reads.")

@@ -12,7 +12,8 @@ that property by comparing the schemas and by validating TauGrid's samples.
 
 Output: one YAML file per CRD, ``tau.azure.com_<plural>.yaml`` (the name TauGrid's chart uses),
 under ``charts/taugate/crds/``; ``taugate crds -o charts/taugate/crds`` rewrites them and
-``taugate crds --check charts/taugate/crds`` fails when they are stale.
+``taugate crds --check charts/taugate/crds`` fails when one is missing or differs (as parsed YAML),
+or when another manifest is in the directory (Helm would install it too).
 
 Schema translation from pydantic's JSON Schema to a Kubernetes structural schema
 (apiextensions.k8s.io/v1 rules): ``$ref`` inlined; ``X | None`` becomes ``X`` (unset fields are
@@ -350,12 +351,43 @@ def write_crds(directory: str | Path, kinds: list[CrdKind] | None = None) -> lis
     return written
 
 
-def stale_crds(directory: str | Path, kinds: list[CrdKind] | None = None) -> list[str]:
-    """Names of the CRD files in ``directory`` that are missing or differ from the models."""
+MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")  # what Helm installs from a chart's crds/ (any case)
+
+
+def _same_content(text: str, expected: str) -> bool:
+    """Do two CRD files hold the same objects? Compared as parsed YAML, so comments, key order,
+    quoting and line wrapping do not count."""
+    try:
+        found = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError:
+        return False
+    return found == [d for d in yaml.safe_load_all(expected) if d is not None]
+
+
+def check_crds(directory: str | Path, kinds: list[CrdKind] | None = None) -> list[tuple[str, str]]:
+    """What is wrong with ``directory`` as the chart's ``crds/``: ``(relative path, problem)``
+    pairs, sorted, where problem is ``missing`` (a CRD file is not there), ``differs`` (its
+    objects are not the generated CRD; formatting alone does not count) or ``unexpected`` (a
+    manifest no kind generates: Helm installs every ``.yaml``/``.yml``/``.json`` file under a
+    chart's ``crds/``, subdirectories included, so a stray file would be applied as well).
+    Raises ``OSError`` when the directory cannot be read."""
     d = Path(directory)
-    stale = []
-    for name, text in render_crds(kinds).items():
+    expected = render_crds(kinds)
+    problems: list[tuple[str, str]] = []
+    for name, text in expected.items():
         path = d / name
-        if not path.is_file() or path.read_text() != text:
-            stale.append(name)
-    return stale
+        if not path.is_file():
+            problems.append((name, "missing"))
+        elif not _same_content(path.read_text(errors="replace"), text):
+            problems.append((name, "differs"))
+    for path in sorted(d.rglob("*")):
+        rel = path.relative_to(d).as_posix()
+        if path.is_file() and path.suffix.lower() in MANIFEST_SUFFIXES and rel not in expected:
+            problems.append((rel, "unexpected"))
+    return sorted(problems)
+
+
+def stale_crds(directory: str | Path, kinds: list[CrdKind] | None = None) -> list[str]:
+    """Names of the CRD files in ``directory`` that are missing or differ from the models
+    (``check_crds`` without the unexpected files)."""
+    return [name for name, what in check_crds(directory, kinds) if what != "unexpected"]

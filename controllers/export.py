@@ -11,6 +11,7 @@ checks that the result loads with ``taugate.snapshot.build_state`` before anythi
 from __future__ import annotations
 
 import datetime as _dt
+import os
 from pathlib import Path
 from typing import Any
 
@@ -70,5 +71,15 @@ def export_snapshot(kube: Any, settings: Settings | None = None, *, source: str 
 
 
 def write_atomically(path: str | Path, text: str) -> None:
-    """Write ``text`` to ``path`` atomically (``taugate.files.write_atomic``: never half a file)."""
-    write_atomic(path, text.encode())
+    """Write ``text`` to ``path`` atomically (``taugate.files.write_atomic``: never half a file).
+
+    A symbolic link is followed: the file it points to is replaced, the link stays. Raises
+    ``IsADirectoryError`` / ``OSError`` (errno EINVAL) when the real path exists and is not a
+    regular file (a directory, FIFO or device would otherwise be renamed over), and ``OSError``
+    when it cannot be written."""
+    real = Path(os.path.realpath(path))
+    if real.is_dir():
+        raise IsADirectoryError(21, "Is a directory", str(path))
+    if real.exists() and not real.is_file():
+        raise OSError(22, "exists and is not a regular file", str(path))
+    write_atomic(real, text.encode())

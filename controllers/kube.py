@@ -6,23 +6,31 @@ pool) that reads and writes objects as plain JSON dicts, exactly as the API serv
 the same shape ``taugate.snapshot.build_state`` and the pure reconcile functions take). Writes
 are JSON merge patches (RFC 7386), never PUT, so a field another controller owns is left alone.
 
-Errors: ``KubeError`` carries the HTTP status and a one-line message (the API's ``Status.message``).
+Errors: ``KubeError`` carries the HTTP status and a one-line message (the API's ``Status.message``);
+``KubeUnreachable`` (a ``KubeError`` with status 0) says the server was not reached, in the one
+form every command prints: ``cannot reach the Kubernetes API at URL: reason``. ``check_reachable``
+is the commands' quick preflight (one ``GET /version``, no retries, a short timeout), so a wrong
+or unreachable server fails in one line before anything starts (kopf would retry for a minute).
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
+import os
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import kubernetes.client
 import kubernetes.config
+import urllib3.exceptions
 import yaml
 from kubernetes.client import ApiClient, ApiException
 
 from controllers.resources import Action, Resource
+from taugate.kubeaccess import connection_reason, kubeconfig_problem
 
 log = logging.getLogger("taugate.kube")
 
@@ -41,6 +49,16 @@ class WatchExpired(KubeError):
     """The watch's resourceVersion is too old (HTTP 410 Gone): list again, then watch."""
 
 
+class KubeUnreachable(KubeError):
+    """The API server at ``host`` was not reached (refused, timed out, name not resolved, TLS
+    failed); ``reason`` says which. Its message is ``cannot reach the Kubernetes API at HOST: REASON``."""
+
+    def __init__(self, host: str, reason: str):
+        super().__init__(0, f"cannot reach the Kubernetes API at {host}: {reason}")
+        self.host = host
+        self.reason = reason
+
+
 class KubeConfigError(ValueError):
     """No usable client configuration (one line: which file or source, and why)."""
 
@@ -52,6 +70,19 @@ def load_configuration(*, in_cluster: bool = False, kubeconfig: str | None = Non
 
     Raises ``KubeConfigError`` with one line naming the source and the problem."""
     cfg = kubernetes.client.Configuration()
+    if not in_cluster:
+        # The kubernetes client reads $KUBECONFIG once, at import; read it now, and name the file
+        # when it is missing (the client only says "No configuration found").
+        if kubeconfig:
+            spec, origin = kubeconfig, None
+        elif os.environ.get("KUBECONFIG"):
+            spec, origin = os.environ["KUBECONFIG"], "$KUBECONFIG"
+        else:
+            spec, origin = "~/.kube/config", "the default kubeconfig"
+        problem = kubeconfig_problem(spec, origin)
+        if problem:
+            raise KubeConfigError(problem)
+        kubeconfig = kubeconfig or spec
     try:
         if in_cluster:
             kubernetes.config.load_incluster_config(client_configuration=cfg)
@@ -72,6 +103,33 @@ def load_configuration(*, in_cluster: bool = False, kubeconfig: str | None = Non
         raise KubeConfigError(f"{kubeconfig or 'default kubeconfig'}: cannot load: {e.__class__.__name__}: "
                               f"{str(e).splitlines()[0] if str(e) else ''}") from None
     return cfg
+
+
+PREFLIGHT_TIMEOUT = 5.0
+
+
+def check_reachable(cfg: kubernetes.client.Configuration, timeout: float = PREFLIGHT_TIMEOUT) -> dict:
+    """The commands' preflight: one ``GET /version`` with ``timeout`` seconds (connect and read)
+    and no retries; returns the server's version document (``{"gitVersion": ...}``, or ``{}``).
+
+    Raises ``KubeUnreachable`` when the server is not reached, and ``KubeError`` (status 401)
+    when it rejects the credentials. Any other answer means the server is there: ``/version``
+    is readable by every client (Kubernetes RBAC: ``system:public-info-viewer``)."""
+    probe = copy.deepcopy(cfg)
+    probe.retries = 0
+    kube = Kube.from_configuration(probe, request_timeout=(timeout, timeout))
+    try:
+        try:
+            data = kube._json("GET", "/version")
+        except KubeUnreachable:
+            raise
+        except KubeError as e:
+            if e.status == 401:
+                raise KubeError(401, f"the Kubernetes API at {cfg.host} rejected the credentials: {e}") from None
+            return {}
+    finally:
+        kube.close()
+    return data if isinstance(data, dict) else {}
 
 
 def _error_message(status: int, body: bytes | str | None, fallback: str) -> str:
@@ -120,7 +178,9 @@ class Kube:
                                      _request_timeout=timeout or self.request_timeout)
         except ApiException as e:
             raise KubeError(e.status or 0, _error_message(e.status or 0, e.body, f"{method} {path}: {e.reason}")) from None
-        except Exception as e:  # urllib3 connection errors, timeouts
+        except urllib3.exceptions.HTTPError as e:  # refused, timed out, DNS, TLS
+            raise KubeUnreachable(self.api.configuration.host, connection_reason(e)) from None
+        except Exception as e:
             raise KubeError(0, f"{method} {path}: {e.__class__.__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
         if resp.status >= 400:
             body_bytes = resp.read()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import importlib.util
 import sys
 
@@ -60,10 +61,10 @@ def _watch_state_provider(settings, kubeconfig: str | None = None):
     return WatchStateProvider(Kube.from_configuration(cfg), settings)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``taugate`` console script; returns the process exit code."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """Run the chosen subcommand: its exit code; 2 and the help without one; 130 on Ctrl-C; 141
+    (killed by SIGPIPE, as a Unix tool would be) when the reader of standard output went away,
+    since the command's real outcome is then unknown and 0 could hide a denial."""
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return 2
@@ -72,7 +73,15 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
-        return 0
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # no second error when Python flushes at exit
+        return 141
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``taugate`` console script; returns the process exit code."""
+    parser = build_parser()
+    return _run(parser, parser.parse_args(argv))
 
 
 def kubectl_plugin(argv: list[str] | None = None) -> int:
@@ -85,16 +94,7 @@ def kubectl_plugin(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="kubectl tau", description="Where a GPU run stands, and its evidence record.")
     add_commands(parser.add_subparsers(dest="command", metavar="COMMAND"))
-    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    if not getattr(args, "func", None):
-        parser.print_help(sys.stderr)
-        return 2
-    try:
-        return int(args.func(args) or 0)
-    except KeyboardInterrupt:
-        return 130
-    except BrokenPipeError:
-        return 0
+    return _run(parser, parser.parse_args(sys.argv[1:] if argv is None else argv))
 
 
 if __name__ == "__main__":

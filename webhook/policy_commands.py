@@ -13,7 +13,8 @@ policy reports nothing. Exit 0 when everything passed, 1 on any failure, 2 for b
 command-line input.
 
 ``taugate policy eval -f OBJECT --cluster SNAPSHOT [-n NS]`` admits one object and shows the
-input document the policies saw and each policy's result. Exit 0 allowed, 1 denied, 2 bad input
+input document the policies saw and each policy's result. Exit 0 allowed, 1 denied (also when the
+reader of its output stops early, e.g. ``| head``), 2 bad input
 (one line on stderr: a missing or broken file, a file without exactly one object, or an object
 of a kind taugate does not evaluate: only RayJob, RayCluster and batch/v1 Job are).
 
@@ -340,13 +341,15 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     doc = rec.inputs[-1] if rec.inputs else None
     per_policy = explain(engine, doc) if doc is not None else {}
     if args.output == "json":
-        print(json.dumps({"allowed": decision.allowed, "input": doc, "digest": engine.digest,
-                          "results": {p: [v.as_dict() for v in vs] for p, vs in per_policy.items()},
-                          "violations": [v.as_dict() for v in decision.violations],
-                          "warnings": decision.warnings}, indent=2))
+        text = json.dumps({"allowed": decision.allowed, "input": doc, "digest": engine.digest,
+                           "results": {p: [v.as_dict() for v in vs] for p, vs in per_policy.items()},
+                           "violations": [v.as_dict() for v in decision.violations],
+                           "warnings": decision.warnings}, indent=2)
     else:
-        print(_render_eval(decision, doc, per_policy, engine.digest))
-    return 0 if decision.allowed else 1
+        text = _render_eval(decision, doc, per_policy, engine.digest)
+    code = 0 if decision.allowed else 1
+    print(text)
+    return code
 
 
 def _render_eval(decision: Decision, doc: dict | None, per_policy: dict[str, list[Violation]], digest: str) -> str:

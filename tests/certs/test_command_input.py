@@ -3,7 +3,11 @@ written (not even the directory's ``.lock``)."""
 
 from __future__ import annotations
 
+import socket
+import time
+
 import pytest
+import yaml
 
 from certs import store
 from certs.pki import MAX_DAYS, CertError, service_dns_names
@@ -109,3 +113,41 @@ def test_sync_checks_its_options_before_reaching_for_the_api(tmp_path, capsys):
     code, err = _run(capsys, "sync", "--secret", "tls", "--namespace", "ops", "--service", "gate",
                      "--renew-before-days", "99999999", "--kubeconfig", str(missing))
     assert code == 2 and err.startswith("taugate certs sync: --renew-before-days 99999999: ")
+
+
+SYNC = ("sync", "--secret", "tls", "--namespace", "ops", "--service", "gate")
+
+
+def _closed_port() -> int:
+    """A 127.0.0.1 port nothing listens on (bound, then released): connecting is refused."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_sync_names_a_missing_kubeconfig_file(tmp_path, capsys):
+    missing = tmp_path / "nowhere" / "kubeconfig"
+    code, err = _run(capsys, *SYNC, "--kubeconfig", str(missing))
+    assert code == 2 and err == f"taugate certs sync: {missing}: the kubeconfig file does not exist\n"
+
+
+def test_sync_names_a_missing_kubeconfig_from_the_environment_outside_a_pod(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)  # not in a pod: no service account
+    missing = tmp_path / "env-kubeconfig"
+    monkeypatch.setenv("KUBECONFIG", str(missing))
+    code, err = _run(capsys, *SYNC)
+    assert code == 2 and err == f"taugate certs sync: {missing} (from $KUBECONFIG): the kubeconfig file does not exist\n"
+
+
+def test_sync_against_an_unreachable_api_server_is_one_line_and_exit_1(tmp_path, capsys):
+    url = f"http://127.0.0.1:{_closed_port()}"
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": url}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}))
+    started = time.monotonic()
+    code, err = _run(capsys, *SYNC, "--kubeconfig", str(kubeconfig))
+    assert time.monotonic() - started < 10
+    assert code == 1 and err == f"taugate certs sync: cannot reach the Kubernetes API at {url}: Connection refused\n"

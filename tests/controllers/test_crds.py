@@ -11,7 +11,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from controllers.crds import CRD_KINDS, build_crd, render_crds, stale_crds
+from controllers.crds import CRD_KINDS, build_crd, render_crds, stale_crds, write_crds
 from taugate.cli import main
 from tests.controllers.schema_compat import example_instance, widening_problems
 from tests.crdschema import SAMPLES, translate
@@ -158,7 +158,7 @@ def test_every_crd_is_a_valid_structural_customresourcedefinition(kind):
 
 def test_the_crds_command_writes_checks_and_prints(tmp_path, capsys):
     assert main(["crds", "--check", str(tmp_path)]) == 1
-    assert "out of date" in capsys.readouterr().err
+    assert "missing" in capsys.readouterr().err
     assert main(["crds", "-o", str(tmp_path)]) == 0
     assert main(["crds", "--check", str(tmp_path)]) == 0
     (tmp_path / "tau.azure.com_clusters.yaml").write_text("# edited by hand\n")
@@ -168,3 +168,54 @@ def test_the_crds_command_writes_checks_and_prints(tmp_path, capsys):
     printed = [d for d in yaml.safe_load_all(capsys.readouterr().out) if d]
     assert {d["spec"]["names"]["kind"] for d in printed} == {k.kind for k in CRD_KINDS}
     assert main(["crds", "--check", str(tmp_path / "missing")]) == 2
+
+
+def _checked(capsys, directory) -> tuple[int, list[str]]:
+    code = main(["crds", "--check", str(directory)])
+    return code, capsys.readouterr().err.splitlines()
+
+
+def test_crds_check_reports_a_stray_manifest_helm_would_install(tmp_path, capsys):
+    write_crds(tmp_path)
+    (tmp_path / "garbage.yaml").write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "extra.JSON").write_text("{}")
+    (tmp_path / "NOTES.md").write_text("Helm does not install this one")
+    code, err = _checked(capsys, tmp_path)
+    assert code == 1 and len(err) == 2
+    assert err[0].startswith(f"taugate: {tmp_path / 'garbage.yaml'}: unexpected file")
+    assert err[1].startswith(f"taugate: {tmp_path / 'sub' / 'extra.JSON'}: unexpected file")
+
+
+def test_crds_check_says_missing_for_a_missing_file_and_differs_only_for_different_content(tmp_path, capsys):
+    write_crds(tmp_path)
+    (tmp_path / "tau.azure.com_tauruns.yaml").unlink()
+    clusters = tmp_path / "tau.azure.com_clusters.yaml"
+    crd = yaml.safe_load(clusters.read_text())
+    crd["spec"]["names"]["shortNames"] = ["renamed"]
+    clusters.write_text(yaml.safe_dump(crd))
+    code, err = _checked(capsys, tmp_path)
+    assert code == 1 and err == [
+        f"taugate: {clusters}: differs from the CRD generated from taugate/models.py; run `taugate crds -o {tmp_path}`",
+        f"taugate: {tmp_path / 'tau.azure.com_tauruns.yaml'}: missing; run `taugate crds -o {tmp_path}`"]
+
+
+def test_crds_check_passes_a_reformatted_file_with_the_same_content(tmp_path, capsys):
+    write_crds(tmp_path)
+    path = tmp_path / "tau.azure.com_workspaces.yaml"
+    original = path.read_text()
+    # Keys sorted, no header comment, flow style: the same objects for the API server.
+    path.write_text(yaml.safe_dump(yaml.safe_load(original), sort_keys=True, default_flow_style=True, width=80))
+    assert path.read_text() != original
+    assert _checked(capsys, tmp_path) == (0, [])
+    path.write_text("spec: [not: closed\n")
+    code, err = _checked(capsys, tmp_path)
+    assert code == 1 and err == [f"taugate: {path}: differs from the CRD generated from taugate/models.py; "
+                                 f"run `taugate crds -o {tmp_path}`"]
+
+
+def test_crds_check_on_a_regular_file_says_it_is_not_a_directory(tmp_path, capsys):
+    readme = tmp_path / "README.md"
+    readme.write_text("# not a directory")
+    assert _checked(capsys, readme) == (2, [f"taugate: {readme}: is not a directory"])
+    assert _checked(capsys, tmp_path / "nothing") == (2, [f"taugate: {tmp_path / 'nothing'}: no such directory"])

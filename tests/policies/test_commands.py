@@ -86,3 +86,20 @@ def test_policy_eval_of_a_file_without_an_object_is_one_line_and_exit_2(tmp_path
         out, err = capsys.readouterr()
         assert code == 2 and out == "" and err.count("\n") == 1, (name, err)
         assert err.startswith(f"{f}: ") and expected in err, (name, err)
+
+
+def test_a_denial_never_exits_0_when_the_reader_stops_early(tmp_path):
+    # `taugate policy eval ... | head` closed the pipe mid-output and the denial exited 0; now any
+    # command whose reader goes away exits 141, as a Unix tool killed by SIGPIPE does.
+    obj = image_classifier(16, 4)  # 64 GPUs: denied by gpu-total-fits-queue
+    obj["metadata"]["annotations"] = {f"example.com/note-{i}": "x" * 200 for i in range(1500)}
+    path = tmp_path / "rayjob.yaml"
+    path.write_text(yaml.safe_dump(obj))
+    run = subprocess.Popen([sys.executable, "-m", "taugate.cli", "policy", "eval", "-f", str(path),
+                            "--cluster", str(EXAMPLE_CLUSTER), "-n", "vision", "--policies", str(POLICIES)],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO)
+    assert run.stdout.readline() == b"input document:\n"
+    run.stdout.close()  # the output (> 300 kB) is far larger than a pipe's buffer
+    err = run.stderr.read()
+    assert run.wait(timeout=60) == 141, err
+    assert err == b""
