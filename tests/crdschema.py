@@ -17,8 +17,6 @@ from pathlib import Path
 import jsonschema
 import yaml
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-SAMPLES = SHARED / "samples"
 
 
 def translate(schema: dict, *, top: bool = True) -> dict:

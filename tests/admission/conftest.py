@@ -1,36 +1,11 @@
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-import yaml
 
-from taugate.settings import Settings
-from taugate.snapshot import load_snapshot
-from tests.crdschema import SAMPLES
-
-REPO = Path(__file__).resolve().parents[2]
-EXAMPLE_CLUSTER = REPO / "examples" / "cluster.yaml"
-IMAGE_CLASSIFIER = SAMPLES / "kuberay/ray-operator/config/samples/pytorch-resnet-image-classifier/ray-job.pytorch-image-classifier.yaml"
+from tests.paths import EXAMPLE_CLUSTER, IMAGE_CLASSIFIER, REPO  # noqa: F401  (imported by the tests here)
 
 
 @pytest.fixture(scope="session")
-def settings() -> Settings:
-    return Settings()
-
-
-@pytest.fixture(scope="session")
-def state(settings):
-    return load_snapshot(EXAMPLE_CLUSTER, settings)
-
-
-@pytest.fixture(scope="session")
-def engine(settings):
-    from webhook.policy import load_policy_engine
-
-    return load_policy_engine(settings.policy_dir)
-
-
-@pytest.fixture
-def classifier() -> dict:
-    return yaml.safe_load(IMAGE_CLASSIFIER.read_text())
+def state(example_state):
+    """The example cluster state (``examples/cluster.yaml``)."""
+    return example_state

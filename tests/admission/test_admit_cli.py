@@ -72,7 +72,7 @@ def test_a_snapshot_with_an_invalid_profile_names_the_object_and_field(tmp_path,
 
 
 def test_kinds_taugate_does_not_admit_pass_through_unchanged(tmp_path, capsys):
-    from tests.crdschema import SAMPLES
+    from tests.paths import SAMPLES
     code, out, err = run(capsys, "admit", "-f", str(SAMPLES / "kuberay/ray-operator/config/samples/ray-job.sample.yaml"),
                          "--cluster", str(EXAMPLE_CLUSTER), "-n", "vision", "--no-policies")
     docs = list(yaml.safe_load_all(out))

@@ -154,7 +154,7 @@ def test_numbers_beyond_64_bits_and_non_string_keys_are_handled(tmp_path, capsys
     assert main(["admit", "-f", str(f), "--cluster", str(EXAMPLE_CLUSTER), "--no-policies"]) == 2
     assert "64 bits" in capsys.readouterr().err
     keys = copy.deepcopy(classifier)
-    keys["metadata"]["labels"] = {1: "one", True: "yes"}
+    keys["metadata"]["labels"] = {1: "one", 2.5: "half", None: "none"}
     f.write_text(yaml.safe_dump(keys))
     assert main(["admit", "-f", str(f), "--cluster", str(EXAMPLE_CLUSTER), "--no-policies"]) == 0
 

@@ -10,7 +10,7 @@ import jsonpatch
 import pytest
 import yaml
 
-from tests.crdschema import SAMPLES
+from tests.paths import SAMPLES
 from webhook.patching import make_patch
 
 

@@ -12,7 +12,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from tests.crdschema import SAMPLES, crd_errors
+from tests.crdschema import crd_errors
+from tests.paths import SAMPLES
 from webhook.review import admit, mutate, request_for
 
 CRDS = {

@@ -8,7 +8,7 @@ import yaml
 from taugate.models import TauCluster, TauQuotaRequest, TauWorkspace
 from taugate.settings import Settings
 from taugate.snapshot import build_state
-from tests.crdschema import SAMPLES
+from tests.paths import SAMPLES
 
 TAUGRID = SAMPLES / "taugrid"
 CONFIG_SAMPLES = TAUGRID / "controllers/tau-core/config/samples"

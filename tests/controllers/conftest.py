@@ -4,25 +4,15 @@ small fixture (kmock slows with object count), settings, and the kmock API doubl
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 
 import pytest
-import yaml
 
-from taugate.settings import Settings
 from taugate.snapshot import read_objects
-from tests.crdschema import SAMPLES
 from tests.kubedouble import kube_double  # noqa: F401  (the API double fixture)
 
-REPO = Path(__file__).resolve().parents[2]
-EXAMPLE_CLUSTER = REPO / "examples" / "cluster.yaml"
-IMAGE_CLASSIFIER = SAMPLES / "kuberay/ray-operator/config/samples/pytorch-resnet-image-classifier/ray-job.pytorch-image-classifier.yaml"
+from tests.paths import EXAMPLE_CLUSTER, IMAGE_CLASSIFIER, REPO  # noqa: F401  (imported by the tests here)
+
 SMALL_NODES = ("aks-h100-0", "aks-h100-3", "aks-a100-0")  # one healthy and one GpuXid-failing H100, one A100
-
-
-@pytest.fixture(scope="session")
-def settings() -> Settings:
-    return Settings()
 
 
 @pytest.fixture(scope="session")
@@ -53,7 +43,3 @@ def without(objects: list[dict], kind: str, name: str) -> list[dict]:
     return [o for o in objects if not (o["kind"] == kind and o["metadata"]["name"] == name)]
 
 
-@pytest.fixture
-def classifier() -> dict:
-    """KubeRay's GPU image-classifier RayJob sample (4 workers x 1 GPU)."""
-    return yaml.safe_load(IMAGE_CLASSIFIER.read_text())

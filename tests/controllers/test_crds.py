@@ -14,7 +14,8 @@ import yaml
 from controllers.crds import CRD_KINDS, build_crd, render_crds, stale_crds, write_crds
 from taugate.cli import main
 from tests.controllers.schema_compat import example_instance, widening_problems
-from tests.crdschema import SAMPLES, translate
+from tests.crdschema import translate
+from tests.paths import SAMPLES
 
 REPO = Path(__file__).resolve().parents[2]
 CHART_CRDS = REPO / "charts" / "taugate" / "crds"

@@ -11,7 +11,7 @@ from controllers.tauquotarequest import decide_phase, reconcile_quota_request
 from taugate import labels
 from tests.controllers.conftest import pick
 from tests.controllers.memstore import MemKube, MemStore
-from tests.crdschema import SAMPLES
+from tests.paths import SAMPLES
 
 NOW, LATER = "2026-11-29T10:00:00Z", "2026-11-29T11:00:00Z"
 SYS = "tau-platform"
@@ -68,8 +68,8 @@ def test_an_approved_apply_request_raises_the_cluster_queue_and_records_before_a
 
 
 def test_a_pending_or_rejected_request_changes_no_quota(small_cluster, settings):
-    for annotations, phase in (({}, "PendingApproval"), ({labels.REJECTED: "true", labels.REVIEWED_BY: "bob"}, "Rejected")):
-        kube, store = _kube(small_cluster, _request(annotations))
+    for given, phase in (({}, "PendingApproval"), ({labels.REJECTED: "true", labels.REVIEWED_BY: "bob"}, "Rejected")):
+        kube, store = _kube(small_cluster, _request(given))
         plan = reconcile_quota_request(kube, settings, SYS, "nlp-burst", now=NOW)
         assert plan.status["phase"] == phase
         assert [a.resource for a in plan.actions] == [R.TAU_QUOTA_REQUESTS]

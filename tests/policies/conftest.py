@@ -7,25 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from taugate.settings import Settings
-from taugate.snapshot import load_snapshot
-
-REPO = Path(__file__).resolve().parents[2]
-POLICIES = REPO / "policies"
-EXAMPLE_CLUSTER = REPO / "examples" / "cluster.yaml"
-SHARED = REPO / ".." / "shared"
-IMAGE_CLASSIFIER = (SHARED / "samples" / "kuberay" / "ray-operator" / "config" / "samples"
-                    / "pytorch-resnet-image-classifier" / "ray-job.pytorch-image-classifier.yaml")
-
-
-@pytest.fixture(scope="session")
-def settings() -> Settings:
-    return Settings()
-
-
-@pytest.fixture(scope="session")
-def example_state(settings):
-    return load_snapshot(EXAMPLE_CLUSTER, settings)
+from tests.paths import EXAMPLE_CLUSTER, IMAGE_CLASSIFIER, POLICIES, REPO, SHARED  # noqa: F401  (used by the tests here)
 
 
 @pytest.fixture

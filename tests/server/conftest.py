@@ -9,28 +9,14 @@ import yaml
 
 from certs import store
 from certs.serving import ServingTLS
-from taugate.settings import Settings
-from tests.crdschema import SAMPLES
+from tests.paths import SAMPLES
 from tests.server.https import AdmissionClient
 from webhook import server as srv
 
-REPO = Path(__file__).resolve().parents[2]
-EXAMPLE_CLUSTER = REPO / "examples" / "cluster.yaml"
-EXAMPLE_RAYJOB = REPO / "examples" / "rayjob-image-classifier.yaml"
+from tests.paths import EXAMPLE_CLUSTER, EXAMPLE_RAYJOB, REPO  # noqa: F401  (imported by the tests here)
+
 K8S_DOCS = SAMPLES / "kubernetes-website"
 KUBEWARDEN = SAMPLES / "kubewarden-policies"
-
-
-@pytest.fixture(scope="session")
-def settings() -> Settings:
-    return Settings()
-
-
-@pytest.fixture(scope="session")
-def engine(settings):
-    from webhook.policy import load_policy_engine
-
-    return load_policy_engine(settings.policy_dir)
 
 
 @pytest.fixture

@@ -11,7 +11,8 @@ import re
 import pytest
 
 from taugate import labels
-from tests.crdschema import SAMPLES, crd_errors
+from tests.crdschema import crd_errors
+from tests.paths import SAMPLES
 from tests.server.conftest import K8S_DOCS, KUBEWARDEN
 from tests.server.https import admission_review, apply, check_response, patch_of, workload_request
 from webhook.routes import ROUTES
