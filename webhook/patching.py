@@ -12,9 +12,11 @@ pruned one, and its pointers are still built by the library.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 import jsonpatch
+import jsonpointer
 import orjson
 
 _MARK = "\x00taugate-unchanged"  # no Kubernetes field has this name
@@ -55,6 +57,20 @@ def _prune(src: Any, dst: Any) -> tuple[Any, Any]:
     return src, dst
 
 
+@lru_cache(maxsize=4096)
+def _parts(pointer: str) -> tuple[str, ...]:
+    return tuple(jsonpointer.JsonPointer(pointer).parts)
+
+
+class _CachedPointer(jsonpointer.JsonPointer):
+    """``jsonpointer.JsonPointer`` whose parsing (escapes checked, ``~0``/``~1`` undone) is
+    remembered: the diff builds two pointers per operation, and the same few paths recur on
+    every request. Passed to jsonpatch through its public ``pointer_cls``; same ``parts``."""
+
+    def __init__(self, pointer: str):
+        self.parts = list(_parts(pointer))
+
+
 def make_patch(src: dict, dst: dict) -> list[dict]:
     """The RFC 6902 JSONPatch (list of operations) that turns ``src`` into ``dst``; empty when
     they are equal. Both must be JSON documents (dicts, lists, strings, numbers, bools, None)."""
@@ -63,4 +79,5 @@ def make_patch(src: dict, dst: dict) -> list[dict]:
     s, d = _prune(src, dst)
     # optimization=False skips the library's pass that folds remove+add pairs into move/replace:
     # a mutation adds and replaces, so it has none to fold, and the pass cost ~45% of the diff.
-    return jsonpatch.JsonPatch.from_diff(s, d, optimization=False, dumps=orjson.dumps).patch
+    return jsonpatch.JsonPatch.from_diff(s, d, optimization=False, dumps=orjson.dumps,
+                                         pointer_cls=_CachedPointer).patch
