@@ -222,7 +222,7 @@ def validate(request: dict, state: ClusterState, settings: Settings, engine: Eng
         return Decision.deny(subject.malformed, obj=subject.obj)
     old = request.get("oldObject") if request.get("operation") == "UPDATE" else None
     found, note = _violations(subject.obj, subject.adapter, request, state, settings, engine, subject.workspace, old)
-    if isinstance(old, dict) and not subject.adapter.malformed(old):
+    if found and isinstance(old, dict) and not subject.adapter.malformed(old):  # nothing to excuse: skip the old object
         before = {(v.policy, v.field, v.message) for v in
                   _violations(old, subject.adapter, request, state, settings, engine, subject.workspace, None)[0]}
         found = [v for v in found if (v.policy, v.field, v.message) not in before]
