@@ -22,7 +22,6 @@ from typing import Any, Protocol
 import jsonpatch
 import orjson
 
-from taugate import labels
 from taugate.adapters import PodTemplate, WorkloadAdapter, adapter_for, json_type
 from taugate.policy_input import build_policy_input
 from taugate.settings import Settings
@@ -181,9 +180,9 @@ def mutate(request: dict, state: ClusterState, settings: Settings, engine: Engin
     return Decision(True, patch=patch, object=edited if patch else obj, warnings=warnings)
 
 
-def _policies(obj: dict, adapter: WorkloadAdapter, request: dict, state: ClusterState, settings: Settings,
+def _policies(obj: dict, templates: list[PodTemplate], request: dict, state: ClusterState, settings: Settings,
               engine: Engine, res: Resolution) -> list[Violation]:
-    templates = adapter.pod_templates(obj)
+    """The policy library's results for ``obj`` (whose pod templates are ``templates``)."""
     doc = build_policy_input(obj=obj, templates=templates, operation=request.get("operation", "CREATE"),
                              user_info=request.get("userInfo"), namespace=res.workspace.target_namespace,
                              workspace=res.workspace, profile=res.profile, queue=res.queue, state=state,
@@ -191,18 +190,18 @@ def _policies(obj: dict, adapter: WorkloadAdapter, request: dict, state: Cluster
     return list(engine.evaluate(doc))
 
 
-def _violations(obj: dict, subject_adapter: WorkloadAdapter, request: dict, state: ClusterState,
+def _violations(obj: dict, templates: list[PodTemplate], kind: str, request: dict, state: ClusterState,
                 settings: Settings, engine: Engine | None, ws: Any, old: dict | None) -> tuple[list[Violation], str]:
-    """Every violation of ``obj``, and the resolution's note (why the profile applies)."""
-    templates = subject_adapter.pod_templates(obj)
+    """Every violation of ``obj`` (a ``kind`` whose pod templates are ``templates``), and the
+    resolution's note (why the profile applies)."""
     res = resolve(obj, templates, ws, state, settings)
     found: list[Violation] = []
     if isinstance(res, list):
         found += res
         res = None
-    found += validation.structural(obj, subject_adapter.kind, templates, res, old)
+    found += validation.structural(obj, kind, templates, res, old)
     if res is not None and engine is not None:
-        found += _policies(obj, subject_adapter, request, state, settings, engine, res)
+        found += _policies(obj, templates, request, state, settings, engine, res)
     return found, (res.note if res is not None else "")
 
 
@@ -221,10 +220,12 @@ def validate(request: dict, state: ClusterState, settings: Settings, engine: Eng
     if subject.malformed:
         return Decision.deny(subject.malformed, obj=subject.obj)
     old = request.get("oldObject") if request.get("operation") == "UPDATE" else None
-    found, note = _violations(subject.obj, subject.adapter, request, state, settings, engine, subject.workspace, old)
+    found, note = _violations(subject.obj, subject.templates, subject.adapter.kind, request, state, settings, engine,
+                              subject.workspace, old)
     if found and isinstance(old, dict) and not subject.adapter.malformed(old):  # nothing to excuse: skip the old object
         before = {(v.policy, v.field, v.message) for v in
-                  _violations(old, subject.adapter, request, state, settings, engine, subject.workspace, None)[0]}
+                  _violations(old, subject.adapter.pod_templates(old), subject.adapter.kind, request, state, settings,
+                              engine, subject.workspace, None)[0]}
         found = [v for v in found if (v.policy, v.field, v.message) not in before]
     deny = [v for v in found if v.action == "deny"]
     warnings = [v.render() for v in found if v.action == "warn"]
