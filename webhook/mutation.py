@@ -1,7 +1,7 @@
 """Mutation: what taugate adds to a workload in a workspace (DESIGN.md section 2, step 3).
 
-Pure functions over plain dicts. ``edit`` returns an edited deep copy; the JSONPatch is always
-``jsonpatch.make_patch(original, edited)`` (review.py), never hand-built pointers. Every edit is
+Pure functions over plain dicts. Each ``edit_*`` edits a deep copy through ``webhook.patching.Edits``,
+which records the JSONPatch as it goes (pointers built by the ``jsonpointer`` library). Every edit is
 "set if missing": running ``edit`` on its own output changes nothing, so reinvocation yields an
 empty patch, and where the object already disagrees with the profile it is left for validation
 to reject (the profile is authoritative; taugate never silently overrides what was asked).
@@ -9,7 +9,6 @@ to reject (the profile is authoritative; taugate never silently overrides what w
 
 from __future__ import annotations
 
-import json
 import re
 import secrets
 from typing import Any
@@ -20,6 +19,7 @@ from taugate import labels
 from taugate.adapters import PodTemplate, WorkloadAdapter
 from taugate.settings import Settings
 from taugate.snapshot import ClusterState
+from webhook.patching import Edits, Parts
 from webhook.resolution import Resolution
 
 RUN_ID_RE = re.compile(r"^[0-9a-f]{24}$")
@@ -68,13 +68,10 @@ def run_id_of(obj: dict, templates: list[PodTemplate]) -> str | None:
     return None
 
 
-def _labels(holder: dict) -> dict:
-    meta = holder.get("metadata")
-    if not isinstance(meta, dict):
-        meta = holder["metadata"] = {}
-    if not isinstance(meta.get("labels"), dict):
-        meta["labels"] = {}
-    return meta["labels"]
+def _labels(edits: Edits, holder: dict, path: Parts) -> tuple[dict, Parts]:
+    """The labels map of the object or pod template ``holder`` at ``path``, created if missing."""
+    meta = edits.container(holder, path, "metadata", dict)
+    return edits.container(meta, path + ("metadata",), "labels", dict), path + ("metadata", "labels")
 
 
 def _at(obj: dict, path: tuple) -> Any:
@@ -83,53 +80,49 @@ def _at(obj: dict, path: tuple) -> Any:
     return obj
 
 
-def label_run(edited: dict, templates: list[PodTemplate], run_id: str) -> None:
-    """Put ``run_id`` on the object and on every pod template (in place, on the copy)."""
-    _labels(edited)[labels.RUN_ID] = run_id
+def label_run(edits: Edits, templates: list[PodTemplate], run_id: str) -> None:
+    """Put ``run_id`` on the object and on every pod template of ``edits.doc``."""
+    holder, path = _labels(edits, edits.doc, ())
+    edits.set(holder, path, labels.RUN_ID, run_id)
     for t in templates:
-        template = _at(edited, t.path)
-        _labels(template)[labels.RUN_ID] = run_id
+        holder, path = _labels(edits, _at(edits.doc, t.path), t.path)
+        edits.set(holder, path, labels.RUN_ID, run_id)
 
 
-def _place_gpu_template(spec: dict, res: Resolution, settings: Settings) -> None:
+def _place_gpu_template(edits: Edits, spec: dict, path: Parts, res: Resolution, settings: Settings) -> None:
     profile = res.profile
     wanted = dict(profile.node_selector)
     if profile.gpu_class:
         wanted[settings.gpu_class_label] = profile.gpu_class
     if wanted:
-        selector = spec.get("nodeSelector")
-        if not isinstance(selector, dict):
-            selector = spec["nodeSelector"] = {}
+        selector = edits.container(spec, path, "nodeSelector", dict)
         for k, v in wanted.items():
-            selector.setdefault(k, v)
+            edits.set_default(selector, path + ("nodeSelector",), k, v)
     if profile.tolerations:
-        tolerations = spec.get("tolerations")
-        if not isinstance(tolerations, list):
-            tolerations = spec["tolerations"] = []
+        tolerations = edits.container(spec, path, "tolerations", list)
         for wire in profile.toleration_dicts:
             if wire not in tolerations:
-                tolerations.append(dict(wire))
+                edits.append(tolerations, path + ("tolerations",), dict(wire))
 
 
-def _mount_data(spec: dict, claim: str) -> None:
-    volumes = spec.get("volumes")
-    if not isinstance(volumes, list):
-        volumes = spec["volumes"] = []
+def _mount_data(edits: Edits, spec: dict, path: Parts, claim: str) -> None:
+    volumes = edits.container(spec, path, "volumes", list)
     if not any(isinstance(v, dict) and v.get("name") == DATA_VOLUME for v in volumes):
-        volumes.append({"name": DATA_VOLUME, "persistentVolumeClaim": {"claimName": claim}})
-    for c in spec.get("containers") or []:
+        edits.append(volumes, path + ("volumes",), {"name": DATA_VOLUME, "persistentVolumeClaim": {"claimName": claim}})
+    containers = spec.get("containers")
+    for i, c in enumerate(containers if isinstance(containers, list) else ()):
         if not isinstance(c, dict):
             continue
-        mounts = c.get("volumeMounts")
-        if not isinstance(mounts, list):
-            mounts = c["volumeMounts"] = []
+        cpath = path + ("containers", i)
+        mounts = edits.container(c, cpath, "volumeMounts", list)
         if not any(isinstance(m, dict) and m.get("mountPath") == DATA_MOUNT_PATH for m in mounts):
-            mounts.append({"name": DATA_VOLUME, "mountPath": DATA_MOUNT_PATH})
+            edits.append(mounts, cpath + ("volumeMounts",), {"name": DATA_VOLUME, "mountPath": DATA_MOUNT_PATH})
 
 
 def edit_create(obj: dict, adapter: WorkloadAdapter, templates: list[PodTemplate], res: Resolution,
-                state: ClusterState, settings: Settings) -> dict:
-    """The edited deep copy of a top-level workload on CREATE (DESIGN.md section 2, step 3).
+                state: ClusterState, settings: Settings) -> Edits:
+    """The edits of a top-level workload on CREATE (DESIGN.md section 2, step 3), made on a deep
+    copy (``Edits.doc``) with their JSONPatch.
 
     Sets ``suspend: true`` (as Kueue's defaulting webhook does for a queued job, even when the
     object says false; Kueue's own webhook may run before ours). Adds, where missing: the Kueue
@@ -139,9 +132,10 @@ def edit_create(obj: dict, adapter: WorkloadAdapter, templates: list[PodTemplate
     on a CPU-only Ray head or the submitter), the workspace data PVC at ``/data``, and
     ``shutdownAfterJobFinishes: true`` for a RayJob (Kueue requires it).
     """
-    edited = deep_copy(obj)
+    edits = Edits(deep_copy(obj))
+    edited = edits.doc
     profile = res.profile
-    obj_labels = _labels(edited)
+    obj_labels, at = _labels(edits, edited, ())
     wanted = {
         labels.KUEUE_QUEUE_NAME: res.queue,
         labels.MANAGED_BY: labels.MANAGED_BY_VALUE,
@@ -154,66 +148,64 @@ def edit_create(obj: dict, adapter: WorkloadAdapter, templates: list[PodTemplate
     if profile.priorities.workload_priority_class_name:
         wanted[labels.KUEUE_PRIORITY_CLASS] = profile.priorities.workload_priority_class_name
     for k, v in wanted.items():
-        obj_labels.setdefault(k, v)
-    label_run(edited, templates, run_id_of(obj, templates) or mint_run_id())
+        edits.set_default(obj_labels, at, k, v)
+    label_run(edits, templates, run_id_of(obj, templates) or mint_run_id())
 
-    spec = edited.get("spec")
-    if not isinstance(spec, dict):
-        spec = edited["spec"] = {}
+    spec = edits.container(edited, (), "spec", dict)
     path = adapter.suspend_path(edited)
-    holder = _at(edited, path[:-1])
-    holder[path[-1]] = True  # what Kueue's own webhook does on CREATE: Kueue unsuspends it on admission
+    # What Kueue's own webhook does on CREATE: Kueue unsuspends the object on admission.
+    edits.set(_at(edited, path[:-1]), path[:-1], path[-1], True)
     if adapter.kind == "RayJob":
-        spec.setdefault("shutdownAfterJobFinishes", True)
+        edits.set_default(spec, ("spec",), "shutdownAfterJobFinishes", True)
 
     claim = res.workspace.data_claim_name
     for t in templates:
-        template = _at(edited, t.path)
-        pod_spec = template.get("spec")
+        pod_spec = _at(edited, t.path).get("spec")
         if not isinstance(pod_spec, dict):
             continue
         if t.gpus_per_pod > 0:
-            _place_gpu_template(pod_spec, res, settings)
+            _place_gpu_template(edits, pod_spec, t.path + ("spec",), res, settings)
         if claim:
-            _mount_data(pod_spec, claim)
-
-    return edited
-
-
-def annotate(edited: dict, record: dict) -> None:
-    """Write ``record`` as the ``tau.azure.com/admission`` annotation (compact, sorted JSON) for
-    the recorder. Call it only when something else changed, so reinvocation stays a no-op."""
-    meta = edited["metadata"]
-    if not isinstance(meta.get("annotations"), dict):
-        meta["annotations"] = {}
-    meta["annotations"][labels.ADMISSION_RECORD] = json.dumps(record, sort_keys=True, separators=(",", ":"))
+            _mount_data(edits, pod_spec, t.path + ("spec",), claim)
+    return edits
 
 
-def edit_update(obj: dict, old: dict | None, templates: list[PodTemplate]) -> dict:
-    """The edited copy on UPDATE: only the run-id is restored from ``old`` (it never changes);
-    everything else was decided at CREATE and is Kueue's or the user's to change."""
+def annotate(edits: Edits, record: dict) -> None:
+    """Write ``record`` as the ``tau.azure.com/admission`` annotation (compact JSON, sorted keys)
+    for the recorder. Call it only when something else changed, so reinvocation stays a no-op."""
+    meta = edits.container(edits.doc, (), "metadata", dict)
+    notes = edits.container(meta, ("metadata",), "annotations", dict)
+    edits.set(notes, ("metadata", "annotations"), labels.ADMISSION_RECORD,
+              orjson.dumps(record, option=orjson.OPT_SORT_KEYS).decode())
+
+
+def edit_update(obj: dict, old: dict | None, templates: list[PodTemplate]) -> Edits | None:
+    """The edits on UPDATE: only the run-id is restored from ``old`` (it never changes);
+    everything else was decided at CREATE and is Kueue's or the user's to change. None when
+    nothing needs to change."""
     old_meta = (old or {}).get("metadata")
     old_labels = old_meta.get("labels") if isinstance(old_meta, dict) else None
     old_run_id = old_labels.get(labels.RUN_ID) if isinstance(old_labels, dict) else None
     if not valid_run_id(old_run_id):
-        return obj
+        return None
     current = run_id_of(obj, [])
     if current == old_run_id and all(
             ((t.template.get("metadata") or {}).get("labels") or {}).get(labels.RUN_ID) == old_run_id
             for t in templates):
-        return obj
-    edited = deep_copy(obj)
-    label_run(edited, templates, old_run_id)
-    return edited
+        return None
+    edits = Edits(deep_copy(obj))
+    label_run(edits, templates, old_run_id)
+    return edits
 
 
-def edit_child(obj: dict, templates: list[PodTemplate]) -> dict:
+def edit_child(obj: dict, templates: list[PodTemplate]) -> Edits | None:
     """A child (KubeRay's submitter Job, the RayCluster of a RayJob) inherits its parent's run-id
     (KubeRay copies the RayJob's labels and templates) onto itself and every pod template, and
-    gets nothing else: it is neither queued again nor given a new run-id."""
+    gets nothing else: it is neither queued again nor given a new run-id. None when it has no
+    run-id to spread."""
     run_id = run_id_of(obj, templates)
     if run_id is None:
-        return obj
-    edited = deep_copy(obj)
-    label_run(edited, templates, run_id)
-    return edited
+        return None
+    edits = Edits(deep_copy(obj))
+    label_run(edits, templates, run_id)
+    return edits

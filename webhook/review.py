@@ -26,7 +26,7 @@ from taugate.adapters import PodTemplate, WorkloadAdapter, adapter_for, json_typ
 from taugate.policy_input import build_policy_input
 from taugate.settings import Settings
 from taugate.snapshot import ClusterState
-from webhook import mutation, patching, validation
+from webhook import mutation, validation
 from webhook.decision import Decision, Violation
 from webhook.resolution import Resolution, resolve
 
@@ -128,14 +128,6 @@ def _subject(request: dict, state: ClusterState, settings: Settings) -> _Subject
     return _Subject(obj, adapter, [] if malformed else adapter.pod_templates(obj), ws, child, malformed)
 
 
-def _patch(original: dict, edited: dict) -> list[dict] | None:
-    """The JSONPatch from ``original`` to ``edited`` (``webhook.patching.make_patch``: the
-    ``jsonpatch`` library's diff over the parts that differ); None when nothing changed."""
-    if edited is original:
-        return None
-    return patching.make_patch(original, edited) or None
-
-
 def _record(res: Resolution, state: ClusterState, engine: Engine | None) -> dict:
     """The admission record for the recorder: workspace, profile, profile-set hash, queue and
     the policy digest (the policy decisions are reproducible from the admitted object, the
@@ -151,7 +143,7 @@ def mutate(request: dict, state: ClusterState, settings: Settings, engine: Engin
 
     CREATE of a top-level workload in a workspace: resolve profile and queue (a failure is a
     denial listing the candidates), edit a deep copy (``mutation.edit_create``) and answer the
-    JSONPatch ``make_patch(original, edited)``; the ``tau.azure.com/admission`` annotation
+    JSONPatch those edits recorded (``webhook.patching.Edits``); the ``tau.azure.com/admission`` annotation
     records profile, queue, profile-set hash and (with an ``engine``) the policy digest. UPDATE: only the
     run-id is restored. A child only inherits its parent's run-id. ``Decision.patch`` is None
     when nothing changes (reinvocation on our own output gives None).
@@ -164,20 +156,20 @@ def mutate(request: dict, state: ClusterState, settings: Settings, engine: Engin
     if subject.malformed:
         return Decision.deny(subject.malformed, obj=obj)
     if subject.child:
-        edited = mutation.edit_child(obj, subject.templates)
+        edits = mutation.edit_child(obj, subject.templates)
     elif request.get("operation") == "UPDATE":
-        edited = mutation.edit_update(obj, request.get("oldObject"), subject.templates)
+        edits = mutation.edit_update(obj, request.get("oldObject"), subject.templates)
     else:
         res = resolve(obj, subject.templates, subject.workspace, state, settings)
         if isinstance(res, list):
             return Decision.deny(res, obj=obj)
-        edited = mutation.edit_create(obj, subject.adapter, subject.templates, res, state, settings)
-        if edited != obj:
-            mutation.annotate(edited, _record(res, state, engine))
+        edits = mutation.edit_create(obj, subject.adapter, subject.templates, res, state, settings)
+        if edits.changed:
+            mutation.annotate(edits, _record(res, state, engine))
         if res.note:
             warnings.append(res.note)
-    patch = _patch(obj, edited)
-    return Decision(True, patch=patch, object=edited if patch else obj, warnings=warnings)
+    patch = edits.patch() if edits is not None else None
+    return Decision(True, patch=patch, object=edits.doc if patch else obj, warnings=warnings)
 
 
 def _policies(obj: dict, templates: list[PodTemplate], request: dict, state: ClusterState, settings: Settings,
