@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from functools import cached_property
 from decimal import Decimal, InvalidOperation
 from typing import Any, Iterator, Literal, Protocol
 
@@ -66,7 +65,7 @@ def gpu_quantity(value: Any) -> Decimal | None:
     return q if q is not None and abs(q) <= MAX_GPUS else None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ContainerGpus:
     """GPU resources of one container: ``nvidia.com/gpu`` request and limit as written.
 
@@ -88,12 +87,53 @@ class ContainerGpus:
         """GPUs this container holds on its node (limit, else request, else 0)."""
         if self.limit_n is not None:
             return self.limit_n
-        return self.request_n if self.request_n is not None else Decimal(0)
+        return self.request_n if self.request_n is not None else _ZERO
 
 
-@dataclass(frozen=True)
+_ZERO = Decimal(0)
+
+
+def _containers(spec: dict) -> Iterator[tuple[str, int, dict]]:
+    for kind in ("containers", "initContainers"):
+        items = spec.get(kind)
+        if isinstance(items, list):
+            for i, c in enumerate(items):
+                if isinstance(c, dict):
+                    yield kind, i, c
+
+
+def _pod_spec(template: Any) -> dict:
+    spec = template.get("spec") if isinstance(template, dict) else None
+    return spec if isinstance(spec, dict) else {}
+
+
+def _read_gpus(spec: dict) -> tuple[ContainerGpus, ...]:
+    out = []
+    for kind, i, c in _containers(spec):
+        res = c.get("resources")
+        if not isinstance(res, dict):
+            out.append(ContainerGpus(c.get("name") or f"#{i}", i, kind, None, None, None, None))
+            continue
+        req, lim = res.get("requests"), res.get("limits")
+        r = req.get(labels.GPU_RESOURCE) if isinstance(req, dict) else None
+        l = lim.get(labels.GPU_RESOURCE) if isinstance(lim, dict) else None
+        out.append(ContainerGpus(c.get("name") or f"#{i}", i, kind, r, l,
+                                 None if r is None else gpu_quantity(r), None if l is None else gpu_quantity(l)))
+    return tuple(out)
+
+
+def _gpus_per_pod(gpus: tuple[ContainerGpus, ...]) -> int:
+    """Kubernetes' effective-request rule for pods: the sum over regular containers, or the
+    largest init container if larger; a fraction counts as the next whole GPU."""
+    main = sum((g.effective for g in gpus if g.kind == "containers"), _ZERO)
+    init = max((g.effective for g in gpus if g.kind == "initContainers"), default=_ZERO)
+    value = max(main, init)
+    return int(value) if value == value.to_integral_value() else int(value) + 1
+
+
+@dataclass(frozen=True, slots=True)
 class PodTemplate:
-    """One pod template of a workload.
+    """One pod template of a workload; build it with ``PodTemplate.of``.
 
     - ``role``: head / worker / submitter / job.
     - ``group``: the Ray group name (``groupName``), ``head``, ``submitter`` or ``job``.
@@ -102,6 +142,11 @@ class PodTemplate:
     - ``replicas``: pods created from it (worker: ``replicas`` x ``numOfHosts``).
     - ``template``: the template dict itself (a live reference into the object).
     - ``ray_start_params``: the group's ``rayStartParams`` (strings), empty for non-Ray.
+    - ``spec``: the pod spec (``template.spec``), or an empty dict.
+    - ``container_gpus``: ``nvidia.com/gpu`` request and limit of every container (init
+      containers included).
+    - ``gpus_per_pod``: GPUs one pod holds: the sum over regular containers, or the largest
+      init container if larger (Kubernetes' effective-request rule for pods), rounded up.
     """
 
     role: Role
@@ -111,50 +156,26 @@ class PodTemplate:
     replicas: int
     template: dict
     ray_start_params: dict
+    spec: dict
+    container_gpus: tuple[ContainerGpus, ...]
+    gpus_per_pod: int
 
-    @property
-    def spec(self) -> dict:
-        """The pod spec (``template.spec``), or an empty dict."""
-        spec = self.template.get("spec") if isinstance(self.template, dict) else None
-        return spec if isinstance(spec, dict) else {}
+    @classmethod
+    def of(cls, role: Role, group: str, path: Path, group_path: Path, replicas: int, template: dict,
+           ray_start_params: dict) -> "PodTemplate":
+        """The pod template ``template`` (at ``path``), its GPU demand read once."""
+        spec = _pod_spec(template)
+        gpus = _read_gpus(spec)
+        return cls(role, group, path, group_path, replicas, template, ray_start_params, spec, gpus,
+                   _gpus_per_pod(gpus))
 
     def containers(self) -> Iterator[tuple[str, int, dict]]:
         """Yield ``(list name, index, container)`` for containers, then initContainers."""
-        for kind in ("containers", "initContainers"):
-            items = self.spec.get(kind)
-            if isinstance(items, list):
-                for i, c in enumerate(items):
-                    if isinstance(c, dict):
-                        yield kind, i, c
-
-    @cached_property
-    def container_gpus(self) -> tuple[ContainerGpus, ...]:
-        """``nvidia.com/gpu`` request and limit of every container (init containers included),
-        computed once per template."""
-        return tuple(self._read_gpus())
+        return _containers(self.spec)
 
     def gpus(self) -> tuple[ContainerGpus, ...]:
         """Same as ``container_gpus``."""
         return self.container_gpus
-
-    def _read_gpus(self) -> list[ContainerGpus]:
-        out = []
-        for kind, i, c in self.containers():
-            res = c.get("resources") if isinstance(c.get("resources"), dict) else {}
-            req = (res.get("requests") or {}) if isinstance(res.get("requests") or {}, dict) else {}
-            lim = (res.get("limits") or {}) if isinstance(res.get("limits") or {}, dict) else {}
-            r, l = req.get(labels.GPU_RESOURCE), lim.get(labels.GPU_RESOURCE)
-            out.append(ContainerGpus(c.get("name") or f"#{i}", i, kind, r, l, gpu_quantity(r), gpu_quantity(l)))
-        return out
-
-    @cached_property
-    def gpus_per_pod(self) -> int:
-        """GPUs one pod of this template holds: sum over regular containers, or the largest
-        init container if larger (Kubernetes' effective-request rule for pods)."""
-        main = sum((g.effective for g in self.gpus() if g.kind == "containers"), Decimal(0))
-        init = max((g.effective for g in self.gpus() if g.kind == "initContainers"), default=Decimal(0))
-        value = max(main, init)
-        return int(value) if value == value.to_integral_value() else int(value) + 1
 
     @property
     def ray_num_gpus(self) -> Decimal | None:
@@ -196,7 +217,7 @@ def _ray_cluster_templates(spec: dict, prefix: Path) -> list[PodTemplate]:
     out: list[PodTemplate] = []
     head = _dict(spec.get("headGroupSpec"))
     if isinstance(head.get("template"), dict):
-        out.append(PodTemplate("head", "head", prefix + ("headGroupSpec", "template"),
+        out.append(PodTemplate.of("head", "head", prefix + ("headGroupSpec", "template"),
                                prefix + ("headGroupSpec",), 1, head["template"],
                                _dict(head.get("rayStartParams"))))
     groups = spec.get("workerGroupSpecs")
@@ -206,7 +227,7 @@ def _ray_cluster_templates(spec: dict, prefix: Path) -> list[PodTemplate]:
             continue
         replicas = _int(group.get("replicas"), _int(group.get("minReplicas"), 1))
         hosts = max(_int(group.get("numOfHosts"), 1), 1)
-        out.append(PodTemplate("worker", str(group.get("groupName") or f"group-{i}"),
+        out.append(PodTemplate.of("worker", str(group.get("groupName") or f"group-{i}"),
                                prefix + ("workerGroupSpecs", i, "template"),
                                prefix + ("workerGroupSpecs", i), replicas * hosts,
                                group["template"], _dict(group.get("rayStartParams"))))
@@ -399,7 +420,7 @@ class RayJobAdapter:
         spec = _dict(obj.get("spec"))
         out = _ray_cluster_templates(_dict(spec.get("rayClusterSpec")), ("spec", "rayClusterSpec"))
         if isinstance(spec.get("submitterPodTemplate"), dict):
-            out.append(PodTemplate("submitter", "submitter", ("spec", "submitterPodTemplate"),
+            out.append(PodTemplate.of("submitter", "submitter", ("spec", "submitterPodTemplate"),
                                    ("spec",), 1, spec["submitterPodTemplate"], {}))
         return out
 
@@ -417,7 +438,7 @@ class JobAdapter:
         spec = _dict(obj.get("spec"))
         if not isinstance(spec.get("template"), dict):
             return []
-        return [PodTemplate("job", "job", ("spec", "template"), ("spec",),
+        return [PodTemplate.of("job", "job", ("spec", "template"), ("spec",),
                             _int(spec.get("parallelism"), 1), spec["template"], {})]
 
     def suspend_path(self, obj: dict) -> Path:

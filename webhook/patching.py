@@ -13,12 +13,13 @@ the result with the edited copy, on every sample and on randomly generated objec
 
 Rules that keep the record exact for any sequence of edits:
 - a key set where it was missing (or a container put where there was none) is ``add``, a
-  different value over an existing key is ``replace``; setting an equal value records nothing;
+  different value over an existing key is ``replace``; setting the same JSON value records
+  nothing;
 - an item appended to a list is ``add`` at its index, in order;
-- every operation carries the final value at its path, read when ``patch()`` is called, so an
-  edit inside a path already recorded is not recorded again, and a new operation drops the
-  earlier ones inside its own path (the container created for labels is one ``add`` with every
-  label in it).
+- every operation carries the final value at its path, read when ``patch()`` is called, so
+  edits inside a container that an operation already carries record nothing (the labels map
+  created for a workload is one ``add`` with every label in it), and replacing a container
+  drops the operations recorded inside it.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from functools import lru_cache
 from typing import Any
 
 import jsonpointer
+import orjson
 
 Parts = tuple[str | int, ...]
 
@@ -39,6 +41,16 @@ def pointer(parts: Parts) -> str:
     return jsonpointer.JsonPointer.from_parts(parts).path
 
 
+def _same(a: Any, b: Any) -> bool:
+    """JSON equality: same type and ``==``, and for containers the same canonical JSON too
+    (``==`` holds ``True == 1`` deep inside)."""
+    if type(a) is not type(b) or a != b:
+        return False
+    if isinstance(a, (dict, list)):
+        return orjson.dumps(a, option=orjson.OPT_SORT_KEYS) == orjson.dumps(b, option=orjson.OPT_SORT_KEYS)
+    return True
+
+
 class Edits:
     """A deep copy of an object (``doc``) under edit, with the JSONPatch of its changes.
 
@@ -47,64 +59,68 @@ class Edits:
     passed with a path must be the container at that path in ``doc``.
     """
 
-    __slots__ = ("doc", "_ops")
+    __slots__ = ("doc", "_ops", "_inside")
 
     def __init__(self, doc: dict):
         self.doc = doc
         self._ops: list[tuple[str, Parts]] = []  # (op, parts) in the order made
+        # Containers inside a value some operation already carries (by id, kept alive so an
+        # id is never reused): edits in them are in that value, so they record nothing.
+        self._inside: dict[int, Any] = {}
 
     @property
     def changed(self) -> bool:
         """True once anything was changed."""
         return bool(self._ops)
 
-    def _record(self, op: str, parts: Parts) -> None:
-        # An operation's value is read whole from the finished copy, so an edit inside a path
-        # already recorded is in it, and a new operation supersedes those inside its own path.
-        n = len(parts)
-        kept = []
-        for entry in self._ops:
-            done = entry[1]
-            if len(done) < n and parts[:len(done)] == done:
-                return
-            if not (len(done) > n and done[:n] == parts):
-                kept.append(entry)
-        kept.append((op, parts))
-        self._ops = kept
+    def _carried(self, value: Any) -> None:
+        if isinstance(value, (dict, list)):
+            self._inside[id(value)] = value
+
+    def _record(self, op: str, parts: Parts, old: Any) -> None:
+        if isinstance(old, (dict, list)):  # a container is replaced: drop the operations inside it
+            n = len(parts)
+            self._ops = [e for e in self._ops if not (len(e[1]) > n and e[1][:n] == parts)]
+        self._ops.append((op, parts))
 
     def container(self, holder: dict, path: Parts, key: str, kind: type[dict] | type[list]) -> Any:
         """``holder[key]`` when it is a ``kind`` (dict or list); else a new empty one put there
         (a missing or null value is replaced: mutation runs only on well-formed objects)."""
-        value = holder.get(key)
-        if isinstance(value, kind):
-            return value
+        old = holder.get(key)
+        if isinstance(old, kind):
+            return old
         value = holder[key] = kind()
-        self._record("add", path + (key,))
+        if id(holder) not in self._inside:
+            self._record("add", path + (key,), old)
+        self._inside[id(value)] = value
         return value
 
     def set(self, holder: dict, path: Parts, key: str, value: Any) -> None:
-        """``holder[key] = value``, recorded unless it already held an equal value of the same
-        JSON type (``True`` is not ``1``)."""
-        if key in holder:
-            old = holder[key]
-            if type(old) is type(value) and old == value:
-                return
-            holder[key] = value
-            self._record("replace", path + (key,))
-        else:
-            holder[key] = value
-            self._record("add", path + (key,))
+        """``holder[key] = value``, recorded unless it already held the same JSON value
+        (``True`` is not ``1``)."""
+        present = key in holder
+        old = holder.get(key)
+        if present and _same(old, value):
+            return
+        holder[key] = value
+        if id(holder) not in self._inside:
+            self._record("replace" if present else "add", path + (key,), old)
+        self._carried(value)
 
     def set_default(self, holder: dict, path: Parts, key: str, value: Any) -> None:
         """``holder.setdefault(key, value)``, recorded when the key was missing."""
         if key not in holder:
             holder[key] = value
-            self._record("add", path + (key,))
+            if id(holder) not in self._inside:
+                self._ops.append(("add", path + (key,)))
+            self._carried(value)
 
     def append(self, items: list, path: Parts, value: Any) -> None:
         """``items.append(value)`` where ``items`` is the list at ``path``."""
         items.append(value)
-        self._record("add", path + (len(items) - 1,))
+        if id(items) not in self._inside:
+            self._ops.append(("add", path + (len(items) - 1,)))
+        self._carried(value)
 
     def patch(self) -> list[dict] | None:
         """The RFC 6902 operations, in order, that turn the original into ``doc``; None when

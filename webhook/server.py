@@ -192,6 +192,19 @@ class AdmissionMetrics:
         for route in ROUTES:  # every series exists from the start, at 0
             self.deadline.labels(route.path)
             self.duration.labels(route.path)
+        self._counted: dict[tuple[str, str, str, str], Any] = {}
+        self._timed = {route.path: self.duration.labels(route.path) for route in ROUTES}
+
+    def answered(self, path: str, kind: str, operation: str, decision: str, seconds: float) -> None:
+        """Count one answered review and observe its duration (seconds). The labelled series
+        are looked up once (``labels()`` takes a lock and checks the names on every call) and
+        kept: their number is bounded by ``KNOWN_KINDS`` x operations x decisions x routes."""
+        key = (path, kind, operation, decision)
+        child = self._counted.get(key)
+        if child is None:
+            child = self._counted[key] = self.requests.labels(*key)
+        child.inc()
+        self._timed[path].observe(seconds)
 
 
 _DECIDERS: dict[str, Callable[[dict, ClusterState, Settings, Any], Decision]] = {
@@ -347,10 +360,14 @@ class AdmissionServer:
             return _Reply(413, {"error": f"request body is {request.content_length} bytes; the limit is {limit} "
                                          f"bytes ({limit / 1048576:g} MiB)"}, "too_large")
         # Reading may run past the deadline (by up to READ_GRACE_SECONDS): without the body there
-        # is no uid, and without a uid no valid answer, not even the deadline's.
+        # is no uid, and without a uid no valid answer, not even the deadline's. A body already
+        # received whole (the usual case) is read without arming a timer.
         try:
-            async with asyncio.timeout_at(deadline + READ_GRACE_SECONDS):
+            if request.content.is_eof():
                 body = await request.read()
+            else:
+                async with asyncio.timeout_at(deadline + READ_GRACE_SECONDS):
+                    body = await request.read()
         except web.HTTPRequestEntityTooLarge:
             return _Reply(413, {"error": f"request body exceeds the limit of {limit} bytes ({limit / 1048576:g} MiB)"},
                           "too_large")
@@ -402,8 +419,8 @@ class AdmissionServer:
         async def handle(request: web.Request) -> web.Response:
             started = time.perf_counter()
             reply = await self._admit(route, request)
-            self.metrics.requests.labels(route.path, reply.kind, reply.operation, reply.decision).inc()
-            self.metrics.duration.labels(route.path).observe(time.perf_counter() - started)
+            self.metrics.answered(route.path, reply.kind, reply.operation, reply.decision,
+                                  time.perf_counter() - started)
             payload = reply.payload or orjson.dumps(reply.body)
             return web.Response(status=reply.status, body=payload, content_type=JSON)
 
