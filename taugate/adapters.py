@@ -255,7 +255,10 @@ _QUANTITY = re.compile(r"^\+?(\d+(\.\d*)?|\.\d+)([KMGTPE]i|[numkMGTPE]|[eE][+-]?
 
 
 class _Shape:
-    """Collects type problems as ``(field path, problem)``."""
+    """Collects type problems as ``(field path, problem)``.
+
+    Admission runs this on every object, so the usual case (a well-typed field) is an inline
+    ``type(...) is`` test and field paths are only built for problems."""
 
     def __init__(self) -> None:
         self.problems: list[tuple[str, str]] = []
@@ -266,24 +269,36 @@ class _Shape:
     def obj(self, value: Any, path: Path, *, required: bool = False) -> bool:
         """True when ``value`` is an object; a problem when it is something else (or missing
         and required)."""
-        if isinstance(value, dict):
+        if type(value) is dict or isinstance(value, dict):
             return True
         if value is not None or required:
             self.bad(path, "is missing; it is required" if value is None else f"is {json_type(value)}; it must be an object")
         return False
 
     def array(self, value: Any, path: Path) -> bool:
-        if isinstance(value, list):
+        if type(value) is list or isinstance(value, list):
             return True
         if value is not None:
             self.bad(path, f"is {json_type(value)}; it must be an array")
         return False
 
+    def objects(self, items: Any, path: Path) -> None:
+        """An array (or absent) whose items are all objects."""
+        if type(items) is list:
+            for i, item in enumerate(items):
+                if type(item) is not dict:
+                    self.obj(item, path + (i,), required=True)
+        elif items is not None:
+            self.array(items, path)
+
     def string_map(self, value: Any, path: Path) -> None:
-        if self.obj(value, path):
-            for k, v in value.items():
-                if not isinstance(v, str):
-                    self.bad(path + (k,), f"is {json_type(v)}; label, annotation and selector values must be strings")
+        if type(value) is not dict:
+            if value is not None:
+                self.obj(value, path)
+            return
+        for k, v in value.items():
+            if type(v) is not str:
+                self.bad(path + (k,), f"is {json_type(v)}; label, annotation and selector values must be strings")
 
     def scalar(self, value: Any, path: Path, typ: type, what: str, minimum: int | None = None) -> None:
         if value is None:
@@ -294,21 +309,26 @@ class _Shape:
             self.bad(path, f"is {value}; it must be {what}")
 
     def meta(self, meta: Any, path: Path) -> None:
-        if self.obj(meta, path):
-            for key in ("name", "generateName", "namespace"):
-                self.scalar(meta.get(key), path + (key,), str, "a string")
-            self.string_map(meta.get("labels"), path + ("labels",))
-            self.string_map(meta.get("annotations"), path + ("annotations",))
+        if not self.obj(meta, path):
+            return
+        for key in ("name", "generateName", "namespace"):
+            value = meta.get(key)
+            if value is not None and type(value) is not str:
+                self.scalar(value, path + (key,), str, "a string")
+        self.string_map(meta.get("labels"), path + ("labels",))
+        self.string_map(meta.get("annotations"), path + ("annotations",))
 
     def quantities(self, resources: Any, path: Path) -> None:
         if not self.obj(resources, path):
             return
         for which in ("requests", "limits"):
             values = resources.get(which)
-            if not self.obj(values, path + (which,)):
+            if values is None:
+                continue
+            if type(values) is not dict and not self.obj(values, path + (which,)):
                 continue
             for name, raw in values.items():
-                if (isinstance(raw, str) and _QUANTITY.match(raw)) or (type(raw) is int and raw >= 0):
+                if (type(raw) is str and _QUANTITY.match(raw)) or (type(raw) is int and raw >= 0):
                     continue  # the usual case, without parsing
                 q = quantity(raw) if isinstance(raw, (str, int, float)) and not isinstance(raw, bool) else None
                 if q is None:
@@ -326,28 +346,33 @@ class _Shape:
         if not self.obj(spec, path + ("spec",), required=True):
             return
         self.string_map(spec.get("nodeSelector"), path + ("spec", "nodeSelector"))
-        self.obj(spec.get("affinity"), path + ("spec", "affinity"))
+        affinity = spec.get("affinity")
+        if affinity is not None and type(affinity) is not dict:
+            self.obj(affinity, path + ("spec", "affinity"))
         for key in ("tolerations", "volumes"):
-            if self.array(spec.get(key), path + ("spec", key)):
-                for i, item in enumerate(spec[key]):
-                    self.obj(item, path + ("spec", key, i), required=True)
+            self.objects(spec.get(key), path + ("spec", key))
         for key in ("containers", "initContainers"):
             items = spec.get(key)
             if key == "containers" and (items is None or items == []):
                 self.bad(path + ("spec", key), "is missing or empty; a pod needs at least one container")
                 continue
-            if not self.array(items, path + ("spec", key)):
+            if items is None:
+                continue
+            if type(items) is not list:
+                self.array(items, path + ("spec", key))
                 continue
             for i, c in enumerate(items):
-                cpath = path + ("spec", key, i)
-                if not self.obj(c, cpath, required=True):
+                if type(c) is not dict:
+                    self.obj(c, path + ("spec", key, i), required=True)
                     continue
-                self.scalar(c.get("name"), cpath + ("name",), str, "a string")
+                name = c.get("name")
+                if name is not None and type(name) is not str:
+                    self.scalar(name, path + ("spec", key, i, "name"), str, "a string")
                 if c.get("resources") is not None:
-                    self.quantities(c["resources"], cpath + ("resources",))
-                if self.array(c.get("volumeMounts"), cpath + ("volumeMounts",)):
-                    for j, m in enumerate(c["volumeMounts"]):
-                        self.obj(m, cpath + ("volumeMounts", j), required=True)
+                    self.quantities(c["resources"], path + ("spec", key, i, "resources"))
+                mounts = c.get("volumeMounts")
+                if mounts is not None:
+                    self.objects(mounts, path + ("spec", key, i, "volumeMounts"))
 
 
 def _ray_cluster_shape(shape: _Shape, spec: Any, prefix: Path) -> None:
@@ -363,10 +388,16 @@ def _ray_cluster_shape(shape: _Shape, spec: Any, prefix: Path) -> None:
             gpath = prefix + ("workerGroupSpecs", i)
             if not shape.obj(g, gpath, required=True):
                 continue
-            shape.scalar(g.get("groupName"), gpath + ("groupName",), str, "a string")
+            name = g.get("groupName")
+            if name is not None and type(name) is not str:
+                shape.scalar(name, gpath + ("groupName",), str, "a string")
             for key in ("replicas", "minReplicas", "maxReplicas"):
-                shape.scalar(g.get(key), gpath + (key,), int, "a whole number >= 0", minimum=0)
-            shape.scalar(g.get("numOfHosts"), gpath + ("numOfHosts",), int, "a whole number >= 1", minimum=1)
+                value = g.get(key)
+                if value is not None and not (type(value) is int and value >= 0):
+                    shape.scalar(value, gpath + (key,), int, "a whole number >= 0", minimum=0)
+            hosts = g.get("numOfHosts")
+            if hosts is not None and not (type(hosts) is int and hosts >= 1):
+                shape.scalar(hosts, gpath + ("numOfHosts",), int, "a whole number >= 1", minimum=1)
             shape.string_map(g.get("rayStartParams"), gpath + ("rayStartParams",))
             shape.pod_template(g.get("template"), gpath + ("template",))
 

@@ -101,7 +101,9 @@ def resolve(obj: dict, templates: list[PodTemplate], ws: TauWorkspace, state: Cl
     requested = meta_labels.get(labels.WORKLOAD_PROFILE)
     field = label_field(labels.WORKLOAD_PROFILE) if requested is not None else "metadata"
     shape = gpus_per_pod_shape(templates)
-    asked = f"{'/'.join(map(str, sorted(shape) or [0]))} GPU(s) per pod"
+
+    def asked() -> str:  # only for messages
+        return f"{'/'.join(map(str, sorted(shape) or [0]))} GPU(s) per pod"
     if requested is not None:
         candidate = state.profiles.get(requested)
         if candidate is None:
@@ -124,7 +126,7 @@ def resolve(obj: dict, templates: list[PodTemplate], ws: TauWorkspace, state: Cl
             profile, how = next((p for p in ready if p.name == default), None), "shape"
             if profile is None:
                 problems.append(Violation("workload-profile", field,
-                    f"several workload profiles fit {asked}: {', '.join(_describe(p) for p in ready)}; "
+                    f"several workload profiles fit {asked()}: {', '.join(_describe(p) for p in ready)}; "
                     f"fix: add the label {labels.WORKLOAD_PROFILE}=<one of them>"))
         elif shaped:
             # The profile made for this shape exists but cannot place runs: say so, rather than
@@ -134,14 +136,14 @@ def resolve(obj: dict, templates: list[PodTemplate], ws: TauWorkspace, state: Cl
             profile, how = state.profiles.get(default), "default"
             if profile is None or not any(p is profile for p in applicable):
                 problems.append(Violation("workload-profile", field,
-                    f"no applicable workload profile matches {asked} and the workspace default {default!r} is "
+                    f"no applicable workload profile matches {asked()} and the workspace default {default!r} is "
                     f"{'missing' if profile is None else 'not applicable'}; allowed: "
                     f"{', '.join(_describe(p) for p in applicable) or 'none'}; fix: set the label "
                     f"{labels.WORKLOAD_PROFILE} or ask the platform team to fix workspace {wsname!r}"))
                 profile = None
         else:
             problems.append(Violation("workload-profile", field,
-                f"no applicable workload profile matches {asked} in workspace {wsname!r} and it has no default "
+                f"no applicable workload profile matches {asked()} in workspace {wsname!r} and it has no default "
                 f"profile; allowed: {', '.join(_describe(p) for p in applicable) or 'none'}; fix: change the GPUs "
                 f"per pod to one of those or set the label {labels.WORKLOAD_PROFILE}"))
     if profile is not None and not profile.is_ready():
@@ -174,6 +176,6 @@ def resolve(obj: dict, templates: list[PodTemplate], ws: TauWorkspace, state: Cl
         return problems
     note = ""
     if how == "default":
-        note = (f"no workload profile in workspace {wsname!r} matches {asked}, so the workspace default "
+        note = (f"no workload profile in workspace {wsname!r} matches {asked()}, so the workspace default "
                 f"{_describe(profile)} applies; to use another, set the label {labels.WORKLOAD_PROFILE}")
     return Resolution(ws, profile, queue, lane, how, note)
