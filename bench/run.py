@@ -151,6 +151,48 @@ def check_answer(port: int, path: str, body: bytes) -> dict:
     return answer["response"]
 
 
+_BUCKET = re.compile(r'^taugate_admission_duration_seconds_bucket\{(?P<labels>[^}]*)\} (?P<count>\S+)$', re.M)
+
+
+def handler_buckets(port: int, path: str) -> dict[float, float]:
+    """taugate's own time per review on ``path`` (``taugate_admission_duration_seconds``, from
+    the request's arrival in the handler to its answer): cumulative count per bucket bound (s)."""
+    ctx = ssl.create_default_context()
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+    with urllib.request.urlopen(f"https://127.0.0.1:{port}/metrics", context=ctx, timeout=5) as r:
+        text = r.read().decode()
+    out = {}
+    for m in _BUCKET.finditer(text):
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group("labels")))
+        if labels.get("webhook") == path:
+            out[float(labels["le"])] = float(m.group("count"))
+    return out
+
+
+def handler_quantiles(before: dict[float, float], after: dict[float, float]) -> dict:
+    """p50 and p99 (ms, the upper bound of the bucket they fall in) of the reviews answered
+    between two ``handler_buckets`` scrapes."""
+    counts = sorted((le, after[le] - before.get(le, 0.0)) for le in after)
+    total = counts[-1][1] if counts else 0
+    if not total:
+        return {"handler_p50_ms": None, "handler_p99_ms": None}
+    pick = lambda q: next(le for le, c in counts if c >= q * total) * 1000  # noqa: E731
+    return {"handler_p50_ms": pick(0.5), "handler_p99_ms": pick(0.99)}
+
+
+CPU_PROBE = "import time\nfor _ in range(12):\n    t = time.perf_counter(); d = {}\n" \
+            "    for i in range(100000): d[i % 1000] = str(i)\n    print(time.perf_counter() - t)\n"
+
+
+def cpu_probe() -> dict:
+    """The same pure-Python work timed 12 times on core 0 (the server's core): how steady this
+    machine's speed is (ms: fastest, slowest)."""
+    out = subprocess.run(["taskset", "-c", "0", sys.executable, "-c", CPU_PROBE], capture_output=True,
+                         text=True, timeout=120).stdout.split()
+    times = [float(x) * 1000 for x in out]
+    return {"fastest_ms": round(min(times), 1), "slowest_ms": round(max(times), 1)}
+
+
 def _median_run(runs: list[dict]) -> dict:
     """The run with the median throughput (its own percentiles: they belong together)."""
     return sorted(runs, key=lambda r: r["rps"])[len(runs) // 2]
@@ -173,7 +215,9 @@ def bench_rows(wrk: str, rows, conns, duration, tmp: Path, script: Path, taugate
         for c in conns:
             ts, ns, ratios = [], [], []
             for _ in range(repeat):
+                before = handler_buckets(taugate_port, path)
                 ts.append(run_wrk(wrk, f"https://127.0.0.1:{taugate_port}{path}", f, c, duration, script))
+                ts[-1].update(handler_quantiles(before, handler_buckets(taugate_port, path)))
                 if null_port:
                     ns.append(run_wrk(wrk, f"https://127.0.0.1:{null_port}{path}", f, c, duration, script))
                     ratios.append(ts[-1]["rps"] / ns[-1]["rps"])
@@ -183,32 +227,44 @@ def bench_rows(wrk: str, rows, conns, duration, tmp: Path, script: Path, taugate
                    "ratio": round(sorted(ratios)[len(ratios) // 2], 3) if ratios else None}
             out.append(row)
             print(f"  {name:28} {path:10} c={c:<3} taugate {t['rps']:8.0f} req/s p50 {t['p50_ms']:.2f} p99 "
-                  f"{t['p99_ms']:.2f} ms" + (f" | null {n['rps']:8.0f} req/s p99 {n['p99_ms']:.2f} ms | "
+                  f"{t['p99_ms']:.2f} ms (handler p99 {_bound(t.get('handler_p99_ms'))} ms)" + (f" | null {n['rps']:8.0f} req/s p99 {n['p99_ms']:.2f} ms | "
                                              f"ratio {row['ratio']:.2f}" if n else ""), flush=True)
     return out
 
 
+def _bound(ms: float | None) -> str:
+    return "-" if ms is None else f"<= {ms:g}"
+
+
 def markdown(result: dict) -> str:
+    probe = result.get("cpu_probe", {})
     lines = [f"Measured {result['date']} on {result['machine']} (server and wrk pinned to separate cores, "
              f"{result['duration_s']} s per run, median of {result['repeat']} alternating runs per row; "
              f"loop {result['loop']}).", "",
-             "| workload | path | conns | taugate req/s | p50 ms | p99 ms | null req/s | null p99 ms | ratio |",
-             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "p50/p99 are wrk's (the client's view: queueing, TLS and the machine included); handler p99 is "
+             "taugate's own time per review, from its `taugate_admission_duration_seconds` histogram (upper "
+             "bucket bound). Machine steadiness: the same pure-Python work on the server's core took "
+             + ", ".join(f"{k} {v['fastest_ms']}-{v['slowest_ms']} ms" for k, v in probe.items())
+             + ".", "",
+             "| workload | path | conns | taugate req/s | p50 ms | p99 ms | handler p99 ms | null req/s | "
+             "null p50 ms | null p99 ms | ratio |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in result["rows"]:
         t, n = r["taugate"], r["null"]
         lines.append(f"| {r['workload']} | `{r['path']}` | {r['connections']} | {t['rps']:.0f} | {t['p50_ms']:.2f} | "
-                     f"{t['p99_ms']:.2f} | {n['rps']:.0f} | {n['p99_ms']:.2f} | {r['ratio']:.2f} |")
+                     f"{t['p99_ms']:.2f} | {_bound(t.get('handler_p99_ms'))} | {n['rps']:.0f} | {n['p50_ms']:.2f} | "
+                     f"{n['p99_ms']:.2f} | {r['ratio']:.2f} |")
     s = result["scale"]
     lines += ["", f"Scale ({s['nodes']} GPU nodes, {s['profiles']} profiles, {s['workspaces']} workspaces): "
               f"resident memory {s['rss_mb_idle']:.0f} MB after load, {s['rss_mb_loaded']:.0f} MB after the runs; "
               f"snapshot load {s['load_s_json']:.2f} s (JSON) / {s['load_s_yaml']:.2f} s (YAML) in process, "
               f"server ready in {s['ready_s']:.2f} s.", "",
-              "| workload | path | conns | req/s | p50 ms | p99 ms | p99 vs small snapshot |",
-              "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+              "| workload | path | conns | req/s | p50 ms | p99 ms | handler p99 ms | p99 vs small snapshot |",
+              "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in s["rows"]:
         t = r["taugate"]
         lines.append(f"| {r['workload']} | `{r['path']}` | {r['connections']} | {t['rps']:.0f} | {t['p50_ms']:.2f} | "
-                     f"{t['p99_ms']:.2f} | {r['p99_vs_small']:+.0%} |")
+                     f"{t['p99_ms']:.2f} | {_bound(t.get('handler_p99_ms'))} | {r['p99_vs_small']:+.0%} |")
     lines += ["", "Targets (GPU RayJob CREATE on /mutate): " + ", ".join(
         f"{k}: {'met' if v['met'] else 'MISSED'} ({v['value']})" for k, v in result["targets"].items())]
     return "\n".join(lines) + "\n"
@@ -244,6 +300,7 @@ def main() -> int:
     result: dict = {"date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
                     "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
                     "duration_s": a.duration, "repeat": a.repeat, "loop": a.loop}
+    result["cpu_probe"] = {"before": cpu_probe()}
     try:
         tport, nport = free_port(), free_port()
         serve = [taugate, "serve", "--cluster", str(small), "--cert-dir", str(tmp / "tls"), "--port", str(tport),
@@ -284,6 +341,7 @@ def main() -> int:
     finally:
         for s in servers:
             s.stop()
+    result["cpu_probe"]["after"] = cpu_probe()
     key = [r for r in result["rows"] if r["workload"] == "RayJob CREATE" and r["path"] == "/mutate"]
     by_c = {r["connections"]: r for r in key}
     targets = {}
