@@ -74,8 +74,15 @@ class Edits:
         return bool(self._ops)
 
     def _carried(self, value: Any) -> None:
-        if isinstance(value, (dict, list)):
+        """Mark ``value`` and every container in it as carried by an operation."""
+        if isinstance(value, dict):
             self._inside[id(value)] = value
+            for v in value.values():
+                self._carried(v)
+        elif isinstance(value, list):
+            self._inside[id(value)] = value
+            for v in value:
+                self._carried(v)
 
     def _record(self, op: str, parts: Parts, old: Any) -> None:
         if isinstance(old, (dict, list)):  # a container is replaced: drop the operations inside it
