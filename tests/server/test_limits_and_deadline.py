@@ -1,17 +1,20 @@
 """What the server does with bodies that are not normal AdmissionReviews: garbage (HTTP 400
 with a reason), oversize (HTTP 413 with a reason), large but valid (decided off the event loop),
-and a review not decided within the deadline (a valid AdmissionReview: denied, 504)."""
+a review not decided within the deadline (a valid AdmissionReview: denied, 504), and a body that
+arrives slowly (decided when it arrives in time, HTTP 408 when it never does)."""
 
 from __future__ import annotations
 
 import asyncio
 import copy
 import json
+import time
 
 import pytest
 
 from taugate.settings import Settings
-from tests.server.https import admission_review, apply, check_response, workload_request
+from tests.server.https import SERVICE_NAME, admission_review, apply, check_response, client_context, workload_request
+from webhook.server import READ_GRACE_SECONDS
 
 GARBAGE = [
     pytest.param(b"", "not JSON", id="empty"),
@@ -109,3 +112,47 @@ async def test_a_review_not_decided_within_the_deadline_is_denied_with_a_valid_5
 
 async def test_the_default_deadline_is_shorter_than_the_webhook_timeout(gate):
     assert gate.server.settings.admission_deadline_seconds == 2.0 < 3
+
+
+async def _post_in_two_parts(h, cert_dir, body: bytes, *, first: int, pause: float, send_rest: bool) -> tuple[int, bytes]:
+    """POST ``body`` to /mutate over TLS: the headers and ``first`` bytes, then after ``pause``
+    seconds the rest (or nothing); the HTTP status and body of the answer."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", h.running.port,
+                                                   ssl=client_context(cert_dir / "ca.crt"),
+                                                   server_hostname=SERVICE_NAME)
+    head = (f"POST /mutate HTTP/1.1\r\nHost: {SERVICE_NAME}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
+    writer.write(head + body[:first])
+    await writer.drain()
+    await asyncio.sleep(pause)
+    if send_rest:
+        writer.write(body[first:])
+        await writer.drain()
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+    length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:"))
+    answer = await asyncio.wait_for(reader.readexactly(length), 10)
+    writer.close()
+    return int(head.split()[1]), answer
+
+
+async def test_a_body_arriving_in_two_parts_within_the_deadline_is_decided(start_server, cert_dir, rayjob):
+    h = await start_server(settings_=Settings(admission_deadline_seconds=2.0))
+    req = workload_request(rayjob)
+    status, body = await _post_in_two_parts(h, cert_dir, json.dumps(admission_review(req)).encode(),
+                                            first=100, pause=0.2, send_rest=True)
+    assert status == 200
+    resp = check_response(json.loads(body), req["uid"])
+    assert resp["allowed"] is True and resp["patchType"] == "JSONPatch"
+
+
+async def test_a_body_that_never_arrives_whole_is_http_408_after_the_deadline_and_its_grace(start_server, cert_dir,
+                                                                                        rayjob):
+    h = await start_server(settings_=Settings(admission_deadline_seconds=0.2))
+    started = time.monotonic()
+    status, body = await _post_in_two_parts(h, cert_dir, json.dumps(admission_review(workload_request(rayjob))).encode(),
+                                            first=100, pause=0, send_rest=False)
+    waited = time.monotonic() - started
+    assert status == 408
+    assert "not received within 1.2 s" in json.loads(body)["error"]
+    assert 0.2 + READ_GRACE_SECONDS - 0.1 <= waited < 0.2 + READ_GRACE_SECONDS + 2
+    assert 'decision="timeout"' in await h.metrics()
