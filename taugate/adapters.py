@@ -198,6 +198,10 @@ class WorkloadAdapter(Protocol):
         """Where ``suspend`` lives (``spec.suspend`` for RayJob, RayCluster and Job)."""
         ...
 
+    def queued(self, obj: dict) -> bool:
+        """True when Kueue queues ``obj`` (so taugate gives it a LocalQueue and suspends it)."""
+        ...
+
     def malformed(self, obj: dict) -> list[tuple[str, str]]:
         """``(field path, problem)`` for every field admission reads or writes that does not
         have the type its API gives it (the API server checks the schema only after mutating
@@ -408,6 +412,9 @@ class RayClusterAdapter:
     kind = "RayCluster"
     api_version = "ray.io/v1"
 
+    def queued(self, obj: dict) -> bool:
+        return True
+
     def pod_templates(self, obj: dict) -> list[PodTemplate]:
         return _ray_cluster_templates(_dict(obj.get("spec")), ("spec",))
 
@@ -428,6 +435,14 @@ class RayJobAdapter:
 
     kind = "RayJob"
     api_version = "ray.io/v1"
+
+    def queued(self, obj: dict) -> bool:
+        """False for a RayJob that runs on an existing RayCluster (``clusterSelector``, no
+        ``rayClusterSpec``): KubeRay forbids suspending one ("the ClusterSelector mode doesn't
+        support the suspend operation") and Kueue does not manage it ("a kueue managed job should
+        not use an existing cluster"); the RayCluster it runs on was queued itself."""
+        spec = _dict(obj.get("spec"))
+        return spec.get("rayClusterSpec") is not None or not spec.get("clusterSelector")
 
     def malformed(self, obj: dict) -> list[tuple[str, str]]:
         """KubeRay: a RayJob needs ``rayClusterSpec`` or ``clusterSelector``."""
@@ -464,6 +479,9 @@ class JobAdapter:
 
     kind = "Job"
     api_version = "batch/v1"
+
+    def queued(self, obj: dict) -> bool:
+        return True
 
     def pod_templates(self, obj: dict) -> list[PodTemplate]:
         spec = _dict(obj.get("spec"))

@@ -130,12 +130,15 @@ def edit_create(obj: dict, adapter: WorkloadAdapter, templates: list[PodTemplate
     profile-set-hash / gpu-class / managed-by labels, the Kueue priority-class label, the
     profile's node selector, GPU-class selector and tolerations on GPU pod templates only (never
     on a CPU-only Ray head or the submitter), the workspace data PVC at ``/data``, and
-    ``shutdownAfterJobFinishes: true`` for a RayJob (Kueue requires it).
+    ``shutdownAfterJobFinishes: true`` for a RayJob without ``deletionStrategy`` (Kueue requires
+    it). An object Kueue does not queue (``adapter.queued``: a RayJob on an existing RayCluster)
+    gets no queue or priority label, no ``suspend`` and no ``shutdownAfterJobFinishes``.
     """
     edits = Edits(deep_copy(obj))
     edited = edits.doc
     profile = res.profile
     obj_labels, at = _labels(edits, edited, ())
+    queued = adapter.queued(obj)
     wanted = {
         labels.KUEUE_QUEUE_NAME: res.queue,
         labels.MANAGED_BY: labels.MANAGED_BY_VALUE,
@@ -147,16 +150,21 @@ def edit_create(obj: dict, adapter: WorkloadAdapter, templates: list[PodTemplate
         wanted[labels.GPU_CLASS] = profile.gpu_class
     if profile.priorities.workload_priority_class_name:
         wanted[labels.KUEUE_PRIORITY_CLASS] = profile.priorities.workload_priority_class_name
+    if not queued:
+        del wanted[labels.KUEUE_QUEUE_NAME]
+        wanted.pop(labels.KUEUE_PRIORITY_CLASS, None)
     for k, v in wanted.items():
         edits.set_default(obj_labels, at, k, v)
     label_run(edits, templates, run_id_of(obj, templates) or mint_run_id())
 
     spec = edits.container(edited, (), "spec", dict)
-    path = adapter.suspend_path(edited)
-    # What Kueue's own webhook does on CREATE: Kueue unsuspends the object on admission.
-    edits.set(_at(edited, path[:-1]), path[:-1], path[-1], True)
-    if adapter.kind == "RayJob":
-        edits.set_default(spec, ("spec",), "shutdownAfterJobFinishes", True)
+    if queued:
+        path = adapter.suspend_path(edited)
+        # What Kueue's own webhook does on CREATE: Kueue unsuspends the object on admission.
+        edits.set(_at(edited, path[:-1]), path[:-1], path[-1], True)
+        if adapter.kind == "RayJob" and spec.get("deletionStrategy") is None:
+            # Kueue requires it; KubeRay forbids it beside deletionRules (validation explains).
+            edits.set_default(spec, ("spec",), "shutdownAfterJobFinishes", True)
 
     claim = res.workspace.data_claim_name
     for t in templates:

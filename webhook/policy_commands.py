@@ -118,7 +118,7 @@ def sample_files(ps: PolicySet) -> dict[str, list[tuple[str, Path]]]:
 def admit_sample(policy: str, expect: str, path: Path, *, engine: PolicyEngine, state: ClusterState,
                  settings: Settings) -> SampleResult:
     """Admit one sample file with ``webhook.review.admit`` (mutate, then validate)."""
-    from webhook.review import admit
+    from webhook.review import admit, metadata_of
 
     result = SampleResult(policy, path, expect)
     try:
@@ -130,7 +130,7 @@ def admit_sample(policy: str, expect: str, path: Path, *, engine: PolicyEngine, 
         result.error = f"{path}: a sample holds exactly one object, found {len(objects)}"
         return result
     obj = objects[0]
-    namespace = (obj.get("metadata") or {}).get("namespace")
+    namespace = metadata_of(obj).get("namespace")
     if not namespace:
         result.error = f"{path}: metadata.namespace is required (the workspace namespace the sample is admitted in)"
         return result
@@ -311,7 +311,7 @@ def _eval_problem(objects: list[dict]) -> str | None:
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
-    from webhook.review import admit
+    from webhook.review import admit, metadata_of
 
     settings = Settings()
     try:
@@ -336,7 +336,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         print(str(e), file=sys.stderr)
         return 2
     rec = RecordingEngine(engine)
-    namespace = args.namespace or (obj.get("metadata") or {}).get("namespace")
+    namespace = args.namespace or metadata_of(obj).get("namespace")
     decision = admit(obj, state=state, settings=settings, engine=rec, namespace=namespace)
     doc = rec.inputs[-1] if rec.inputs else None
     per_policy = explain(engine, doc) if doc is not None else {}

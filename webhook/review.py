@@ -182,16 +182,17 @@ def _policies(obj: dict, templates: list[PodTemplate], request: dict, state: Clu
     return list(engine.evaluate(doc))
 
 
-def _violations(obj: dict, templates: list[PodTemplate], kind: str, request: dict, state: ClusterState,
-                settings: Settings, engine: Engine | None, ws: Any, old: dict | None) -> tuple[list[Violation], str]:
-    """Every violation of ``obj`` (a ``kind`` whose pod templates are ``templates``), and the
-    resolution's note (why the profile applies)."""
+def _violations(obj: dict, templates: list[PodTemplate], adapter: WorkloadAdapter, request: dict,
+                state: ClusterState, settings: Settings, engine: Engine | None, ws: Any,
+                old: dict | None) -> tuple[list[Violation], str]:
+    """Every violation of ``obj`` (read through ``adapter``; its pod templates are
+    ``templates``), and the resolution's note (why the profile applies)."""
     res = resolve(obj, templates, ws, state, settings)
     found: list[Violation] = []
     if isinstance(res, list):
         found += res
         res = None
-    found += validation.structural(obj, kind, templates, res, old)
+    found += validation.structural(obj, adapter, templates, res, old)
     if res is not None and engine is not None:
         found += _policies(obj, templates, request, state, settings, engine, res)
     return found, (res.note if res is not None else "")
@@ -212,11 +213,11 @@ def validate(request: dict, state: ClusterState, settings: Settings, engine: Eng
     if subject.malformed:
         return Decision.deny(subject.malformed, obj=subject.obj)
     old = request.get("oldObject") if request.get("operation") == "UPDATE" else None
-    found, note = _violations(subject.obj, subject.templates, subject.adapter.kind, request, state, settings, engine,
+    found, note = _violations(subject.obj, subject.templates, subject.adapter, request, state, settings, engine,
                               subject.workspace, old)
     if found and isinstance(old, dict) and not subject.adapter.malformed(old):  # nothing to excuse: skip the old object
         before = {(v.policy, v.field, v.message) for v in
-                  _violations(old, subject.adapter.pod_templates(old), subject.adapter.kind, request, state, settings,
+                  _violations(old, subject.adapter.pod_templates(old), subject.adapter, request, state, settings,
                               engine, subject.workspace, None)[0]}
         found = [v for v in found if (v.policy, v.field, v.message) not in before]
     deny = [v for v in found if v.action == "deny"]
@@ -269,6 +270,13 @@ def review_response(review: dict, decision: Decision) -> dict:
 _PLURALS = {"RayJob": "rayjobs", "RayCluster": "rayclusters", "Job": "jobs"}
 
 
+def metadata_of(obj: dict) -> dict:
+    """``obj["metadata"]`` when it is an object, else an empty dict (a malformed one is then
+    reported by the adapter's shape checks with its field path, not as a crash here)."""
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, dict) else {}
+
+
 def request_for(obj: dict, *, namespace: str | None, operation: str = "CREATE", user_info: dict | None = None,
                 old: dict | None = None, dry_run: bool = True) -> dict:
     """A synthetic AdmissionRequest for ``obj``, as the API server would send it."""
@@ -277,7 +285,7 @@ def request_for(obj: dict, *, namespace: str | None, operation: str = "CREATE", 
     gvk = {"group": group, "version": version, "kind": kind}
     return {"uid": str(uuid.uuid4()), "kind": gvk,
             "resource": {"group": group, "version": version, "resource": _PLURALS.get(kind, kind.lower() + "s")},
-            "requestKind": gvk, "namespace": namespace, "name": (obj.get("metadata") or {}).get("name"),
+            "requestKind": gvk, "namespace": namespace, "name": metadata_of(obj).get("name"),
             "operation": operation, "userInfo": user_info or {"username": "taugate-cli", "groups": []},
             "object": obj, "oldObject": old, "dryRun": dry_run}
 
@@ -288,7 +296,7 @@ def admit(obj: dict, *, state: ClusterState, settings: Settings, engine: Engine 
     """Run ``obj`` through mutation, then validation of the mutated object, exactly as the API
     server would call the two webhooks. Returns the combined decision: ``object`` is the final
     object, ``patch`` the mutating webhook's JSONPatch, warnings from both steps."""
-    ns = namespace or (obj.get("metadata") or {}).get("namespace")
+    ns = namespace or metadata_of(obj).get("namespace")
     obj = mutation.deep_copy(obj)
     if ns and isinstance(obj.get("metadata"), dict):
         obj["metadata"].setdefault("namespace", ns)

@@ -13,7 +13,7 @@ import json
 from decimal import Decimal
 
 from taugate import labels
-from taugate.adapters import MAX_GPUS, PodTemplate, field_path
+from taugate.adapters import MAX_GPUS, PodTemplate, WorkloadAdapter, field_path
 from webhook.decision import Violation
 from webhook.resolution import Resolution, label_field
 
@@ -103,11 +103,34 @@ def check_rayjob(obj: dict, templates: list[PodTemplate], queued: bool) -> list[
             "does not queue RayJobs that run on an existing cluster; fix: remove spec.clusterSelector"))
     if queued:
         out += check_worker_groups(templates, "spec.rayClusterSpec.workerGroupSpecs")
-        if spec.get("shutdownAfterJobFinishes") is False:
-            out.append(Violation("rayjob-shutdown", "spec.shutdownAfterJobFinishes",
-                "is false; allowed: true for a queued RayJob (Kueue keeps the quota of a RayCluster that "
-                "outlives its job); fix: set spec.shutdownAfterJobFinishes: true"))
+        out += check_rayjob_shutdown(spec)
     return out
+
+
+def check_rayjob_shutdown(spec: dict) -> list[Violation]:
+    """Kueue rule for a queued RayJob: ``shutdownAfterJobFinishes`` must be true ("a kueue
+    managed job should delete the cluster after finishing": a RayCluster that outlives its job
+    keeps the quota). KubeRay rules it meets: true is not allowed beside
+    ``deletionStrategy.deletionRules`` (mutually exclusive) nor with a ``DeleteNone``
+    onSuccess/onFailure policy. Mutation sets it to true unless a ``deletionStrategy`` is given."""
+    shutdown = spec.get("shutdownAfterJobFinishes")
+    strategy = spec.get("deletionStrategy") if isinstance(spec.get("deletionStrategy"), dict) else {}
+    if strategy.get("deletionRules") is not None:
+        return [Violation("rayjob-shutdown", "spec.deletionStrategy.deletionRules",
+            "is set on a queued RayJob; allowed: shutdownAfterJobFinishes: true, which Kueue requires and KubeRay "
+            "does not allow beside deletionRules; fix: remove spec.deletionStrategy.deletionRules and set "
+            "spec.shutdownAfterJobFinishes: true (optionally with ttlSecondsAfterFinished)")]
+    none = [f"spec.deletionStrategy.{k}.policy" for k in ("onSuccess", "onFailure")
+            if isinstance(strategy.get(k), dict) and strategy[k].get("policy") == "DeleteNone"]
+    if none:
+        return [Violation("rayjob-shutdown", none[0],
+            "is DeleteNone on a queued RayJob; allowed: DeleteCluster, DeleteWorkers or DeleteSelf (Kueue requires "
+            "shutdownAfterJobFinishes: true and KubeRay does not allow it with DeleteNone); fix: use DeleteCluster")]
+    if shutdown is not True:
+        return [Violation("rayjob-shutdown", "spec.shutdownAfterJobFinishes",
+            f"is {'missing' if shutdown is None else 'false'}; allowed: true for a queued RayJob (Kueue keeps the "
+            f"quota of a RayCluster that outlives its job); fix: set spec.shutdownAfterJobFinishes: true")]
+    return []
 
 
 def check_worker_groups(templates: list[PodTemplate], where: str) -> list[Violation]:
@@ -143,12 +166,14 @@ def check_run_id(obj: dict, old: dict | None) -> list[Violation]:
     return []
 
 
-def structural(obj: dict, kind: str, templates: list[PodTemplate], res: Resolution | None,
+def structural(obj: dict, adapter: WorkloadAdapter, templates: list[PodTemplate], res: Resolution | None,
                old: dict | None) -> list[Violation]:
-    """Every built-in structural check that applies to ``obj`` (a top-level workload)."""
+    """Every built-in structural check that applies to ``obj`` (a top-level workload of
+    ``adapter.kind``)."""
+    kind = adapter.kind
     out = check_gpu_resources(templates)
     if kind == "RayJob":
-        out += check_rayjob(obj, templates, queued=True)
+        out += check_rayjob(obj, templates, queued=adapter.queued(obj))
     elif kind == "RayCluster":
         out += check_worker_groups(templates, "spec.workerGroupSpecs")
     if res is not None:

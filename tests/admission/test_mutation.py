@@ -10,7 +10,7 @@ import yaml
 from taugate import labels
 from taugate.snapshot import build_state, read_objects
 from tests.admission.conftest import EXAMPLE_CLUSTER
-from webhook.review import mutate, request_for
+from webhook.review import admit, mutate, request_for
 
 WORKER = ("spec", "rayClusterSpec", "workerGroupSpecs", 0, "template")
 HEAD = ("spec", "rayClusterSpec", "headGroupSpec", "template")
@@ -163,3 +163,34 @@ def test_a_stale_profile_set_fails_closed_with_a_reason(classifier, settings):
     stale = build_state(objs, settings)
     d = mutate(request_for(classifier, namespace="vision"), stale, settings)
     assert not d.allowed and "stale" in d.message and "0" * 64 in d.message
+
+
+def _on_existing_cluster(classifier):
+    """The image classifier turned into a RayJob that runs on an existing RayCluster."""
+    job = copy.deepcopy(classifier)
+    del job["spec"]["rayClusterSpec"]
+    job["spec"].pop("shutdownAfterJobFinishes", None)
+    job["spec"]["clusterSelector"] = {"ray.io/cluster": "shared-vision"}
+    return job
+
+
+def test_a_rayjob_on_an_existing_cluster_gets_a_run_id_but_is_neither_queued_nor_suspended(classifier, state,
+                                                                                          settings):
+    # KubeRay: "the ClusterSelector mode doesn't support the suspend operation";
+    # Kueue: "a kueue managed job should not use an existing cluster".
+    _, out = _mutated(_on_existing_cluster(classifier), state, settings)
+    meta_labels = out["metadata"]["labels"]
+    assert labels.KUEUE_QUEUE_NAME not in meta_labels and labels.KUEUE_PRIORITY_CLASS not in meta_labels
+    assert len(meta_labels[labels.RUN_ID]) == 24 and meta_labels[labels.WORKSPACE] == "vision"
+    assert "suspend" not in out["spec"] and "shutdownAfterJobFinishes" not in out["spec"]
+    d = admit(_on_existing_cluster(classifier), state=state, settings=settings, namespace="vision")
+    assert d.allowed, d.message
+
+
+def test_a_rayjob_with_a_deletion_strategy_does_not_get_shutdown_after_job_finishes(classifier, state, settings):
+    # KubeRay: shutdownAfterJobFinishes and deletionStrategy.deletionRules are mutually exclusive.
+    classifier["spec"].pop("shutdownAfterJobFinishes", None)
+    classifier["spec"]["deletionStrategy"] = {"deletionRules": [
+        {"policy": "DeleteCluster", "condition": {"jobStatus": "SUCCEEDED", "ttlSeconds": 0}}]}
+    _, out = _mutated(classifier, state, settings)
+    assert "shutdownAfterJobFinishes" not in out["spec"] and out["spec"]["suspend"] is True

@@ -77,6 +77,33 @@ def test_shutdown_false_and_a_cluster_selector_are_both_reported_together(classi
     assert d.message.count("\n- ") >= 2
 
 
+def test_deletion_rules_on_a_queued_rayjob_are_denied_naming_the_kueue_and_kuberay_rules(classifier, state, settings):
+    classifier["spec"].pop("shutdownAfterJobFinishes", None)
+    classifier["spec"]["deletionStrategy"] = {"deletionRules": [
+        {"policy": "DeleteCluster", "condition": {"jobStatus": "SUCCEEDED", "ttlSeconds": 0}}]}
+    found, _ = _denied(classifier, state, settings)
+    v = found["rayjob-shutdown"]
+    assert v.field == "spec.deletionStrategy.deletionRules"
+    assert "Kueue requires" in v.message and "fix: remove spec.deletionStrategy.deletionRules" in v.message
+
+
+def test_a_delete_none_policy_on_a_queued_rayjob_is_denied_with_the_policies_allowed(classifier, state, settings):
+    classifier["spec"]["shutdownAfterJobFinishes"] = True
+    classifier["spec"]["deletionStrategy"] = {"onSuccess": {"policy": "DeleteCluster"},
+                                              "onFailure": {"policy": "DeleteNone"}}
+    found, _ = _denied(classifier, state, settings)
+    v = found["rayjob-shutdown"]
+    assert v.field == "spec.deletionStrategy.onFailure.policy" and "DeleteCluster" in v.message
+
+
+def test_a_rayjob_that_never_says_shutdown_after_job_finishes_is_denied_as_kueue_would(classifier, state, settings):
+    del classifier["spec"]["shutdownAfterJobFinishes"]
+    request = request_for(classifier, namespace="vision")  # not through the mutating webhook
+    d = validate(request, state, settings)
+    assert not d.allowed
+    assert {v.policy: v for v in d.violations}["rayjob-shutdown"].message.startswith("is missing; allowed: true")
+
+
 def test_a_queue_label_of_another_workspace_is_denied_listing_the_allowed_queue(classifier, state, settings):
     classifier["metadata"]["labels"] = {labels.KUEUE_QUEUE_NAME: "nlp-queue"}
     found, _ = _denied(classifier, state, settings)

@@ -235,6 +235,7 @@ async def test_a_quota_request_approved_by_its_own_author_is_refused_on_the_tau_
 async def test_a_warn_policy_admits_and_returns_its_message_in_warnings(gate, rayjob):
     head = rayjob["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["resources"]
     head["requests"]["nvidia.com/gpu"] = head["limits"]["nvidia.com/gpu"] = "1"  # head-without-gpu: warn
+    rayjob["spec"]["shutdownAfterJobFinishes"] = True  # as the mutating webhook leaves it
     request = workload_request(rayjob)
     resp = check_response((await gate.post("/validate", admission_review(request))).body, request["uid"])
     assert resp["allowed"] and "status" not in resp

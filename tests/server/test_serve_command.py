@@ -98,6 +98,7 @@ async def test_a_changed_enforcement_file_takes_effect_without_a_restart(tmp_pat
     shutil.copytree(Path(Settings().policy_dir), policies)
     group = rayjob["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]
     group["replicas"] = group["minReplicas"] = group["maxReplicas"] = 5  # h100-1gpu allows at most 4
+    rayjob["spec"]["shutdownAfterJobFinishes"] = True  # as the mutating webhook leaves it
     proc = _serve("--cluster", str(EXAMPLE_CLUSTER), "--port", "0", "--cert-dir", str(cert_dir),
                   "--policies", str(policies))
     try:
