@@ -56,7 +56,9 @@ class Edits:
 
     ``doc`` must be a copy the caller owns (``webhook.mutation.deep_copy``). Paths are tuples of
     keys and list indexes from the root, e.g. ``("spec", "template", "spec")``; the holder
-    passed with a path must be the container at that path in ``doc``.
+    passed with a path must be the container at that path in ``doc``. A value passed to
+    ``set``, ``set_default`` or ``append`` must be a new object, not a container already in
+    ``doc`` (edits made later through that container's old path would not be recorded).
     """
 
     __slots__ = ("doc", "_ops", "_inside")
