@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from decimal import Decimal, InvalidOperation
 from typing import Any, Iterator, Literal, Protocol
 
@@ -29,8 +30,10 @@ Role = Literal["head", "worker", "submitter", "job"]
 Path = tuple[str | int, ...]
 
 
+@lru_cache(maxsize=4096)
 def field_path(path: Path) -> str:
-    """Render a path as Kubernetes field paths read: ``spec.workerGroupSpecs[0].template``."""
+    """Render a path (a tuple) as Kubernetes field paths read: ``spec.workerGroupSpecs[0].template``.
+    The same few paths recur on every review, so they are remembered."""
     out = ""
     for part in path:
         if isinstance(part, int):
