@@ -68,9 +68,10 @@ def gpu_quantity(value: Any) -> Decimal | None:
     return q if q is not None and abs(q) <= MAX_GPUS else None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ContainerGpus:
-    """GPU resources of one container: ``nvidia.com/gpu`` request and limit as written.
+    """GPU resources of one container: ``nvidia.com/gpu`` request and limit as written
+    (read-only by convention, like ``PodTemplate``).
 
     ``request``/``limit`` are the raw values (None when absent); ``request_n``/``limit_n`` the
     parsed numbers (None when absent or unparsable). Kubernetes defaults a missing request of an
@@ -128,15 +129,19 @@ def _read_gpus(spec: dict) -> tuple[ContainerGpus, ...]:
 def _gpus_per_pod(gpus: tuple[ContainerGpus, ...]) -> int:
     """Kubernetes' effective-request rule for pods: the sum over regular containers, or the
     largest init container if larger; a fraction counts as the next whole GPU."""
+    if all(g.limit_n is None and g.request_n is None for g in gpus):
+        return 0  # no GPU asked (a Ray head, a submitter): the usual case, without arithmetic
     main = sum((g.effective for g in gpus if g.kind == "containers"), _ZERO)
     init = max((g.effective for g in gpus if g.kind == "initContainers"), default=_ZERO)
     value = max(main, init)
     return int(value) if value == value.to_integral_value() else int(value) + 1
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PodTemplate:
-    """One pod template of a workload; build it with ``PodTemplate.of``.
+    """One pod template of a workload; build it with ``PodTemplate.of``. Read-only by
+    convention (not ``frozen``: a frozen dataclass costs ~1 us more to build, per template, per
+    review).
 
     - ``role``: head / worker / submitter / job.
     - ``group``: the Ray group name (``groupName``), ``head``, ``submitter`` or ``job``.

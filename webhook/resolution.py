@@ -24,11 +24,11 @@ def label_field(key: str) -> str:
     return f'{LABELS_FIELD}["{key}"]'
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Resolution:
-    """What an object in a workspace resolves to: its workspace, profile, LocalQueue and lane;
-    ``how`` the profile was chosen (``label``, ``shape`` or ``default``) and, for ``default``,
-    a ``note`` saying why, for denial messages."""
+    """What an object in a workspace resolves to (read-only by convention): its workspace,
+    profile, LocalQueue and lane; ``how`` the profile was chosen (``label``, ``shape`` or
+    ``default``) and, for ``default``, a ``note`` saying why, for denial messages."""
 
     workspace: TauWorkspace
     profile: ResolvedProfile
