@@ -128,13 +128,14 @@ def _subject(request: dict, state: ClusterState, settings: Settings) -> _Subject
     return _Subject(obj, adapter, [] if malformed else adapter.pod_templates(obj), ws, child, malformed)
 
 
-def _record(res: Resolution, state: ClusterState, engine: Engine | None) -> dict:
-    """The admission record for the recorder: workspace, profile, profile-set hash, queue and
-    the policy digest (the policy decisions are reproducible from the admitted object, the
-    digest and the snapshot with ``taugate policy eval``; evaluating them again in the mutating
-    webhook would double the policy cost of every create)."""
+def _record(res: Resolution, state: ClusterState, engine: Engine | None, queued: bool = True) -> dict:
+    """The admission record for the recorder: workspace, profile, profile-set hash, queue (None
+    for an object Kueue does not queue) and the policy digest (the policy decisions are
+    reproducible from the admitted object, the digest and the snapshot with ``taugate policy
+    eval``; evaluating them again in the mutating webhook would double the policy cost of every
+    create)."""
     return {"workspace": res.workspace.metadata.name, "profile": res.profile.name,
-            "profileSetHash": state.profile_set_hash, "queue": res.queue,
+            "profileSetHash": state.profile_set_hash, "queue": res.queue if queued else None,
             "policyDigest": getattr(engine, "digest", None)}
 
 
@@ -165,7 +166,7 @@ def mutate(request: dict, state: ClusterState, settings: Settings, engine: Engin
             return Decision.deny(res, obj=obj)
         edits = mutation.edit_create(obj, subject.adapter, subject.templates, res, state, settings)
         if edits.changed:
-            mutation.annotate(edits, _record(res, state, engine))
+            mutation.annotate(edits, _record(res, state, engine, subject.adapter.queued(obj)))
         if res.note:
             warnings.append(res.note)
     patch = edits.patch() if edits is not None else None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 
 import jsonpatch
 import yaml
@@ -183,6 +184,8 @@ def test_a_rayjob_on_an_existing_cluster_gets_a_run_id_but_is_neither_queued_nor
     assert labels.KUEUE_QUEUE_NAME not in meta_labels and labels.KUEUE_PRIORITY_CLASS not in meta_labels
     assert len(meta_labels[labels.RUN_ID]) == 24 and meta_labels[labels.WORKSPACE] == "vision"
     assert "suspend" not in out["spec"] and "shutdownAfterJobFinishes" not in out["spec"]
+    record = json.loads(out["metadata"]["annotations"][labels.ADMISSION_RECORD])
+    assert record["queue"] is None and record["workspace"] == "vision"
     d = admit(_on_existing_cluster(classifier), state=state, settings=settings, namespace="vision")
     assert d.allowed, d.message
 
