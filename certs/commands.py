@@ -49,9 +49,10 @@ def _days(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not a whole number of days: {text!r}") from None
 
 
-def _fail(action: str, message: str) -> int:
+def _fail(action: str, message: str, code: int = 2) -> int:
+    """Print ``taugate certs ACTION: MESSAGE`` on stderr and return ``code`` (2: bad input)."""
     print(f"taugate certs {action}: {message}", file=sys.stderr)
-    return 2
+    return code
 
 
 def _check_options(args: argparse.Namespace, *, days: tuple[str, ...] = (), pair: bool = False,
@@ -80,8 +81,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         st = store.generate(args.dir, service=args.service, namespace=args.namespace, extra_hosts=extra,
                             ca_days=args.ca_days, days=args.days, force=args.force)
     except CertError as e:
-        print(f"taugate certs generate: {e}", file=sys.stderr)
-        return 2
+        return _fail("generate", str(e))
     print("\n".join(store.describe(st)))
     return 0
 
@@ -110,8 +110,7 @@ def cmd_rotate(args: argparse.Namespace) -> int:
         else:
             st = store.trim_bundle(args.dir)
     except CertError as e:
-        print(f"taugate certs rotate: {e}", file=sys.stderr)
-        return 2
+        return _fail("rotate", str(e))
     print("\n".join(store.describe(st)))
     return 0
 
@@ -121,8 +120,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     try:
         st = store.inspect(args.dir)
     except CertError as e:
-        print(f"taugate certs show: {e}", file=sys.stderr)
-        return 2
+        return _fail("show", str(e))
     print("\n".join(store.describe(st)))
     return 0
 
@@ -158,17 +156,13 @@ def cmd_sync(args: argparse.Namespace) -> int:
                                mutating=args.mutating_webhook_configuration,
                                validating=args.validating_webhook_configuration)
     except CertError as e:
-        print(f"taugate certs sync: {e}", file=sys.stderr)
-        return 2
+        return _fail("sync", str(e))
     except kube.KubeAccessError as e:
-        print(f"taugate certs sync: {e}", file=sys.stderr)
-        return 1
+        return _fail("sync", str(e), 1)
     except urllib3.exceptions.HTTPError as e:  # the server went away after the preflight
-        print(f"taugate certs sync: {kube.unreachable(api.configuration.host, e)}", file=sys.stderr)
-        return 1
+        return _fail("sync", kube.unreachable(api.configuration.host, e), 1)
     except ApiException as e:
-        print(f"taugate certs sync: API error {e.status} {e.reason}", file=sys.stderr)
-        return 1
+        return _fail("sync", f"API error {e.status} {e.reason}", 1)
     for line in result.actions:
         print(line)
     return 0
