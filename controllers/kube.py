@@ -142,6 +142,26 @@ def _error_message(status: int, body: bytes | str | None, fallback: str) -> str:
     return fallback
 
 
+def execute_plan(kube: Any, plan: Any, optional: Resource, replan: Callable[[], Any]) -> Any:
+    """Carry out ``plan.actions`` in order through ``kube.execute`` and return the plan carried
+    out. When the API forbids (403) an action on the ``optional`` resource (a permission the
+    install may leave out on purpose: labelling Nodes, patching ClusterQueues), carry out
+    ``replan()`` instead, the plan made without such actions, and return that one (every action
+    is an idempotent create-or-patch, so repeating those already done is harmless). Raises
+    ``KubeError`` otherwise."""
+    try:
+        for action in plan.actions:
+            kube.execute(action)
+    except KubeError as e:
+        if e.status != 403 or action.resource != optional:
+            raise
+        log.warning("%s left unchanged, the API forbids it: %s", optional.plural, e)
+        plan = replan()
+        for action in plan.actions:
+            kube.execute(action)
+    return plan
+
+
 class Kube:
     """Plain-dict CRUD and watch over ``kubernetes.client.ApiClient``.
 

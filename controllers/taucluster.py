@@ -21,7 +21,6 @@ Apply step (``reconcile_cluster``): read the TauCluster, Nodes and Kueue objects
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,14 +28,12 @@ from pydantic import ValidationError
 
 from controllers import resources as R
 from controllers.conditions import carry_transition_times, condition, now_rfc3339, owned_patch
-from controllers.kube import KubeError
+from controllers.kube import execute_plan
 from controllers.resources import Action
 from taugate.models import NodeLabelRule, TauCluster
 from taugate.profiles import profile_set_hash, resolve_profile
 from taugate.settings import Settings
 from taugate.snapshot import rule_matches, summarise_gpu_classes
-
-log = logging.getLogger("taugate.controllers.taucluster")
 
 
 @dataclass(frozen=True)
@@ -228,15 +225,5 @@ def reconcile_cluster(kube: Any, settings: Settings, *, name: str = R.CLUSTER_NA
     if obs is None:
         return None
     now = now or now_rfc3339()
-    plan = plan_cluster(obs, settings, now)
-    try:
-        for action in plan.actions:
-            kube.execute(action)
-    except KubeError as e:
-        if e.status != 403 or action.resource != R.NODES:
-            raise
-        log.warning("node label rules not applied: %s", e)
-        plan = plan_cluster(obs, settings, now, may_label_nodes=False)
-        for action in plan.actions:
-            kube.execute(action)
-    return plan
+    return execute_plan(kube, plan_cluster(obs, settings, now), R.NODES,
+                        lambda: plan_cluster(obs, settings, now, may_label_nodes=False))

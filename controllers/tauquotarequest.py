@@ -28,7 +28,7 @@ from pydantic import ValidationError
 
 from controllers import resources as R
 from controllers.conditions import carry_transition_times, condition, now_rfc3339, owned_patch
-from controllers.kube import KubeError
+from controllers.kube import execute_plan
 from controllers.resources import Action
 from taugate import labels
 from taugate.adapters import quantity
@@ -259,15 +259,6 @@ def reconcile_quota_request(kube: Any, settings: Settings, namespace: str, name:
     if obs is None:
         return None
     now = now or now_rfc3339()
-    plan = plan_quota_request(obs, settings, now)
-    try:
-        for action in plan.actions:
-            kube.execute(action)
-    except KubeError as e:
-        if e.status != 403 or action.resource != R.CLUSTER_QUEUES:
-            raise
-        plan = plan_quota_request(obs, settings, now, may_patch_cluster_queues=False)
-        for action in plan.actions:
-            kube.execute(action)
-    return plan
+    return execute_plan(kube, plan_quota_request(obs, settings, now), R.CLUSTER_QUEUES,
+                        lambda: plan_quota_request(obs, settings, now, may_patch_cluster_queues=False))
 
