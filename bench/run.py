@@ -268,6 +268,13 @@ def _bound(ms: float | None) -> str:
     return "-" if ms is None else f"<= {ms:g}"
 
 
+def _taugate_cells(r: dict) -> str:
+    """A row's first cells: workload, path, connections, then taugate's req/s, p50, p99, handler p99."""
+    t = r["taugate"]
+    return (f"| {r['workload']} | `{r['path']}` | {r['connections']} | {t['rps']:.0f} | {t['p50_ms']:.2f} | "
+            f"{t['p99_ms']:.2f} | {_bound(t.get('handler_p99_ms'))} |")
+
+
 def markdown(result: dict) -> str:
     probe = result.get("cpu_probe", {})
     lines = [f"Measured {result['date']} on {result['machine']} (server and wrk pinned to separate cores, "
@@ -282,10 +289,8 @@ def markdown(result: dict) -> str:
              "null p50 ms | null p99 ms | ratio |",
              "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in result["rows"]:
-        t, n = r["taugate"], r["null"]
-        lines.append(f"| {r['workload']} | `{r['path']}` | {r['connections']} | {t['rps']:.0f} | {t['p50_ms']:.2f} | "
-                     f"{t['p99_ms']:.2f} | {_bound(t.get('handler_p99_ms'))} | {n['rps']:.0f} | {n['p50_ms']:.2f} | "
-                     f"{n['p99_ms']:.2f} | {r['ratio']:.2f} |")
+        n = r["null"]
+        lines.append(f"{_taugate_cells(r)} {n['rps']:.0f} | {n['p50_ms']:.2f} | {n['p99_ms']:.2f} | {r['ratio']:.2f} |")
     s = result["scale"]
     lines += ["", f"Scale ({s['nodes']} GPU nodes, {s['profiles']} profiles, {s['workspaces']} workspaces): "
               f"resident memory {s['rss_mb_idle']:.0f} MB after load, {s['rss_mb_loaded']:.0f} MB after the runs; "
@@ -299,10 +304,8 @@ def markdown(result: dict) -> str:
               "| p99 vs small snapshot |",
               "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in s["rows"]:
-        t, o = r["taugate"], r["small"]
-        lines.append(f"| {r['workload']} | `{r['path']}` | {r['connections']} | {t['rps']:.0f} | {t['p50_ms']:.2f} | "
-                     f"{t['p99_ms']:.2f} | {_bound(t.get('handler_p99_ms'))} | {o['rps']:.0f} | {o['p99_ms']:.2f} | "
-                     f"{r['p99_vs_small']:+.0%} |")
+        o = r["small"]
+        lines.append(f"{_taugate_cells(r)} {o['rps']:.0f} | {o['p99_ms']:.2f} | {r['p99_vs_small']:+.0%} |")
     lines += ["", "Targets (GPU RayJob CREATE on /mutate): " + ", ".join(
         f"{k}: {'met' if v['met'] else 'MISSED'} ({v['value']})" for k, v in result["targets"].items())]
     return "\n".join(lines) + "\n"
