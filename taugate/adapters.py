@@ -281,14 +281,14 @@ class _Shape:
     def obj(self, value: Any, path: Path, *, required: bool = False) -> bool:
         """True when ``value`` is an object; a problem when it is something else (or missing
         and required)."""
-        if type(value) is dict or isinstance(value, dict):
+        if isinstance(value, dict):
             return True
         if value is not None or required:
             self.bad(path, "is missing; it is required" if value is None else f"is {json_type(value)}; it must be an object")
         return False
 
     def array(self, value: Any, path: Path) -> bool:
-        if type(value) is list or isinstance(value, list):
+        if isinstance(value, list):
             return True
         if value is not None:
             self.bad(path, f"is {json_type(value)}; it must be an array")
