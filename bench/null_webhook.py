@@ -1,26 +1,29 @@
 """The null webhook: the floor any admission webhook on this stack is measured against.
 
 Same stack as ``taugate serve`` (aiohttp, TLS from the same certificate files, the same event
-loop choice): it parses the AdmissionReview and answers ``allowed: true`` with the uid, nothing
-else. Usage: ``python bench/null_webhook.py --cert-dir DIR --port N [--loop uvloop]``.
+loop choice, orjson for JSON as taugate uses): it parses the AdmissionReview and answers
+``allowed: true`` with the uid, nothing else. (With the standard library's ``json`` instead, this
+floor is ~30% slower, which would flatter every ratio measured against it.)
+
+Usage: ``python bench/null_webhook.py --cert-dir DIR --port N [--loop uvloop]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import ssl
 from pathlib import Path
 
+import orjson
 from aiohttp import web
 
 
 async def review(request: web.Request) -> web.Response:
-    body = json.loads(await request.read())
-    uid = body["request"]["uid"]
-    return web.json_response({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                              "response": {"uid": uid, "allowed": True}})
+    uid = orjson.loads(await request.read())["request"]["uid"]
+    return web.Response(body=orjson.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                                           "response": {"uid": uid, "allowed": True}}),
+                        content_type="application/json")
 
 
 def main() -> None:

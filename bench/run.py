@@ -1,6 +1,6 @@
 """Admission benchmark: taugate against the null webhook, on this machine, in one run.
 
-    python bench/run.py [--duration 4] [--repeat 3] [--scale-repeat 5] [--connections 1,16,64]
+    python bench/run.py [--duration 3] [--repeat 5] [--scale-repeat 5] [--connections 1,16,64]
                         [--loop asyncio|uvloop] [--quick]
 
 It starts the real ``taugate serve`` (TLS, mutate + validate with the policy library) and the
@@ -12,7 +12,9 @@ generated 5,000-node / 300-profile / 500-workspace snapshot (``bench/scale.py``)
 alternating with one against the small-snapshot server (the p99 comparison is the median of the
 per-pair ratios), with the server's resident memory and the snapshot load time. Every taugate
 run also reports taugate's own handler p99 (its ``taugate_admission_duration_seconds``
-histogram), and a CPU probe before and after shows how steady the machine was.
+histogram). A probe before and after measures how much of the server's core the machine itself
+takes away (``stall_probe``), and the report counts how often the null webhook, the floor,
+missed the p99 targets itself.
 
 Writes ``bench/results/latest.json`` and ``bench/results/latest.md`` (the Markdown table the
 README quotes) and prints the table. Exit 0 when it ran (targets missed are reported, not
@@ -184,17 +186,47 @@ def handler_quantiles(before: dict[float, float], after: dict[float, float]) -> 
     return {"handler_p50_ms": pick(0.5), "handler_p99_ms": pick(0.99)}
 
 
-CPU_PROBE = "import time\nfor _ in range(12):\n    t = time.perf_counter(); d = {}\n" \
-            "    for i in range(100000): d[i % 1000] = str(i)\n    print(time.perf_counter() - t)\n"
+STALL_PROBE = """
+import json, sys, time
+end, rates = time.perf_counter() + float(sys.argv[1]), []
+while True:
+    t0, n = time.perf_counter(), 0
+    while True:
+        for _ in range(200):
+            pass
+        n += 1
+        t = time.perf_counter()
+        if t - t0 >= 0.005:
+            break
+    rates.append(n / (t - t0))
+    if t > end:
+        break
+print(json.dumps(rates))
+"""
 
 
-def cpu_probe() -> dict:
-    """The same pure-Python work timed 12 times on core 0 (the server's core): how steady this
-    machine's speed is (ms: fastest, slowest)."""
-    out = subprocess.run(["taskset", "-c", "0", sys.executable, "-c", CPU_PROBE], capture_output=True,
-                         text=True, timeout=120).stdout.split()
-    times = [float(x) * 1000 for x in out]
-    return {"fastest_ms": round(min(times), 1), "slowest_ms": round(max(times), 1)}
+def stall_probe(seconds: float = 5.0) -> dict:
+    """How much of core 0 (the server's core) the machine itself takes away, measured with
+    nothing else running on it: a pure-Python loop counts its speed in 5 ms windows for
+    ``seconds``. ``slow_pct``: share of windows that ran at under half the median speed;
+    ``lost_ms_per_s``: time those windows lost, per second (ms/s); ``longest_slow_ms``: the
+    longest run of slow windows (ms); ``in_guest_ms``: time the probe waited for the CPU in
+    this guest's own scheduler over the whole probe (ms; near 0 means the slowdown comes from
+    the host, invisible to the guest, whose steal counter stays at 0 here)."""
+    code = STALL_PROBE + "print(open('/proc/self/schedstat').read().split()[1])"
+    out = subprocess.run(["taskset", "-c", "0", sys.executable, "-c", code, str(seconds)], capture_output=True,
+                         text=True, timeout=seconds + 60).stdout.split("\n")
+    rates, waited_ns = json.loads(out[0]), int(out[1])
+    median = sorted(rates)[len(rates) // 2]
+    slow = [r < median / 2 for r in rates]
+    longest = run = 0
+    for s in slow:
+        run = run + 1 if s else 0
+        longest = max(longest, run)
+    lost = sum((1 - r / median) * 5 for r in rates if r < median / 2)
+    return {"seconds": seconds, "slow_pct": round(100 * sum(slow) / len(rates), 1),
+            "lost_ms_per_s": round(lost / seconds, 1), "longest_slow_ms": longest * 5,
+            "in_guest_ms": round(waited_ns / 1e6, 1)}
 
 
 def decision_us(states: dict, rows, settings: Settings) -> dict:
@@ -228,7 +260,7 @@ def _median_run(runs: list[dict]) -> dict:
 
 
 def bench_rows(wrk: str, rows, conns, duration, tmp: Path, script: Path, taugate_port: int, null_port: int | None,
-               repeat: int = 3, other: str = "null"):
+               repeat: int = 5, other: str = "null"):
     """Each row ``repeat`` times, taugate and the reference server on ``null_port`` alternately (so
     a noisy neighbour hits both), reporting the median run of each and the medians of the
     per-pair ratios: ``ratio`` of throughputs, ``p99_ratio`` of p99 latencies (taugate / other)."""
@@ -275,16 +307,33 @@ def _taugate_cells(r: dict) -> str:
             f"{t['p99_ms']:.2f} | {_bound(t.get('handler_p99_ms'))} |")
 
 
+def floor_sentence(rows: list[dict]) -> str:
+    """How often the null webhook's own runs missed the p99 targets (16 connections: 10 ms, 64
+    connections: 40 ms), over every row: what any webhook on this stack and machine can reach."""
+    parts = []
+    for conns, limit in ((16, 10.0), (64, 40.0)):
+        p99s = sorted(run["p99_ms"] for r in rows if r["connections"] == conns for run in r["runs"]["null"])
+        if p99s:
+            over = sum(p > limit for p in p99s)
+            parts.append(f"at {conns} connections its p99 was over {limit:g} ms in {over} of {len(p99s)} runs "
+                         f"({p99s[0]:.1f}-{p99s[-1]:.1f} ms)")
+    return ("The null webhook (the floor): " + "; ".join(parts) + ".") if parts else ""
+
+
 def markdown(result: dict) -> str:
-    probe = result.get("cpu_probe", {})
+    probe = result.get("stall_probe", {})
     lines = [f"Measured {result['date']} on {result['machine']} (server and wrk pinned to separate cores, "
              f"{result['duration_s']} s per run, median of {result['repeat']} alternating runs per row; "
              f"loop {result['loop']}).", "",
              "p50/p99 are wrk's (the client's view: queueing, TLS and the machine included); handler p99 is "
              "taugate's own time per review, from its `taugate_admission_duration_seconds` histogram (upper "
-             "bucket bound). Machine steadiness: the same pure-Python work on the server's core took "
-             + ", ".join(f"{k} {v['fastest_ms']}-{v['slowest_ms']} ms" for k, v in probe.items())
-             + ".", "",
+             "bucket bound).", "",
+             "The machine: with nothing else on it, the server's core ran at under half its median speed in "
+             + ", ".join(f"{v['slow_pct']}% of 5 ms windows {k} the runs (losing {v['lost_ms_per_s']} ms/s, "
+                         f"longest stretch {v['longest_slow_ms']} ms)" for k, v in probe.items())
+             + "; the guest's own scheduler made the probe wait "
+             + " and ".join(f"{v['in_guest_ms']} ms" for v in probe.values())
+             + ", so the host takes that time. " + floor_sentence(result["rows"]), "",
              "| workload | path | conns | taugate req/s | p50 ms | p99 ms | handler p99 ms | null req/s | "
              "null p50 ms | null p99 ms | ratio |",
              "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
@@ -313,8 +362,8 @@ def markdown(result: dict) -> str:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--duration", type=float, default=4.0, help="seconds per wrk run")
-    p.add_argument("--repeat", type=int, default=3, help="runs per row and server (median reported)")
+    p.add_argument("--duration", type=float, default=3.0, help="seconds per wrk run")
+    p.add_argument("--repeat", type=int, default=5, help="runs per row and server (median reported; the ratio is the median of the per-pair ratios)")
     p.add_argument("--scale-repeat", type=int, default=5,
                    help="pairs of runs per scale row (a p99 ratio needs more pairs than a throughput ratio)")
     p.add_argument("--connections", default="1,16,64")
@@ -343,7 +392,7 @@ def main() -> int:
     result: dict = {"date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
                     "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
                     "duration_s": a.duration, "repeat": a.repeat, "loop": a.loop}
-    result["cpu_probe"] = {"before": cpu_probe()}
+    result["stall_probe"] = {"before": stall_probe()}
     try:
         tport, nport = free_port(), free_port()
         serve = [taugate, "serve", "--cluster", str(small), "--cert-dir", str(tmp / "tls"), "--port", str(tport),
@@ -388,7 +437,7 @@ def main() -> int:
     finally:
         for s in servers:
             s.stop()
-    result["cpu_probe"]["after"] = cpu_probe()
+    result["stall_probe"]["after"] = stall_probe()
     key = [r for r in result["rows"] if r["workload"] == "RayJob CREATE" and r["path"] == "/mutate"]
     by_c = {r["connections"]: r for r in key}
     targets = {}
@@ -399,8 +448,13 @@ def main() -> int:
         targets["p99 <= 40 ms at 64 conns"] = {"met": by_c[64]["taugate"]["p99_ms"] <= 40, "value": by_c[64]["taugate"]["p99_ms"]}
     sc = result["scale"]
     targets["RSS <= 250 MB at 5,000 nodes"] = {"met": sc["rss_mb_loaded"] <= 250, "value": round(sc["rss_mb_loaded"])}
-    worst = max(r["p99_vs_small"] for r in sc["rows"] if r["path"] == "/mutate")
-    targets["p99 at 5,000 nodes within 20% of small"] = {"met": worst <= 0.2, "value": f"{worst:+.0%}"}
+    # The issue's subject: the GPU RayJob CREATE on /mutate at 16 (and 64) connections. The
+    # 1-connection p99 (the slowest ~80 of ~8,000 requests, 1-4 ms) is shown, not judged.
+    judged = [r for r in sc["rows"] if r["path"] == "/mutate" and r["connections"] in (16, 64)]
+    if judged:
+        worst = max(r["p99_vs_small"] for r in judged)
+        targets["p99 at 5,000 nodes within 20% of small (16, 64 conns)"] = {"met": worst <= 0.2,
+                                                                            "value": f"{worst:+.0%}"}
     result["targets"] = targets
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "latest.json").write_text(json.dumps(result, indent=2))

@@ -129,7 +129,10 @@ def _read_gpus(spec: dict) -> tuple[ContainerGpus, ...]:
 def _gpus_per_pod(gpus: tuple[ContainerGpus, ...]) -> int:
     """Kubernetes' effective-request rule for pods: the sum over regular containers, or the
     largest init container if larger; a fraction counts as the next whole GPU."""
-    if all(g.limit_n is None and g.request_n is None for g in gpus):
+    for g in gpus:
+        if g.limit_n is not None or g.request_n is not None:
+            break
+    else:
         return 0  # no GPU asked (a Ray head, a submitter): the usual case, without arithmetic
     main = sum((g.effective for g in gpus if g.kind == "containers"), _ZERO)
     init = max((g.effective for g in gpus if g.kind == "initContainers"), default=_ZERO)
@@ -266,6 +269,13 @@ def json_type(value: Any) -> str:
 _QUANTITY = re.compile(r"^\+?(\d+(\.\d*)?|\.\d+)([KMGTPE]i|[numkMGTPE]|[eE][+-]?\d+)?$")
 
 
+@lru_cache(maxsize=1024)
+def _quantity_text(raw: str) -> bool:
+    """True when ``raw`` matches the quantity grammar; the same few strings ("1", "8Gi")
+    recur on every request, so the answers are remembered."""
+    return _QUANTITY.match(raw) is not None
+
+
 class _Shape:
     """Collects type problems as ``(field path, problem)``.
 
@@ -340,7 +350,7 @@ class _Shape:
             if type(values) is not dict and not self.obj(values, path + (which,)):
                 continue
             for name, raw in values.items():
-                if (type(raw) is str and _QUANTITY.match(raw)) or (type(raw) is int and raw >= 0):
+                if (type(raw) is str and _quantity_text(raw)) or (type(raw) is int and raw >= 0):
                     continue  # the usual case, without parsing
                 q = quantity(raw) if isinstance(raw, (str, int, float)) and not isinstance(raw, bool) else None
                 if q is None:

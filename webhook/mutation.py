@@ -1,7 +1,8 @@
 """Mutation: what taugate adds to a workload in a workspace (DESIGN.md section 2, step 3).
 
-Pure functions over plain dicts. Each ``edit_*`` edits a deep copy through ``webhook.patching.Edits``,
-which records the JSONPatch as it goes (pointers built by the ``jsonpointer`` library). Every edit is
+Functions over plain dicts. Each ``edit_*`` edits the object it is given, which its caller owns
+(``review.mutate`` passes a deep copy unless the caller hands the review over), through
+``webhook.patching.Edits``, which records the JSONPatch as it goes (pointers built by the ``jsonpointer`` library). Every edit is
 "set if missing": running ``edit`` on its own output changes nothing, so reinvocation yields an
 empty patch, and where the object already disagrees with the profile it is left for validation
 to reject (the profile is authoritative; taugate never silently overrides what was asked).
@@ -121,8 +122,8 @@ def _mount_data(edits: Edits, spec: dict, path: Parts, claim: str) -> None:
 
 def edit_create(obj: dict, adapter: WorkloadAdapter, templates: list[PodTemplate], res: Resolution,
                 state: ClusterState, settings: Settings) -> Edits:
-    """The edits of a top-level workload on CREATE (DESIGN.md section 2, step 3), made on a deep
-    copy (``Edits.doc``) with their JSONPatch.
+    """The edits of a top-level workload on CREATE (DESIGN.md section 2, step 3), made on ``obj``
+    itself (``Edits.doc``; the caller owns it, see ``review.mutate``) with their JSONPatch.
 
     Sets ``suspend: true`` (as Kueue's defaulting webhook does for a queued job, even when the
     object says false; Kueue's own webhook may run before ours). Adds, where missing: the Kueue
@@ -134,8 +135,8 @@ def edit_create(obj: dict, adapter: WorkloadAdapter, templates: list[PodTemplate
     it). An object Kueue does not queue (``adapter.queued``: a RayJob on an existing RayCluster)
     gets no queue or priority label, no ``suspend`` and no ``shutdownAfterJobFinishes``.
     """
-    edits = Edits(deep_copy(obj))
-    edited = edits.doc
+    edits = Edits(obj)
+    edited = obj
     profile = res.profile
     obj_labels, at = _labels(edits, edited, ())
     queued = adapter.queued(obj)
@@ -188,9 +189,9 @@ def annotate(edits: Edits, record: dict) -> None:
 
 
 def edit_update(obj: dict, old: dict | None, templates: list[PodTemplate]) -> Edits | None:
-    """The edits on UPDATE: only the run-id is restored from ``old`` (it never changes);
-    everything else was decided at CREATE and is Kueue's or the user's to change. None when
-    nothing needs to change."""
+    """The edits on UPDATE, made on ``obj`` itself: only the run-id is restored from ``old`` (it
+    never changes); everything else was decided at CREATE and is Kueue's or the user's to
+    change. None when nothing needs to change."""
     old_meta = (old or {}).get("metadata")
     old_labels = old_meta.get("labels") if isinstance(old_meta, dict) else None
     old_run_id = old_labels.get(labels.RUN_ID) if isinstance(old_labels, dict) else None
@@ -201,19 +202,19 @@ def edit_update(obj: dict, old: dict | None, templates: list[PodTemplate]) -> Ed
             ((t.template.get("metadata") or {}).get("labels") or {}).get(labels.RUN_ID) == old_run_id
             for t in templates):
         return None
-    edits = Edits(deep_copy(obj))
+    edits = Edits(obj)
     label_run(edits, templates, old_run_id)
     return edits
 
 
 def edit_child(obj: dict, templates: list[PodTemplate]) -> Edits | None:
-    """A child (KubeRay's submitter Job, the RayCluster of a RayJob) inherits its parent's run-id
-    (KubeRay copies the RayJob's labels and templates) onto itself and every pod template, and
-    gets nothing else: it is neither queued again nor given a new run-id. None when it has no
+    """A child (KubeRay's submitter Job, the RayCluster of a RayJob), edited in place, inherits its
+    parent's run-id (KubeRay copies the RayJob's labels and templates) onto itself and every pod
+    template, and gets nothing else: it is neither queued again nor given a new run-id. None when it has no
     run-id to spread."""
     run_id = run_id_of(obj, templates)
     if run_id is None:
         return None
-    edits = Edits(deep_copy(obj))
+    edits = Edits(obj)
     label_run(edits, templates, run_id)
     return edits

@@ -1,15 +1,15 @@
-"""The mutating webhook's JSONPatch (RFC 6902), recorded as the mutation edits its copy.
+"""The mutating webhook's JSONPatch (RFC 6902), recorded as the mutation edits the object.
 
-``Edits`` wraps the deep copy that ``webhook.mutation`` edits. Every change goes through one of
-its four methods (``container``, ``set``, ``set_default``, ``append``), which changes the copy and
-records where; ``patch()`` then turns the record into operations whose values are read from the
-finished copy. Pointers are built by the ``jsonpointer`` library (``JsonPointer.from_parts``:
+``Edits`` wraps the object that ``webhook.mutation`` edits (one the caller owns). Every change
+goes through one of its four methods (``container``, ``set``, ``set_default``, ``append``), which
+changes the object and records where; ``patch()`` then turns the record into operations whose
+values are read from the finished object. Pointers are built by the ``jsonpointer`` library (``JsonPointer.from_parts``:
 ``~`` and ``/`` in label keys escaped as RFC 6901 says), never by string formatting.
 
 Why not ``jsonpatch.make_patch(original, edited)``: diffing two whole objects cost ~170 us of the
 ~370 us a RayJob CREATE took (bench/, issue 4), while the mutation already knows each place it
 changed. The library stays the oracle: the tests apply every patch with ``jsonpatch`` and compare
-the result with the edited copy, on every sample and on randomly generated objects.
+the result with the edited object, on every sample and on randomly generated objects.
 
 Rules that keep the record exact for any sequence of edits:
 - a key set where it was missing (or a container put where there was none) is ``add``, a
@@ -52,9 +52,10 @@ def _same(a: Any, b: Any) -> bool:
 
 
 class Edits:
-    """A deep copy of an object (``doc``) under edit, with the JSONPatch of its changes.
+    """An object (``doc``) under edit, with the JSONPatch of its changes.
 
-    ``doc`` must be a copy the caller owns (``webhook.mutation.deep_copy``). Paths are tuples of
+    ``doc`` must be an object the caller owns (a ``webhook.mutation.deep_copy``, or a review
+    parsed for this one answer). Paths are tuples of
     keys and list indexes from the root, e.g. ``("spec", "template", "spec")``; the holder
     passed with a path must be the container at that path in ``doc``. A value passed to
     ``set``, ``set_default`` or ``append`` must be a new object, not a container already in

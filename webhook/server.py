@@ -208,7 +208,8 @@ class AdmissionMetrics:
 
 
 _DECIDERS: dict[str, Callable[[dict, ClusterState, Settings, Any], Decision]] = {
-    "mutate.workloads.tau.azure.com": lambda req, st, s, e: review.mutate(req, st, s, e),
+    # The server parsed the review for this one answer: mutation may edit it in place.
+    "mutate.workloads.tau.azure.com": lambda req, st, s, e: review.mutate(req, st, s, e, in_place=True),
     "validate.workloads.tau.azure.com": lambda req, st, s, e: review.validate(req, st, s, e),
     "validate.resources.tau.azure.com": lambda req, st, s, e: review.validate_tau(req, st, s),
 }

@@ -84,6 +84,41 @@ def test_mutation_of_a_real_sample_applies_validates_against_its_schema_and_is_i
     assert again.allowed and again.patch is None
 
 
+RUN_ID = "0123456789abcdef01234567"
+
+
+@pytest.mark.parametrize("doc", WORKLOADS)
+def test_mutating_a_real_sample_in_place_answers_the_same_patch_and_leaves_the_object_patched(doc, state, settings):
+    obj = _in_vision(doc)
+    obj["metadata"].setdefault("labels", {})["tau.azure.com/run-id"] = RUN_ID  # the same run-id both ways
+    obj["metadata"]["labels"].pop("kueue.x-k8s.io/queue-name", None)
+    original = copy.deepcopy(obj)
+    copied = mutate(request_for(obj, namespace="vision"), state, settings)
+    assert obj == original, "without in_place the request's object is left untouched"
+    owned = copy.deepcopy(obj)
+    in_place = mutate(request_for(owned, namespace="vision"), state, settings, in_place=True)
+    assert (in_place.allowed, in_place.patch) == (copied.allowed, copied.patch)
+    assert owned == (jsonpatch.apply_patch(original, copied.patch) if copied.patch else original)
+
+
+def test_an_update_and_a_child_mutated_in_place_get_the_same_patch_as_from_a_copy(state, settings):
+    parent = _in_vision(next(p.values[0] for p in WORKLOADS if p.values[0]["kind"] == "RayJob"))
+    admitted = jsonpatch.apply_patch(parent, mutate(request_for(parent, namespace="vision"), state, settings).patch)
+    updated = copy.deepcopy(admitted)
+    del updated["metadata"]["labels"]["tau.azure.com/run-id"]  # a client dropped it: restored from old
+    child = copy.deepcopy(admitted)
+    child["metadata"]["ownerReferences"] = [{"apiVersion": "ray.io/v1", "kind": "RayJob", "name": "p", "uid": "u",
+                                             "controller": True}]
+    del child["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["metadata"]["labels"]["tau.azure.com/run-id"]
+    for obj, old, op in ((updated, admitted, "UPDATE"), (child, None, "CREATE")):
+        copied = mutate(request_for(obj, namespace="vision", operation=op, old=old), state, settings)
+        owned = copy.deepcopy(obj)
+        in_place = mutate(request_for(owned, namespace="vision", operation=op, old=old), state, settings,
+                          in_place=True)
+        assert copied.patch and in_place.patch == copied.patch
+        assert owned == jsonpatch.apply_patch(obj, copied.patch)
+
+
 @pytest.mark.parametrize("doc", WORKLOADS)
 def test_the_full_admission_of_a_real_sample_never_crashes_and_explains_every_denial(doc, state, settings, engine):
     obj = _in_vision(doc)
