@@ -3,8 +3,9 @@
 ``Edits`` wraps the object that ``webhook.mutation`` edits (one the caller owns). Every change
 goes through one of its four methods (``container``, ``set``, ``set_default``, ``append``), which
 changes the object and records where; ``patch()`` then turns the record into operations whose
-values are read from the finished object. Pointers are built by the ``jsonpointer`` library (``JsonPointer.from_parts``:
-``~`` and ``/`` in label keys escaped as RFC 6901 says), never by string formatting.
+values are read from the finished object. Pointers are built by the ``jsonpointer`` library
+(``JsonPointer.from_parts``: ``~`` and ``/`` in label keys escaped as RFC 6901 says), never by
+string formatting.
 
 Why not ``jsonpatch.make_patch(original, edited)``: diffing two whole objects cost ~170 us of the
 ~370 us a RayJob CREATE took (bench/, issue 4), while the mutation already knows each place it
