@@ -24,6 +24,7 @@ Exit 0 when it ran (targets missed are reported, not hidden), 2 when it could no
 from __future__ import annotations
 
 import argparse
+import functools
 import datetime as _dt
 import json
 import os
@@ -243,7 +244,8 @@ def decision_us(states: dict, rows, settings: Settings) -> dict:
     engine = load_policy_engine(settings.policy_dir)
     out = {}
     for name, path, body in rows:
-        decide = review.mutate if path == "/mutate" else review.validate
+        # As the server decides: a mutation edits the review it has just parsed, in place.
+        decide = functools.partial(review.mutate, in_place=True) if path == "/mutate" else review.validate
         for label, state in states.items():
             def once():
                 rev = review.parse_review(body)
