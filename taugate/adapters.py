@@ -64,6 +64,15 @@ MAX_GPUS = 2**31 - 1
 
 def gpu_quantity(value: Any) -> Decimal | None:
     """An ``nvidia.com/gpu`` quantity, or None when unparsable, not finite or above ``MAX_GPUS``."""
+    if type(value) is str:
+        return _gpu_text(value)
+    q = quantity(value)
+    return q if q is not None and abs(q) <= MAX_GPUS else None
+
+
+@lru_cache(maxsize=256)
+def _gpu_text(value: str) -> Decimal | None:
+    # The same few strings ("1", "8") on every request: parsed once (a Decimal is immutable).
     q = quantity(value)
     return q if q is not None and abs(q) <= MAX_GPUS else None
 
@@ -129,14 +138,18 @@ def _read_gpus(spec: dict) -> tuple[ContainerGpus, ...]:
 def _gpus_per_pod(gpus: tuple[ContainerGpus, ...]) -> int:
     """Kubernetes' effective-request rule for pods: the sum over regular containers, or the
     largest init container if larger; a fraction counts as the next whole GPU."""
+    main = init = None
     for g in gpus:
-        if g.limit_n is not None or g.request_n is not None:
-            break
-    else:
+        value = g.limit_n if g.limit_n is not None else g.request_n
+        if value is None:
+            continue
+        if g.kind == "containers":
+            main = value if main is None else main + value
+        elif init is None or value > init:
+            init = value
+    if main is None and init is None:
         return 0  # no GPU asked (a Ray head, a submitter): the usual case, without arithmetic
-    main = sum((g.effective for g in gpus if g.kind == "containers"), _ZERO)
-    init = max((g.effective for g in gpus if g.kind == "initContainers"), default=_ZERO)
-    value = max(main, init)
+    value = max(main if main is not None else _ZERO, init if init is not None else _ZERO)
     return int(value) if value == value.to_integral_value() else int(value) + 1
 
 

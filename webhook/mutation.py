@@ -106,9 +106,17 @@ def _place_gpu_template(edits: Edits, spec: dict, path: Parts, res: Resolution, 
                 edits.append(tolerations, path + ("tolerations",), dict(wire))
 
 
+def _has(items: list, key: str, value: str) -> bool:
+    """True when an object in ``items`` has ``key: value`` (a loop: a generator costs more here)."""
+    for item in items:
+        if type(item) is dict and item.get(key) == value:
+            return True
+    return False
+
+
 def _mount_data(edits: Edits, spec: dict, path: Parts, claim: str) -> None:
     volumes = edits.container(spec, path, "volumes", list)
-    if not any(isinstance(v, dict) and v.get("name") == DATA_VOLUME for v in volumes):
+    if not _has(volumes, "name", DATA_VOLUME):
         edits.append(volumes, path + ("volumes",), {"name": DATA_VOLUME, "persistentVolumeClaim": {"claimName": claim}})
     containers = spec.get("containers")
     for i, c in enumerate(containers if isinstance(containers, list) else ()):
@@ -116,7 +124,7 @@ def _mount_data(edits: Edits, spec: dict, path: Parts, claim: str) -> None:
             continue
         cpath = path + ("containers", i)
         mounts = edits.container(c, cpath, "volumeMounts", list)
-        if not any(isinstance(m, dict) and m.get("mountPath") == DATA_MOUNT_PATH for m in mounts):
+        if not _has(mounts, "mountPath", DATA_MOUNT_PATH):
             edits.append(mounts, cpath + ("volumeMounts",), {"name": DATA_VOLUME, "mountPath": DATA_MOUNT_PATH})
 
 

@@ -116,7 +116,8 @@ class Edits:
         holder[key] = value
         if id(holder) not in self._inside:
             self._record("replace" if present else "add", path + (key,), old)
-        self._carried(value)
+        if isinstance(value, (dict, list)):
+            self._carried(value)
 
     def set_default(self, holder: dict, path: Parts, key: str, value: Any) -> None:
         """``holder.setdefault(key, value)``, recorded when the key was missing."""
@@ -124,14 +125,16 @@ class Edits:
             holder[key] = value
             if id(holder) not in self._inside:
                 self._ops.append(("add", path + (key,)))
-            self._carried(value)
+            if isinstance(value, (dict, list)):
+                self._carried(value)
 
     def append(self, items: list, path: Parts, value: Any) -> None:
         """``items.append(value)`` where ``items`` is the list at ``path``."""
         items.append(value)
         if id(items) not in self._inside:
             self._ops.append(("add", path + (len(items) - 1,)))
-        self._carried(value)
+        if isinstance(value, (dict, list)):
+            self._carried(value)
 
     def patch(self) -> list[dict] | None:
         """The RFC 6902 operations, in order, that turn the original into ``doc``; None when

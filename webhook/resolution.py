@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from taugate import labels
-from taugate.adapters import PodTemplate, gpu_templates
+from taugate.adapters import PodTemplate
 from taugate.models import ResolvedProfile, TauWorkspace
 from taugate.settings import Settings
 from taugate.snapshot import ClusterState
@@ -44,28 +44,31 @@ def lane_of(obj: dict, settings: Settings) -> str:
     return obj_labels.get(labels.LANE) or settings.default_lanes.get(obj.get("kind", ""), "training")
 
 
-def gpus_per_pod_shape(templates: list[PodTemplate]) -> set[int]:
-    """The distinct GPUs-per-pod values of the GPU pod templates (empty for a CPU-only object)."""
-    return {t.gpus_per_pod for t in gpu_templates(templates)}
+def object_shape(templates: list[PodTemplate], settings: Settings) -> tuple[set[int], set[str]]:
+    """What a profile is matched against, read once per object: the distinct GPUs-per-pod
+    values of the GPU pod templates (empty for a CPU-only object) and the GPU classes their
+    nodeSelectors name (``settings.gpu_class_label``)."""
+    gpus: set[int] = set()
+    classes: set[str] = set()
+    for t in templates:
+        if t.gpus_per_pod > 0:
+            gpus.add(t.gpus_per_pod)
+            wanted = (t.spec.get("nodeSelector") or {}).get(settings.gpu_class_label)
+            if wanted is not None:
+                classes.add(wanted)
+    return gpus, classes
 
 
-def matches_shape(profile: ResolvedProfile, templates: list[PodTemplate], settings: Settings,
-                  shape: set[int] | None = None) -> bool:
-    """A profile matches an object's shape when every GPU pod template asks exactly the
-    profile's ``gpusPerWorker`` (a CPU-only object matches ``gpusPerWorker: 0``) and no GPU
-    template's nodeSelector names another GPU class. ``shape``: ``gpus_per_pod_shape(templates)``
-    when the caller already has it."""
-    shape = gpus_per_pod_shape(templates) if shape is None else shape
+def matches_shape(profile: ResolvedProfile, gpus: set[int], classes: set[str]) -> bool:
+    """A profile matches an object's shape (``object_shape``) when every GPU pod template asks
+    exactly the profile's ``gpusPerWorker`` (a CPU-only object matches ``gpusPerWorker: 0``)
+    and no GPU template's nodeSelector names another GPU class than the profile's."""
     if profile.gpus_per_worker == 0:
-        if shape:
+        if gpus:
             return False
-    elif shape != {profile.gpus_per_worker}:
+    elif len(gpus) != 1 or profile.gpus_per_worker not in gpus:
         return False
-    for t in gpu_templates(templates):
-        wanted = (t.spec.get("nodeSelector") or {}).get(settings.gpu_class_label)
-        if wanted is not None and profile.gpu_class is not None and wanted != profile.gpu_class:
-            return False
-    return True
+    return profile.gpu_class is None or classes <= {profile.gpu_class}
 
 
 def _describe(p: ResolvedProfile) -> str:
@@ -100,7 +103,7 @@ def resolve(obj: dict, templates: list[PodTemplate], ws: TauWorkspace, state: Cl
     how = "label"
     requested = meta_labels.get(labels.WORKLOAD_PROFILE)
     field = label_field(labels.WORKLOAD_PROFILE) if requested is not None else "metadata"
-    shape = gpus_per_pod_shape(templates)
+    shape, classes = object_shape(templates, settings)
 
     def asked() -> str:  # only for messages
         return f"{'/'.join(map(str, sorted(shape) or [0]))} GPU(s) per pod"
@@ -117,7 +120,7 @@ def resolve(obj: dict, templates: list[PodTemplate], ws: TauWorkspace, state: Cl
         else:
             profile = candidate
     else:
-        shaped = [p for p in applicable if matches_shape(p, templates, settings, shape)]
+        shaped = [p for p in applicable if matches_shape(p, shape, classes)]
         ready = [p for p in shaped if p.is_ready()]
         default = ws.spec.defaults.workload_profile
         if len(ready) == 1:
