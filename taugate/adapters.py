@@ -243,22 +243,23 @@ def _int(value: Any, default: int) -> int:
 
 def _ray_cluster_templates(spec: dict, prefix: Path) -> list[PodTemplate]:
     out: list[PodTemplate] = []
-    head = _dict(spec.get("headGroupSpec"))
-    if isinstance(head.get("template"), dict):
+    head = spec.get("headGroupSpec")
+    if type(head) is dict and type(head.get("template")) is dict:
+        params = head.get("rayStartParams")
         out.append(PodTemplate.of("head", "head", prefix + ("headGroupSpec", "template"),
-                               prefix + ("headGroupSpec",), 1, head["template"],
-                               _dict(head.get("rayStartParams"))))
+                                  prefix + ("headGroupSpec",), 1, head["template"],
+                                  params if type(params) is dict else {}))
     groups = spec.get("workerGroupSpecs")
-    for i, group in enumerate(groups if isinstance(groups, list) else []):
-        group = _dict(group)
-        if not isinstance(group.get("template"), dict):
+    for i, group in enumerate(groups if type(groups) is list else ()):
+        if type(group) is not dict or type(group.get("template")) is not dict:
             continue
         replicas = _int(group.get("replicas"), _int(group.get("minReplicas"), 1))
         hosts = max(_int(group.get("numOfHosts"), 1), 1)
-        out.append(PodTemplate.of("worker", str(group.get("groupName") or f"group-{i}"),
-                               prefix + ("workerGroupSpecs", i, "template"),
-                               prefix + ("workerGroupSpecs", i), replicas * hosts,
-                               group["template"], _dict(group.get("rayStartParams"))))
+        params = group.get("rayStartParams")
+        gpath = prefix + ("workerGroupSpecs", i)
+        out.append(PodTemplate.of("worker", str(group.get("groupName") or f"group-{i}"), gpath + ("template",),
+                                  gpath, replicas * hosts, group["template"],
+                                  params if type(params) is dict else {}))
     return out
 
 

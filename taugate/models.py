@@ -180,7 +180,10 @@ class ResolvedProfile(WorkloadProfile):
 
     def is_ready(self) -> bool:
         """True when the profile's ``Ready`` condition is ``True``."""
-        return any(c.type == "Ready" and c.status == "True" for c in self.conditions)
+        for c in self.conditions:  # a loop: admission asks this on every request
+            if c.type == "Ready" and c.status == "True":
+                return True
+        return False
 
 
 class ProfileSetStatus(TauModel):

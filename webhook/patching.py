@@ -67,7 +67,10 @@ class Edits:
 
     def __init__(self, doc: dict):
         self.doc = doc
-        self._ops: list[tuple[str, Parts]] = []  # (op, parts) in the order made
+        # (op, parts, holder, key) in the order made: the value is ``holder[key]`` when the
+        # patch is built (a replaced container drops the operations inside it, so every holder
+        # kept is still at its path then).
+        self._ops: list[tuple[str, Parts, Any, str | int]] = []
         # Containers inside a value some operation already carries (by id, kept alive so an
         # id is never reused): edits in them are in that value, so they record nothing.
         self._inside: dict[int, Any] = {}
@@ -88,11 +91,11 @@ class Edits:
             for v in value:
                 self._carried(v)
 
-    def _record(self, op: str, parts: Parts, old: Any) -> None:
+    def _record(self, op: str, parts: Parts, holder: Any, key: str | int, old: Any) -> None:
         if isinstance(old, (dict, list)):  # a container is replaced: drop the operations inside it
             n = len(parts)
             self._ops = [e for e in self._ops if not (len(e[1]) > n and e[1][:n] == parts)]
-        self._ops.append((op, parts))
+        self._ops.append((op, parts, holder, key))
 
     def container(self, holder: dict, path: Parts, key: str, kind: type[dict] | type[list]) -> Any:
         """``holder[key]`` when it is a ``kind`` (dict or list); else a new empty one put there
@@ -102,7 +105,7 @@ class Edits:
             return old
         value = holder[key] = kind()
         if id(holder) not in self._inside:
-            self._record("add", path + (key,), old)
+            self._record("add", path + (key,), holder, key, old)
         self._inside[id(value)] = value
         return value
 
@@ -115,7 +118,7 @@ class Edits:
             return
         holder[key] = value
         if id(holder) not in self._inside:
-            self._record("replace" if present else "add", path + (key,), old)
+            self._record("replace" if present else "add", path + (key,), holder, key, old)
         if isinstance(value, (dict, list)):
             self._carried(value)
 
@@ -124,7 +127,7 @@ class Edits:
         if key not in holder:
             holder[key] = value
             if id(holder) not in self._inside:
-                self._ops.append(("add", path + (key,)))
+                self._ops.append(("add", path + (key,), holder, key))
             if isinstance(value, (dict, list)):
                 self._carried(value)
 
@@ -132,7 +135,8 @@ class Edits:
         """``items.append(value)`` where ``items`` is the list at ``path``."""
         items.append(value)
         if id(items) not in self._inside:
-            self._ops.append(("add", path + (len(items) - 1,)))
+            index = len(items) - 1
+            self._ops.append(("add", path + (index,), items, index))
         if isinstance(value, (dict, list)):
             self._carried(value)
 
@@ -141,11 +145,4 @@ class Edits:
         nothing changed. Values are the finished ones in ``doc`` (shared, not copied)."""
         if not self._ops:
             return None
-        doc = self.doc
-        out = []
-        for op, parts in self._ops:
-            value = doc
-            for part in parts:
-                value = value[part]
-            out.append({"op": op, "path": pointer(parts), "value": value})
-        return out
+        return [{"op": op, "path": pointer(parts), "value": holder[key]} for op, parts, holder, key in self._ops]
