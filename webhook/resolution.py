@@ -8,6 +8,7 @@ the two webhooks can never disagree about which profile and queue an object belo
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from taugate import labels
 from taugate.adapters import PodTemplate
@@ -19,6 +20,7 @@ from webhook.decision import Violation
 LABELS_FIELD = "metadata.labels"
 
 
+@lru_cache(maxsize=256)
 def label_field(key: str) -> str:
     """Field path of one label, e.g. ``metadata.labels["kueue.x-k8s.io/queue-name"]``."""
     return f'{LABELS_FIELD}["{key}"]'

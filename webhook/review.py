@@ -85,7 +85,8 @@ def parse_review(body: bytes | str | dict) -> dict:
     for key in ("namespace", "name", "subResource"):
         if req.get(key) is not None and not isinstance(req[key], str):
             raise ReviewError(f"request.{key} is {json_type(req[key])}, not a string")
-    if not all(isinstance(req["kind"].get(k, ""), str) for k in ("group", "version", "kind")):
+    gvk = req["kind"]
+    if type(gvk.get("group", "")) is not str or type(gvk.get("version", "")) is not str or type(gvk["kind"]) is not str:
         raise ReviewError("request.kind group, version and kind must be strings")
     return review
 
