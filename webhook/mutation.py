@@ -2,10 +2,11 @@
 
 Functions over plain dicts. Each ``edit_*`` edits the object it is given, which its caller owns
 (``review.mutate`` passes a deep copy unless the caller hands the review over), through
-``webhook.patching.Edits``, which records the JSONPatch as it goes (pointers built by the ``jsonpointer`` library). Every edit is
-"set if missing": running ``edit`` on its own output changes nothing, so reinvocation yields an
-empty patch, and where the object already disagrees with the profile it is left for validation
-to reject (the profile is authoritative; taugate never silently overrides what was asked).
+``webhook.patching.Edits``, which records the JSONPatch as it goes (pointers built by the
+``jsonpointer`` library). Every edit is "set if missing": running ``edit`` on its own output changes
+nothing, so reinvocation yields an empty patch, and where the object already disagrees with the
+profile it is left for validation to reject (the profile is authoritative; taugate never silently
+overrides what was asked).
 """
 
 from __future__ import annotations
@@ -218,8 +219,8 @@ def edit_update(obj: dict, old: dict | None, templates: list[PodTemplate]) -> Ed
 def edit_child(obj: dict, templates: list[PodTemplate]) -> Edits | None:
     """A child (KubeRay's submitter Job, the RayCluster of a RayJob), edited in place, inherits its
     parent's run-id (KubeRay copies the RayJob's labels and templates) onto itself and every pod
-    template, and gets nothing else: it is neither queued again nor given a new run-id. None when it has no
-    run-id to spread."""
+    template, and gets nothing else: it is neither queued again nor given a new run-id. None
+    when it has no run-id to spread."""
     run_id = run_id_of(obj, templates)
     if run_id is None:
         return None

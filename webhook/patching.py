@@ -55,12 +55,12 @@ def _same(a: Any, b: Any) -> bool:
 class Edits:
     """An object (``doc``) under edit, with the JSONPatch of its changes.
 
-    ``doc`` must be an object the caller owns (a ``webhook.mutation.deep_copy``, or a review
-    parsed for this one answer). Paths are tuples of
-    keys and list indexes from the root, e.g. ``("spec", "template", "spec")``; the holder
-    passed with a path must be the container at that path in ``doc``. A value passed to
-    ``set``, ``set_default`` or ``append`` must be a new object, not a container already in
-    ``doc`` (edits made later through that container's old path would not be recorded).
+    ``doc`` must be an object the caller owns (a ``webhook.mutation.deep_copy``, or a review parsed
+    for this one answer). Paths are tuples of keys and list indexes from the root, e.g. ``("spec",
+    "template", "spec")``; the holder passed with a path must be the container at that path in
+    ``doc``. A value passed to ``set``, ``set_default`` or ``append`` must be a new object, not a
+    container already in ``doc`` (edits made later through that container's old path would not be
+    recorded).
     """
 
     __slots__ = ("doc", "_ops", "_inside")

@@ -56,8 +56,8 @@ def object_shape(templates: list[PodTemplate], settings: Settings) -> tuple[set[
         if t.gpus_per_pod > 0:
             gpus.add(t.gpus_per_pod)
             wanted = (t.spec.get("nodeSelector") or {}).get(settings.gpu_class_label)
-            if wanted is not None:
-                classes.add(wanted)
+            if wanted is not None:  # a string after the shape checks; never a crash if not
+                classes.add(wanted if isinstance(wanted, str) else repr(wanted))
     return gpus, classes
 
 
