@@ -63,18 +63,22 @@ MAX_GPUS = 2**31 - 1
 
 
 def gpu_quantity(value: Any) -> Decimal | None:
-    """An ``nvidia.com/gpu`` quantity, or None when unparsable, not finite or above ``MAX_GPUS``."""
+    """An ``nvidia.com/gpu`` quantity, or None when unparsable, not finite or above ``MAX_GPUS``
+    (``"1e999999999"`` included: its size is read from the exponent, never computed)."""
     if type(value) is str:
         return _gpu_text(value)
-    q = quantity(value)
-    return q if q is not None and abs(q) <= MAX_GPUS else None
+    return _within_gpus(quantity(value))
 
 
 @lru_cache(maxsize=256)
 def _gpu_text(value: str) -> Decimal | None:
     # The same few strings ("1", "8") on every request: parsed once (a Decimal is immutable).
-    q = quantity(value)
-    return q if q is not None and abs(q) <= MAX_GPUS else None
+    return _within_gpus(quantity(value))
+
+
+def _within_gpus(q: Decimal | None) -> Decimal | None:
+    # adjusted() is the exponent of the leading digit; abs() of a huge exponent would overflow.
+    return q if q is not None and q.adjusted() < 10 and abs(q) <= MAX_GPUS else None
 
 
 @dataclass(slots=True)

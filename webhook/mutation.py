@@ -50,11 +50,14 @@ def valid_run_id(value: Any) -> bool:
 def controller_owner(obj: dict) -> dict | None:
     """The controller ownerReference when it is a RayJob, RayCluster or Job (KubeRay's submitter
     Job and the RayCluster a RayJob creates): such children are queued through their parent."""
-    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
-        if isinstance(ref, dict) and ref.get("controller"):
-            group = str(ref.get("apiVersion", "")).split("/")[0] if "/" in str(ref.get("apiVersion", "")) else ""
-            if (group, ref.get("kind")) in WORKLOAD_OWNER_KINDS:
-                return ref
+    refs = (obj.get("metadata") or {}).get("ownerReferences")
+    for ref in refs if isinstance(refs, list) else ():
+        if not isinstance(ref, dict) or not ref.get("controller"):
+            continue
+        api_version, kind = ref.get("apiVersion"), ref.get("kind")
+        if isinstance(api_version, str) and isinstance(kind, str) and "/" in api_version \
+                and (api_version.split("/")[0], kind) in WORKLOAD_OWNER_KINDS:
+            return ref
     return None
 
 

@@ -43,7 +43,8 @@ class Resolution:
 def lane_of(obj: dict, settings: Settings) -> str:
     """The lane: the ``tau.azure.com/lane`` label, else ``settings.default_lanes[kind]``."""
     obj_labels = (obj.get("metadata") or {}).get("labels") or {}
-    return obj_labels.get(labels.LANE) or settings.default_lanes.get(obj.get("kind", ""), "training")
+    kind = obj.get("kind")
+    return obj_labels.get(labels.LANE) or settings.default_lanes.get(kind if isinstance(kind, str) else "", "training")
 
 
 def object_shape(templates: list[PodTemplate], settings: Settings) -> tuple[set[int], set[str]]:

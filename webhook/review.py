@@ -291,7 +291,7 @@ def request_for(obj: dict, *, namespace: str | None, operation: str = "CREATE", 
                 old: dict | None = None, dry_run: bool = True) -> dict:
     """A synthetic AdmissionRequest for ``obj``, as the API server would send it."""
     group, _, version = str(obj.get("apiVersion", "")).rpartition("/")
-    kind = obj.get("kind", "")
+    kind = obj.get("kind") if isinstance(obj.get("kind"), str) else ""
     gvk = {"group": group, "version": version, "kind": kind}
     return {"uid": str(uuid.uuid4()), "kind": gvk,
             "resource": {"group": group, "version": version, "resource": _PLURALS.get(kind, kind.lower() + "s")},

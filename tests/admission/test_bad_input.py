@@ -65,7 +65,7 @@ def test_a_malformed_workload_is_denied_by_both_webhooks_naming_the_field(classi
         assert all(v.policy == "object-shape" for v in d.violations)
 
 
-@pytest.mark.parametrize("gpus", ["NaN", "sNaN", "Infinity", "1e30", "-1", True, "lots"])
+@pytest.mark.parametrize("gpus", ["NaN", "sNaN", "Infinity", "1e30", "1e999999999", "-1", True, "lots"])
 def test_gpu_counts_that_are_not_usable_numbers_are_denied_without_a_crash(classifier, state, settings, engine, gpus):
     res = classifier["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]["resources"]
     res["requests"]["nvidia.com/gpu"] = res["limits"]["nvidia.com/gpu"] = gpus
@@ -74,6 +74,29 @@ def test_gpu_counts_that_are_not_usable_numbers_are_denied_without_a_crash(class
     assert any('limits["nvidia.com/gpu"]' in v.field or "limits.nvidia.com/gpu" in v.field or "nvidia.com/gpu" in v.field
                for v in d.violations), d.message
     assert "True" not in d.message
+
+
+@pytest.mark.parametrize("refs", [
+    -1, "owner", [{"apiVersion": "ray.io/v1", "kind": ["RayJob"], "name": "p", "uid": "u", "controller": True}],
+    [{"apiVersion": 5, "kind": "RayJob", "name": "p", "uid": "u", "controller": True}],
+    [{"apiVersion": "v1", "kind": {"a": 1}, "name": "p", "uid": "u", "controller": True}],
+], ids=["a-number", "a-string", "kind-an-array", "apiVersion-a-number", "kind-an-object"])
+def test_owner_references_of_the_wrong_shape_never_make_a_child_or_a_crash(classifier, state, settings, engine, refs):
+    classifier["metadata"]["ownerReferences"] = refs
+    for decide in (mutate, validate):
+        d = decide(request_for(classifier, namespace="vision"), state, settings, engine)
+        assert d.code != 500, d.message
+    patched = mutate(request_for(classifier, namespace="vision"), state, settings, engine)
+    assert patched.allowed and any(op["path"] == "/spec/suspend" for op in patched.patch), \
+        "not a child: queued like any top-level workload"
+
+
+def test_an_object_whose_own_kind_is_not_a_string_is_decided_by_the_request_kind(classifier, state, settings, engine):
+    request = request_for(classifier, namespace="vision")
+    request["object"]["kind"] = ["RayJob"]  # the API server sends request.kind; the object may say anything
+    for decide in (mutate, validate):
+        d = decide(request, state, settings, engine)
+        assert d.code != 500, d.message
 
 
 def test_a_rayjob_without_a_spec_or_cluster_is_denied(classifier, state, settings):
