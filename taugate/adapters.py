@@ -207,9 +207,11 @@ class PodTemplate:
 
     @property
     def ray_num_gpus(self) -> Decimal | None:
-        """``rayStartParams["num-gpus"]`` as a number, None if absent or unparsable."""
+        """``rayStartParams["num-gpus"]`` as a number, None if absent, unparsable or beyond
+        ``MAX_GPUS`` (read like an ``nvidia.com/gpu`` count, so ``"1e999999999"`` is never
+        expanded)."""
         raw = self.ray_start_params.get("num-gpus")
-        return quantity(raw) if raw is not None else None
+        return gpu_quantity(raw) if raw is not None else None
 
 
 class WorkloadAdapter(Protocol):

@@ -28,9 +28,13 @@ MAX_WORKER_GROUPS = 7
 
 
 def _fmt(d: Decimal | None) -> str:
+    """A GPU count for a message: ``4``, ``0.5``; never expanded digit by digit (a huge
+    exponent stays ``1E+30``)."""
     if d is None:
         return "nothing"
-    return str(int(d)) if d == d.to_integral_value() else str(d.normalize())
+    if d.adjusted() < 20:
+        return str(int(d)) if d == d.to_integral_value() else str(d.normalize())
+    return str(d)
 
 
 def check_gpu_resources(templates: list[PodTemplate]) -> list[Violation]:
@@ -71,8 +75,8 @@ def check_gpu_resources(templates: list[PodTemplate]) -> list[Violation]:
             f = field_path(t.group_path + ("rayStartParams", "num-gpus"))
             if ray_gpus is None:
                 out.append(Violation("ray-num-gpus", f,
-                    f"num-gpus is {json.dumps(raw)}, not a number; allowed: a whole number <= the pod's GPU limit "
-                    f"({t.gpus_per_pod}); fix: write \"{t.gpus_per_pod}\" or remove it (KubeRay derives it)"))
+                    f"num-gpus is {json.dumps(raw)}, not a usable number; allowed: a whole number <= the pod's GPU "
+                    f"limit ({t.gpus_per_pod}); fix: write \"{t.gpus_per_pod}\" or remove it (KubeRay derives it)"))
             elif ray_gpus > t.gpus_per_pod:
                 out.append(Violation("ray-num-gpus", f,
                     f"advertises {_fmt(ray_gpus)} GPU(s) to Ray but the pod's containers get {t.gpus_per_pod}; "

@@ -8,6 +8,7 @@ import copy
 import pytest
 import yaml
 
+from taugate.adapters import RayJobAdapter
 from taugate.cli import main
 from taugate.snapshot import SnapshotError, load_snapshot
 from tests.admission.conftest import EXAMPLE_CLUSTER
@@ -97,6 +98,20 @@ def test_an_object_whose_own_kind_is_not_a_string_is_decided_by_the_request_kind
     for decide in (mutate, validate):
         d = decide(request, state, settings, engine)
         assert d.code != 500, d.message
+
+
+@pytest.mark.parametrize("num_gpus", ["1e999999999", "1e5000", "1e30", "many"])
+def test_a_ray_num_gpus_too_large_to_be_a_count_is_denied_at_once_never_expanded(classifier, state, settings,
+                                                                                  engine, num_gpus):
+    worker = classifier["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]
+    worker["rayStartParams"] = {"num-gpus": num_gpus}
+    [template] = [t for t in RayJobAdapter().pod_templates(classifier) if t.role == "worker"]
+    assert template.ray_num_gpus is None  # read from the exponent: 10**999999999 is never built
+    d = validate(request_for(classifier, namespace="vision"), state, settings, engine)
+    assert not d.allowed and d.code != 500, d.message
+    [v] = [v for v in d.violations if v.policy == "ray-num-gpus"]
+    assert v.field == "spec.rayClusterSpec.workerGroupSpecs[0].rayStartParams.num-gpus"
+    assert "not a usable number" in v.message and num_gpus in v.message
 
 
 def test_a_rayjob_without_a_spec_or_cluster_is_denied(classifier, state, settings):
