@@ -142,18 +142,13 @@ def _read_gpus(spec: dict) -> tuple[ContainerGpus, ...]:
 def _gpus_per_pod(gpus: tuple[ContainerGpus, ...]) -> int:
     """Kubernetes' effective-request rule for pods: the sum over regular containers, or the
     largest init container if larger; a fraction counts as the next whole GPU."""
-    main = init = None
+    main = init = _ZERO
     for g in gpus:
-        value = g.limit_n if g.limit_n is not None else g.request_n
-        if value is None:
-            continue
         if g.kind == "containers":
-            main = value if main is None else main + value
-        elif init is None or value > init:
-            init = value
-    if main is None and init is None:
-        return 0  # no GPU asked (a Ray head, a submitter): the usual case, without arithmetic
-    value = max(main if main is not None else _ZERO, init if init is not None else _ZERO)
+            main += g.effective
+        elif g.effective > init:
+            init = g.effective
+    value = max(main, init)
     return int(value) if value == value.to_integral_value() else int(value) + 1
 
 
@@ -557,13 +552,3 @@ def adapter_for(api_version_or_group: str | None, kind: str | None) -> WorkloadA
     if not isinstance(api_version_or_group, str) or not isinstance(kind, str):
         return None
     return ADAPTERS.get((api_version_or_group.split("/")[0], kind))
-
-
-def total_gpus(templates: list[PodTemplate]) -> int:
-    """GPUs the whole workload holds at once: sum of GPUs per pod x pods, over templates."""
-    return sum(t.gpus_per_pod * t.replicas for t in templates)
-
-
-def gpu_templates(templates: list[PodTemplate]) -> list[PodTemplate]:
-    """The templates whose pods request GPUs."""
-    return [t for t in templates if t.gpus_per_pod > 0]

@@ -50,15 +50,16 @@ def lane_of(obj: dict, settings: Settings) -> str:
 def object_shape(templates: list[PodTemplate], settings: Settings) -> tuple[set[int], set[str]]:
     """What a profile is matched against, read once per object: the distinct GPUs-per-pod
     values of the GPU pod templates (empty for a CPU-only object) and the GPU classes their
-    nodeSelectors name (``settings.gpu_class_label``)."""
+    nodeSelectors name (``settings.gpu_class_label``). The object has passed its adapter's shape
+    checks (nodeSelector values are strings), as everything ``resolve`` reads has."""
     gpus: set[int] = set()
     classes: set[str] = set()
     for t in templates:
         if t.gpus_per_pod > 0:
             gpus.add(t.gpus_per_pod)
             wanted = (t.spec.get("nodeSelector") or {}).get(settings.gpu_class_label)
-            if wanted is not None:  # a string after the shape checks; never a crash if not
-                classes.add(wanted if isinstance(wanted, str) else repr(wanted))
+            if wanted is not None:
+                classes.add(wanted)
     return gpus, classes
 
 
@@ -69,7 +70,7 @@ def matches_shape(profile: ResolvedProfile, gpus: set[int], classes: set[str]) -
     if profile.gpus_per_worker == 0:
         if gpus:
             return False
-    elif len(gpus) != 1 or profile.gpus_per_worker not in gpus:
+    elif gpus != {profile.gpus_per_worker}:
         return False
     return profile.gpu_class is None or classes <= {profile.gpu_class}
 

@@ -162,18 +162,17 @@ def mutate(request: dict, state: ClusterState, settings: Settings, engine: Engin
     warnings: list[str] = []
     if subject.malformed:
         return Decision.deny(subject.malformed, obj=obj)
+    doc = obj if in_place else mutation.deep_copy(obj)  # what the edits change
     if subject.child:
-        edits = mutation.edit_child(obj if in_place else mutation.deep_copy(obj), subject.templates)
+        edits = mutation.edit_child(doc, subject.templates)
     elif request.get("operation") == "UPDATE":
-        edits = mutation.edit_update(obj if in_place else mutation.deep_copy(obj), request.get("oldObject"),
-                                     subject.templates)
+        edits = mutation.edit_update(doc, request.get("oldObject"), subject.templates)
     else:
         res = resolve(obj, subject.templates, subject.workspace, state, settings)
         if isinstance(res, list):
             return Decision.deny(res, obj=obj)
         queued = subject.adapter.queued(obj)
-        edits = mutation.edit_create(obj if in_place else mutation.deep_copy(obj), subject.adapter,
-                                     subject.templates, res, state, settings)
+        edits = mutation.edit_create(doc, subject.adapter, subject.templates, res, state, settings)
         if edits.changed:
             mutation.annotate(edits, _record(res, state, engine, queued))
         if res.note:
