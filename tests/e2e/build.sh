@@ -16,6 +16,9 @@ cache=${TAUGATE_E2E_CACHE:-$HOME/.cache/taugate-e2e}
 export GOWORK=off CGO_ENABLED=0 GOFLAGS=-mod=readonly GOTOOLCHAIN=${GOTOOLCHAIN:-local}
 command -v go >/dev/null || { echo "build.sh: go is not on PATH (the end-to-end tier builds Kubernetes from Go modules)" >&2; exit 1; }
 
+# Bumped when the way binaries are built or named changes, so the cache key changes with it.
+BUILD_FORMAT=1
+
 # Version stamps: without them kube-apiserver reports v0.0.0 and clients that check it fail.
 ldflags_for() {
   local mod=$1 v
@@ -32,19 +35,28 @@ ldflags_for() {
   esac
 }
 
+# The binary's name: the command's last path element, or the upstream name where they differ.
+binary_name() {
+  case $1 in
+    go.etcd.io/etcd/server/v3) echo etcd ;;
+    *) basename "$1" ;;
+  esac
+}
+
 build_one() {
   local mod=$1 dir="$here/gomod/$1"
   [ -f "$dir/go.mod" ] || { echo "build.sh: no Go module at $dir" >&2; return 1; }
-  local key; key=$(cat "$dir/go.mod" "$dir/go.sum" "$0" | sha256sum | cut -c1-12)
+  local key; key=$( (cat "$dir/go.mod" "$dir/go.sum"; ldflags_for "$mod"; echo "$BUILD_FORMAT") | sha256sum | cut -c1-12)
   local out="$cache/$mod-$key"
   if [ -f "$out/.complete" ]; then echo "$mod: cached in $out/bin"; return 0; fi
   local tools; tools=$(cd "$dir" && go mod edit -json | python3 -c 'import json,sys; print(" ".join(t["Path"] for t in json.load(sys.stdin).get("Tool") or []))')
+  if [ -z "$tools" ]; then echo "$mod: pinned source only, nothing to build"; return 0; fi
   echo "$mod: building $(echo $tools | wc -w) command(s) with $(go version | awk '{print $3}') (a first build of Kubernetes takes 15-30 minutes on 2 cores)"
   rm -rf "$out.tmp"; mkdir -p "$out.tmp/bin"
   local start=$SECONDS
   for t in $tools; do
     echo "$mod:   go build $t"
-    (cd "$dir" && go build -trimpath -ldflags "$(ldflags_for "$mod")" -o "$out.tmp/bin/" "$t")
+    (cd "$dir" && go build -trimpath -ldflags "$(ldflags_for "$mod")" -o "$out.tmp/bin/$(binary_name "$t")" "$t")
   done
   touch "$out.tmp/.complete"; rm -rf "$out"; mv "$out.tmp" "$out"
   echo "$mod: built in $((SECONDS - start)) s into $out/bin"

@@ -1,0 +1,275 @@
+"""taugate installed on the real control plane as a cluster would have it.
+
+``install(cp, workdir)``:
+1. the CRDs: taugate's (``charts/taugate/crds``), KubeRay's RayJob/RayCluster and Kueue's
+   LocalQueue/ClusterQueue/ResourceFlavor/Workload/WorkloadPriorityClass, read from their Go
+   modules (versions pinned in ``tests/e2e/gomod``);
+2. the Helm chart rendered by Helm (helm-python-sdk, the output of ``helm template``), every
+   release object applied through the API server except the hook Jobs (no kubelet runs them here;
+   their RBAC and scripts are exercised by the tests that need them);
+3. ``taugate operator`` and ``taugate serve`` as local processes, with the args and environment of
+   the chart's Deployments, authenticated as the chart's own ServiceAccounts (bound tokens), not
+   as the admin;
+4. the rendered webhook configurations with only ``clientConfig`` rewritten to
+   ``url: https://127.0.0.1:PORT/PATH`` + ``caBundle`` (envtest's rewrite): rules, selectors,
+   failurePolicy, timeouts, reinvocationPolicy, matchPolicy and matchConditions as rendered;
+5. the platform of ``examples/cluster.yaml``: the TauCluster, TauWorkspaces, GPU Nodes,
+   ResourceFlavors and ClusterQueues (the operator makes the namespaces, LocalQueues, RBAC,
+   ServiceAccounts and PVCs from the TauWorkspaces).
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from tests.e2e.controlplane import LOOPBACK, ControlPlane, Process, free_port, start_process, wait_until
+from tests.install import chart as chart_helpers
+
+REPO = Path(__file__).resolve().parents[2]
+RELEASE = chart_helpers.RELEASE
+NAMESPACE = chart_helpers.NAMESPACE
+SYSTEM_NAMESPACE = "tau-platform"
+EXAMPLE_CLUSTER = REPO / "examples" / "cluster.yaml"
+WEBHOOK_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+# A CPU-only batch Job in the example's `vision` workspace: what the readiness probe dry-runs.
+PROBE_JOB = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "e2e-probe", "namespace": "vision"},
+             "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [
+                 {"name": "c", "image": "busybox", "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]}}}}
+
+
+def module_dir(component: str) -> Path:
+    """The source directory of the upstream module pinned in ``tests/e2e/gomod/<component>``."""
+    from tests.upstream import module_dir as upstream_module_dir
+
+    return upstream_module_dir(component)
+
+
+def upstream_crds() -> list[dict]:
+    """KubeRay's and Kueue's CRDs that taugate reads or that its workloads need, as their Go
+    modules ship them."""
+    kuberay = module_dir("kuberay") / "config" / "crd" / "bases"
+    kueue = module_dir("kueue") / "config" / "components" / "crd" / "bases"
+    files = [kuberay / "ray.io_rayjobs.yaml", kuberay / "ray.io_rayclusters.yaml"]
+    files += [kueue / f"kueue.x-k8s.io_{p}.yaml" for p in
+              ("localqueues", "clusterqueues", "resourceflavors", "workloads", "workloadpriorityclasses")]
+    return [yaml.safe_load(f.read_text()) for f in files]
+
+
+def _is_hook(obj: dict) -> bool:
+    return "helm.sh/hook" in ((obj.get("metadata") or {}).get("annotations") or {})
+
+
+def rendered_chart(values: dict | None = None) -> list[dict]:
+    """Every object of the chart as Helm renders a fresh install into ``taugate-system``."""
+    return chart_helpers.objects({"systemNamespace": SYSTEM_NAMESPACE, **(values or {})})
+
+
+def release_objects(cp: ControlPlane, objects: list[dict]) -> list[dict]:
+    """The objects ``helm install`` creates (hooks left out), namespaced ones in the release
+    namespace where the template names none, as Helm places them."""
+    cluster_scoped = {line.split()[-1] for line in
+                      cp.kubectl("api-resources", "--namespaced=false", "--no-headers").stdout.splitlines() if line.strip()}
+    out = []
+    for o in objects:
+        if _is_hook(o):
+            continue
+        o = copy.deepcopy(o)
+        if o["kind"] not in cluster_scoped:
+            o["metadata"].setdefault("namespace", NAMESPACE)
+        out.append(o)
+    return out
+
+
+def webhook_configurations(objects: list[dict], port: int, ca_pem: bytes) -> list[dict]:
+    """The rendered webhook configurations with each webhook's ``clientConfig`` pointed at
+    ``https://127.0.0.1:port`` + the route's path, trusting ``ca_pem``; nothing else changed."""
+    out = []
+    for obj in objects:
+        if obj.get("kind") not in WEBHOOK_KINDS:
+            continue
+        obj = copy.deepcopy(obj)
+        for wh in obj["webhooks"]:
+            path = wh["clientConfig"]["service"]["path"]
+            wh["clientConfig"] = {"url": f"https://{LOOPBACK}:{port}{path}",
+                                  "caBundle": base64.b64encode(ca_pem).decode()}
+        out.append(obj)
+    return out
+
+
+def _container(objects: list[dict], deployment: str) -> dict:
+    dep = chart_helpers.one(objects, "Deployment", deployment)
+    return dep["spec"]["template"]["spec"]["containers"][0]
+
+
+def _env(container: dict, overrides: dict[str, str]) -> dict[str, str]:
+    env = {}
+    for e in container.get("env") or []:
+        if "value" in e:
+            env[e["name"]] = str(e["value"])
+        elif (e.get("valueFrom") or {}).get("fieldRef", {}).get("fieldPath") == "metadata.namespace":
+            env[e["name"]] = NAMESPACE
+    env.update(overrides)
+    return env
+
+
+def _taugate(*args: str) -> list[str]:
+    return [sys.executable, "-m", "taugate.cli", *args]
+
+
+@dataclass
+class Platform:
+    """taugate on the control plane: the rendered chart, the two processes, the webhook port,
+    the kubeconfigs of the chart's ServiceAccounts, and where their logs are."""
+
+    cp: ControlPlane
+    workdir: Path
+    objects: list[dict]
+    webhook_port: int = 0
+    cert_dir: Path = Path()
+    webhook: Process | None = None
+    operator: Process | None = None
+    kubeconfigs: dict[str, Path] = field(default_factory=dict)
+
+    # ---- the processes -------------------------------------------------------------------------
+    def start_webhook(self) -> Process:
+        """``taugate serve`` with the chart's webhook args and env, as the webhook's
+        ServiceAccount; returns once ``/readyz`` is ok (its state has synced from the watches)."""
+        c = _container(self.objects, f"{RELEASE}-webhook")
+        args = []
+        for a in c["args"]:
+            if a == "--in-cluster":
+                args += [a, f"--kubeconfig={self.kubeconfigs['webhook']}"]
+            elif a.startswith("--host="):
+                args.append(f"--host={LOOPBACK}")
+            elif a.startswith("--port="):
+                args.append(f"--port={self.webhook_port}")
+            elif a.startswith("--cert-dir="):
+                args.append(f"--cert-dir={self.cert_dir}")
+            elif a.startswith("--policies="):
+                args.append(f"--policies={REPO / 'policies'}")
+            elif a.startswith("--shutdown-delay="):
+                args.append("--shutdown-delay=0")
+            else:
+                args.append(a)
+        p = start_process("taugate-serve", _taugate(*args), self.workdir, env=_env(c, {}), cwd=REPO)
+        self.webhook = p
+        import ssl
+        import urllib.request
+
+        ctx = ssl.create_default_context(cafile=str(self.cert_dir / "ca.crt"))
+
+        def ready() -> bool:
+            with urllib.request.urlopen(f"https://{LOOPBACK}:{self.webhook_port}/readyz", context=ctx, timeout=3) as r:
+                return r.status == 200
+        wait_until("taugate serve /readyz", ready, 60, processes=[p])
+        return p
+
+    def stop_webhook(self) -> None:
+        if self.webhook:
+            self.webhook.stop()
+            self.webhook = None
+
+    def start_operator(self) -> Process:
+        """``taugate operator`` with the chart's args and env, as the operator's ServiceAccount
+        (the recorder is off in this tier: it follows runs, which need Kueue and KubeRay)."""
+        c = _container(self.objects, f"{RELEASE}-operator")
+        args = []
+        for a in c["args"]:
+            if a == "--in-cluster":
+                args.append(f"--kubeconfig={self.kubeconfigs['operator']}")
+            elif a.startswith("--liveness="):
+                args.append(f"--liveness=http://{LOOPBACK}:{free_port()}/healthz")
+            else:
+                args.append(a)
+        args.append("--no-record")
+        env = _env(c, {"TAUGATE_RECORDER_EVIDENCE_ROOT": str(self.workdir / "evidence"),
+                       "TAUGATE_RECORDER_DATA_ROOT": str(self.workdir / "data")})
+        self.operator = start_process("taugate-operator", _taugate(*args), self.workdir, env=env, cwd=REPO)
+        return self.operator
+
+    def stop(self) -> None:
+        """Stop the webhook and the operator (idempotent)."""
+        for p in (self.webhook, self.operator):
+            if p:
+                p.stop()
+
+    # ---- helpers the tests use -----------------------------------------------------------------
+    def wait_for(self, what: str, check, timeout: float = 60) -> object:
+        procs = [p for p in (self.webhook, self.operator) if p] + self.cp.processes
+        return wait_until(what, check, timeout, processes=procs, interval=0.25)
+
+
+def install(cp: ControlPlane, workdir: Path) -> Platform:
+    """Install everything the module docstring lists and wait until a RayJob in the example's
+    ``vision`` workspace is mutated by taugate through the API server."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    # 1. CRDs (server-side: KubeRay's are larger than client-side apply's annotation limit).
+    crds = chart_helpers.crds() + upstream_crds()
+    cp.apply_objects(crds, "--server-side", "--field-manager=e2e-install")
+    cp.kubectl("wait", "--for=condition=Established", "--timeout=60s",
+               *[f"crd/{c['metadata']['name']}" for c in crds])
+    # 2. The release's objects (not the hook Jobs, not yet the webhook configurations).
+    objects = rendered_chart()
+    cp.kubectl("create", "namespace", NAMESPACE)
+    cp.kubectl("create", "namespace", SYSTEM_NAMESPACE)
+    release = release_objects(cp, objects)
+    cp.apply_objects([o for o in release if o["kind"] not in WEBHOOK_KINDS], "--server-side", "--field-manager=helm")
+    plat = Platform(cp, workdir, objects)
+    plat.kubeconfigs = {"operator": cp.token_kubeconfig(NAMESPACE, f"{RELEASE}-operator", "operator"),
+                        "webhook": cp.token_kubeconfig(NAMESPACE, f"{RELEASE}-webhook", "webhook")}
+    # 3. The serving certificate, as `taugate certs generate` makes it for the chart's Service.
+    plat.cert_dir = workdir / "webhook-tls"
+    subprocess.run(_taugate("certs", "generate", f"--dir={plat.cert_dir}", f"--service={RELEASE}-webhook",
+                            f"--namespace={NAMESPACE}"), check=True, capture_output=True, cwd=REPO)
+    plat.webhook_port = free_port()
+    # 4. The platform: what the platform team applies (the operator makes the rest).
+    platform_objects = [d for d in yaml.safe_load_all(EXAMPLE_CLUSTER.read_text()) if d]
+    nodes = [d for d in platform_objects if d["kind"] == "Node"]
+    cp.apply_objects([d for d in platform_objects if d["kind"] in ("TauCluster", "TauWorkspace", "ResourceFlavor",
+                                                                   "ClusterQueue", "Node")],
+                     "--server-side", "--field-manager=platform-team")
+    for n in nodes:  # a Node's status is its kubelet's to write: set it through /status as one would
+        cp.kubectl("patch", "node", n["metadata"]["name"], "--subresource=status", "--type=merge",
+                   "-p", json.dumps({"status": n.get("status") or {}}))
+    try:
+        _start(plat, platform_objects)
+    except BaseException:
+        plat.stop()
+        raise
+    return plat
+
+
+def _start(plat: Platform, platform_objects: list[dict]) -> None:
+    cp = plat.cp
+    plat.start_operator()
+    plat.wait_for("the operator to make the workspace namespaces",
+                  lambda: all(cp.kubectl("get", "namespace", ns, check=False).returncode == 0
+                              for ns in workspace_namespaces(platform_objects)), 90)
+    plat.wait_for("the TauCluster to be Ready", lambda: _cluster_ready(cp), 90)
+    plat.start_webhook()
+    cp.apply_objects(webhook_configurations(plat.objects, plat.webhook_port, (plat.cert_dir / "ca.crt").read_bytes()),
+                     "--server-side", "--field-manager=helm")
+    # A configuration takes effect a moment after it is stored: probe with server-side dry runs.
+    probe = json.dumps(PROBE_JOB)
+    plat.wait_for("the webhook configurations to take effect",
+                  lambda: QUEUE_LABEL in (json.loads(cp.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-",
+                                                                input=probe).stdout)["metadata"].get("labels") or {}),
+                  60)
+
+
+def workspace_namespaces(platform_objects: list[dict]) -> list[str]:
+    return [d["spec"]["target"]["namespace"] for d in platform_objects if d["kind"] == "TauWorkspace"]
+
+
+def _cluster_ready(cp: ControlPlane) -> bool:
+    obj = json.loads(cp.kubectl("get", "clusters.tau.azure.com", "cluster", "-o", "json").stdout)
+    return (obj.get("status") or {}).get("phase") == "Ready"

@@ -1,0 +1,143 @@
+"""Failure modes as docs/runbook.md describes them, on the real API server: taugate down with
+``failurePolicy: Fail`` blocks workloads in workspaces only, with the documented message, and the
+runbook's one command restores creation; a certificate rotation while creates go on fails none of
+them; the chart's uninstall path leaves no webhook configuration behind."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import yaml
+
+from tests.e2e.platform import NAMESPACE, RELEASE, WEBHOOK_KINDS, rendered_chart, webhook_configurations
+from tests.e2e.workloads import RUN_ID, WORKSPACE, into_workspace
+from tests.paths import REPO
+
+EXAMPLE = yaml.safe_load((REPO / "examples" / "rayjob-image-classifier.yaml").read_text())
+CPU_JOB = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "plain"},
+           "spec": {"suspend": True, "template": {"spec": {"restartPolicy": "Never", "containers": [
+               {"name": "c", "image": "busybox", "resources": {"requests": {"cpu": "10m"}}}]}}}}
+
+
+def _job(namespace: str, name: str) -> str:
+    obj = json.loads(json.dumps(CPU_JOB))
+    obj["metadata"] = {"name": name, "namespace": namespace}
+    return json.dumps(obj)
+
+
+def test_with_taugate_down_a_workspace_rayjob_fails_as_the_runbook_says_and_everything_else_goes_through(platform):
+    cp = platform.cp
+    cp.kubectl("create", "namespace", "not-a-workspace")
+    platform.stop_webhook()
+    try:
+        out = cp.kubectl("apply", "-f", "-", input=json.dumps(into_workspace(EXAMPLE, name="while-down")), check=False)
+        assert out.returncode != 0
+        assert 'failed calling webhook "mutate.workloads.tau.azure.com"' in out.stderr, out.stderr
+        assert "connect: connection refused" in out.stderr
+        # Nothing outside workspaces waits for taugate: kube-system and any other namespace.
+        cp.kubectl("apply", "-f", "-", input=_job("kube-system", "while-down"))
+        cp.kubectl("apply", "-f", "-", input=_job("not-a-workspace", "while-down"))
+        # The runbook's one command restores creation at once (then the chart is reinstalled).
+        cp.kubectl("delete", "mutatingwebhookconfiguration/taugate", "validatingwebhookconfiguration/taugate")
+        cp.kubectl("apply", "-f", "-", input=_job(WORKSPACE, "while-down"))
+        unmanaged = cp.get_json("job", "while-down", "-n", WORKSPACE)
+        assert RUN_ID not in (unmanaged["metadata"].get("labels") or {})
+        # ... and the runbook's query finds what was admitted while taugate was off.
+        found = cp.kubectl("get", "rayjobs,rayclusters,jobs", "-n", WORKSPACE, "-l", f"!{RUN_ID}", "-o", "name").stdout.split()
+        assert "job.batch/while-down" in found
+    finally:
+        platform.start_webhook()
+        cp.apply_objects(webhook_configurations(platform.objects, platform.webhook_port,
+                                                (platform.cert_dir / "ca.crt").read_bytes()), "--server-side",
+                         "--field-manager=helm", "--force-conflicts")
+        cp.kubectl("delete", "job", "while-down", "-n", WORKSPACE, "--ignore-not-found")
+    platform.wait_for("taugate to mutate again", lambda: RUN_ID in json.loads(cp.kubectl(
+        "create", "--dry-run=server", "-o", "json", "-f", "-", input=json.dumps(into_workspace(EXAMPLE, name="back"))).stdout)[
+        "metadata"]["labels"], 60)
+
+
+def _set_ca_bundle(cp, bundle: bytes) -> None:
+    for kind in WEBHOOK_KINDS:
+        obj = cp.get_json(kind.lower(), RELEASE)
+        patch = [{"op": "replace", "path": f"/webhooks/{i}/clientConfig/caBundle", "value": base64.b64encode(bundle).decode()}
+                 for i in range(len(obj["webhooks"]))]
+        cp.kubectl("patch", kind.lower(), RELEASE, "--type=json", "-p", json.dumps(patch))
+
+
+def test_a_certificate_rotation_while_creates_go_on_fails_no_create(platform):
+    """``taugate certs rotate`` in its three steps, as the chart's sync does them: publish the new
+    CA beside the old one in the configurations' caBundle, switch the serving certificate (the
+    server reloads it), trim the old CA. A loop of creates through the API server runs throughout."""
+    cp = platform.cp
+    stop, results = threading.Event(), []
+
+    def creates() -> None:
+        i = 0
+        while not stop.is_set() and i < 400:
+            obj = into_workspace(EXAMPLE, name=f"rotate-{i}")
+            out = cp.kubectl("create", "--dry-run=server", "-f", "-", input=json.dumps(obj), check=False)
+            results.append((out.returncode, out.stderr.strip()))
+            i += 1
+
+    worker = threading.Thread(target=creates)
+    worker.start()
+    try:
+        certs = [sys.executable, "-m", "taugate.cli", "certs", "rotate", f"--dir={platform.cert_dir}", "--wait=0"]
+        time.sleep(2)
+        subprocess.run([*certs, "--step=publish"], check=True, capture_output=True, cwd=REPO)
+        _set_ca_bundle(cp, (platform.cert_dir / "ca.crt").read_bytes())
+        time.sleep(3)  # the API server picks up a changed configuration within a second or two
+        subprocess.run([*certs, "--step=switch"], check=True, capture_output=True, cwd=REPO)
+        time.sleep(4)
+        subprocess.run([*certs, "--step=trim"], check=True, capture_output=True, cwd=REPO)
+        _set_ca_bundle(cp, (platform.cert_dir / "ca.crt").read_bytes())
+        time.sleep(3)
+    finally:
+        stop.set()
+        worker.join(120)
+    failures = [r for r in results if r[0] != 0]
+    assert len(results) >= 20, f"only {len(results)} creates ran"
+    assert failures == [], f"{len(failures)} of {len(results)} creates failed: {failures[:3]}"
+
+
+def test_the_charts_uninstall_hook_removes_both_webhook_configurations(platform):
+    """The pre-delete hook's own script, run with the hook's own ServiceAccount and RBAC (the
+    hook objects applied as Helm applies them before the Job), against a copy of the
+    configurations under another release name so the session's webhook stays installed."""
+    cp = platform.cp
+    values = {"fullnameOverride": "uninstall-check"}
+    objects = rendered_chart(values)
+    hook_rbac = [o for o in objects if "pre-delete" in ((o["metadata"].get("annotations") or {}).get("helm.sh/hook", ""))
+                 and o["kind"] in ("ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding")]
+    assert {o["kind"] for o in hook_rbac} >= {"ServiceAccount", "ClusterRole", "ClusterRoleBinding"}
+    for o in hook_rbac:
+        if o["kind"] in ("ServiceAccount", "Role", "RoleBinding"):
+            o["metadata"].setdefault("namespace", NAMESPACE)
+    configs = [o for o in objects if o["kind"] in WEBHOOK_KINDS]
+    # The copies point nowhere and select nothing, so they change no other test's requests.
+    for c in configs:
+        for wh in c["webhooks"]:
+            wh["clientConfig"] = {"url": "https://127.0.0.1:9/none"}
+            wh["namespaceSelector"] = {"matchLabels": {"e2e.example/never": "true"}}
+    cp.apply_objects(hook_rbac + configs)
+    assert {c["metadata"]["name"] for c in configs} == {"uninstall-check"}
+    job = next(o for o in objects if o["kind"] == "Job" and "pre-delete" in o["metadata"]["annotations"]["helm.sh/hook"])
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    sa = job["spec"]["template"]["spec"]["serviceAccountName"]
+    kubeconfig = cp.token_kubeconfig(NAMESPACE, sa, "uninstall-hook")
+    proc = subprocess.run([sys.executable, *container["command"][1:], *container["args"]], capture_output=True, text=True,
+                          env={**os.environ, "KUBECONFIG": str(kubeconfig)}, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "deleted MutatingWebhookConfiguration/uninstall-check" in proc.stdout
+    assert "deleted ValidatingWebhookConfiguration/uninstall-check" in proc.stdout
+    for kind in WEBHOOK_KINDS:
+        assert cp.kubectl("get", kind.lower(), "uninstall-check", check=False).returncode != 0
+    # The session's own configurations are untouched.
+    for kind in WEBHOOK_KINDS:
+        assert cp.get_json(kind.lower(), RELEASE)["metadata"]["name"] == RELEASE

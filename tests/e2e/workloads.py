@@ -1,0 +1,107 @@
+"""Workloads for the end-to-end tests: every RayJob, RayCluster and batch/v1 Job among KubeRay's
+and Kueue's own samples, read from their Go modules (``tests/upstream``), and what a stored
+workload must look like after taugate admitted it."""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+
+import yaml
+
+from tests.upstream import module_dir
+
+WORKLOAD_KINDS = ("RayJob", "RayCluster", "Job")
+QUEUE = "kueue.x-k8s.io/queue-name"
+RUN_ID = "tau.azure.com/run-id"
+GPU_CLASS_SELECTOR = "tau.azure.com/gpu-class"
+WORKSPACE = "vision"
+WORKSPACE_QUEUE = "vision-queue"
+
+
+def _docs(path: Path) -> list[dict]:
+    try:
+        return [d for d in yaml.safe_load_all(path.read_text()) if isinstance(d, dict)]
+    except yaml.YAMLError:  # Kueue's Go-templated performance manifests are not YAML
+        return []
+
+
+def sample_workloads() -> list[tuple[str, dict]]:
+    """``[(id, object)]``: each workload document of KubeRay's ``config/samples`` and of the
+    Kueue module's YAML files (CRDs, charts and webhooks left out), in file order."""
+    roots = [("kuberay", module_dir("kuberay") / "config" / "samples"), ("kueue", module_dir("kueue"))]
+    out = []
+    for name, root in roots:
+        for path in sorted(root.rglob("*.yaml")):
+            rel = path.relative_to(root)
+            if any(part in ("crd", "charts", "webhook", "components") for part in rel.parts):
+                continue
+            for i, doc in enumerate(_docs(path)):
+                if doc.get("kind") in WORKLOAD_KINDS and str(doc.get("apiVersion", "")).split("/")[0] in ("ray.io", "batch"):
+                    out.append((f"{name}/{rel}#{i}", doc))
+    return out
+
+
+def into_workspace(doc: dict, namespace: str = WORKSPACE, name: str | None = None) -> dict:
+    """A copy of ``doc`` in ``namespace``; named ``name`` when given (``generateName`` dropped)."""
+    obj = copy.deepcopy(doc)
+    meta = obj.setdefault("metadata", {})
+    meta["namespace"] = namespace
+    if name:
+        meta["name"] = name
+        meta.pop("generateName", None)
+    return obj
+
+
+def pod_templates(obj: dict) -> list[tuple[str, dict]]:
+    """``[(field path, pod template)]`` of a RayJob, RayCluster or Job, as KubeRay and the Job
+    controller create pods from them (head group, each worker group, the submitter)."""
+    spec = obj.get("spec") or {}
+    if obj["kind"] == "Job":
+        return [("spec.template", spec["template"])]
+    prefix, cluster = ("spec.rayClusterSpec", spec.get("rayClusterSpec")) if obj["kind"] == "RayJob" else ("spec", spec)
+    out = []
+    if cluster:
+        out.append((f"{prefix}.headGroupSpec.template", cluster["headGroupSpec"]["template"]))
+        for i, g in enumerate(cluster.get("workerGroupSpecs") or []):
+            out.append((f"{prefix}.workerGroupSpecs[{i}].template", g["template"]))
+    if obj["kind"] == "RayJob" and spec.get("submitterPodTemplate"):
+        out.append(("spec.submitterPodTemplate", spec["submitterPodTemplate"]))
+    return out
+
+
+def template_gpus(template: dict) -> int:
+    """``nvidia.com/gpu`` limits of a pod template's containers (the device plugin's resource)."""
+    total = 0
+    for c in (template.get("spec") or {}).get("containers") or []:
+        res = c.get("resources") or {}
+        value = (res.get("limits") or {}).get("nvidia.com/gpu") or (res.get("requests") or {}).get("nvidia.com/gpu")
+        total += int(value or 0)
+    return total
+
+
+def admitted_problems(stored: dict) -> list[str]:
+    """What is wrong with a workload taugate admitted into the ``vision`` workspace, as stored by
+    the API server: the queue label, suspend, one run-id on the object and every pod template,
+    the GPU class only on GPU templates."""
+    problems = []
+    labels = stored["metadata"].get("labels") or {}
+    queued = not (stored["kind"] == "RayJob" and stored["spec"].get("clusterSelector"))
+    if queued and labels.get(QUEUE) != WORKSPACE_QUEUE:
+        problems.append(f"queue label {labels.get(QUEUE)!r}")
+    if queued and stored["spec"].get("suspend") is not True:
+        problems.append(f"spec.suspend {stored['spec'].get('suspend')!r}")
+    run_id = labels.get(RUN_ID, "")
+    if not re.fullmatch(r"[0-9a-f]{24}", run_id):
+        problems.append(f"run-id {run_id!r}")
+    for path, tpl in pod_templates(stored):
+        tpl_labels = (tpl.get("metadata") or {}).get("labels") or {}
+        if tpl_labels.get(RUN_ID) != run_id:
+            problems.append(f"{path}: run-id {tpl_labels.get(RUN_ID)!r}, object's {run_id!r}")
+        selector = (tpl.get("spec") or {}).get("nodeSelector") or {}
+        if template_gpus(tpl) and GPU_CLASS_SELECTOR not in selector:
+            problems.append(f"{path}: GPU template without the profile's GPU class selector")
+        if not template_gpus(tpl) and GPU_CLASS_SELECTOR in selector:
+            problems.append(f"{path}: CPU-only template placed on GPU class {selector[GPU_CLASS_SELECTOR]!r}")
+    return problems
