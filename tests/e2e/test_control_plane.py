@@ -7,6 +7,7 @@ import json
 import re
 from pathlib import Path
 
+from tests.e2e.controlplane import wait_until
 from tests.e2e.platform import RELEASE, WEBHOOK_KINDS, release_objects, rendered_chart, upstream_crds
 from tests.install import chart as chart_helpers
 
@@ -25,12 +26,23 @@ def test_the_api_server_and_kubectl_report_the_kubernetes_version_they_were_buil
     assert out["clientVersion"]["gitVersion"] == pinned
 
 
-def test_the_controller_manager_and_scheduler_run_against_the_api_server(control_plane):
-    control_plane.check_alive()
-    leases = control_plane.get_json("leases", "-n", "kube-node-lease")
-    assert leases["kind"] == "LeaseList"
-    # The controller-manager's service-account controller made the default ServiceAccount.
-    assert control_plane.get_json("serviceaccount", "default", "-n", "default")["metadata"]["name"] == "default"
+def test_the_controller_manager_and_the_scheduler_act_on_a_job(control_plane):
+    """The Job controller creates the pod, and the scheduler decides on it (bound, or
+    PodScheduled=False when no node fits): both components work against the API server."""
+    cp = control_plane
+    cp.kubectl("create", "namespace", "cp-check")
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "hello", "namespace": "cp-check"},
+           "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [
+               {"name": "c", "image": "busybox", "resources": {"requests": {"cpu": "10m"}}}]}}}}
+    cp.apply_objects([job])
+
+    def scheduled_condition():
+        pods = cp.get_json("pods", "-n", "cp-check", "-l", "job-name=hello")["items"]
+        conds = [c for p in pods for c in (p.get("status") or {}).get("conditions") or [] if c["type"] == "PodScheduled"]
+        return conds[0] if conds else None
+    cond = wait_until("the Job's pod to be created and scheduled", scheduled_condition, 60, processes=cp.processes)
+    assert cond["status"] == "True" or cond["reason"] == "Unschedulable"
+    cp.kubectl("delete", "namespace", "cp-check", "--wait=false")
 
 
 def test_every_crd_taugate_installs_or_reads_is_established_and_served(platform):
