@@ -6,3 +6,6 @@ python3 -m pip install -q -e '.[test]'
 # Real OPA semantics for the policy reference tests. Its metadata asks for Python >= 3.14 but it
 # works on 3.11; a failure to install fails CI rather than skipping those tests.
 python3 -m pip install -q --ignore-requires-python opa-golib-python-bindings==0.4.4
+# The tests read KubeRay's, Kueue's and k8s.io/api's files from the Go modules pinned in
+# tests/e2e/gomod (tests/upstream.py): download them now, so a missing `go` fails here, clearly.
+python3 -c 'import tests.paths'
