@@ -28,14 +28,13 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-SAMPLE = (ROOT / ".." / "shared" / "samples" / "kuberay" / "ray-operator" / "config" / "samples"
-          / "pytorch-resnet-image-classifier" / "ray-job.pytorch-image-classifier.yaml")
 sys.path.insert(0, str(ROOT))
 
 from taugate.settings import Settings  # noqa: E402
 from taugate.snapshot import load_snapshot  # noqa: E402
 from webhook.policy import load_policy_engine  # noqa: E402
 from webhook.review import admit  # noqa: E402
+from tests.paths import IMAGE_CLASSIFIER as SAMPLE  # noqa: E402  (KubeRay's GPU RayJob, from its Go module)
 
 
 class Recorder:

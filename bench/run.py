@@ -7,7 +7,7 @@ It starts the real ``taugate serve`` (TLS, mutate + validate with the policy lib
 null webhook (``bench/null_webhook.py``: same aiohttp + TLS stack, parses the review, answers
 allowed) each pinned to core 0, and drives them one after the other with ``wrk`` pinned to core
 1 (installed with apt-get if missing), over loopback, each run bounded by ``--duration``.
-Workloads come from ../shared/samples (``bench/workloads.py``). Then the RayJob rows against a
+Workloads come from KubeRay's and Kueue's samples in their pinned Go modules (``bench/workloads.py``). Then the RayJob rows against a
 generated 5,000-node / 300-profile / 500-workspace snapshot (``bench/scale.py``), each run
 alternating with one against the small-snapshot server (the p99 comparison is the median of the
 per-pair ratios), with the server's resident memory and the snapshot load time. Every taugate
@@ -377,9 +377,6 @@ def main() -> int:
     if a.quick:
         a.duration, a.connections, a.repeat, a.scale_repeat = 2.0, "16", 1, 1
     conns = [int(c) for c in a.connections.split(",")]
-    if not workloads.SAMPLES.is_dir():
-        print(f"bench: {workloads.SAMPLES} not found (the benchmark reads the shared samples)", file=sys.stderr)
-        return 2
     wrk = ensure_wrk()
     settings = Settings()
     tmp = Path(tempfile.mkdtemp(prefix="taugate-bench-"))

@@ -1,8 +1,9 @@
-"""AdmissionReview bodies for the benchmark, built from the real samples in ../shared/samples.
+"""AdmissionReview bodies for the benchmark, built from KubeRay's and Kueue's own samples, read from
+the Go modules the tests pin (``tests/paths.py``: ``go`` downloads them on first use).
 
 Each workload is (name, webhook path, body): the GPU image-classifier RayJob CREATE on
 ``/mutate`` and, as the API server would send it after mutation, on ``/validate``; a Kueue
-sample Job CREATE; a RayCluster CREATE; a RayJob UPDATE with ``oldObject`` on ``/validate``.
+example Job CREATE; a RayCluster CREATE; a RayJob UPDATE with ``oldObject`` on ``/validate``.
 """
 
 from __future__ import annotations
@@ -17,12 +18,11 @@ import yaml
 
 from taugate.settings import Settings
 from taugate.snapshot import ClusterState
+from tests.paths import IMAGE_CLASSIFIER as CLASSIFIER
+from tests.paths import KUBERAY_SAMPLES, KUEUE_JOB
 from webhook.review import mutate, request_for
 
-SAMPLES = Path(__file__).resolve().parents[1].parent / "shared" / "samples"
-CLASSIFIER = SAMPLES / "kuberay/ray-operator/config/samples/pytorch-resnet-image-classifier/ray-job.pytorch-image-classifier.yaml"
-KUEUE_JOB = SAMPLES / "kueue/site/static/examples/jobs/sample-job.yaml"
-RAYCLUSTER = SAMPLES / "kuberay/ray-operator/config/samples/ray-cluster.complete.yaml"
+RAYCLUSTER = KUBERAY_SAMPLES / "ray-cluster.complete.yaml"
 
 
 def _first(path: Path, kind: str) -> dict:

@@ -6,7 +6,10 @@ python3 -m pip install -q -e '.[test]'
 # Real OPA semantics for the policy reference tests. Its metadata asks for Python >= 3.14 but it
 # works on 3.11; a failure to install fails CI rather than skipping those tests.
 python3 -m pip install -q --ignore-requires-python opa-golib-python-bindings==0.4.4
+# The tests read KubeRay's, Kueue's and k8s.io/api's files from the Go modules pinned in
+# tests/e2e/gomod (tests/upstream.py): download them now, so a missing `go` fails here, clearly.
+python3 -c 'import tests.paths'
 # The end-to-end tier's control plane (etcd, kube-apiserver, kube-controller-manager,
 # kube-scheduler, kubectl), built from Go modules and cached by version under
-# ~/.cache/taugate-e2e: about 20 minutes on a cold 2-core machine, seconds when warm.
+# ~/.cache/taugate-e2e: about 17 minutes on a cold 2-core machine, seconds when warm.
 bash tests/e2e/build.sh

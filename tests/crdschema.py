@@ -1,6 +1,6 @@
 """Validate custom resources against a CRD's ``openAPIV3Schema`` with ``jsonschema``.
 
-The OpenAPI dialect of CRDs is not JSON Schema; translated as ../shared/DEPENDENCIES.md says:
+The OpenAPI dialect of CRDs is not JSON Schema; it is translated so:
 ``x-kubernetes-int-or-string`` becomes integer-or-string, ``nullable: true`` admits null, and
 ``additionalProperties: false`` is added to every object with ``properties`` unless it has
 ``x-kubernetes-preserve-unknown-fields`` (the API server prunes unknown fields; we reject them,

@@ -7,7 +7,7 @@ What it is
     can all talk to it at once without sharing a loop. Nothing is monkey-patched on the client side:
     clients reach it over HTTP exactly as they would reach a kube-apiserver.
 
-What the harness adds to kmock (see ../shared/DEPENDENCIES.md for kmock's gaps)
+What the harness adds to kmock (kmock's gaps)
     - Core ``Namespace`` paths: kmock's ``kmock._internal.parsing.parse_path`` reads
       ``/api/v1/namespaces/NAME`` as "an object inside namespace NAME", so GET/PATCH/DELETE of a
       Namespace fail. ``install_namespace_path_fix()`` wraps that parser (in this process, for the

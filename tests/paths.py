@@ -1,14 +1,39 @@
-"""Where the tests' inputs are: this repository's examples and policies, and the shared real
-samples (``../shared/samples``, read in place, never copied)."""
+"""Where the tests' inputs are: this repository's examples, policies and test data
+(``tests/data``), and the upstream projects' own files, read in place from the Go modules pinned
+in ``tests/e2e/gomod`` (``tests/upstream.py``): nothing outside the repository but the Go module
+cache."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from tests import upstream
+
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
-SAMPLES = SHARED / "samples"
 POLICIES = REPO / "policies"
 EXAMPLE_CLUSTER = REPO / "examples" / "cluster.yaml"
 EXAMPLE_RAYJOB = REPO / "examples" / "rayjob-image-classifier.yaml"
-IMAGE_CLASSIFIER = SAMPLES / "kuberay/ray-operator/config/samples/pytorch-resnet-image-classifier/ray-job.pytorch-image-classifier.yaml"
+DATA = REPO / "tests" / "data"
+"""Inputs written by the project (tests/data/README.md says after what)."""
+
+KUBERAY = upstream.module_dir("kuberay")
+"""KubeRay's ray-operator module: ``config/samples``, ``config/crd/bases``."""
+KUBERAY_SAMPLES = KUBERAY / "config" / "samples"
+RAYJOB_CRD = KUBERAY / "config" / "crd" / "bases" / "ray.io_rayjobs.yaml"
+RAYCLUSTER_CRD = KUBERAY / "config" / "crd" / "bases" / "ray.io_rayclusters.yaml"
+IMAGE_CLASSIFIER = KUBERAY_SAMPLES / "pytorch-resnet-image-classifier" / "ray-job.pytorch-image-classifier.yaml"
+"""KubeRay's GPU RayJob sample: a CPU head and 4 workers of 1 GPU each in group ``gpu-group``."""
+
+KUEUE = upstream.module_dir("kueue")
+"""Kueue's module: ``config/components/crd/bases``; its example workloads are
+``cmd/kueueviz/examples`` (the site's ``static/examples`` are a separate module, not published)."""
+KUEUE_CRDS = KUEUE / "config" / "components" / "crd" / "bases"
+KUEUE_EXAMPLES = KUEUE / "cmd" / "kueueviz" / "examples"
+KUEUE_JOB = KUEUE_EXAMPLES / "03-agi-job.yaml"
+"""Kueue's example batch/v1 Job: 3 pods, queue label, suspended, cpu and memory requests."""
+
+K8S_API = upstream.module_dir("kubernetes", "k8s.io/api")
+"""k8s.io/api at the pinned Kubernetes version: ``testdata/HEAD/<group>.<version>.<Kind>.json``."""
+
+TAUGRID = DATA / "taugrid"
+"""TauGrid's CRDs and samples, written by the project after TauGrid's (not on the Go proxy)."""

@@ -72,8 +72,8 @@ def test_a_snapshot_with_an_invalid_profile_names_the_object_and_field(tmp_path,
 
 
 def test_kinds_taugate_does_not_admit_pass_through_unchanged(tmp_path, capsys):
-    from tests.paths import SAMPLES
-    code, out, err = run(capsys, "admit", "-f", str(SAMPLES / "kuberay/ray-operator/config/samples/ray-job.sample.yaml"),
+    from tests.paths import KUBERAY_SAMPLES
+    code, out, err = run(capsys, "admit", "-f", str(KUBERAY_SAMPLES / "ray-job.sample.yaml"),
                          "--cluster", str(EXAMPLE_CLUSTER), "-n", "vision", "--no-policies")
     docs = list(yaml.safe_load_all(out))
     assert code == 0 and [d["kind"] for d in docs] == ["RayJob", "ConfigMap"]

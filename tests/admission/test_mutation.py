@@ -146,8 +146,8 @@ def test_the_admission_record_names_profile_queue_and_profile_set_hash(classifie
 
 
 def test_kueue_sample_without_shutdown_flag_gets_shutdown_after_job_finishes(state, settings):
-    from tests.paths import SAMPLES
-    docs = yaml.safe_load_all((SAMPLES / "kuberay/ray-operator/config/samples/ray-job.custom-head-svc.yaml").read_text())
+    from tests.paths import KUBERAY_SAMPLES
+    docs = yaml.safe_load_all((KUBERAY_SAMPLES / "ray-job.custom-head-svc.yaml").read_text())
     doc = next(d for d in docs if d and d["kind"] == "RayJob")
     doc["spec"].pop("shutdownAfterJobFinishes", None)
     _, out = _mutated(doc, state, settings)

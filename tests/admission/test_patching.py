@@ -10,11 +10,11 @@ import jsonpatch
 import pytest
 import yaml
 
-from tests.paths import SAMPLES
+from tests.paths import KUBERAY_SAMPLES
 from webhook.mutation import deep_copy
 from webhook.patching import Edits, pointer
 
-DOCS = [d for p in sorted((SAMPLES / "kuberay/ray-operator/config/samples").glob("ray-*.yaml"))
+DOCS = [d for p in sorted(KUBERAY_SAMPLES.glob("ray-*.yaml"))
         for d in yaml.safe_load_all(p.read_text()) if isinstance(d, dict)]
 
 KEYS = ["labels", "tau.azure.com/run-id", "a~b", "x/~1y", "volumes", "spec", "nodeSelector", "0"]

@@ -1,4 +1,6 @@
-"""Every RayJob, RayCluster and Job in the real KubeRay and Kueue samples goes through
+"""Every RayJob, RayCluster and Job in KubeRay's ``config/samples`` and Kueue's example workloads
+(from the pinned Go modules, ``tests/paths.py``), and the Kueue-shaped Jobs of ``tests/data/kueue``
+(GPU with a provisioning check, partial admission, TAS, cpu-only), goes through
 admission in a workspace namespace: no crash, a patch that applies with jsonpatch, an admitted
 object valid under the real CRD schema (or Kubernetes' own for Jobs), and reinvocation on the
 output yields an empty patch."""
@@ -13,25 +15,23 @@ import pytest
 import yaml
 
 from tests.crdschema import crd_errors
-from tests.paths import SAMPLES
+from tests.paths import DATA, KUBERAY, KUBERAY_SAMPLES, KUEUE, KUEUE_EXAMPLES, RAYCLUSTER_CRD, RAYJOB_CRD
 from webhook.review import admit, mutate, request_for
 
 CRDS = {
-    "RayJob": SAMPLES / "kuberay/ray-operator/config/crd/bases/ray.io_rayjobs.yaml",
-    "RayCluster": SAMPLES / "kuberay/ray-operator/config/crd/bases/ray.io_rayclusters.yaml",
+    "RayJob": RAYJOB_CRD,
+    "RayCluster": RAYCLUSTER_CRD,
 }
 WORKLOAD_KINDS = {"RayJob", "RayCluster", "Job"}
 
 
 def _workloads():
     out = []
-    for root in (SAMPLES / "kuberay", SAMPLES / "kueue"):
+    for module, root in ((KUBERAY, KUBERAY_SAMPLES), (KUEUE, KUEUE_EXAMPLES), (DATA, DATA / "kueue")):
         for path in sorted(root.rglob("*.yaml")):
-            if "/crd/" in str(path) or "/webhook/" in str(path):
-                continue
             for i, doc in enumerate(yaml.safe_load_all(path.read_text())):
                 if isinstance(doc, dict) and doc.get("kind") in WORKLOAD_KINDS:
-                    out.append(pytest.param(doc, id=f"{path.relative_to(SAMPLES)}#{i}"))
+                    out.append(pytest.param(doc, id=f"{module.name}/{path.relative_to(module)}#{i}"))
     return out
 
 
@@ -42,12 +42,30 @@ def test_the_sample_corpus_holds_every_workload_kind():
     kinds = {p.values[0]["kind"] for p in WORKLOADS}
     assert kinds == WORKLOAD_KINDS
     assert len(WORKLOADS) >= 40
+    gpu_jobs = [p for p in WORKLOADS if p.values[0]["kind"] == "Job" and "nvidia.com/gpu" in str(p.values[0])]
+    assert gpu_jobs, "a GPU Job is among the samples"
+
+
+def _decoded(x):
+    """``x`` as the API server hands it to webhooks: a null in a field that is not ``nullable`` is
+    pruned (CRD structural-schema pruning; a built-in type decodes null as unset). KubeRay's
+    ``ray-cluster.auth.yaml`` has such a null (``headGroupSpec.template.metadata:``)."""
+    if isinstance(x, dict):
+        return {k: _decoded(v) for k, v in x.items() if v is not None}
+    if isinstance(x, list):
+        return [_decoded(v) for v in x]
+    return x
 
 
 def _in_vision(doc: dict) -> dict:
-    obj = copy.deepcopy(doc)
+    obj = _decoded(copy.deepcopy(doc))
     obj.setdefault("metadata", {})["namespace"] = "vision"
     return obj
+
+
+def _on_an_existing_cluster(obj: dict) -> bool:
+    """A RayJob that runs on an existing RayCluster: ``clusterSelector`` and no ``rayClusterSpec``."""
+    return obj["kind"] == "RayJob" and bool(obj["spec"].get("clusterSelector")) and "rayClusterSpec" not in obj["spec"]
 
 
 def _schema_errors(obj: dict) -> list[str]:
@@ -73,13 +91,18 @@ def test_mutation_of_a_real_sample_applies_validates_against_its_schema_and_is_i
         del obj["metadata"]["labels"]["kueue.x-k8s.io/queue-name"]
         decision = mutate(request_for(obj, namespace="vision"), state, settings)
     assert decision.allowed, decision.message
-    assert decision.patch, "a workload in a workspace always gets queue label, run-id and suspend"
+    assert decision.patch, "a workload in a workspace always gets a run-id"
     admitted = jsonpatch.apply_patch(obj, decision.patch)
     assert _schema_errors(admitted) == []
     labels = admitted["metadata"]["labels"]
-    assert labels["kueue.x-k8s.io/queue-name"] == "vision-queue"
     assert len(labels["tau.azure.com/run-id"]) == 24
-    assert admitted["spec"]["suspend"] is True
+    if _on_an_existing_cluster(admitted):
+        # KubeRay's ClusterSelector mode cannot be suspended and Kueue does not queue it
+        # (ray-job.use-existing-raycluster.yaml): a run-id, no queue label, no suspend.
+        assert "kueue.x-k8s.io/queue-name" not in labels and "suspend" not in admitted["spec"]
+    else:
+        assert labels["kueue.x-k8s.io/queue-name"] == "vision-queue"
+        assert admitted["spec"]["suspend"] is True
     again = mutate(request_for(admitted, namespace="vision"), state, settings)
     assert again.allowed and again.patch is None
 

@@ -1,5 +1,6 @@
-"""TauGrid compatibility: TauGrid's own sample objects load in taugate unchanged, and TauGrid's
-sample profiles resolve against TauGrid's sample Kueue objects."""
+"""TauGrid compatibility: objects shaped like TauGrid's samples load in taugate unchanged, and the
+profiles of TauGrid's Kind smoke example resolve against its Kueue objects (``tests/data/taugrid``,
+written by the project after TauGrid's public samples: TauGrid is not on the Go module proxy)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,10 @@ import yaml
 from taugate.models import TauCluster, TauQuotaRequest, TauWorkspace
 from taugate.settings import Settings
 from taugate.snapshot import build_state
-from tests.paths import SAMPLES
+from tests.paths import TAUGRID
 
-TAUGRID = SAMPLES / "taugrid"
-CONFIG_SAMPLES = TAUGRID / "controllers/tau-core/config/samples"
-SMOKE = TAUGRID / "examples/kind-smoke"
+CONFIG_SAMPLES = TAUGRID / "samples"
+SMOKE = TAUGRID / "kind-smoke"
 
 
 def _docs(path):
@@ -20,9 +20,9 @@ def _docs(path):
 
 
 def test_taugrids_sample_objects_load_and_round_trip_without_losing_a_field():
-    for path, model in ((CONFIG_SAMPLES / "tau.azure.com_v1alpha1_taucluster.yaml", TauCluster),
-                        (CONFIG_SAMPLES / "tau.azure.com_v1alpha1_tauworkspace.yaml", TauWorkspace),
-                        (CONFIG_SAMPLES / "tau.azure.com_v1alpha1_tauquotarequest.yaml", TauQuotaRequest)):
+    for path, model in ((CONFIG_SAMPLES / "taucluster.yaml", TauCluster),
+                        (CONFIG_SAMPLES / "tauworkspace.yaml", TauWorkspace),
+                        (CONFIG_SAMPLES / "tauquotarequest.yaml", TauQuotaRequest)):
         doc = _docs(path)[0]
         obj = model.model_validate(doc)
         wire = obj.wire()

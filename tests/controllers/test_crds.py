@@ -1,5 +1,7 @@
 """taugate's CRDs are generated from the pydantic models, live in the chart, and accept every
-object TauGrid's own CRDs accept (same names and scope; additions are optional fields only)."""
+object TauGrid's own CRDs accept (same names and scope; additions are optional fields only). TauGrid's
+CRDs and samples are read from ``tests/data/taugrid`` (written by the project after TauGrid's public
+chart: TauGrid is not on the Go module proxy)."""
 
 from __future__ import annotations
 
@@ -15,12 +17,11 @@ from controllers.crds import CRD_KINDS, build_crd, render_crds, stale_crds, writ
 from taugate.cli import main
 from tests.controllers.schema_compat import example_instance, widening_problems
 from tests.crdschema import translate
-from tests.paths import SAMPLES
+from tests.paths import TAUGRID
 
 REPO = Path(__file__).resolve().parents[2]
 CHART_CRDS = REPO / "charts" / "taugate" / "crds"
-TAUGRID = SAMPLES / "taugrid"
-TAUGRID_CRDS = TAUGRID / "charts" / "tau-core-controller" / "crds"
+TAUGRID_CRDS = TAUGRID / "crds"
 TAUGRID_KINDS = [k for k in CRD_KINDS if (TAUGRID_CRDS / k.filename).is_file()]
 
 
@@ -95,9 +96,9 @@ def test_a_maximal_object_built_from_taugrids_schema_is_valid_under_ours(kind):
 
 def _taugrid_samples() -> list[dict]:
     docs = []
-    for path in sorted((TAUGRID / "controllers/tau-core/config/samples").glob("*.yaml")):
+    for path in sorted((TAUGRID / "samples").glob("*.yaml")):
         docs += [d for d in yaml.safe_load_all(path.read_text()) if d]
-    smoke = yaml.safe_load((TAUGRID / "examples/kind-smoke/taucluster-profiles.yaml").read_text())
+    smoke = yaml.safe_load((TAUGRID / "kind-smoke/taucluster-profiles.yaml").read_text())
     docs.append({"apiVersion": "tau.azure.com/v1alpha1", "kind": "TauCluster", "metadata": {"name": "cluster"}, **smoke})
     return docs
 

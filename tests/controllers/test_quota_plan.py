@@ -11,7 +11,7 @@ from controllers.tauquotarequest import decide_phase, reconcile_quota_request
 from taugate import labels
 from tests.controllers.conftest import pick
 from tests.controllers.memstore import MemKube, MemStore
-from tests.paths import SAMPLES
+from tests.paths import TAUGRID
 
 NOW, LATER = "2026-11-29T10:00:00Z", "2026-11-29T11:00:00Z"
 SYS = "tau-platform"
@@ -103,8 +103,7 @@ def test_apply_needs_a_cluster_in_reconcile_mode(small_cluster, settings):
 
 def test_a_resource_that_names_a_flavor_means_gpus_on_that_flavor(small_cluster, settings):
     # TauGrid's sample asks for ``resource: h200``: a GPU series, i.e. a flavor.
-    sample = yaml.safe_load((SAMPLES / "taugrid/controllers/tau-core/config/samples/"
-                                       "tau.azure.com_v1alpha1_tauquotarequest.yaml").read_text())
+    sample = yaml.safe_load((TAUGRID / "samples/tauquotarequest.yaml").read_text())
     sample["spec"].update(workspace="nlp", resource="a100", requested=20, mutationMode="Apply")
     sample["metadata"]["annotations"] = APPROVED
     kube, store = _kube(small_cluster, sample)

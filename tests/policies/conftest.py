@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.paths import EXAMPLE_CLUSTER, IMAGE_CLASSIFIER, POLICIES, REPO, SHARED  # noqa: F401  (used by the tests here)
+from tests.paths import EXAMPLE_CLUSTER, IMAGE_CLASSIFIER, POLICIES, REPO  # noqa: F401  (used by the tests here)
 
 
 @pytest.fixture

@@ -3,25 +3,24 @@
 The RayJob is KubeRay's own GPU sample (``ray-job.pytorch-image-classifier.yaml``: a CPU head and
 4 GPU workers in group ``gpu-group``) with what taugate's webhook adds (run-id, queue, workspace
 and profile labels, the admission record annotation). Workloads follow Kueue's ``Workload`` CRD
-(v1beta1; validated against ``../shared/samples/kueue`` in the tests), Pods and Nodes the core
-API (the Node is NVIDIA knavigator's DGX A100 sample).
+(v1beta1; validated against Kueue's own CRD in the tests), Pods and Nodes the core API (the Node
+is ``tests/data/nodes``' DGX A100, shaped like NVIDIA knavigator's). KubeRay's and Kueue's files are
+read from the pinned Go modules (``tests/paths.py``).
 """
 
 from __future__ import annotations
 
 import copy
 import json
-from pathlib import Path
 
 import yaml
 
 from taugate import labels
+from tests.paths import DATA, IMAGE_CLASSIFIER, KUEUE_CRDS, KUEUE_JOB
 
-SHARED = Path(__file__).resolve().parents[2] / ".." / "shared"
-SAMPLES = SHARED / "samples"
-RAYJOB_SAMPLE = SAMPLES / "kuberay/ray-operator/config/samples/pytorch-resnet-image-classifier/ray-job.pytorch-image-classifier.yaml"
-NODE_SAMPLE = SAMPLES / "nvidia-knavigator/rendered/node-dgxa100.80g.yaml"
-WORKLOAD_CRD = SAMPLES / "kueue/config/components/crd/bases/kueue.x-k8s.io_workloads.yaml"
+RAYJOB_SAMPLE = IMAGE_CLASSIFIER
+NODE_SAMPLE = DATA / "nodes" / "gpu-node-dgx-a100-80gb.yaml"
+WORKLOAD_CRD = KUEUE_CRDS / "kueue.x-k8s.io_workloads.yaml"
 
 RUN_ID = "5f0c2a9b7d1e4c3a8b6f0d12"
 NS = "team-a"
@@ -200,7 +199,7 @@ def error_exit(finished: str = "2026-11-29T10:20:05Z", code: int = 1) -> dict:
 
 
 def node(name: str, *, gpu_condition: str | None = None, ready: bool = True) -> dict:
-    """knavigator's DGX A100 node renamed, optionally with an NPD GPU condition set to True."""
+    """The DGX A100 node of ``tests/data/nodes`` renamed, optionally with an NPD GPU condition set to True."""
     n = yaml.safe_load(NODE_SAMPLE.read_text())
     n["metadata"]["name"] = name
     n["metadata"]["labels"]["kubernetes.io/hostname"] = name
@@ -214,13 +213,13 @@ def node(name: str, *, gpu_condition: str | None = None, ready: bool = True) -> 
     return n
 
 
-JOB_SAMPLE = SAMPLES / "kueue/site/static/examples/jobs/sample-job.yaml"
+JOB_SAMPLE = KUEUE_JOB
 
 
 def job(name: str = "eval-batch", run_id: str = "0a1b2c3d4e5f60718293a4b5", uid: str = "c0ffee00-0000-4000-8000-0000000000b1",
         parallelism: int = 1, owner: dict | None = None) -> dict:
-    """Kueue's sample batch/v1 Job with taugate's labels; ``owner`` makes it a child (KubeRay's
-    submitter Job is controlled by its RayJob)."""
+    """Kueue's example batch/v1 Job (``KUEUE_JOB``) with taugate's labels; ``owner`` makes it a child
+    (KubeRay's submitter Job is controlled by its RayJob)."""
     obj = yaml.safe_load(JOB_SAMPLE.read_text())
     obj["metadata"] = {"name": name, "namespace": NS, "uid": uid, "creationTimestamp": T0,
                        "labels": {labels.RUN_ID: run_id, labels.MANAGED_BY: labels.MANAGED_BY_VALUE,
@@ -257,19 +256,21 @@ def job_workload(owner: dict, admitted: bool) -> dict:
 def job_pod(owner: dict, index: int = 0, *, node: str | None = None, phase: str = "Pending",
             scheduled_at: str = T0, terminated: dict | None = None) -> dict:
     meta = owner["metadata"]
+    container = owner["spec"]["template"]["spec"]["containers"][0]
     name = f"{meta['name']}-{index}-x2v9k"
     p = {"apiVersion": "v1", "kind": "Pod",
          "metadata": {"name": name, "namespace": meta["namespace"], "uid": f"pod-{name}",
                       "labels": {labels.RUN_ID: meta["labels"][labels.RUN_ID], "batch.kubernetes.io/job-name": meta["name"]},
                       "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": meta["name"],
                                            "uid": meta["uid"], "controller": True}]},
-         "spec": {"containers": [{"name": "dummy-job", "image": "registry.k8s.io/e2e-test-images/agnhost:2.53"}],
+         "spec": {"containers": [{"name": container["name"], "image": container["image"]}],
                   "restartPolicy": "Never"},
          "status": {"phase": phase, "conditions": []}}
     if node:
         p["spec"]["nodeName"] = node
         p["status"]["conditions"].append({"type": "PodScheduled", "status": "True", "lastTransitionTime": scheduled_at})
         state = {"terminated": terminated} if terminated else {"running": {"startedAt": scheduled_at}}
-        p["status"]["containerStatuses"] = [{"name": "dummy-job", "image": "agnhost:2.53", "imageID": "", "ready": not terminated,
+        p["status"]["containerStatuses"] = [{"name": container["name"], "image": container["image"], "imageID": "",
+                                             "ready": not terminated,
                                              "restartCount": 0, "state": state, "lastState": {}}]
     return p

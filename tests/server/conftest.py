@@ -9,14 +9,18 @@ import yaml
 
 from certs import store
 from certs.serving import ServingTLS
-from tests.paths import SAMPLES
+from tests.paths import DATA, K8S_API
 from tests.server.https import AdmissionClient
 from webhook import server as srv
 
 from tests.paths import EXAMPLE_CLUSTER, EXAMPLE_RAYJOB, REPO  # noqa: F401  (imported by the tests here)
 
-K8S_DOCS = SAMPLES / "kubernetes-website"
-KUBEWARDEN = SAMPLES / "kubewarden-policies"
+K8S_DOCS = DATA / "admission" / "kubernetes-docs"
+"""AdmissionReviews shaped like the Kubernetes documentation's examples (project-written)."""
+APISERVER_REQUESTS = DATA / "admission" / "apiserver-requests"
+"""AdmissionRequests of non-workload kinds, in kube-apiserver's shape (project-written)."""
+K8S_API_TESTDATA = K8S_API / "testdata" / "HEAD"
+"""k8s.io/api's round-trip fixtures: every field of each type set (``admission.k8s.io.v1.AdmissionReview.json``)."""
 
 
 @pytest.fixture

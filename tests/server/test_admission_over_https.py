@@ -1,6 +1,7 @@
-"""AdmissionReviews over real HTTPS, answered as kube-apiserver expects: the Kubernetes
-documentation's examples, captured apiserver requests (kubewarden), and RayJobs in workspace
-``vision`` of examples/cluster.yaml, with the returned JSONPatch applied by ``jsonpatch``."""
+"""AdmissionReviews over real HTTPS, answered as kube-apiserver expects: reviews shaped like the
+Kubernetes documentation's examples, requests in kube-apiserver's shape for Deployments, Pods, PVCs,
+Namespaces and Jobs, k8s.io/api's own AdmissionReview fixture, and RayJobs in workspace ``vision``
+of examples/cluster.yaml, with the returned JSONPatch applied by ``jsonpatch``."""
 
 from __future__ import annotations
 
@@ -12,12 +13,11 @@ import pytest
 
 from taugate import labels
 from tests.crdschema import crd_errors
-from tests.paths import SAMPLES
-from tests.server.conftest import K8S_DOCS, KUBEWARDEN
-from tests.server.https import admission_review, apply, check_response, patch_of, workload_request
+from tests.paths import RAYJOB_CRD
+from tests.server.conftest import APISERVER_REQUESTS, K8S_API_TESTDATA, K8S_DOCS
+from tests.server.https import RESPONSE_KEYS, admission_review, apply, check_response, patch_of, workload_request
 from webhook.routes import ROUTES
 
-RAYJOB_CRD = SAMPLES / "kuberay/ray-operator/config/crd/bases/ray.io_rayjobs.yaml"
 RUN_ID = re.compile(r"^[0-9a-f]{24}$")
 
 
@@ -26,7 +26,7 @@ def _templates(obj: dict) -> list[dict]:
     return [spec["headGroupSpec"]["template"], *(g["template"] for g in spec["workerGroupSpecs"])]
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in K8S_DOCS.glob("admissionreview-v1-response-*.json")))
+@pytest.mark.parametrize("name", sorted(p.name for p in K8S_DOCS.glob("response-*.json")))
 def test_the_response_checker_accepts_the_kubernetes_documentation_examples(name):
     doc = json.loads((K8S_DOCS / name).read_text())
     resp = check_response(doc, "<value from request.uid>", denial_needs_reason=False)
@@ -35,33 +35,55 @@ def test_the_response_checker_accepts_the_kubernetes_documentation_examples(name
 
 
 async def test_the_documented_scale_subresource_review_is_allowed_untouched_on_every_route(gate):
-    review = json.loads((K8S_DOCS / "admissionreview-v1-request-scale-subresource-update.json").read_text())
+    review = json.loads((K8S_DOCS / "request-scale-subresource-update.json").read_text())
+    uid = review["request"]["uid"]
     for route in ROUTES:
         r = await gate.post(route.path, review)
         assert r.status == 200, (route.path, r.text)
-        resp = check_response(r.body, "705ab4f5-6393-11e8-b7cc-42010a800002")
-        assert resp == {"uid": "705ab4f5-6393-11e8-b7cc-42010a800002", "allowed": True}
+        resp = check_response(r.body, uid)
+        assert resp == {"uid": uid, "allowed": True}
 
 
-def _kubewarden_reviews():
+def test_the_response_checker_knows_every_field_of_k8s_ios_admission_response():
+    fixture = json.loads((K8S_API_TESTDATA / "admission.k8s.io.v1.AdmissionReview.json").read_text())
+    assert set(fixture["response"]) == RESPONSE_KEYS
+
+
+async def test_k8s_ios_admission_review_fixture_with_every_request_field_set_is_answered_on_every_route(gate):
+    """k8s.io/api's round-trip fixture sets every AdmissionRequest field with placeholder values
+    (``operation: operationValue``, a custom type in namespace ``namespaceValue``): as sent, each
+    route answers HTTP 400 naming the bad operation; with each real operation, allowed untouched."""
+    fixture = json.loads((K8S_API_TESTDATA / "admission.k8s.io.v1.AdmissionReview.json").read_text())
+    review = {"apiVersion": fixture["apiVersion"], "kind": fixture["kind"], "request": fixture["request"]}
+    for route in ROUTES:
+        r = await gate.post(route.path, review)
+        assert r.status == 400 and "request.operation is 'operationValue'" in r.body["error"], (route.path, r.text)
+        for operation in ("CREATE", "UPDATE", "DELETE", "CONNECT"):
+            r = await gate.post(route.path, {**review, "request": {**review["request"], "operation": operation}})
+            assert r.status == 200, (route.path, operation, r.text)
+            assert check_response(r.body, "uidValue") == {"uid": "uidValue", "allowed": True}
+
+
+def _apiserver_reviews():
     out = []
-    for path in sorted(KUBEWARDEN.rglob("*.json")):
+    for path in sorted(APISERVER_REQUESTS.glob("*.json")):
         doc = json.loads(path.read_text())
         review = doc if doc.get("kind") == "AdmissionReview" else admission_review(doc)
-        out.append(pytest.param(review, id=str(path.relative_to(KUBEWARDEN / "policies"))))
+        out.append(pytest.param(review, id=path.stem))
     return out
 
 
-KUBEWARDEN_REVIEWS = _kubewarden_reviews()
+APISERVER_REVIEWS = _apiserver_reviews()
 
 
-def test_the_kubewarden_captures_hold_bare_requests_and_full_reviews():
-    wrapped = [p for p in (KUBEWARDEN / "policies").rglob("*.json") if '"request"' in p.read_text()[:200]]
-    assert len(KUBEWARDEN_REVIEWS) == 9 and wrapped
+def test_the_apiserver_requests_hold_bare_requests_and_full_reviews_of_every_operation():
+    wrapped = [p for p in APISERVER_REQUESTS.glob("*.json") if '"request"' in p.read_text()[:200]]
+    assert len(APISERVER_REVIEWS) == 9 and wrapped
+    assert {p.values[0]["request"]["operation"] for p in APISERVER_REVIEWS} == {"CREATE", "UPDATE", "DELETE"}
 
 
-@pytest.mark.parametrize("review", KUBEWARDEN_REVIEWS)
-async def test_captured_apiserver_requests_outside_workspaces_are_allowed_untouched(gate, review):
+@pytest.mark.parametrize("review", APISERVER_REVIEWS)
+async def test_apiserver_requests_outside_workspaces_are_allowed_untouched(gate, review):
     """Deployments, Pods, PVCs, Namespaces and Jobs in non-workspace namespaces: CREATE, UPDATE
     and DELETE; every route answers allowed, uid echoed, no patch."""
     for route in ROUTES:
@@ -71,8 +93,8 @@ async def test_captured_apiserver_requests_outside_workspaces_are_allowed_untouc
         assert resp["allowed"] and "patch" not in resp, (route.path, resp)
 
 
-async def test_a_captured_job_create_moved_into_a_workspace_is_mutated_then_validated(gate):
-    request = json.loads((KUBEWARDEN / "policies/trusted-repos-policy/test_data/job_creation.json").read_text())
+async def test_a_minimal_job_create_moved_into_a_workspace_is_mutated_then_validated(gate):
+    request = json.loads((APISERVER_REQUESTS / "job-create-minimal.json").read_text())
     request["namespace"] = "vision"
     job = request["object"]
     r = await gate.post("/mutate", admission_review(request))
