@@ -32,12 +32,11 @@ import yaml
 
 from tests.e2e.controlplane import LOOPBACK, ControlPlane, Process, free_port, start_process, wait_until
 from tests.install import chart as chart_helpers
+from tests.paths import EXAMPLE_CLUSTER, KUEUE_CRDS, RAYCLUSTER_CRD, RAYJOB_CRD, REPO
 
-REPO = Path(__file__).resolve().parents[2]
 RELEASE = chart_helpers.RELEASE
 NAMESPACE = chart_helpers.NAMESPACE
 SYSTEM_NAMESPACE = "tau-platform"
-EXAMPLE_CLUSTER = REPO / "examples" / "cluster.yaml"
 WEBHOOK_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 # A CPU-only batch Job in the example's `vision` workspace: what the readiness probe dry-runs.
@@ -46,20 +45,11 @@ PROBE_JOB = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "e2e-
                  {"name": "c", "image": "busybox", "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]}}}}
 
 
-def module_dir(component: str) -> Path:
-    """The source directory of the upstream module pinned in ``tests/e2e/gomod/<component>``."""
-    from tests.upstream import module_dir as upstream_module_dir
-
-    return upstream_module_dir(component)
-
-
 def upstream_crds() -> list[dict]:
     """KubeRay's and Kueue's CRDs that taugate reads or that its workloads need, as their Go
     modules ship them."""
-    kuberay = module_dir("kuberay") / "config" / "crd" / "bases"
-    kueue = module_dir("kueue") / "config" / "components" / "crd" / "bases"
-    files = [kuberay / "ray.io_rayjobs.yaml", kuberay / "ray.io_rayclusters.yaml"]
-    files += [kueue / f"kueue.x-k8s.io_{p}.yaml" for p in
+    files = [RAYJOB_CRD, RAYCLUSTER_CRD]
+    files += [KUEUE_CRDS / f"kueue.x-k8s.io_{p}.yaml" for p in
               ("localqueues", "clusterqueues", "resourceflavors", "workloads", "workloadpriorityclasses")]
     return [yaml.safe_load(f.read_text()) for f in files]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.upstream import module_dir
+from tests.paths import KUBERAY_SAMPLES, KUEUE
 
 WORKLOAD_KINDS = ("RayJob", "RayCluster", "Job")
 QUEUE = "kueue.x-k8s.io/queue-name"
@@ -30,7 +30,7 @@ def _docs(path: Path) -> list[dict]:
 def sample_workloads() -> list[tuple[str, dict]]:
     """``[(id, object)]``: each workload document of KubeRay's ``config/samples`` and of the
     Kueue module's YAML files (CRDs, charts and webhooks left out), in file order."""
-    roots = [("kuberay", module_dir("kuberay") / "config" / "samples"), ("kueue", module_dir("kueue"))]
+    roots = [("kuberay", KUBERAY_SAMPLES), ("kueue", KUEUE)]
     out = []
     for name, root in roots:
         for path in sorted(root.rglob("*.yaml")):
