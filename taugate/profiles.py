@@ -67,12 +67,12 @@ def _flavors_match(profile: WorkloadProfile, cq: str, gpu_flavors: list[dict], f
     keys = {k for nl in node_labels.values() for k in nl}
     why: dict[str, str] = {}
     for n in known:
-        clash = [f"{k}={node_labels[n].get(k, '<unset>')}, the profile places on {k}={v}"
+        clash = [f"nodeLabels[{k}]: {n}={node_labels[n].get(k, '<unset>')}, the profile places on {v}"
                  for k, v in sorted(wanted.items()) if k in keys and node_labels[n].get(k) != v]
         if not clash:
             return []
         why[n] = "; ".join(clash)
-    shown = "; ".join(f"flavor {n} doesn't match node affinity (nodeLabels {w})" for n, w in sorted(why.items()))
+    shown = "; ".join(f"flavor {n} doesn't match node affinity ({w})" for n, w in sorted(why.items()))
     return [f"no nvidia.com/gpu ResourceFlavor of ClusterQueue {cq!r} matches the profile's node selector, so Kueue "
             f"never finds a flavor and its workloads stay Pending: {shown}"]
 

@@ -2,9 +2,10 @@
 #
 # TauGrid profile semantics: `mode: fixed` runs exactly `workerCount` workers (gang-sized
 # placement and quota are planned for that number); `mode: elastic` runs at most
-# `workerCount`. Workers are Ray worker-group pods (replicas x numOfHosts; with the KubeRay
-# autoscaler on, up to maxReplicas x numOfHosts) and a batch/v1 Job's parallelism; for a GPU
-# profile only pod templates that hold GPUs count.
+# `workerCount`. Workers are Ray worker-group pods (the larger of KubeRay's
+# clamp(replicas, minReplicas, maxReplicas) and Kueue's replicas, x numOfHosts; with the KubeRay
+# autoscaler on, up to maxReplicas x numOfHosts) and the pods a batch/v1 Job runs at a time
+# (min(parallelism, completions)); for a GPU profile only pod templates that hold GPUs count.
 package taugate.policies.workers_match_profile
 
 import data.taugate.lib
