@@ -243,13 +243,25 @@ def edit_update(obj: dict, old: dict | None, templates: list[PodTemplate], adapt
     return edits
 
 
-def edit_child(obj: dict, templates: list[PodTemplate]) -> Edits | None:
+def edit_child(obj: dict, templates: list[PodTemplate], adapter: WorkloadAdapter | None = None,
+               old: dict | None = None) -> Edits | None:
     """A child (KubeRay's submitter Job, the RayCluster of a RayJob), edited in place, inherits its
     parent's run-id (KubeRay copies the RayJob's labels and templates) onto itself and every pod
-    template, and gets nothing else: it is neither queued again nor given a new run-id. None
-    when it has no run-id to spread."""
+    template, and gets nothing else: it is neither queued again nor given a new run-id. On UPDATE
+    (``old`` is the stored child) the same rule as ``edit_update`` holds: nothing for an object
+    being deleted, and the pod templates only where ``adapter.templates_mutable(old)`` (a started
+    submitter Job's template is immutable). None when it has no run-id to spread or nothing
+    changes."""
     run_id = run_id_of(obj, templates)
     if run_id is None:
+        return None
+    if isinstance(old, dict):
+        if (obj.get("metadata") or {}).get("deletionTimestamp"):
+            return None
+        if adapter is not None and not adapter.templates_mutable(old):
+            templates = []
+    if ((obj.get("metadata") or {}).get("labels") or {}).get(labels.RUN_ID) == run_id and all(
+            ((t.template.get("metadata") or {}).get("labels") or {}).get(labels.RUN_ID) == run_id for t in templates):
         return None
     edits = Edits(obj)
     label_run(edits, templates, run_id)

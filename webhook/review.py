@@ -165,7 +165,8 @@ def mutate(request: dict, state: ClusterState, settings: Settings, engine: Engin
         return Decision.deny(subject.malformed, obj=obj)
     doc = obj if in_place else mutation.deep_copy(obj)  # what the edits change
     if subject.child:
-        edits = mutation.edit_child(doc, subject.templates)
+        old = request.get("oldObject") if request.get("operation") == "UPDATE" else None
+        edits = mutation.edit_child(doc, subject.templates, subject.adapter, old)
     elif request.get("operation") == "UPDATE":
         edits = mutation.edit_update(doc, request.get("oldObject"), subject.templates, subject.adapter)
     else:

@@ -185,14 +185,18 @@ def check_autoscaling(obj: dict, kind: str, elastic_jobs: bool) -> list[Violatio
         f"or {how}")]
 
 
-def check_partial_admission(obj: dict) -> list[Violation]:
+def check_partial_admission(obj: dict, old: dict | None = None) -> list[Violation]:
     """Kueue rule for a Job's partial admission annotation ``kueue.x-k8s.io/job-min-parallelism``:
     a whole number above 0 and below the pods the Job runs at a time (kueue v0.17
     ``pkg/controller/jobs/job/job_webhook.go`` ``validatePartialAdmissionCreate``: "should be
-    between 0 and N")."""
+    between 0 and N"). On UPDATE (``old`` given) only when the annotation changes, as Kueue's
+    ``validateUpdate`` does: Kueue itself lowers ``parallelism`` to the admitted count, which may
+    be the minimum."""
     notes = (obj.get("metadata") or {}).get("annotations") or {}
     raw = notes.get(JOB_MIN_PARALLELISM)
     if raw is None:
+        return []
+    if isinstance(old, dict) and raw == ((old.get("metadata") or {}).get("annotations") or {}).get(JOB_MIN_PARALLELISM):
         return []
     spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
     pods = job_pods(spec)
@@ -301,7 +305,7 @@ def structural(obj: dict, adapter: WorkloadAdapter, templates: list[PodTemplate]
     elif kind == "RayCluster":
         out += check_worker_groups(templates, "spec.workerGroupSpecs")
     elif kind == "Job":
-        out += check_partial_admission(obj)
+        out += check_partial_admission(obj, old)
     if queued and kind in ("RayJob", "RayCluster"):
         out += check_autoscaling(obj, kind, elastic_jobs)
     if res is not None:

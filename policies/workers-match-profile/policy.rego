@@ -58,3 +58,17 @@ deny contains lib.violation(name, field, msg) if {
 		[most, input.profile.workerCount, input.profile.name, input.profile.mode, input.profile.workerCount, input.profile.workerCount],
 	)
 }
+
+# Kueue's partial admission (a Job's kueue.x-k8s.io/job-min-parallelism; kueue
+# pkg/controller/jobs/job Job.minPodsCount) may start a fixed-size workload with fewer workers,
+# and then lowers spec.parallelism itself: a fixed profile must say so at apply time.
+deny contains lib.violation(name, "metadata.annotations[\"kueue.x-k8s.io/job-min-parallelism\"]", msg) if {
+	input.profile.mode == "fixed"
+	now == input.profile.workerCount
+	least := sum([t.minReplicas | some t in workers])
+	least < now
+	msg := sprintf(
+		"lets Kueue's partial admission start it with %d of its %d workers; allowed: exactly %d under workload profile %s (mode fixed, workerCount %d); fix: remove the kueue.x-k8s.io/job-min-parallelism annotation, or use an elastic profile",
+		[least, now, input.profile.workerCount, input.profile.name, input.profile.workerCount],
+	)
+}

@@ -90,6 +90,22 @@ def test_a_suspended_job_that_never_started_still_gets_its_template_run_id_back(
     assert final["spec"]["template"]["metadata"]["labels"][labels.RUN_ID] == m.RUN_ID and v.allowed
 
 
+def test_kuberays_started_submitter_job_is_updated_without_a_template_patch(state, settings, engine):
+    child = m.legacy_started_job()
+    child["metadata"]["labels"].pop(labels.KUEUE_QUEUE_NAME)
+    child["metadata"]["ownerReferences"] = [{"apiVersion": "ray.io/v1", "kind": "RayJob", "name": "rayjob-sample",
+                                             "uid": "u-1", "controller": True, "blockOwnerDeletion": True}]
+    relabelled = copy.deepcopy(child)
+    relabelled["metadata"]["annotations"] = {"ray.io/job-submission-id": "rayjob-sample-abcde"}
+    patch, final, v = update(relabelled, child, state, settings, engine, username=m.KUBERAY)
+    assert patch == [] and v.allowed and final["spec"]["template"] == child["spec"]["template"]
+    # At CREATE the same child inherits the run-id on its template too.
+    created = copy.deepcopy(child)
+    del created["status"]
+    d = mutate(request_for(created, namespace="vision"), state, settings)
+    assert [op["path"] for op in d.patch] == ["/spec/template/metadata/labels/tau.azure.com~1run-id"]
+
+
 @pytest.mark.parametrize("status", [{"startTime": "2026-12-01T09:00:00Z"}, {"active": 1}])
 def test_a_suspended_job_that_started_or_has_active_pods_keeps_an_immutable_template(status):
     job = m.legacy_started_job()
@@ -122,6 +138,10 @@ def test_kueues_unsuspend_with_node_selectors_tolerations_gates_and_lowered_para
     patch, final, v = update(start, job, state, settings, engine, username=m.KUEUE)
     assert patch == [] and v.allowed, v.message
     assert final["spec"]["parallelism"] == 7 and final["spec"]["suspend"] is False
+    # Admitted at exactly the minimum: Kueue checks the annotation only when it changes.
+    start["spec"]["parallelism"] = 5
+    patch, final, v = update(start, job, state, settings, engine, username=m.KUEUE)
+    assert patch == [] and v.allowed, v.message
 
 
 def test_kueues_eviction_suspends_first_then_restores_the_template_and_parallelism_untouched(state, settings,
@@ -223,6 +243,17 @@ def test_a_partial_admission_minimum_that_still_exceeds_the_queue_is_denied_with
     code, _, err = cli(tmp_path, capsys, m.partial_job(12, 12, minimum="9"))
     assert code == 1
     assert "at least 36 GPUs in total even at Kueue's partial-admission minimum (job: 9-12 pods x 4 GPUs)" in err
+
+
+def test_a_fixed_size_profile_refuses_a_job_that_kueue_may_start_with_fewer_workers(tmp_path, capsys):
+    job = m.partial_job(2, 2, minimum="1", gpus=8)  # h100-8gpu: mode fixed, workerCount 2
+    code, _, err = cli(tmp_path, capsys, job)
+    assert code == 1
+    assert ('[workers-match-profile] metadata.annotations["kueue.x-k8s.io/job-min-parallelism"]: lets Kueue\'s '
+            'partial admission start it with 1 of its 2 workers') in err
+    del job["metadata"]["annotations"]["kueue.x-k8s.io/job-min-parallelism"]
+    code, _, err = cli(tmp_path, capsys, job)
+    assert code == 0, err
 
 
 @pytest.mark.parametrize("minimum,says", [("12", '"should be between 0 and 11"'), ("five", '"should be between 0 and 11"'),
