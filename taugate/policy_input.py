@@ -17,7 +17,7 @@ from decimal import Decimal
 from typing import Any
 
 from taugate import labels
-from taugate.adapters import PodTemplate, field_path
+from taugate.adapters import PodTemplate, field_path, is_sidecar
 from taugate.models import ResolvedProfile, TauWorkspace
 from taugate.snapshot import ClusterState
 
@@ -89,6 +89,7 @@ def _template_input(t: PodTemplate, obj: dict | None = None, autoscaling: bool =
             "requests": res.get("requests") or {},
             "limits": res.get("limits") or {},
             "gpus": _whole(gpus.get((kind, i), 0)),
+            "sidecar": is_sidecar(kind, c),
         })
     replicas_field, max_replicas = _replica_fields(obj or {}, t, autoscaling)
     return {

@@ -170,7 +170,9 @@ def test_a_native_sidecar_adds_its_gpus_to_the_pod_so_eight_plus_one_is_denied_o
     code, out, err = cli(tmp_path, capsys, m.sidecar_job(8, 1))
     assert code == 1 and out == ""
     assert "[gpu-per-pod-fits-node]" in err
-    assert "asks for 9 GPUs per pod, but the largest h100 node has 8 allocatable GPUs" in err
+    assert ("asks for 9 GPUs per pod (native sidecar gpu-telemetry: 1 runs beside the main containers, so its GPUs "
+            "add to theirs, KEP-753), but the largest h100 node has 8 allocatable GPUs") in err
+    assert "[gpu-per-pod-within-profile]" in err and "allowed: 8 GPUs per worker" in err
 
 
 def test_a_classic_init_container_runs_before_the_main_ones_so_eight_and_one_is_eight(tmp_path, capsys):
