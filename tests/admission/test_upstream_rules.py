@@ -67,6 +67,23 @@ def test_the_garbage_collectors_finalizer_removal_on_a_started_job_gets_no_patch
     assert final["metadata"]["finalizers"] == []
 
 
+def test_taugate_admit_as_the_garbage_collector_and_as_kueue_sends_no_patch(tmp_path, capsys, state, settings,
+                                                                           engine):
+    job = m.legacy_started_job()
+    job["metadata"]["finalizers"] = ["foregroundDeletion"]
+    code, out, err = cli(tmp_path, capsys, m.gc_finalizer_removal(job), "-o", "patch", "--as", m.GC, old=job)
+    assert code == 0, err
+    assert json.loads(out)[0]["patch"] == []
+    stored = _kueue_admitted(state, settings, engine)
+    start = copy.deepcopy(stored)
+    start["spec"]["suspend"] = False
+    start["spec"]["parallelism"] = 5
+    start["spec"]["template"]["spec"]["nodeSelector"] = {settings.gpu_class_label: "h100"}
+    code, out, err = cli(tmp_path, capsys, start, "-o", "patch", "--as", m.KUEUE, old=stored)
+    assert code == 0, err
+    assert json.loads(out)[0]["patch"] == []
+
+
 def test_kubectl_label_on_a_started_job_without_a_template_run_id_never_patches_the_template(tmp_path, capsys):
     job = m.legacy_started_job()
     labelled = copy.deepcopy(job)
