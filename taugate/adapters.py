@@ -7,10 +7,15 @@ the policy input never walk kind-specific paths themselves.
 Kinds and where their pod templates are (KubeRay ``ray.io/v1`` and Kubernetes ``batch/v1``):
 
 - RayCluster: ``spec.headGroupSpec.template`` (role ``head``, 1 pod) and
-  ``spec.workerGroupSpecs[i].template`` (role ``worker``, ``replicas`` x ``numOfHosts`` pods).
+  ``spec.workerGroupSpecs[i].template`` (role ``worker``, ``worker_group_pods`` pods: the larger
+  of what KubeRay creates and what Kueue reserves).
 - RayJob: the same under ``spec.rayClusterSpec``, plus ``spec.submitterPodTemplate`` (role
   ``submitter``, 1 pod) when present.
-- Job: ``spec.template`` (role ``job``, ``parallelism`` pods, default 1).
+- Job: ``spec.template`` (role ``job``, ``job_pods``: min(parallelism, completions) pods at a
+  time; fewer under Kueue's partial admission, see ``job_min_pods``).
+
+GPUs per pod follow Kubernetes' pod request formula with native sidecars (KEP-753,
+``pod_request``), for ``nvidia.com/gpu`` and for every MIG slice resource ``nvidia.com/mig-*``.
 """
 
 from __future__ import annotations
@@ -88,7 +93,9 @@ class ContainerGpus:
 
     ``request``/``limit`` are the raw values (None when absent); ``request_n``/``limit_n`` the
     parsed numbers (None when absent or unparsable). Kubernetes defaults a missing request of an
-    extended resource to its limit, so ``effective`` is the limit, else the request.
+    extended resource to its limit, so ``effective`` is the limit, else the request. ``sidecar``
+    is True for a native sidecar: an init container with ``restartPolicy: Always`` (KEP-753), which
+    runs for the life of the pod.
     """
 
     name: str
@@ -98,6 +105,7 @@ class ContainerGpus:
     limit: Any
     request_n: Decimal | None
     limit_n: Decimal | None
+    sidecar: bool = False
 
     @property
     def effective(self) -> Decimal:
@@ -124,32 +132,95 @@ def _pod_spec(template: Any) -> dict:
     return spec if isinstance(spec, dict) else {}
 
 
+def is_sidecar(kind: str, container: dict) -> bool:
+    """True for a native sidecar (KEP-753, GA in Kubernetes 1.29): an init container whose
+    ``restartPolicy`` is ``Always`` (component-helpers ``resource/helpers.go``
+    ``isRestartableInitContainer``)."""
+    return kind == "initContainers" and container.get("restartPolicy") == "Always"
+
+
 def _read_gpus(spec: dict) -> tuple[ContainerGpus, ...]:
     out = []
     for kind, i, c in _containers(spec):
+        sidecar = is_sidecar(kind, c)
         res = c.get("resources")
         if not isinstance(res, dict):
-            out.append(ContainerGpus(c.get("name") or f"#{i}", i, kind, None, None, None, None))
+            out.append(ContainerGpus(c.get("name") or f"#{i}", i, kind, None, None, None, None, sidecar))
             continue
         req, lim = res.get("requests"), res.get("limits")
         r = req.get(labels.GPU_RESOURCE) if isinstance(req, dict) else None
         l = lim.get(labels.GPU_RESOURCE) if isinstance(lim, dict) else None
         out.append(ContainerGpus(c.get("name") or f"#{i}", i, kind, r, l,
-                                 None if r is None else gpu_quantity(r), None if l is None else gpu_quantity(l)))
+                                 None if r is None else gpu_quantity(r), None if l is None else gpu_quantity(l),
+                                 sidecar))
     return tuple(out)
 
 
-def _gpus_per_pod(gpus: tuple[ContainerGpus, ...]) -> int:
-    """Kubernetes' effective-request rule for pods: the sum over regular containers, or the
-    largest init container if larger; a fraction counts as the next whole GPU."""
-    main = init = _ZERO
-    for g in gpus:
-        if g.kind == "containers":
-            main += g.effective
-        elif g.effective > init:
-            init = g.effective
-    value = max(main, init)
+def pod_request(containers: Iterator[tuple[str, bool, Decimal]] | list[tuple[str, bool, Decimal]]) -> Decimal:
+    """What a pod holds of one resource on its node, from ``(list name, sidecar, amount)`` per
+    container in spec order (``containers`` first, then ``initContainers``).
+
+    Kubernetes' formula with native sidecars (KEP-753 "Resources calculation for scheduling and
+    pod admission"; component-helpers ``resource/helpers.go`` ``aggregateContainerResourcesByFn``,
+    used by ``PodRequests``): the larger of
+
+    - the sum of the regular containers plus every sidecar (they all run together), and
+    - for each init container i, its amount plus the sidecars declared before it (a classic init
+      container runs beside the sidecars already started; a sidecar counts with the ones before).
+    """
+    main = sidecars = init = _ZERO
+    for kind, sidecar, amount in containers:
+        if kind == "containers":
+            main += amount
+        elif sidecar:
+            sidecars += amount
+            init = max(init, sidecars)
+        else:
+            init = max(init, amount + sidecars)
+    return max(main + sidecars, init)
+
+
+def _whole(value: Decimal) -> int:
+    """A device count as a whole number: a fraction counts as the next whole device."""
     return int(value) if value == value.to_integral_value() else int(value) + 1
+
+
+def _gpus_per_pod(gpus: tuple[ContainerGpus, ...]) -> int:
+    """``nvidia.com/gpu`` one pod holds: ``pod_request`` over the containers, rounded up."""
+    return _whole(pod_request([(g.kind, g.sidecar, g.effective) for g in gpus]))
+
+
+MIG_PREFIX = "nvidia.com/mig-"
+"""NVIDIA MIG slice resources (``nvidia.com/mig-1g.10gb`` ...) as the GPU operator's ``mixed``
+strategy advertises them: a slice of a GPU, never a whole ``nvidia.com/gpu``."""
+
+
+def _mig_per_pod(spec: dict) -> dict[str, int]:
+    """MIG slices one pod holds, by resource name (``pod_request`` per resource; limit, else
+    request, as for ``nvidia.com/gpu``); empty when the pod asks for none."""
+    per: dict[str, list[tuple[str, bool, Decimal]]] = {}
+    for kind, _, c in _containers(spec):
+        res = c.get("resources")
+        if type(res) is not dict:
+            continue
+        names: dict[str, Decimal] = {}
+        for which in ("requests", "limits"):  # limits last: the limit wins
+            values = res.get(which)
+            if type(values) is not dict:
+                continue
+            for name, raw in values.items():
+                if type(name) is str and name.startswith(MIG_PREFIX):
+                    q = gpu_quantity(raw)
+                    if q is not None and q >= 0:
+                        names[name] = q
+        for name, q in names.items():
+            per.setdefault(name, []).append((kind, is_sidecar(kind, c), q))
+    out: dict[str, int] = {}
+    for name, items in per.items():
+        total = pod_request(items)
+        if total > 0:
+            out[name] = _whole(total)
+    return out
 
 
 @dataclass(slots=True)
@@ -162,14 +233,18 @@ class PodTemplate:
     - ``group``: the Ray group name (``groupName``), ``head``, ``submitter`` or ``job``.
     - ``path``: where the template is in the object, e.g. ``("spec", "template")``.
     - ``group_path``: where the enclosing group spec is (RayJob/RayCluster), else ``path[:-1]``.
-    - ``replicas``: pods created from it (worker: ``replicas`` x ``numOfHosts``).
+    - ``replicas``: pods created from it at a time (worker: ``worker_group_pods``; Job:
+      ``job_pods``).
+    - ``min_replicas``: the fewest pods Kueue may admit it with (Job: ``job_min_pods``, Kueue
+      partial admission), else ``replicas``.
     - ``template``: the template dict itself (a live reference into the object).
     - ``ray_start_params``: the group's ``rayStartParams`` (strings), empty for non-Ray.
     - ``spec``: the pod spec (``template.spec``), or an empty dict.
     - ``container_gpus``: ``nvidia.com/gpu`` request and limit of every container (init
       containers included).
-    - ``gpus_per_pod``: GPUs one pod holds: the sum over regular containers, or the largest
-      init container if larger (Kubernetes' effective-request rule for pods), rounded up.
+    - ``gpus_per_pod``: ``nvidia.com/gpu`` one pod holds (``pod_request``: KEP-753, native
+      sidecars included), rounded up.
+    - ``mig_per_pod``: MIG slices one pod holds by resource (``nvidia.com/mig-1g.10gb``: 2).
     """
 
     role: Role
@@ -182,15 +257,18 @@ class PodTemplate:
     spec: dict
     container_gpus: tuple[ContainerGpus, ...]
     gpus_per_pod: int
+    mig_per_pod: dict[str, int]
+    min_replicas: int
 
     @classmethod
     def of(cls, role: Role, group: str, path: Path, group_path: Path, replicas: int, template: dict,
-           ray_start_params: dict) -> "PodTemplate":
-        """The pod template ``template`` (at ``path``), its GPU demand read once."""
+           ray_start_params: dict, min_replicas: int | None = None) -> "PodTemplate":
+        """The pod template ``template`` (at ``path``), its GPU demand read once;
+        ``min_replicas`` defaults to ``replicas``."""
         spec = _pod_spec(template)
         gpus = _read_gpus(spec)
         return cls(role, group, path, group_path, replicas, template, ray_start_params, spec, gpus,
-                   _gpus_per_pod(gpus))
+                   _gpus_per_pod(gpus), _mig_per_pod(spec), replicas if min_replicas is None else min_replicas)
 
     def containers(self) -> Iterator[tuple[str, int, dict]]:
         """Yield ``(list name, index, container)`` for containers, then initContainers."""
@@ -233,6 +311,11 @@ class WorkloadAdapter(Protocol):
         webhooks have run, so they see objects exactly as a client sent them)."""
         ...
 
+    def templates_mutable(self, old: dict) -> bool:
+        """True when the API server accepts changes to the pod templates' labels in an UPDATE of
+        the stored object ``old`` (a patch under an immutable field fails the whole UPDATE)."""
+        ...
+
 
 def _dict(value: Any) -> dict:
     return value if isinstance(value, dict) else {}
@@ -240,6 +323,63 @@ def _dict(value: Any) -> dict:
 
 def _int(value: Any, default: int) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+INT32_MAX = 2**31 - 1
+
+
+def worker_group_pods(group: dict) -> int:
+    """Pods of one Ray worker group that admission must hold GPUs for: the larger of
+
+    - what KubeRay creates: clamp(replicas, minReplicas, maxReplicas) x numOfHosts, maxReplicas
+      when minReplicas > maxReplicas, 0 for a suspended group (ray-operator v1.5
+      ``controllers/ray/utils/util.go`` ``GetWorkerGroupDesiredReplicas``), and
+    - what Kueue reserves: replicas x numOfHosts (kueue v0.17
+      ``pkg/controller/jobs/raycluster/common.go`` ``BuildPodSets``).
+
+    Missing fields take the RayCluster CRD defaults the API server applies before admission
+    (replicas 0, minReplicas 0, maxReplicas 2147483647, numOfHosts 1), so an object read offline
+    counts as the stored one will."""
+    replicas = _int(group.get("replicas"), 0)
+    lo, hi = _int(group.get("minReplicas"), 0), _int(group.get("maxReplicas"), INT32_MAX)
+    hosts = max(_int(group.get("numOfHosts"), 1), 1)
+    if group.get("suspend") is True:
+        kuberay = 0
+    elif lo > hi:
+        kuberay = hi
+    else:
+        kuberay = min(max(replicas, lo), hi)
+    return max(kuberay, replicas) * hosts
+
+
+def job_pods(spec: dict) -> int:
+    """Pods a batch/v1 Job runs at a time: min(parallelism, completions), parallelism defaulting
+    to 1 (Kubernetes Job controller; kueue v0.17 ``pkg/controller/jobs/job/job_controller.go``
+    ``Job.podsCount``, the PodSet count Kueue reserves)."""
+    pods = _int(spec.get("parallelism"), 1)
+    completions = spec.get("completions")
+    if type(completions) is int and completions < pods:
+        pods = completions
+    return max(pods, 0)
+
+
+JOB_MIN_PARALLELISM = "kueue.x-k8s.io/job-min-parallelism"
+"""Kueue's partial-admission annotation on a batch/v1 Job (PartialAdmission, beta, on by default
+since Kueue 0.5)."""
+
+
+def job_min_pods(obj: dict, pods: int) -> int:
+    """The fewest pods Kueue may admit a Job with: its ``kueue.x-k8s.io/job-min-parallelism``
+    annotation when it is a whole number in 1..pods-1 (kueue v0.17
+    ``pkg/controller/jobs/job/job_controller.go`` ``Job.minPodsCount``, checked by
+    ``job_webhook.go`` ``validatePartialAdmissionCreate``), else ``pods``."""
+    notes = _dict(_dict(obj.get("metadata")).get("annotations"))
+    raw = notes.get(JOB_MIN_PARALLELISM)
+    if type(raw) is str and raw.strip().lstrip("+-").isdigit():
+        value = int(raw)
+        if 0 < value < pods:
+            return value
+    return pods
 
 
 def _ray_cluster_templates(spec: dict, prefix: Path) -> list[PodTemplate]:
@@ -254,12 +394,10 @@ def _ray_cluster_templates(spec: dict, prefix: Path) -> list[PodTemplate]:
     for i, group in enumerate(groups if type(groups) is list else ()):
         if type(group) is not dict or type(group.get("template")) is not dict:
             continue
-        replicas = _int(group.get("replicas"), _int(group.get("minReplicas"), 1))
-        hosts = max(_int(group.get("numOfHosts"), 1), 1)
         params = group.get("rayStartParams")
         gpath = prefix + ("workerGroupSpecs", i)
         out.append(PodTemplate.of("worker", str(group.get("groupName") or f"group-{i}"), gpath + ("template",),
-                                  gpath, replicas * hosts, group["template"],
+                                  gpath, worker_group_pods(group), group["template"],
                                   params if type(params) is dict else {}))
     return out
 
@@ -454,6 +592,10 @@ class RayClusterAdapter:
     def suspend_path(self, obj: dict) -> Path:
         return ("spec", "suspend")
 
+    def templates_mutable(self, old: dict) -> bool:
+        """Always: the RayCluster CRD has no immutable field (KubeRay reconciles changes)."""
+        return True
+
     def malformed(self, obj: dict) -> list[tuple[str, str]]:
         shape = _Shape()
         shape.meta(obj.get("metadata"), ("metadata",))
@@ -506,9 +648,14 @@ class RayJobAdapter:
     def suspend_path(self, obj: dict) -> Path:
         return ("spec", "suspend")
 
+    def templates_mutable(self, old: dict) -> bool:
+        """Always: the RayJob CRD has no immutable field."""
+        return True
+
 
 class JobAdapter:
-    """Kubernetes ``batch/v1`` Job: one pod template, ``parallelism`` pods (default 1)."""
+    """Kubernetes ``batch/v1`` Job: one pod template, ``job_pods`` pods at a time (fewer, down to
+    ``job_min_pods``, under Kueue's partial admission)."""
 
     kind = "Job"
     api_version = "batch/v1"
@@ -520,11 +667,26 @@ class JobAdapter:
         spec = _dict(obj.get("spec"))
         if not isinstance(spec.get("template"), dict):
             return []
-        return [PodTemplate.of("job", "job", ("spec", "template"), ("spec",),
-                            _int(spec.get("parallelism"), 1), spec["template"], {})]
+        pods = job_pods(spec)
+        return [PodTemplate.of("job", "job", ("spec", "template"), ("spec",), pods, spec["template"], {},
+                               job_min_pods(obj, pods))]
 
     def suspend_path(self, obj: dict) -> Path:
         return ("spec", "suspend")
+
+    def templates_mutable(self, old: dict) -> bool:
+        """A Job's pod template is immutable unless the stored Job is suspended, has never
+        started (no ``status.startTime``) and has no active pod. Kubernetes v1.37
+        ``pkg/apis/batch/validation/validation.go`` ``validatePodTemplateUpdate`` (template
+        labels, annotations, node selector, tolerations, scheduling gates mutable only with
+        ``AllowMutableSchedulingDirectives``), set in ``pkg/registry/batch/job/strategy.go``
+        ``validationOptionsForJob`` to suspended && never started, or, with the
+        MutableSchedulingDirectivesForSuspendedJobs gate, ``shouldAllowMutablePodTemplate``
+        (suspended, never started or JobSuspended, no active pod): this is true only where both
+        agree. Kueue's unsuspend (suspend true -> false with the flavor's node selectors) is
+        judged on the stored, suspended Job, so it may carry template changes."""
+        spec, status = _dict(old.get("spec")), _dict(old.get("status"))
+        return spec.get("suspend") is True and not status.get("startTime") and not status.get("active")
 
     def malformed(self, obj: dict) -> list[tuple[str, str]]:
         """Kubernetes: a Job needs ``spec.template``."""

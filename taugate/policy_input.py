@@ -17,7 +17,7 @@ from decimal import Decimal
 from typing import Any
 
 from taugate import labels
-from taugate.adapters import PodTemplate, field_path
+from taugate.adapters import PodTemplate, field_path, is_sidecar
 from taugate.models import ResolvedProfile, TauWorkspace
 from taugate.snapshot import ClusterState
 
@@ -89,6 +89,7 @@ def _template_input(t: PodTemplate, obj: dict | None = None, autoscaling: bool =
             "requests": res.get("requests") or {},
             "limits": res.get("limits") or {},
             "gpus": _whole(gpus.get((kind, i), 0)),
+            "sidecar": is_sidecar(kind, c),
         })
     replicas_field, max_replicas = _replica_fields(obj or {}, t, autoscaling)
     return {
@@ -98,8 +99,10 @@ def _template_input(t: PodTemplate, obj: dict | None = None, autoscaling: bool =
         "groupField": field_path(t.group_path),
         "replicasField": replicas_field,
         "replicas": t.replicas,
+        "minReplicas": t.min_replicas,
         "maxReplicas": max_replicas,
         "gpusPerPod": t.gpus_per_pod,
+        "migPerPod": t.mig_per_pod,
         "rayNumGpus": None if t.ray_num_gpus is None else float(t.ray_num_gpus),
         "nodeSelector": spec.get("nodeSelector") or {},
         "affinity": spec.get("affinity") or {},
@@ -115,15 +118,21 @@ def build_policy_input(*, obj: dict, templates: list[PodTemplate], operation: st
                        queue: str | None, state: ClusterState, gpu_class_label: str) -> dict[str, Any]:
     """Build the ``input`` document every policy evaluates (shape: ``policies/input.schema.json``).
 
-    Pure: reads only its arguments. ``queue`` is the resolved LocalQueue name; ``cluster.queue``
+    Pure: reads only its arguments. ``queue`` is the resolved LocalQueue name; ``cluster.migResources``
+    summarises the nodes offering each MIG slice resource; ``cluster.queue``
     holds its ClusterQueue's flavor quotas (GPUs for ``nvidia.com/gpu``: nominal, borrowingLimit
     or null, usage) plus ``gpu``, the ``nvidia.com/gpu`` quota for the profile's GPU class with
     ``max``, what Kueue can ever admit; null when the LocalQueue is unknown. The profile leaves
     out how it was resolved (conditions, applicability, queues, flavors, description). Per pod template: ``replicas`` (pods now), ``maxReplicas`` (pods the KubeRay
     autoscaler may reach), ``gpusPerPod`` and each container's ``gpus`` (whole devices: limit,
-    else request, as Kubernetes defaults an extended resource's request to its limit), and the
+    else request, as Kubernetes defaults an extended resource's request to its limit; native
+    sidecars add to the main containers, KEP-753), ``minReplicas`` (the fewest pods Kueue may admit
+    it with: a Job's ``kueue.x-k8s.io/job-min-parallelism``, else ``replicas``), ``migPerPod``
+    (MIG slices per pod by resource), and the
     field paths ``field`` / ``groupField`` / ``replicasField`` for violation messages. Per
-    object: ``totalGpus`` (sum of GPUs per pod x pods), ``maxGpusPerPod`` and ``workers`` (worker
+    object: ``totalGpus`` (sum of GPUs per pod x pods), ``minTotalGpus`` (the same at
+    ``minReplicas``: what Kueue's partial admission needs at least), ``mig`` (MIG slices by
+    resource: ``total``, ``minTotal``), ``maxGpusPerPod`` and ``workers`` (worker
     pods: Ray worker groups and a Job's parallelism, all of them and those holding GPUs, now and
     at the autoscaler's maximum), so a policy can leave early on the common, compliant case.
     """
@@ -147,6 +156,8 @@ def build_policy_input(*, obj: dict, templates: list[PodTemplate], operation: st
                                            ("annotations", annotations or None)) if v is not None},
             "autoscaling": autoscaling,
             "totalGpus": sum(t.gpus_per_pod * t.replicas for t in templates),
+            "minTotalGpus": sum(t.gpus_per_pod * t.min_replicas for t in templates),
+            "mig": _mig_totals(templates),
             "maxGpusPerPod": max((t.gpus_per_pod for t in templates), default=0),
             "workers": _workers(pod_templates),
             "podTemplates": pod_templates,
@@ -161,14 +172,30 @@ def build_policy_input(*, obj: dict, templates: list[PodTemplate], operation: st
         "cluster": {
             "gpuClassLabel": gpu_class_label,
             "gpuClasses": {name: s.as_input() for name, s in state.gpu_classes.items()},
+            "migResources": {name: m.as_input() for name, m in state.mig_resources.items()},
             "queue": None if lq is None else {
                 "localQueue": queue,
                 "clusterQueue": (lq.get("spec") or {}).get("clusterQueue"),
                 "quotas": [q.as_input() for q in quotas],
                 "gpu": _gpu_quota(quotas, state, profile.gpu_class if profile else None, gpu_class_label),
+                "mig": {name: _quota_of([q for q in quotas if q.resource == name])
+                        for t in templates for name in t.mig_per_pod
+                        if any(q.resource == name for q in quotas)},
             },
         },
     }
+
+
+def _mig_totals(templates: list[PodTemplate]) -> dict[str, dict[str, int]]:
+    """MIG slices of the whole workload by resource: ``total`` (pods now) and ``minTotal`` (the
+    fewest pods Kueue may admit), as ``totalGpus`` and ``minTotalGpus`` count ``nvidia.com/gpu``."""
+    out: dict[str, dict[str, int]] = {}
+    for t in templates:
+        for name, n in t.mig_per_pod.items():
+            m = out.setdefault(name, {"total": 0, "minTotal": 0})
+            m["total"] += n * t.replicas
+            m["minTotal"] += n * t.min_replicas
+    return out
 
 
 def _workers(pod_templates: list[dict[str, Any]]) -> dict[str, int]:
@@ -184,14 +211,19 @@ def _gpu_quota(quotas: tuple, state: ClusterState, gpu_class: str | None, gpu_cl
     """The ``nvidia.com/gpu`` quota a workload of GPU class ``gpu_class`` can draw on.
 
     Flavors: the ClusterQueue's ``nvidia.com/gpu`` flavors whose ResourceFlavor ``nodeLabels``
-    name the class, else all of its ``nvidia.com/gpu`` flavors. ``max`` is what Kueue can ever
-    admit (Kueue ClusterQueue quota rules): the sum of ``nominalQuota + borrowingLimit``; a
-    flavor without ``borrowingLimit`` borrows nothing without a cohort (``nominalQuota``) and
-    without bound inside one (``max`` null: no limit can be stated)."""
+    name the class, else all of its ``nvidia.com/gpu`` flavors; the numbers are ``_quota_of``."""
     gpu = [q for q in quotas if q.resource == labels.GPU_RESOURCE]
     chosen = [q for q in gpu if gpu_class is not None and
               (((state.flavors.get(q.flavor) or {}).get("spec") or {}).get("nodeLabels") or {}).get(gpu_class_label) == gpu_class]
-    chosen = chosen or gpu
+    return _quota_of(chosen or gpu)
+
+
+def _quota_of(chosen: list) -> dict[str, Any]:
+    """One resource's quota over the flavors ``chosen`` (``FlavorQuota``s of a ClusterQueue):
+    ``nominal``, ``borrowingLimit`` (null when a flavor has none), ``usage`` and ``max``, what
+    Kueue can ever admit (Kueue ClusterQueue quota rules): the sum of ``nominalQuota +
+    borrowingLimit``; a flavor without ``borrowingLimit`` borrows nothing without a cohort
+    (``nominalQuota``) and without bound inside one (``max`` null: no limit can be stated)."""
     most: Any = 0
     for q in chosen:
         if q.borrowing_limit is not None:

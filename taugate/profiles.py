@@ -41,6 +41,42 @@ def _gpu_flavors(cq: dict) -> list[dict]:
     return out
 
 
+def placement_selector(profile: WorkloadProfile, gpu_class_label: str = labels.GPU_CLASS) -> dict[str, str]:
+    """The node selector admission puts on the profile's GPU pod templates: the profile's
+    ``nodeSelector`` plus its GPU class label (``webhook.mutation`` places it)."""
+    wanted = dict(profile.node_selector)
+    if profile.gpu_class:
+        wanted[gpu_class_label] = profile.gpu_class
+    return wanted
+
+
+def _flavors_match(profile: WorkloadProfile, cq: str, gpu_flavors: list[dict], flavors: dict[str, dict],
+                   gpu_class_label: str) -> list[str]:
+    """Kueue's flavor assignment for the profile's GPU pods: a ResourceFlavor fits a pod set when
+    the pod's node selector matches the flavor's ``nodeLabels`` on the keys that any flavor of
+    the resource group labels (kueue v0.17 ``pkg/scheduler/flavorassigner/flavorassigner.go``
+    ``flavorSelector`` and ``checkFlavorForPodSets``: "flavor %s doesn't match node affinity").
+    When no ``nvidia.com/gpu`` flavor of ClusterQueue ``cq`` fits the profile's placement
+    (``placement_selector``), Kueue never finds a flavor and every workload of the profile stays
+    Pending forever: that is a problem (one line naming each flavor and the contradiction)."""
+    wanted = placement_selector(profile, gpu_class_label)
+    known = [fl.get("name") for fl in gpu_flavors if fl.get("name") in flavors]
+    if not wanted or not known:
+        return []
+    node_labels = {n: ((flavors[n].get("spec") or {}).get("nodeLabels") or {}) for n in known}
+    keys = {k for nl in node_labels.values() for k in nl}
+    why: dict[str, str] = {}
+    for n in known:
+        clash = [f"nodeLabels[{k}]: {n}={node_labels[n].get(k, '<unset>')}, the profile places on {v}"
+                 for k, v in sorted(wanted.items()) if k in keys and node_labels[n].get(k) != v]
+        if not clash:
+            return []
+        why[n] = "; ".join(clash)
+    shown = "; ".join(f"flavor {n} doesn't match node affinity ({w})" for n, w in sorted(why.items()))
+    return [f"no nvidia.com/gpu ResourceFlavor of ClusterQueue {cq!r} matches the profile's node selector, so Kueue "
+            f"never finds a flavor and its workloads stay Pending: {shown}"]
+
+
 def resolve_profile(profile: WorkloadProfile, *, local_queues: dict[tuple[str, str], dict],
                     cluster_queues: dict[str, dict], flavors: dict[str, dict],
                     gpu_classes: set[str], now: str, gpu_class_label: str = labels.GPU_CLASS) -> ResolvedProfile:
@@ -49,8 +85,8 @@ def resolve_profile(profile: WorkloadProfile, *, local_queues: dict[tuple[str, s
     Ready is True when some LocalQueue named ``defaultLocalQueue`` exists, its ClusterQueue
     exists, every ResourceFlavor that ClusterQueue names exists, the queue agrees with the profile
     (a profile with ``gpusPerWorker > 0`` needs a ClusterQueue resource group covering
-    ``nvidia.com/gpu``; with ``gpuClass``, the GPU flavors must not all pin another class through
-    their ``nodeLabels[gpu_class_label]``; Kueue places pods with a flavor's nodeLabels), and (for
+    ``nvidia.com/gpu``, and one of its GPU flavors must match the profile's node selector and GPU
+    class as Kueue matches them, ``_flavors_match``), and (for
     a profile with ``gpuClass``) at least one node carries that class. ``local_queues`` is keyed
     by (namespace, name); ``now`` is an RFC 3339 timestamp for ``lastTransitionTime``.
 
@@ -78,13 +114,8 @@ def resolve_profile(profile: WorkloadProfile, *, local_queues: dict[tuple[str, s
         if profile.gpus_per_worker > 0 and not gpu_flavors:
             flavor_problems.append(f"ClusterQueue {cq!r} has no resource group covering {labels.GPU_RESOURCE!r}, "
                                    f"but the profile asks for {profile.gpus_per_worker} GPU(s) per worker")
-        if profile.gpu_class and gpu_flavors:
-            pinned = {fl.get("name"): ((flavors.get(fl.get("name")) or {}).get("spec") or {}).get("nodeLabels", {}).get(gpu_class_label)
-                      for fl in gpu_flavors if fl.get("name") in flavors}
-            if pinned and all(v is not None and v != profile.gpu_class for v in pinned.values()):
-                shown = ", ".join(f"{k}={v}" for k, v in sorted(pinned.items()))
-                flavor_problems.append(f"the GPU flavors of ClusterQueue {cq!r} pin {gpu_class_label} to other classes "
-                                       f"({shown}), not {profile.gpu_class!r}")
+        if profile.gpus_per_worker > 0 and gpu_flavors:
+            flavor_problems += _flavors_match(profile, cq, gpu_flavors, flavors, gpu_class_label)
     for rf in sorted(rfs):
         if rf not in flavors:
             flavor_problems.append(f"ResourceFlavor {rf!r} not found")

@@ -33,6 +33,9 @@ class Settings(BaseSettings):
       with its fail-safe decision; keep it below the webhook configuration's ``timeoutSeconds``.
     - ``default_lanes``: the lane of an object without a ``tau.azure.com/lane`` label, by kind.
     - ``admin_groups`` / ``admin_users``: who may approve TauQuotaRequests.
+    - ``kueue_elastic_jobs``: Kueue's ElasticJobsViaWorkloadSlices feature gate is on in the
+      cluster (alpha, off by default in Kueue 0.17), so a RayCluster/RayJob annotated
+      ``kueue.x-k8s.io/elastic-job: "true"`` may use the Ray autoscaler under Kueue.
     - ``policy_dir``: the Rego policy library (default: ``policies/`` of this checkout; set
       ``TAUGATE_POLICY_DIR`` in an image).
     """
@@ -51,3 +54,4 @@ class Settings(BaseSettings):
     admin_groups: tuple[str, ...] = ("tau-platform-admins", "system:masters")
     policy_dir: Path = Path(__file__).resolve().parent.parent / "policies"
     admin_users: tuple[str, ...] = ()
+    kueue_elastic_jobs: bool = False

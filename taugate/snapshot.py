@@ -24,7 +24,7 @@ import yaml
 from pydantic import ValidationError
 
 from taugate import labels
-from taugate.adapters import json_type, quantity
+from taugate.adapters import MIG_PREFIX, json_type, quantity
 from taugate.models import ResolvedProfile, TauCluster, TauWorkspace
 from taugate.profiles import is_applicable, profile_set_hash, resolve_profile
 from taugate.settings import Settings
@@ -117,6 +117,26 @@ class GpuClassSummary:
 
 
 @dataclass(frozen=True)
+class MigSummary:
+    """Nodes offering one MIG slice resource (``nvidia.com/mig-1g.10gb``, the NVIDIA GPU
+    operator's ``mixed`` strategy): ``max_per_node`` the largest allocatable count on one node,
+    ``max_healthy_per_node`` the same over healthy nodes, ``nodes``/``healthy_nodes`` node
+    counts."""
+
+    name: str
+    max_per_node: int
+    max_healthy_per_node: int
+    nodes: int
+    healthy_nodes: int
+
+    def as_input(self) -> dict[str, Any]:
+        """The summary as the policy input shows it (camelCase)."""
+        return {"name": self.name, "maxPerNode": self.max_per_node,
+                "maxHealthyPerNode": self.max_healthy_per_node, "nodes": self.nodes,
+                "healthyNodes": self.healthy_nodes}
+
+
+@dataclass(frozen=True)
 class FlavorQuota:
     """One ResourceFlavor's quota for one resource in a ClusterQueue, in resource units
     (GPUs for ``nvidia.com/gpu``). ``borrowing_limit`` None means unlimited within the cohort;
@@ -163,6 +183,7 @@ class ClusterState:
     generation: int = 0
     applicable: dict[tuple[str, str], tuple[ResolvedProfile, ...]] = field(default_factory=dict)
     lanes: frozenset[str] = frozenset()
+    mig_resources: dict[str, MigSummary] = field(default_factory=dict)
 
     def applicable_profiles(self, ws: TauWorkspace, lane: str) -> tuple[ResolvedProfile, ...]:
         """The profiles that apply to workspace ``ws`` for ``lane``, precomputed at build time so
@@ -256,6 +277,29 @@ def summarise_gpu_classes(nodes: Iterable[dict], settings: Settings, rules: Iter
     return {cls: GpuClassSummary(cls, a["max"], a["maxh"], a["n"], a["h"], a["n"] - a["h"], a["hg"],
                                  tuple(sorted(a["products"])), dict(sorted(a["problems"].items())))
             for cls, a in sorted(acc.items())}
+
+
+def summarise_mig_resources(nodes: Iterable[dict], settings: Settings) -> dict[str, MigSummary]:
+    """Per MIG slice resource (allocatable ``nvidia.com/mig-*`` > 0), the nodes offering it (pure)."""
+    acc: dict[str, list[int]] = {}
+    for node in nodes:
+        alloc = (node.get("status") or {}).get("allocatable") or {}
+        healthy = None
+        for name, raw in alloc.items():
+            if not (isinstance(name, str) and name.startswith(MIG_PREFIX)):
+                continue
+            n = quantity(raw)
+            if n is None or n <= 0:
+                continue
+            if healthy is None:
+                healthy = not node_problems(node, settings)
+            a = acc.setdefault(name, [0, 0, 0, 0])
+            a[0] = max(a[0], int(n))
+            a[2] += 1
+            if healthy:
+                a[1] = max(a[1], int(n))
+                a[3] += 1
+    return {name: MigSummary(name, *a) for name, a in sorted(acc.items())}
 
 
 def cluster_queue_quotas(cq: dict) -> tuple[FlavorQuota, ...]:
@@ -371,7 +415,8 @@ def build_state(objects: Iterable[dict], settings: Settings | None = None, *, ge
             applicable[(ws.target_namespace, lane)] = tuple(
                 p for p in profiles.values() if is_applicable(p, namespace=ws.target_namespace, team=team, lane=lane))
     return ClusterState(cluster, profiles, set_hash, problem, workspaces, lqs, cqs, rfs, gpu_classes,
-                        quotas, default_queue, generation, applicable, lanes)
+                        quotas, default_queue, generation, applicable, lanes,
+                        summarise_mig_resources(nodes, settings))
 
 
 def read_objects(path: str | _Path) -> list[dict]:

@@ -1,7 +1,8 @@
 """``taugate admit`` and the registration of the webhook's other subcommands.
 
-``taugate admit -f FILE [-f FILE ...] --cluster SNAPSHOT [-n NAMESPACE] [-o yaml|json|patch]``
-runs every RayJob, RayCluster and Job in the files through mutation then validation, offline,
+``taugate admit -f FILE [-f FILE ...] --cluster SNAPSHOT [-n NAMESPACE] [-o yaml|json|patch]
+[--old STORED] [--as USER]`` runs every RayJob, RayCluster and Job in the files through mutation then
+validation, offline (an UPDATE of the stored objects in ``--old``, matched by kind and name, when given),
 like ``kyverno apply`` or ``gator test``: it prints the admitted objects (``-o patch``: a JSON
 array with one ``{file, kind, name, namespace, patch}`` per admitted workload), or the denial. Exit 0 when everything is allowed, 1 when anything is denied, 2 on bad input
 (one line on stderr naming the file and the problem). Other kinds are printed unchanged.
@@ -66,6 +67,16 @@ def cmd_admit(args: argparse.Namespace) -> int:
                 _err(f"taugate: {f}: an object has no kind/apiVersion strings")
                 return 2
             inputs.append((f, o))
+    stored: dict[tuple[str, str], dict] = {}
+    if args.old:
+        try:
+            olds = read_objects(args.old)
+        except SnapshotError as e:
+            _err(f"taugate: {e}")
+            return 2
+        for o in olds:
+            meta = o.get("metadata") if isinstance(o.get("metadata"), dict) else {}
+            stored[(str(o.get("kind")), str(meta.get("name")))] = orjson.loads(orjson.dumps(o, default=str))
     try:
         engine = load_engine(args, settings)
     except Exception as e:  # PolicyError and friends: one line, bad input
@@ -92,7 +103,16 @@ def cmd_admit(args: argparse.Namespace) -> int:
             return 2
         if state.workspace_for(ns) is None:
             _err(f"{f}: {label}: namespace {ns!r} is not a workspace ({', '.join(sorted(state.workspaces)) or 'none'}); unchanged")
-        decision = admit(obj, state=state, settings=settings, engine=engine, namespace=ns)
+        old = None
+        if args.old:
+            old = stored.get((obj["kind"], str(meta.get("name"))))
+            if old is None:
+                _err(f"taugate: {f}: {label}: no {obj['kind']} named {meta.get('name')!r} in --old {args.old}; an UPDATE "
+                     f"needs the stored object")
+                return 2
+        user = {"username": args.as_user, "groups": []} if args.as_user else None
+        decision = admit(obj, state=state, settings=settings, engine=engine, namespace=ns,
+                         operation="UPDATE" if old is not None else "CREATE", old=old, user_info=user)
         for w in decision.warnings:
             _err(f"Warning: {w}")
         if not decision.allowed:
@@ -124,6 +144,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--policies", type=Path, help="policy library directory (default: the bundled policies/)")
     p.add_argument("--enforcement", help="enforcement YAML: policy name -> deny|warn|dryrun")
     p.add_argument("--no-policies", action="store_true", help="built-in checks only")
+    p.add_argument("--old", help="the stored objects (YAML/JSON): admit the files as an UPDATE of the object of the "
+                                 "same kind and name, as a controller or kubectl sends it")
+    p.add_argument("--as", dest="as_user", help="the requesting user (e.g. system:serviceaccount:kube-system:"
+                                                "generic-garbage-collector); default taugate-cli")
     p.set_defaults(func=cmd_admit)
     for module in ("webhook.serve_commands", "webhook.policy_commands"):
         try:

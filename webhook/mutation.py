@@ -200,32 +200,68 @@ def annotate(edits: Edits, record: dict) -> None:
               orjson.dumps(record, option=orjson.OPT_SORT_KEYS).decode())
 
 
-def edit_update(obj: dict, old: dict | None, templates: list[PodTemplate]) -> Edits | None:
-    """The edits on UPDATE, made on ``obj`` itself: only the run-id is restored from ``old`` (it
-    never changes); everything else was decided at CREATE and is Kueue's or the user's to
-    change. None when nothing needs to change."""
+def edit_update(obj: dict, old: dict | None, templates: list[PodTemplate], adapter: WorkloadAdapter) -> Edits | None:
+    """The edits on UPDATE, made on ``obj`` itself: only what taugate owns is restored from
+    ``old``, and only where the API server allows it, so no UPDATE (the garbage collector
+    removing a finalizer, Kueue unsuspending or evicting, KubeRay writing status or scale,
+    ``kubectl label``) is ever made to fail by a patch of ours:
+
+    - the run-id (it never changes) on the object, and on the pod templates only when
+      ``adapter.templates_mutable(old)`` (a started Job's template is immutable: a label added
+      there would make the API server reject the whole UPDATE);
+    - the ``kueue.x-k8s.io/queue-name`` label of a queued workload when the UPDATE drops it
+      (object labels are always mutable; Kueue keeps it immutable on a running job, kueue v0.17
+      ``jobframework/validation.go`` ``validateUpdateForQueueName``, and kubernetes-sigs/kueue
+      PR 13293 closes the gap for a removal: without it the pods would run outside quota).
+
+    An object being deleted (``metadata.deletionTimestamp``) gets nothing. Everything else was
+    decided at CREATE and is Kueue's or the user's to change. None when nothing needs to change.
+    """
     old_meta = (old or {}).get("metadata")
     old_labels = old_meta.get("labels") if isinstance(old_meta, dict) else None
-    old_run_id = old_labels.get(labels.RUN_ID) if isinstance(old_labels, dict) else None
-    if not valid_run_id(old_run_id):
+    old_labels = old_labels if isinstance(old_labels, dict) else {}
+    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    if meta.get("deletionTimestamp"):
         return None
-    current = run_id_of(obj, [])
-    if current == old_run_id and all(
-            ((t.template.get("metadata") or {}).get("labels") or {}).get(labels.RUN_ID) == old_run_id
-            for t in templates):
+    now_labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
+    old_run_id = old_labels.get(labels.RUN_ID)
+    restore_run = valid_run_id(old_run_id)
+    owned = templates if restore_run and isinstance(old, dict) and adapter.templates_mutable(old) else []
+    queue = old_labels.get(labels.KUEUE_QUEUE_NAME)
+    restore_queue = (isinstance(queue, str) and queue and adapter.queued(obj)
+                     and not now_labels.get(labels.KUEUE_QUEUE_NAME))
+    run_ok = not restore_run or (now_labels.get(labels.RUN_ID) == old_run_id and all(
+        ((t.template.get("metadata") or {}).get("labels") or {}).get(labels.RUN_ID) == old_run_id for t in owned))
+    if run_ok and not restore_queue:
         return None
     edits = Edits(obj)
-    label_run(edits, templates, old_run_id)
+    if not run_ok:
+        label_run(edits, owned, old_run_id)
+    if restore_queue:
+        holder, path = _labels(edits, edits.doc, ())
+        edits.set(holder, path, labels.KUEUE_QUEUE_NAME, queue)
     return edits
 
 
-def edit_child(obj: dict, templates: list[PodTemplate]) -> Edits | None:
+def edit_child(obj: dict, templates: list[PodTemplate], adapter: WorkloadAdapter | None = None,
+               old: dict | None = None) -> Edits | None:
     """A child (KubeRay's submitter Job, the RayCluster of a RayJob), edited in place, inherits its
     parent's run-id (KubeRay copies the RayJob's labels and templates) onto itself and every pod
-    template, and gets nothing else: it is neither queued again nor given a new run-id. None
-    when it has no run-id to spread."""
+    template, and gets nothing else: it is neither queued again nor given a new run-id. On UPDATE
+    (``old`` is the stored child) the same rule as ``edit_update`` holds: nothing for an object
+    being deleted, and the pod templates only where ``adapter.templates_mutable(old)`` (a started
+    submitter Job's template is immutable). None when it has no run-id to spread or nothing
+    changes."""
     run_id = run_id_of(obj, templates)
     if run_id is None:
+        return None
+    if isinstance(old, dict):
+        if (obj.get("metadata") or {}).get("deletionTimestamp"):
+            return None
+        if adapter is not None and not adapter.templates_mutable(old):
+            templates = []
+    if ((obj.get("metadata") or {}).get("labels") or {}).get(labels.RUN_ID) == run_id and all(
+            ((t.template.get("metadata") or {}).get("labels") or {}).get(labels.RUN_ID) == run_id for t in templates):
         return None
     edits = Edits(obj)
     label_run(edits, templates, run_id)

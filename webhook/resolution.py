@@ -75,6 +75,29 @@ def matches_shape(profile: ResolvedProfile, gpus: set[int], classes: set[str]) -
     return profile.gpu_class is None or classes <= {profile.gpu_class}
 
 
+def mig_only(templates: list[PodTemplate]) -> list[str]:
+    """The MIG slice resources (``nvidia.com/mig-*``) an object asks for when they are all the
+    GPU it asks for (no template holds a whole ``nvidia.com/gpu``); else empty. Such an object
+    must never get a full-GPU profile: its placement (GPU class, whole-GPU tolerations) and
+    quota are for whole GPUs, which a MIG pod does not use."""
+    found: list[str] = []
+    for t in templates:
+        if t.gpus_per_pod > 0:
+            return []
+        for name in t.mig_per_pod:
+            if name not in found:
+                found.append(name)
+    return found
+
+
+def _mig_violation(field: str, mig: list[str], what: str, applicable: tuple[ResolvedProfile, ...]) -> Violation:
+    fit = ", ".join(_describe(p) for p in applicable if p.gpus_per_worker == 0) or "none in this workspace"
+    return Violation("workload-profile", field,
+        f"asks only for MIG slices ({', '.join(mig)}) but {what}, a full-GPU profile (its placement and "
+        f"quota are for whole {labels.GPU_RESOURCE}); allowed: a profile with gpusPerWorker 0 ({fit}); fix: set "
+        f"the label {labels.WORKLOAD_PROFILE} to one of those, or ask for whole GPUs")
+
+
 def _describe(p: ResolvedProfile) -> str:
     cls = f", gpuClass {p.gpu_class}" if p.gpu_class else ""
     return f"{p.name} (gpusPerWorker {p.gpus_per_worker}{cls})"
@@ -102,6 +125,7 @@ def resolve(obj: dict, templates: list[PodTemplate], ws: TauWorkspace, state: Cl
 
     wsname = ws.metadata.name
     problems: list[Violation] = []
+    mig = mig_only(templates)
 
     profile: ResolvedProfile | None = None
     how = "label"
@@ -121,6 +145,9 @@ def resolve(obj: dict, templates: list[PodTemplate], ws: TauWorkspace, state: Cl
             problems.append(Violation("workload-profile", field,
                 f"asks for workload profile {requested!r}, which does not apply to workspace {wsname!r} "
                 f"(namespace {ws.target_namespace}, lane {lane}); allowed: {names()}; fix: use one of them"))
+        elif mig and candidate.gpus_per_worker > 0:
+            problems.append(_mig_violation(field, mig, f"asks for workload profile {_describe(candidate)}",
+                                           applicable))
         else:
             profile = candidate
     else:
@@ -141,7 +168,11 @@ def resolve(obj: dict, templates: list[PodTemplate], ws: TauWorkspace, state: Cl
             profile, how = shaped[0], "shape"
         elif default:
             profile, how = state.profiles.get(default), "default"
-            if profile is None or not any(p is profile for p in applicable):
+            if mig and profile is not None and profile.gpus_per_worker > 0:
+                problems.append(_mig_violation(field, mig, f"would get the workspace default {_describe(profile)}",
+                                               applicable))
+                profile = None
+            elif profile is None or not any(p is profile for p in applicable):
                 problems.append(Violation("workload-profile", field,
                     f"no applicable workload profile matches {asked()} and the workspace default {default!r} is "
                     f"{'missing' if profile is None else 'not applicable'}; allowed: "

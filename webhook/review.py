@@ -147,8 +147,9 @@ def mutate(request: dict, state: ClusterState, settings: Settings, engine: Engin
     CREATE of a top-level workload in a workspace: resolve profile and queue (a failure is a
     denial listing the candidates), edit the object (``mutation.edit_create``) and answer the
     JSONPatch those edits recorded (``webhook.patching.Edits``); the ``tau.azure.com/admission`` annotation
-    records profile, queue, profile-set hash and (with an ``engine``) the policy digest. UPDATE: only the
-    run-id is restored. A child only inherits its parent's run-id. ``Decision.patch`` is None
+    records profile, queue, profile-set hash and (with an ``engine``) the policy digest. UPDATE: only what
+    taugate owns (run-id, queue label) is restored, never under a field the API server holds
+    immutable (``mutation.edit_update``). A child only inherits its parent's run-id. ``Decision.patch`` is None
     when nothing changes (reinvocation on our own output gives None).
 
     The edits are made on a deep copy of ``request["object"]``; with ``in_place=True`` on the
@@ -164,9 +165,10 @@ def mutate(request: dict, state: ClusterState, settings: Settings, engine: Engin
         return Decision.deny(subject.malformed, obj=obj)
     doc = obj if in_place else mutation.deep_copy(obj)  # what the edits change
     if subject.child:
-        edits = mutation.edit_child(doc, subject.templates)
+        old = request.get("oldObject") if request.get("operation") == "UPDATE" else None
+        edits = mutation.edit_child(doc, subject.templates, subject.adapter, old)
     elif request.get("operation") == "UPDATE":
-        edits = mutation.edit_update(doc, request.get("oldObject"), subject.templates)
+        edits = mutation.edit_update(doc, request.get("oldObject"), subject.templates, subject.adapter)
     else:
         res = resolve(obj, subject.templates, subject.workspace, state, settings)
         if isinstance(res, list):
@@ -201,7 +203,7 @@ def _violations(obj: dict, templates: list[PodTemplate], adapter: WorkloadAdapte
     if isinstance(res, list):
         found += res
         res = None
-    found += validation.structural(obj, adapter, templates, res, old)
+    found += validation.structural(obj, adapter, templates, res, old, elastic_jobs=settings.kueue_elastic_jobs)
     if res is not None and engine is not None:
         found += _policies(obj, templates, request, state, settings, engine, res)
     return found, (res.note if res is not None else "")

@@ -2,7 +2,8 @@
 #
 # The Kubernetes scheduler places a pod on one node; a pod that asks for more nvidia.com/gpu
 # than the largest allocatable count on any node of the workload profile's GPU class stays
-# Pending forever (and, under Kueue, holds its quota while it does).
+# Pending forever (and, under Kueue, holds its quota while it does). GPUs per pod follow
+# Kubernetes' pod request formula: native sidecars add to the main containers (KEP-753).
 package taugate.policies.gpu_per_pod_fits_node
 
 import data.taugate.lib
@@ -18,8 +19,8 @@ deny contains lib.violation(name, lib.gpu_field(t), msg) if {
 	some t in gpu_templates
 	t.gpusPerPod > summary.maxGpusPerNode
 	msg := sprintf(
-		"%s asks for %d GPUs per pod, but the largest %s node has %d allocatable GPUs, so no node of GPU class %s can ever hold the pod; allowed: at most %d GPUs per pod; fix: request at most %d GPUs per pod and use more workers instead",
-		[lib.describe(t), t.gpusPerPod, summary.name, summary.maxGpusPerNode, summary.name, summary.maxGpusPerNode, summary.maxGpusPerNode],
+		"%s asks for %d GPUs per pod%s, but the largest %s node has %d allocatable GPUs, so no node of GPU class %s can ever hold the pod; allowed: at most %d GPUs per pod; fix: request at most %d GPUs per pod and use more workers instead",
+		[lib.describe(t), t.gpusPerPod, lib.sidecar_note(t), summary.name, summary.maxGpusPerNode, summary.name, summary.maxGpusPerNode, summary.maxGpusPerNode],
 	)
 }
 

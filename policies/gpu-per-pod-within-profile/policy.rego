@@ -16,8 +16,8 @@ deny contains lib.violation(name, lib.gpu_field(t), msg) if {
 	some t in gpu_templates
 	t.gpusPerPod > allowed
 	msg := sprintf(
-		"%s asks for %s per pod; allowed: %s per worker under workload profile %s (gpusPerWorker %d); fix: set nvidia.com/gpu to %d in requests and limits, or use a workload profile with more GPUs per worker (label tau.azure.com/workload-profile)",
-		[lib.describe(t), lib.plural(t.gpusPerPod, "GPU"), lib.plural(allowed, "GPU"), input.profile.name, allowed, allowed],
+		"%s asks for %s per pod%s; allowed: %s per worker under workload profile %s (gpusPerWorker %d); fix: set nvidia.com/gpu to %d in requests and limits, or use a workload profile with more GPUs per worker (label tau.azure.com/workload-profile)",
+		[lib.describe(t), lib.plural(t.gpusPerPod, "GPU"), lib.sidecar_note(t), lib.plural(allowed, "GPU"), input.profile.name, allowed, allowed],
 	)
 }
 

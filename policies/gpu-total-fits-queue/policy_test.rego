@@ -50,3 +50,23 @@ test_job_total_counts_parallelism if {
 	v.field == "spec.parallelism"
 	contains(v.msg, "asks for 36 GPUs")
 }
+
+# partial_job(parallelism, min, gpus): a Job Kueue may admit with `min` of its `parallelism` pods.
+partial_job(parallelism, min, gpus) := inp if {
+	t := object.union(fx.job(parallelism, gpus), {"minReplicas": min})
+	base := fx.input_for("vision", "h100-4gpu", [t])
+	inp := json.patch(base, [{"op": "replace", "path": "/object/minTotalGpus", "value": min * gpus}])
+}
+
+test_a_job_kueue_may_admit_partially_is_judged_at_its_minimum if {
+	# 9 pods x 4 GPUs = 36 > 32, but partial admission may run it with 8 pods (32 GPUs).
+	count(deny) == 0 with input as partial_job(9, 8, 4)
+}
+
+test_a_job_whose_partial_minimum_still_exceeds_the_quota_is_denied_with_the_range if {
+	some v in deny with input as partial_job(12, 9, 4)
+	v.field == "spec.parallelism"
+	contains(v.msg, "at least 36 GPUs in total even at Kueue's partial-admission minimum")
+	contains(v.msg, "job: 9-12 pods x 4 GPUs")
+	contains(v.msg, "at most 32 nvidia.com/gpu")
+}

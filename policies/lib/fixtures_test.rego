@@ -28,6 +28,7 @@ queues := {
 			{"flavor": "h100", "resource": "nvidia.com/gpu", "nominal": 24, "borrowingLimit": 8, "usage": 8, "cohort": "research"},
 		],
 		"gpu": {"flavors": ["h100"], "nominal": 24, "borrowingLimit": 8, "usage": 8, "max": 32},
+		"mig": {},
 	},
 	"nlp": {
 		"localQueue": "nlp-queue", "clusterQueue": "nlp-cq",
@@ -36,6 +37,7 @@ queues := {
 			{"flavor": "a100", "resource": "nvidia.com/gpu", "nominal": 16, "borrowingLimit": 0, "usage": 4, "cohort": "research"},
 		],
 		"gpu": {"flavors": ["a100"], "nominal": 16, "borrowingLimit": 0, "usage": 4, "max": 16},
+		"mig": {},
 	},
 }
 
@@ -65,7 +67,8 @@ template(role, group, field, replicas, gpus) := {
 	"role": role, "group": group, "field": field,
 	"groupField": trim_suffix(field, ".template"),
 	"replicasField": replicas_field(role, field),
-	"replicas": replicas, "maxReplicas": replicas, "gpusPerPod": gpus, "rayNumGpus": null,
+	"replicas": replicas, "minReplicas": replicas, "maxReplicas": replicas, "gpusPerPod": gpus,
+	"migPerPod": {}, "rayNumGpus": null,
 	"nodeSelector": {}, "affinity": {}, "tolerations": [], "priorityClassName": null,
 	"containers": [container(sprintf("%s.spec.containers[0]", [field]), "8", "64Gi", gpus)],
 }
@@ -98,13 +101,15 @@ input_for(workspace, profile, templates) := {
 		"metadata": {"name": "train", "namespace": workspace, "labels": {}},
 		"autoscaling": false,
 		"totalGpus": sum([(t.gpusPerPod * t.replicas) | some t in templates]),
+		"minTotalGpus": sum([(t.gpusPerPod * t.minReplicas) | some t in templates]),
+		"mig": {},
 		"maxGpusPerPod": max(array.concat([t.gpusPerPod | some t in templates], [0])),
 		"workers": workers(templates),
 		"podTemplates": templates,
 	},
 	"workspace": {"name": workspace, "namespace": workspace, "queue": queues[workspace].localQueue, "team": sprintf("%s-team", [workspace])},
 	"profile": profiles[profile],
-	"cluster": {"gpuClassLabel": "tau.azure.com/gpu-class", "gpuClasses": gpu_classes, "queue": queues[workspace]},
+	"cluster": {"gpuClassLabel": "tau.azure.com/gpu-class", "gpuClasses": gpu_classes, "migResources": {}, "queue": queues[workspace]},
 }
 
 # workers(templates): what build_policy_input counts in input.object.workers.

@@ -62,3 +62,10 @@ replicas_field(t) := t.replicasField if {
 plural(n, word) := sprintf("%v %s", [n, word]) if n == 1
 
 plural(n, word) := sprintf("%v %ss", [n, word]) if n != 1
+
+# sidecar_note(t) explains the GPUs native sidecars add to a pod (KEP-753: init containers with
+# restartPolicy Always run beside the main containers, so their GPUs add to the pod's), else "".
+sidecar_note(t) := sprintf(" (native sidecar %s runs beside the main containers, so its GPUs add to theirs, KEP-753)", [concat(", ", names)]) if {
+	names := [sprintf("%s: %d", [c.name, c.gpus]) | some c in t.containers; object.get(c, "sidecar", false) == true; c.gpus > 0]
+	count(names) > 0
+} else := ""

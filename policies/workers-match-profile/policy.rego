@@ -2,9 +2,10 @@
 #
 # TauGrid profile semantics: `mode: fixed` runs exactly `workerCount` workers (gang-sized
 # placement and quota are planned for that number); `mode: elastic` runs at most
-# `workerCount`. Workers are Ray worker-group pods (replicas x numOfHosts; with the KubeRay
-# autoscaler on, up to maxReplicas x numOfHosts) and a batch/v1 Job's parallelism; for a GPU
-# profile only pod templates that hold GPUs count.
+# `workerCount`. Workers are Ray worker-group pods (the larger of KubeRay's
+# clamp(replicas, minReplicas, maxReplicas) and Kueue's replicas, x numOfHosts; with the KubeRay
+# autoscaler on, up to maxReplicas x numOfHosts) and the pods a batch/v1 Job runs at a time
+# (min(parallelism, completions)); for a GPU profile only pod templates that hold GPUs count.
 package taugate.policies.workers_match_profile
 
 import data.taugate.lib
@@ -55,5 +56,19 @@ deny contains lib.violation(name, field, msg) if {
 	msg := sprintf(
 		"lets the Ray autoscaler grow to %d workers (maxReplicas); allowed: at most %d under workload profile %s (mode %s, workerCount %d); fix: set maxReplicas so the worker groups add up to at most %d",
 		[most, input.profile.workerCount, input.profile.name, input.profile.mode, input.profile.workerCount, input.profile.workerCount],
+	)
+}
+
+# Kueue's partial admission (a Job's kueue.x-k8s.io/job-min-parallelism; kueue
+# pkg/controller/jobs/job Job.minPodsCount) may start a fixed-size workload with fewer workers,
+# and then lowers spec.parallelism itself: a fixed profile must say so at apply time.
+deny contains lib.violation(name, "metadata.annotations[\"kueue.x-k8s.io/job-min-parallelism\"]", msg) if {
+	input.profile.mode == "fixed"
+	now == input.profile.workerCount
+	least := sum([t.minReplicas | some t in workers])
+	least < now
+	msg := sprintf(
+		"lets Kueue's partial admission start it with %d of its %d workers; allowed: exactly %d under workload profile %s (mode fixed, workerCount %d); fix: remove the kueue.x-k8s.io/job-min-parallelism annotation, or use an elastic profile",
+		[least, now, input.profile.workerCount, input.profile.name, input.profile.workerCount],
 	)
 }

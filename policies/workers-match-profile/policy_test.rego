@@ -45,3 +45,15 @@ test_job_parallelism_counts_as_workers if {
 	some v in deny with input as fx.input_for("vision", "h100-8gpu", [fx.job(4, 8)])
 	v.field == "spec.parallelism"
 }
+
+test_a_fixed_profile_job_that_kueue_may_admit_partially_is_denied_naming_the_annotation if {
+	t := object.union(fx.job(2, 8), {"minReplicas": 1})
+	inp := fx.input_for("vision", "h100-8gpu", [t])
+	some v in deny with input as inp
+	v.field == "metadata.annotations[\"kueue.x-k8s.io/job-min-parallelism\"]"
+	contains(v.msg, "start it with 1 of its 2 workers; allowed: exactly 2")
+}
+
+test_a_fixed_profile_job_without_partial_admission_is_allowed if {
+	count(deny) == 0 with input as fx.input_for("vision", "h100-8gpu", [fx.job(2, 8)])
+}

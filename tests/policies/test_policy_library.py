@@ -14,7 +14,7 @@ from webhook.policy_commands import add_commands, run_policy_tests, sample_files
 
 EXPECTED_POLICIES = {
     "gpu-per-pod-fits-node", "gpu-per-pod-within-profile", "gpu-class-matches-profile", "gpu-total-fits-queue",
-    "gpu-healthy-capacity", "workers-match-profile", "head-without-gpu", "requests-required",
+    "gpu-healthy-capacity", "workers-match-profile", "head-without-gpu", "requests-required", "mig-slices-fit",
 }
 
 
