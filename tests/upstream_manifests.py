@@ -1,5 +1,6 @@
 """Real-shaped manifests for the upstream-rule tests (issue 12), built from the KubeRay and Kueue
-samples under ``tests.paths.SAMPLES`` and changed only where a rule needs it, plus the stored
+samples (KubeRay's ``config/samples`` and Kueue's example Jobs from their pinned Go modules, and
+the Kueue-shaped Jobs in ``tests/data/kueue``) and changed only where a rule needs it, plus the stored
 objects and the UPDATEs that controllers send (the garbage collector, Kueue, KubeRay), as they
 send them: the whole object, with what the controller changed."""
 
@@ -12,9 +13,7 @@ import yaml
 
 from taugate import labels
 from taugate.snapshot import read_objects
-from tests.paths import EXAMPLE_CLUSTER, IMAGE_CLASSIFIER, SAMPLES
-
-KUEUE_JOBS = SAMPLES / "kueue/site/static/examples/jobs"
+from tests.paths import DATA, EXAMPLE_CLUSTER, IMAGE_CLASSIFIER, KUBERAY_SAMPLES, KUEUE_JOB
 GPU = labels.GPU_RESOURCE
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 GC = "system:serviceaccount:kube-system:generic-garbage-collector"
@@ -55,10 +54,18 @@ def set_worker_gpus(obj: dict, gpus: int) -> dict:
     return obj
 
 
+def kueue_job() -> dict:
+    """Kueue's example Job (``cmd/kueueviz/examples/03-agi-job.yaml``: 3 CPU pods, a queue and a
+    priority-class label) in ``vision``, without the labels naming Kueue objects this cluster lacks."""
+    job = in_workspace(yaml.safe_load(KUEUE_JOB.read_text()))
+    job["metadata"]["labels"].pop("kueue.x-k8s.io/priority-class", None)
+    return job
+
+
 def kueue_ray_job() -> dict:
-    """Kueue's ``ray-job-sample.yaml`` (CPU head, one worker group of 1..5) in ``vision``, with
-    the memory requests a workspace requires."""
-    obj = in_workspace(yaml.safe_load((KUEUE_JOBS / "ray-job-sample.yaml").read_text()))
+    """KubeRay's Kueue sample RayJob (``ray-job.kueue-toy-sample.yaml``: CPU head, one worker
+    group of 1..5) in ``vision``, with the memory requests a workspace requires."""
+    obj = in_workspace(yaml.safe_load((KUBERAY_SAMPLES / "ray-job.kueue-toy-sample.yaml").read_text()))
     spec = obj["spec"]["rayClusterSpec"]
     for t in (spec["headGroupSpec"]["template"], *(g["template"] for g in spec["workerGroupSpecs"])):
         t["spec"]["containers"][0]["resources"] = _resources("1", "2Gi")
@@ -66,8 +73,8 @@ def kueue_ray_job() -> dict:
 
 
 def kueue_ray_cluster() -> dict:
-    """Kueue's ``ray-cluster-sample.yaml`` (a CPU RayCluster) in ``vision``."""
-    obj = in_workspace(yaml.safe_load((KUEUE_JOBS / "ray-cluster-sample.yaml").read_text()))
+    """KubeRay's ``ray-cluster.sample.yaml`` (a CPU RayCluster) in ``vision``."""
+    obj = in_workspace(yaml.safe_load((KUBERAY_SAMPLES / "ray-cluster.sample.yaml").read_text()))
     spec = obj["spec"]
     for t in (spec["headGroupSpec"]["template"], *(g["template"] for g in spec["workerGroupSpecs"])):
         for c in t["spec"]["containers"]:
@@ -77,10 +84,10 @@ def kueue_ray_cluster() -> dict:
 
 def partial_job(parallelism: int = 12, completions: int | None = 12, minimum: str | None = "5",
                 gpus: int = 4) -> dict:
-    """Kueue's ``sample-job-partial-admission.yaml`` in ``vision`` as a GPU Job: ``parallelism``
+    """The Kueue-shaped partial-admission Job (``tests/data/kueue``) in ``vision`` as a GPU Job: ``parallelism``
     pods of ``gpus`` GPUs, ``completions``, and ``kueue.x-k8s.io/job-min-parallelism`` =
     ``minimum`` (None: no annotation)."""
-    job = in_workspace(yaml.safe_load((KUEUE_JOBS / "sample-job-partial-admission.yaml").read_text()))
+    job = in_workspace(yaml.safe_load((DATA / "kueue" / "job-partial-admission.yaml").read_text()))
     notes = job["metadata"].setdefault("annotations", {})
     if minimum is None:
         notes.pop("kueue.x-k8s.io/job-min-parallelism", None)
@@ -98,10 +105,10 @@ def partial_job(parallelism: int = 12, completions: int | None = 12, minimum: st
 
 
 def sidecar_job(main: int = 8, sidecar: int = 1, *, native: bool = True) -> dict:
-    """Kueue's ``sample-job.yaml`` in ``vision`` as 2 pods of ``main`` GPUs, with a GPU telemetry
+    """Kueue's example Job in ``vision`` as 2 pods of ``main`` GPUs, with a GPU telemetry
     init container holding ``sidecar`` GPUs: a native sidecar (``restartPolicy: Always``,
     KEP-753) when ``native``, else a classic init container."""
-    job = in_workspace(yaml.safe_load((KUEUE_JOBS / "sample-job.yaml").read_text()))
+    job = kueue_job()
     job["spec"]["parallelism"] = job["spec"]["completions"] = 2
     pod = job["spec"]["template"]["spec"]
     pod["containers"][0]["resources"] = _resources("8", "64Gi", **{GPU: str(main)})
@@ -115,8 +122,8 @@ def sidecar_job(main: int = 8, sidecar: int = 1, *, native: bool = True) -> dict
 
 
 def mig_job(slices: int = 1, resource: str = "nvidia.com/mig-1g.10gb") -> dict:
-    """Kueue's ``sample-job.yaml`` in ``vision`` whose pods ask only for MIG slices."""
-    job = in_workspace(yaml.safe_load((KUEUE_JOBS / "sample-job.yaml").read_text()))
+    """Kueue's example Job in ``vision`` whose pods ask only for MIG slices."""
+    job = kueue_job()
     pod = job["spec"]["template"]["spec"]
     pod["containers"][0]["resources"] = _resources("2", "8Gi", **{resource: str(slices)})
     pod["tolerations"] = [dict(GPU_TOLERATION)]
@@ -147,7 +154,7 @@ def legacy_started_job() -> dict:
     """A running Job whose pod template lacks the run-id (created before taugate was installed,
     or by a controller) while the Job itself carries one: the case where a template patch would
     make the API server reject every UPDATE."""
-    job = in_workspace(yaml.safe_load((KUEUE_JOBS / "sample-job.yaml").read_text()))
+    job = kueue_job()
     job["metadata"].pop("generateName")
     job["metadata"].update(name="sample-job-x7k2p", uid="9d2b6c1e-0000-4000-8000-00000000c0de",
                            labels={labels.RUN_ID: RUN_ID, labels.KUEUE_QUEUE_NAME: "vision-queue"})

@@ -75,6 +75,7 @@ def test_a_missing_local_queue_is_created_for_the_workspaces_cluster_queue(small
 
 def test_without_a_cluster_queue_field_the_local_queue_feeds_the_default_queue(small_cluster, settings):
     objs = without(small_cluster, "LocalQueue", "nlp-queue")
+    del pick(objs, "TauWorkspace", "nlp")["spec"]["clusterQueue"]
     plan = reconcile_workspace(MemKube(_store(objs)), settings, SYS, "nlp", now=NOW)
     assert _created(plan)["LocalQueue"]["spec"] == {"clusterQueue": "jobqueue"}  # workspaceDefaults.defaultQueue
     queue = _cond(plan.status, "QueueReady")
