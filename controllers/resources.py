@@ -48,9 +48,12 @@ NODES = Resource("", "v1", "nodes", "Node", False)
 SERVICE_ACCOUNTS = Resource("", "v1", "serviceaccounts", "ServiceAccount", True)
 PVCS = Resource("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", True)
 ROLE_BINDINGS = Resource("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", True)
-LOCAL_QUEUES = Resource("kueue.x-k8s.io", "v1beta1", "localqueues", "LocalQueue", True)
-CLUSTER_QUEUES = Resource("kueue.x-k8s.io", "v1beta1", "clusterqueues", "ClusterQueue", False)
-RESOURCE_FLAVORS = Resource("kueue.x-k8s.io", "v1beta1", "resourceflavors", "ResourceFlavor", False)
+# Kueue's storage version since v0.15; v1beta1 is deprecated in v0.17 ("This version is
+# deprecated. Use v1beta2 instead.") and, read without Kueue's conversion webhook, loses the
+# fields v1beta2 renamed (ClusterQueue ``cohort`` is ``cohortName``).
+LOCAL_QUEUES = Resource("kueue.x-k8s.io", "v1beta2", "localqueues", "LocalQueue", True)
+CLUSTER_QUEUES = Resource("kueue.x-k8s.io", "v1beta2", "clusterqueues", "ClusterQueue", False)
+RESOURCE_FLAVORS = Resource("kueue.x-k8s.io", "v1beta2", "resourceflavors", "ResourceFlavor", False)
 TAU_CLUSTERS = Resource(labels.GROUP, labels.VERSION, "clusters", "TauCluster", False)
 TAU_WORKSPACES = Resource(labels.GROUP, labels.VERSION, "workspaces", "TauWorkspace", True)
 TAU_QUOTA_REQUESTS = Resource(labels.GROUP, labels.VERSION, "quotarequests", "TauQuotaRequest", True)

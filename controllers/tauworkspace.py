@@ -6,7 +6,7 @@ Desired state (``plan_workspace``, pure, over plain dicts), in the target namesp
 - the Namespace, created when missing unless ``spec.target.createNamespace`` is false, labelled
   ``tau.azure.com/workspace=<workspace>`` (the claim: a namespace serves one workspace) and
   ``kueue.x-k8s.io/queue-name=<LocalQueue>``;
-- the LocalQueue (``kueue.x-k8s.io/v1beta1``) named ``spec.queue``, else the TauCluster's
+- the LocalQueue (``kueue.x-k8s.io/v1beta2``) named ``spec.queue``, else the TauCluster's
   ``workspaceDefaults.defaultQueue``: an existing one is adopted as it is (Kueue makes
   ``spec.clusterQueue`` immutable); a missing one is created pointing at ``spec.clusterQueue``
   (taugate extension), else at ``workspaceDefaults.defaultQueue`` (TauGrid's baseline

@@ -54,7 +54,7 @@ _SHAPES = {
         "metadata": _META, "spec": {"type": "object", "required": ["clusterQueue"], "properties": {"clusterQueue": _STR}}}},
     "ClusterQueue": {"type": "object", "properties": {
         "metadata": _META,
-        "spec": {"type": "object", "properties": {"cohort": _STR, "resourceGroups": {"type": "array", "items": {
+        "spec": {"type": "object", "properties": {"cohort": _STR, "cohortName": _STR, "resourceGroups": {"type": "array", "items": {
             "type": "object", "properties": {"coveredResources": {"type": "array", "items": _STR}, "flavors": {
                 "type": "array", "items": {"type": "object", "required": ["name"], "properties": {
                     "name": _STR, "resources": {"type": "array", "items": {
@@ -303,8 +303,10 @@ def summarise_mig_resources(nodes: Iterable[dict], settings: Settings) -> dict[s
 
 
 def cluster_queue_quotas(cq: dict) -> tuple[FlavorQuota, ...]:
-    """Every (flavor, resource) quota of a Kueue ClusterQueue with its current usage."""
+    """Every (flavor, resource) quota of a Kueue ClusterQueue with its current usage. The cohort
+    is ``spec.cohortName`` (kueue.x-k8s.io/v1beta2) or ``spec.cohort`` (v1beta1, in snapshots)."""
     spec, status = cq.get("spec") or {}, cq.get("status") or {}
+    cohort = spec.get("cohortName") or spec.get("cohort")
     usage: dict[tuple[str, str], Decimal] = {}
     for fu in status.get("flavorsUsage") or status.get("flavorsReservation") or []:
         for r in fu.get("resources") or []:
@@ -315,7 +317,7 @@ def cluster_queue_quotas(cq: dict) -> tuple[FlavorQuota, ...]:
             for r in fl.get("resources") or []:
                 out.append(FlavorQuota(fl.get("name"), r.get("name"), quantity(r.get("nominalQuota")) or Decimal(0),
                                        quantity(r.get("borrowingLimit")) if r.get("borrowingLimit") is not None else None,
-                                       usage.get((fl.get("name"), r.get("name")), Decimal(0)), spec.get("cohort")))
+                                       usage.get((fl.get("name"), r.get("name")), Decimal(0)), cohort))
     return tuple(out)
 
 

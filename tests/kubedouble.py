@@ -16,7 +16,7 @@ What the harness adds to kmock (kmock's gaps)
     - Discovery: every resource taugate touches is declared (``RESOURCES``): core (namespaces,
       nodes, serviceaccounts, persistentvolumeclaims, configmaps, pods, events), RBAC
       (rolebindings, clusterroles), CustomResourceDefinitions (kopf looks them up), Kueue
-      ``kueue.x-k8s.io/v1beta1`` (localqueues, clusterqueues, resourceflavors, workloads), KubeRay
+      ``kueue.x-k8s.io/v1beta2`` (localqueues, clusterqueues, resourceflavors, workloads: Kueue v0.17's storage version), KubeRay
       ``ray.io/v1`` (rayjobs, rayclusters), ``batch/v1`` jobs, and ``tau.azure.com/v1alpha1``
       (clusters, workspaces, quotarequests, tauruns), each with its kind and scope, and
       ``status`` as a subresource for the custom resources.
@@ -110,10 +110,10 @@ RESOURCES: tuple[tuple[str, str, bool], ...] = (
     ("apiextensions.k8s.io/v1/customresourcedefinitions", "CustomResourceDefinition", False),
     ("rbac.authorization.k8s.io/v1/rolebindings", "RoleBinding", True),
     ("rbac.authorization.k8s.io/v1/clusterroles", "ClusterRole", False),
-    ("kueue.x-k8s.io/v1beta1/localqueues", "LocalQueue", True),
-    ("kueue.x-k8s.io/v1beta1/clusterqueues", "ClusterQueue", False),
-    ("kueue.x-k8s.io/v1beta1/resourceflavors", "ResourceFlavor", False),
-    ("kueue.x-k8s.io/v1beta1/workloads", "Workload", True),
+    ("kueue.x-k8s.io/v1beta2/localqueues", "LocalQueue", True),
+    ("kueue.x-k8s.io/v1beta2/clusterqueues", "ClusterQueue", False),
+    ("kueue.x-k8s.io/v1beta2/resourceflavors", "ResourceFlavor", False),
+    ("kueue.x-k8s.io/v1beta2/workloads", "Workload", True),
     ("ray.io/v1/rayjobs", "RayJob", True),
     ("ray.io/v1/rayclusters", "RayCluster", True),
     ("batch/v1/jobs", "Job", True),

@@ -200,47 +200,85 @@ def annotate(edits: Edits, record: dict) -> None:
               orjson.dumps(record, option=orjson.OPT_SORT_KEYS).decode())
 
 
-def edit_update(obj: dict, old: dict | None, templates: list[PodTemplate], adapter: WorkloadAdapter) -> Edits | None:
+# Object labels taugate sets at CREATE that a user UPDATE may neither remove nor change: they say
+# which workspace and profile admitted the object (issue 14: a changed gpu-class label would
+# misreport placement). The queue and priority-class labels are restored only when removed: a
+# change to them is Kueue's to allow (moving a suspended job between LocalQueues) and taugate's
+# validation checks the new value.
+PINNED_LABELS = (labels.MANAGED_BY, labels.WORKSPACE, labels.WORKLOAD_PROFILE, labels.PROFILE_SET_HASH,
+                 labels.GPU_CLASS)
+
+
+def edit_update(obj: dict, old: dict | None, templates: list[PodTemplate], adapter: WorkloadAdapter,
+                res: Resolution | None = None, settings: Settings | None = None) -> Edits | None:
     """The edits on UPDATE, made on ``obj`` itself: only what taugate owns is restored from
-    ``old``, and only where the API server allows it, so no UPDATE (the garbage collector
-    removing a finalizer, Kueue unsuspending or evicting, KubeRay writing status or scale,
-    ``kubectl label``) is ever made to fail by a patch of ours:
+    ``old`` (the stored object taugate admitted: its labels carry a valid run-id), and only where
+    the API server allows it, so no UPDATE (the garbage collector removing a finalizer, Kueue
+    unsuspending or evicting, KubeRay writing status or scale, ``kubectl label``, a server-side
+    apply that replaces a whole worker group) is ever made to fail by a patch of ours:
 
     - the run-id (it never changes) on the object, and on the pod templates only when
       ``adapter.templates_mutable(old)`` (a started Job's template is immutable: a label added
-      there would make the API server reject the whole UPDATE);
+      there would make the API server reject the whole UPDATE, Kubernetes
+      ``pkg/apis/batch/validation`` ``validatePodTemplateUpdate``);
+    - ``PINNED_LABELS`` with their stored values, and the ``tau.azure.com/admission`` record
+      (object metadata is always mutable);
     - the ``kueue.x-k8s.io/queue-name`` label of a queued workload when the UPDATE drops it
-      (object labels are always mutable; Kueue keeps it immutable on a running job, kueue v0.17
-      ``jobframework/validation.go`` ``validateUpdateForQueueName``, and kubernetes-sigs/kueue
-      PR 13293 closes the gap for a removal: without it the pods would run outside quota).
+      (Kueue keeps it immutable on a running job, kueue v0.17 ``jobframework/validation.go``
+      ``validateUpdateForQueueName``, and kubernetes-sigs/kueue PR 13293 closes the gap for a
+      removal: without it the pods would run outside quota), and the priority-class label;
+    - with ``res`` (the resolution of the profile the object was admitted with) and mutable
+      templates: the profile's placement on GPU pod templates and the workspace data volume, as
+      on CREATE (``_place_gpu_template``, ``_mount_data``: missing entries are added, nothing
+      another writer set, Kueue's flavor selectors included, is removed or changed).
 
-    An object being deleted (``metadata.deletionTimestamp``) gets nothing. Everything else was
-    decided at CREATE and is Kueue's or the user's to change. None when nothing needs to change.
+    An object being deleted (``metadata.deletionTimestamp``) gets nothing. None when nothing
+    needs to change.
     """
     old_meta = (old or {}).get("metadata")
-    old_labels = old_meta.get("labels") if isinstance(old_meta, dict) else None
-    old_labels = old_labels if isinstance(old_labels, dict) else {}
+    old_meta = old_meta if isinstance(old_meta, dict) else {}
+    old_labels = old_meta.get("labels") if isinstance(old_meta.get("labels"), dict) else {}
     meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
     if meta.get("deletionTimestamp"):
         return None
-    now_labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
     old_run_id = old_labels.get(labels.RUN_ID)
-    restore_run = valid_run_id(old_run_id)
-    owned = templates if restore_run and isinstance(old, dict) and adapter.templates_mutable(old) else []
-    queue = old_labels.get(labels.KUEUE_QUEUE_NAME)
-    restore_queue = (isinstance(queue, str) and queue and adapter.queued(obj)
-                     and not now_labels.get(labels.KUEUE_QUEUE_NAME))
-    run_ok = not restore_run or (now_labels.get(labels.RUN_ID) == old_run_id and all(
-        ((t.template.get("metadata") or {}).get("labels") or {}).get(labels.RUN_ID) == old_run_id for t in owned))
-    if run_ok and not restore_queue:
-        return None
+    if not valid_run_id(old_run_id):
+        return None  # not admitted by taugate (created before it was installed): nothing is ours
+    now_labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
+    restore: dict[str, str] = {}
+    for key in PINNED_LABELS:
+        value = old_labels.get(key)
+        if isinstance(value, str) and now_labels.get(key) != value:
+            restore[key] = value
+    for key in (labels.KUEUE_QUEUE_NAME, labels.KUEUE_PRIORITY_CLASS):
+        value = old_labels.get(key)
+        if isinstance(value, str) and value and adapter.queued(obj) and not now_labels.get(key):
+            restore[key] = value
+    old_notes = old_meta.get("annotations") if isinstance(old_meta.get("annotations"), dict) else {}
+    record = old_notes.get(labels.ADMISSION_RECORD)
+    notes = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
+    restore_record = isinstance(record, str) and notes.get(labels.ADMISSION_RECORD) != record
+    owned = templates if isinstance(old, dict) and adapter.templates_mutable(old) else []
     edits = Edits(obj)
-    if not run_ok:
-        label_run(edits, owned, old_run_id)
-    if restore_queue:
+    label_run(edits, owned, old_run_id)
+    if restore:
         holder, path = _labels(edits, edits.doc, ())
-        edits.set(holder, path, labels.KUEUE_QUEUE_NAME, queue)
-    return edits
+        for key, value in restore.items():
+            edits.set(holder, path, key, value)
+    if restore_record:
+        holder = edits.container(edits.container(edits.doc, (), "metadata", dict), ("metadata",), "annotations", dict)
+        edits.set(holder, ("metadata", "annotations"), labels.ADMISSION_RECORD, record)
+    if res is not None and settings is not None:
+        claim = res.workspace.data_claim_name
+        for t in owned:
+            pod_spec = _at(edits.doc, t.path).get("spec")
+            if not isinstance(pod_spec, dict):
+                continue
+            if t.gpus_per_pod > 0:
+                _place_gpu_template(edits, pod_spec, t.path + ("spec",), res, settings)
+            if claim:
+                _mount_data(edits, pod_spec, t.path + ("spec",), claim)
+    return edits if edits.changed else None
 
 
 def edit_child(obj: dict, templates: list[PodTemplate], adapter: WorkloadAdapter | None = None,

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 import jsonpatch
 import orjson
 
+from taugate import labels
 from taugate.adapters import PodTemplate, WorkloadAdapter, adapter_for, json_type
 from taugate.policy_input import build_policy_input
 from taugate.settings import Settings
@@ -140,6 +141,24 @@ def _record(res: Resolution, state: ClusterState, engine: Engine | None, queued:
             "policyDigest": getattr(engine, "digest", None)}
 
 
+def _admitted_resolution(obj: dict, old: Any, subject: _Subject, state: ClusterState,
+                         settings: Settings) -> Resolution | None:
+    """On UPDATE: the resolution of the workload profile the stored object ``old`` was admitted
+    with (its ``tau.azure.com/workload-profile`` label), so ``mutation.edit_update`` can restore
+    that profile's placement; None when ``old`` names no profile or it no longer resolves (then
+    nothing is placed, and validation says what is wrong)."""
+    old_meta = old.get("metadata") if isinstance(old, dict) else None
+    old_labels = old_meta.get("labels") if isinstance(old_meta, dict) else None
+    profile = old_labels.get(labels.WORKLOAD_PROFILE) if isinstance(old_labels, dict) else None
+    if not isinstance(profile, str):
+        return None
+    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    now_labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
+    view = {**obj, "metadata": {**meta, "labels": {**now_labels, labels.WORKLOAD_PROFILE: profile}}}
+    res = resolve(view, subject.templates, subject.workspace, state, settings)
+    return res if isinstance(res, Resolution) else None
+
+
 def mutate(request: dict, state: ClusterState, settings: Settings, engine: Engine | None = None, *,
            in_place: bool = False) -> Decision:
     """Decide the mutating webhook's answer for one AdmissionRequest (``review["request"]``).
@@ -168,7 +187,9 @@ def mutate(request: dict, state: ClusterState, settings: Settings, engine: Engin
         old = request.get("oldObject") if request.get("operation") == "UPDATE" else None
         edits = mutation.edit_child(doc, subject.templates, subject.adapter, old)
     elif request.get("operation") == "UPDATE":
-        edits = mutation.edit_update(doc, request.get("oldObject"), subject.templates, subject.adapter)
+        old = request.get("oldObject")
+        res = _admitted_resolution(obj, old, subject, state, settings)
+        edits = mutation.edit_update(doc, old, subject.templates, subject.adapter, res, settings)
     else:
         res = resolve(obj, subject.templates, subject.workspace, state, settings)
         if isinstance(res, list):

@@ -21,7 +21,7 @@ from tests.crdschema import translate
 import jsonschema
 
 TAU = "tau.azure.com/v1alpha1"
-KUEUE = "kueue.x-k8s.io/v1beta1"
+KUEUE = "kueue.x-k8s.io/v1beta2"
 RBAC = "rbac.authorization.k8s.io/v1"
 SYS = "tau-platform"
 ADMIN = {"username": "alice@contoso.com", "groups": ["tau-platform-admins"]}

@@ -17,7 +17,7 @@ from tests.controllers.conftest import pick
 from tests.kubedouble import KubeDouble
 
 TAU = "tau.azure.com/v1alpha1"
-KUEUE = "kueue.x-k8s.io/v1beta1"
+KUEUE = "kueue.x-k8s.io/v1beta2"
 SYS = "tau-platform"
 
 

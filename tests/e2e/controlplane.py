@@ -137,7 +137,7 @@ def wait_until(what: str, check, timeout: float, *, processes: Iterable[Process]
         except Exception as e:  # a probe that is not answering yet
             last = e
         if time.monotonic() > deadline:
-            logs = "\n".join(f"--- {p.log}:\n{p.tail()}" for p in processes)
+            logs = "\n".join(f"--- {p.log}:\n{p.tail(12)}" for p in processes)
             raise ControlPlaneError(f"timed out after {timeout:.0f} s waiting for {what} (last error: {last!r})\n{logs}")
         time.sleep(interval)
 

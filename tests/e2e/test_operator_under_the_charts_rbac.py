@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from tests.e2e.platform import NAMESPACE, RELEASE, SYSTEM_NAMESPACE
+from tests.e2e.platform import NAMESPACE, PROBE_JOB, RELEASE, SYSTEM_NAMESPACE
 from tests.e2e.workloads import QUEUE, into_workspace
 from tests.paths import REPO
 
@@ -46,12 +46,15 @@ def test_the_taucluster_status_holds_the_resolved_profiles_and_the_set_hash_the_
 
 def test_a_new_workspace_gets_its_namespace_queue_rbac_service_account_and_pvc_and_the_webhook_admits_into_it(platform):
     cp = platform.cp
+    cq = cp.get_json("clusterqueues.v1beta2.kueue.x-k8s.io", "nlp-cq")
+    cp.apply_objects([{"apiVersion": cq["apiVersion"], "kind": "ClusterQueue", "metadata": {"name": "speech-cq"},
+                       "spec": cq["spec"]}])
     ws = {"apiVersion": "tau.azure.com/v1alpha1", "kind": "TauWorkspace",
           "metadata": {"name": "speech", "namespace": SYSTEM_NAMESPACE},
           "spec": {"principalRef": {"provider": "entra", "name": "speech-researchers"},
                    "kubernetesSubject": {"kind": "Group", "name": "speech-researchers"},
                    "role": "tau-researcher-v1", "target": {"namespace": "speech", "createNamespace": True},
-                   "queue": "speech-queue", "defaults": {"workloadProfile": "h100-1gpu"},
+                   "queue": "speech-queue", "clusterQueue": "speech-cq", "defaults": {"workloadProfile": "cpu-small"},
                    "dataVolume": {"size": "10Gi"}}}
     cp.apply_objects([ws])
     platform.wait_for("the speech workspace to be Ready", lambda: (cp.get_json(
@@ -63,11 +66,14 @@ def test_a_new_workspace_gets_its_namespace_queue_rbac_service_account_and_pvc_a
     assert cp.get_json("rolebindings", "-n", "speech")["items"]
     # A researcher of the new workspace may create RayJobs there (the bound ClusterRole) ...
     researcher = cp.user_kubeconfig("sam", ("speech-researchers",))
-    assert cp.kubectl("auth", "can-i", "create", "rayjobs.ray.io", "-n", "speech", kubeconfig=researcher).stdout.strip() == "yes"
+    for resource in ("rayjobs.ray.io", "jobs.batch"):
+        assert cp.kubectl("auth", "can-i", "create", resource, "-n", "speech", kubeconfig=researcher).stdout.strip() == "yes"
     # ... and the webhook, from its watches, queues them in the new workspace's LocalQueue.
+    job = into_workspace(PROBE_JOB, namespace="speech", name="first")
+
     def admitted() -> bool:
         out = cp.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", kubeconfig=researcher, check=False,
-                         input=json.dumps(into_workspace(EXAMPLE, namespace="speech", name="first")))
+                         input=json.dumps(job))
         return out.returncode == 0 and json.loads(out.stdout)["metadata"]["labels"].get(QUEUE) == "speech-queue"
     platform.wait_for("the webhook to admit into the new workspace", admitted, 30)
 

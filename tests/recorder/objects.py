@@ -3,7 +3,7 @@
 The RayJob is KubeRay's own GPU sample (``ray-job.pytorch-image-classifier.yaml``: a CPU head and
 4 GPU workers in group ``gpu-group``) with what taugate's webhook adds (run-id, queue, workspace
 and profile labels, the admission record annotation). Workloads follow Kueue's ``Workload`` CRD
-(v1beta1; validated against Kueue's own CRD in the tests), Pods and Nodes the core API (the Node
+(v1beta2, Kueue v0.17's storage version; validated against Kueue's own CRD in the tests), Pods and Nodes the core API (the Node
 is ``tests/data/nodes``' DGX A100, shaped like NVIDIA knavigator's). KubeRay's and Kueue's files are
 read from the pinned Go modules (``tests/paths.py``).
 """
@@ -90,7 +90,7 @@ def workload(owner: dict, state: str = "pending", *, by_label: bool = True, mess
     for g in rcs["workerGroupSpecs"]:
         pod_sets.append({"name": g["groupName"], "count": g["replicas"], "template": copy.deepcopy(g["template"])})
     wl = {
-        "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "Workload",
+        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
         "metadata": {
             "name": f"rayjob-{meta['name']}-3f2a1", "namespace": meta["namespace"], "uid": f"wl-{meta['uid']}",
             "creationTimestamp": T0,
@@ -237,7 +237,7 @@ def job(name: str = "eval-batch", run_id: str = "0a1b2c3d4e5f60718293a4b5", uid:
 def job_workload(owner: dict, admitted: bool) -> dict:
     """The Kueue Workload of a Job (one pod set ``main``)."""
     meta = owner["metadata"]
-    wl = {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "Workload",
+    wl = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
           "metadata": {"name": f"job-{meta['name']}-8c1d2", "namespace": meta["namespace"], "uid": f"wl-{meta['uid']}",
                        "labels": {labels.KUEUE_JOB_UID: meta["uid"]},
                        "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": meta["name"],

@@ -76,7 +76,7 @@ def schema_errors(obj: dict) -> list[str]:
 def admit(kube: KubeDouble, rj: dict, wl: dict) -> None:
     """What Kueue does on admission: Workload admitted, RayJob unsuspended."""
     admitted = o.workload(rj, "admitted")
-    kube.patch("kueue.x-k8s.io/v1beta1", "Workload", wl["metadata"]["name"], {"status": admitted["status"]}, o.NS)
+    kube.patch("kueue.x-k8s.io/v1beta2", "Workload", wl["metadata"]["name"], {"status": admitted["status"]}, o.NS)
     kube.patch("ray.io/v1", "RayJob", rj["metadata"]["name"],
                {"spec": {"suspend": False}, "status": o.rayjob_status(rj, "Initializing")["status"]}, o.NS)
 
@@ -156,7 +156,7 @@ def test_a_scripted_lifecycle_moves_the_taurun_through_the_states_in_order_and_l
         c = wait_state(kube, "ArtifactSaved", "True", "FilesWritten")
         assert c["source"] == {"kind": "Path", "path": str(out)}
 
-        kube.patch("kueue.x-k8s.io/v1beta1", "Workload", wl["metadata"]["name"],
+        kube.patch("kueue.x-k8s.io/v1beta2", "Workload", wl["metadata"]["name"],
                    {"status": o.workload(rj, "finished")["status"]}, o.NS)
         wait_state(kube, "QuotaReleased", "True", "WorkloadFinished")
         assert conditions(kube)["GPUsReleased"]["status"] == "False"
@@ -299,7 +299,7 @@ def test_killing_the_recorder_mid_run_and_starting_it_again_leaves_one_consisten
     with kube.operator(Settings(), recorder=config, resync_seconds=60):
         wait_state(kube, "Completed", "True")
         wait_state(kube, "ArtifactSaved", "True", "IndexWritten")
-        kube.patch("kueue.x-k8s.io/v1beta1", "Workload", wl["metadata"]["name"],
+        kube.patch("kueue.x-k8s.io/v1beta2", "Workload", wl["metadata"]["name"],
                    {"status": o.workload(rj, "finished")["status"]}, o.NS)
         for p in pods_of(rj):
             kube.delete("v1", "Pod", p["metadata"]["name"], o.NS)

@@ -31,7 +31,7 @@ def _by_type(conds):
 
 @pytest.mark.parametrize("state", ["pending", "reserved", "admitted", "evicted", "finished"])
 def test_the_workload_fixtures_are_valid_under_kueues_own_crd(state):
-    assert crd_errors(o.workload(o.rayjob(), state), o.WORKLOAD_CRD, "v1beta1") == []
+    assert crd_errors(o.workload(o.rayjob(), state), o.WORKLOAD_CRD, "v1beta2") == []
 
 
 def test_the_pod_and_node_fixtures_are_valid_core_objects():
@@ -363,7 +363,7 @@ def test_a_run_whose_object_is_deleted_before_it_finishes_ends_as_failed_deleted
 def test_job_fixtures_are_valid_and_a_job_run_is_derived_from_its_conditions():
     job = o.job()
     kubernetes_validate.validate(job, "1.30.0", strict=True)
-    assert crd_errors(o.job_workload(job, True), o.WORKLOAD_CRD, "v1beta1") == []
+    assert crd_errors(o.job_workload(job, True), o.WORKLOAD_CRD, "v1beta2") == []
     assert rc.expected_pod_count(job, [o.job_workload(job, True)]) == 1
     done = dict(job, status={"succeeded": 1, "completionTime": "2026-11-29T10:09:00Z", "conditions": [
         {"type": "SuccessCriteriaMet", "status": "True", "reason": "CompletionsReached"},
