@@ -109,13 +109,9 @@ def test_a_researcher_cannot_approve_a_quota_request_rbac_and_the_webhook_both_r
     assert "quota-approval" in out.stderr and "only platform admins may approve" in out.stderr, out.stderr
     assert "tau.azure.com/approved" not in (cp.get_json("quotarequests.tau.azure.com", "vision-burst", "-n",
                                                         SYSTEM_NAMESPACE)["metadata"].get("annotations") or {})
-    # A platform admin (group tau-platform-admins, with RBAC to match) can, and the operator
-    # moves the request to Approved.
-    cp.apply_objects([{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-                       "metadata": {"name": "platform-admins", "namespace": SYSTEM_NAMESPACE},
-                       "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "admin"},
-                       "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group",
-                                     "name": "tau-platform-admins"}]}])
+    # A platform admin (group tau-platform-admins, bound by the chart to its platform-admin
+    # ClusterRole and named to the webhook in TAUGATE_ADMIN_GROUPS) can, and the operator moves
+    # the request to Approved.
     admin = cp.user_kubeconfig("carol", ("tau-platform-admins",))
     cp.kubectl(*approve, kubeconfig=admin)
     platform.wait_for("the operator to mark the request Approved", lambda: (cp.get_json(
