@@ -179,16 +179,23 @@ def edit_create(obj: dict, adapter: WorkloadAdapter, templates: list[PodTemplate
             # Kueue requires it; KubeRay forbids it beside deletionRules (validation explains).
             edits.set_default(spec, ("spec",), "shutdownAfterJobFinishes", True)
 
+    place_templates(edits, templates, res, settings)
+    return edits
+
+
+def place_templates(edits: Edits, templates: list[PodTemplate], res: Resolution, settings: Settings) -> None:
+    """The profile's placement (node selector, GPU-class selector, tolerations) on the GPU pod
+    templates of ``edits.doc``, and the workspace data volume on every one; only what is missing
+    is added, nothing another writer set is removed or changed."""
     claim = res.workspace.data_claim_name
     for t in templates:
-        pod_spec = _at(edited, t.path).get("spec")
+        pod_spec = _at(edits.doc, t.path).get("spec")
         if not isinstance(pod_spec, dict):
             continue
         if t.gpus_per_pod > 0:
             _place_gpu_template(edits, pod_spec, t.path + ("spec",), res, settings)
         if claim:
             _mount_data(edits, pod_spec, t.path + ("spec",), claim)
-    return edits
 
 
 def annotate(edits: Edits, record: dict) -> None:
@@ -229,8 +236,8 @@ def edit_update(obj: dict, old: dict | None, templates: list[PodTemplate], adapt
       removal: without it the pods would run outside quota), and the priority-class label;
     - with ``res`` (the resolution of the profile the object was admitted with) and mutable
       templates: the profile's placement on GPU pod templates and the workspace data volume, as
-      on CREATE (``_place_gpu_template``, ``_mount_data``: missing entries are added, nothing
-      another writer set, Kueue's flavor selectors included, is removed or changed).
+      on CREATE (``place_templates``: Kueue's flavor selectors and whatever else another writer
+      set are kept).
 
     An object being deleted (``metadata.deletionTimestamp``) gets nothing. None when nothing
     needs to change.
@@ -269,15 +276,7 @@ def edit_update(obj: dict, old: dict | None, templates: list[PodTemplate], adapt
         holder = edits.container(edits.container(edits.doc, (), "metadata", dict), ("metadata",), "annotations", dict)
         edits.set(holder, ("metadata", "annotations"), labels.ADMISSION_RECORD, record)
     if res is not None and settings is not None:
-        claim = res.workspace.data_claim_name
-        for t in owned:
-            pod_spec = _at(edits.doc, t.path).get("spec")
-            if not isinstance(pod_spec, dict):
-                continue
-            if t.gpus_per_pod > 0:
-                _place_gpu_template(edits, pod_spec, t.path + ("spec",), res, settings)
-            if claim:
-                _mount_data(edits, pod_spec, t.path + ("spec",), claim)
+        place_templates(edits, owned, res, settings)
     return edits if edits.changed else None
 
 

@@ -268,14 +268,14 @@ class ControlPlane:
                 raise ControlPlaneError(f"{p.name} has exited (code {p.popen.returncode}); last lines:\n{p.tail()}")
 
     def kubectl(self, *args: str, input: str | bytes | None = None, kubeconfig: Path | None = None,
-                check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
-        """Run the built kubectl as a user types it (text in and out). ``check`` raises
-        ``ControlPlaneError`` with stderr on a non-zero exit."""
+                check: bool = True, timeout: float = 60, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        """Run the built kubectl as a user types it (text in and out; ``env`` adds variables such
+        as ``KUBE_EDITOR``). ``check`` raises ``ControlPlaneError`` with stderr on a non-zero exit."""
         if isinstance(input, bytes):
             input = input.decode()
         proc = subprocess.run([self.binary("kubectl"), f"--kubeconfig={kubeconfig or self.kubeconfig}", *args],
                               input=input, capture_output=True, text=True, timeout=timeout,
-                              env={**os.environ, **_NO_PROXY})
+                              env={**os.environ, **_NO_PROXY, **(env or {})})
         if check and proc.returncode != 0:
             raise ControlPlaneError(f"kubectl {' '.join(args)} failed (exit {proc.returncode}): {proc.stderr.strip()}")
         return proc

@@ -81,6 +81,21 @@ def test_server_side_apply_is_admitted_like_client_side_apply_and_reapplies_with
     assert admitted_problems(again) == []
 
 
+def test_kubectl_edit_in_an_editor_keeps_the_run_id_and_the_placement(platform):
+    cp = platform.cp
+    cp.kubectl("apply", "-f", "-", input=json.dumps(_rayjob("in-editor")))
+    run_id = cp.get_json("rayjob", "in-editor", "-n", WORKSPACE)["metadata"]["labels"][RUN_ID]
+    # The editor kubectl starts on the object's YAML (here sed, changing the epochs); kubectl
+    # sends the whole edited object back through both webhooks.
+    editor = "sed -i -e 's/--epochs 10/--epochs 12/'"
+    out = cp.kubectl("edit", "rayjob", "in-editor", "-n", WORKSPACE, env={"KUBE_EDITOR": editor, "EDITOR": editor})
+    assert "edited" in out.stdout, out.stdout + out.stderr
+    edited = cp.get_json("rayjob", "in-editor", "-n", WORKSPACE)
+    assert "--epochs 12" in edited["spec"]["entrypoint"]
+    assert _run_ids(edited) == {run_id}
+    assert admitted_problems(edited) == []
+
+
 def test_kubectl_label_and_a_full_replace_keep_the_run_id(platform):
     cp = platform.cp
     cp.kubectl("apply", "-f", "-", input=json.dumps(_rayjob("edited")))
