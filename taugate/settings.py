@@ -33,6 +33,9 @@ class Settings(BaseSettings):
       with its fail-safe decision; keep it below the webhook configuration's ``timeoutSeconds``.
     - ``default_lanes``: the lane of an object without a ``tau.azure.com/lane`` label, by kind.
     - ``admin_groups`` / ``admin_users``: who may approve TauQuotaRequests.
+    - ``controller_users``: the usernames whose creates of an owned RayCluster or Job are trusted
+      as children of a RayJob, RayCluster or Job (they inherit the parent's run-id and nothing
+      else); an owned object anyone else creates is a top-level workload.
     - ``kueue_elastic_jobs``: Kueue's ElasticJobsViaWorkloadSlices feature gate is on in the
       cluster (alpha, off by default in Kueue 0.17), so a RayCluster/RayJob annotated
       ``kueue.x-k8s.io/elastic-job: "true"`` may use the Ray autoscaler under Kueue.
@@ -54,4 +57,11 @@ class Settings(BaseSettings):
     admin_groups: tuple[str, ...] = ("tau-platform-admins", "system:masters")
     policy_dir: Path = Path(__file__).resolve().parent.parent / "policies"
     admin_users: tuple[str, ...] = ()
+    controller_users: tuple[str, ...] = (
+        "system:serviceaccount:ray-system:kuberay-operator",
+        "system:serviceaccount:kueue-system:kueue-controller-manager",
+        "system:serviceaccount:kube-system:job-controller",
+        "system:serviceaccount:kube-system:cronjob-controller",
+        "system:kube-controller-manager",
+    )
     kueue_elastic_jobs: bool = False

@@ -61,6 +61,31 @@ def controller_owner(obj: dict) -> dict | None:
     return None
 
 
+def is_child(request: dict, obj: dict, settings: Settings) -> bool:
+    """Is ``obj`` a child that only inherits its parent's run-id (KubeRay's submitter Job, the
+    RayCluster a RayJob creates), rather than a top-level workload that is queued, placed and
+    validated? Trust comes from who creates it, not from what it claims (issue 14: a researcher
+    can write any ownerReference):
+
+    - CREATE: a controller ownerReference to a RayJob, RayCluster or Job (``controller_owner``)
+      AND the request's user is one of ``settings.controller_users`` (KubeRay's operator, Kueue,
+      the controller-manager's Job and CronJob controllers, as the chart configures them);
+    - UPDATE: the stored object was admitted as a child: it has the same controller owner (same
+      uid) and none of the labels taugate gives a top-level workload (``tau.azure.com/workspace``,
+      which ``edit_update`` restores, so it cannot be shed by an UPDATE).
+    """
+    owner = controller_owner(obj)
+    if owner is None:
+        return False
+    if request.get("operation") != "UPDATE":
+        return (request.get("userInfo") or {}).get("username") in settings.controller_users
+    old = request.get("oldObject")
+    old_owner = controller_owner(old) if isinstance(old, dict) else None
+    old_labels = (old.get("metadata") or {}).get("labels") if isinstance(old, dict) else None
+    top_level = isinstance(old_labels, dict) and labels.WORKSPACE in old_labels
+    return old_owner is not None and old_owner.get("uid") == owner.get("uid") and not top_level
+
+
 def run_id_of(obj: dict, templates: list[PodTemplate]) -> str | None:
     """The run-id the object already carries: on itself, else on any pod template."""
     found = ((obj.get("metadata") or {}).get("labels") or {}).get(labels.RUN_ID)

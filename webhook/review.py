@@ -126,7 +126,7 @@ def _subject(request: dict, state: ClusterState, settings: Settings) -> _Subject
         return None
     malformed = [Violation("object-shape", f, f"{problem}; fix the manifest (the API server would reject it too)")
                  for f, problem in adapter.malformed(obj)]
-    child = not malformed and mutation.controller_owner(obj) is not None
+    child = not malformed and mutation.is_child(request, obj, settings)
     return _Subject(obj, adapter, [] if malformed else adapter.pod_templates(obj), ws, child, malformed)
 
 

@@ -100,7 +100,7 @@ def test_kuberays_submitter_job_and_raycluster_inherit_the_parents_run_id_and_no
                                                "uid": "u1", "controller": True}]},
              "spec": {"template": {"spec": {"restartPolicy": "Never",
                                             "containers": [{"name": "ray-job-submitter", "image": "rayproject/ray:2.9.0"}]}}}}
-    d, out = _mutated(child, state, settings)
+    d, out = _mutated(child, state, settings, user_info={"username": "system:serviceaccount:ray-system:kuberay-operator"})
     assert out["spec"]["template"]["metadata"]["labels"] == {labels.RUN_ID: run_id}
     assert labels.KUEUE_QUEUE_NAME not in out["metadata"]["labels"]
     assert "suspend" not in out["spec"]

@@ -119,7 +119,7 @@ def test_kuberays_started_submitter_job_is_updated_without_a_template_patch(stat
     # At CREATE the same child inherits the run-id on its template too.
     created = copy.deepcopy(child)
     del created["status"]
-    d = mutate(request_for(created, namespace="vision"), state, settings)
+    d = mutate(request_for(created, namespace="vision", user_info={"username": m.KUBERAY}), state, settings)
     assert [op["path"] for op in d.patch] == ["/spec/template/metadata/labels/tau.azure.com~1run-id"]
 
 

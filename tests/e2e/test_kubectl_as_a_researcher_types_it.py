@@ -161,3 +161,27 @@ def test_a_warn_mode_policy_is_printed_by_kubectl_as_a_warning_and_the_object_is
     assert "Warning:" in out.stderr and "head-without-gpu" in out.stderr, out.stderr
     assert "the Ray head asks for 1 GPU" in out.stderr
     assert cp.get_json("rayjob", "gpu-head", "-n", WORKSPACE)["metadata"]["labels"][RUN_ID]
+
+
+def test_a_researchers_raycluster_claiming_a_rayjob_owner_is_queued_as_top_level(platform):
+    """An ownerReference a researcher writes makes no child: only the owning controller's
+    creates do (webhook.trustedControllers)."""
+    cp = platform.cp
+    researcher = cp.user_kubeconfig("mallory", ("vision-researchers",))
+    parent = cp.get_json("rayjob", "edited", "-n", WORKSPACE) if cp.kubectl(
+        "get", "rayjob", "edited", "-n", WORKSPACE, check=False).returncode == 0 else None
+    if parent is None:
+        cp.kubectl("apply", "-f", "-", input=json.dumps(_rayjob("edited")))
+        parent = cp.get_json("rayjob", "edited", "-n", WORKSPACE)
+    spec = json.loads(json.dumps(parent["spec"]["rayClusterSpec"]))
+    for t in [spec["headGroupSpec"]["template"]] + [g["template"] for g in spec["workerGroupSpecs"]]:
+        t["metadata"]["labels"].pop(RUN_ID)
+    rc = {"apiVersion": "ray.io/v1", "kind": "RayCluster",
+          "metadata": {"name": "claims-a-parent", "namespace": WORKSPACE,
+                       "ownerReferences": [{"apiVersion": "ray.io/v1", "kind": "RayJob", "name": "edited",
+                                            "uid": parent["metadata"]["uid"], "controller": True}]},
+          "spec": spec}
+    created = json.loads(cp.kubectl("create", "-f", "-", "-o", "json", input=json.dumps(rc), kubeconfig=researcher).stdout)
+    assert created["metadata"]["labels"][QUEUE] == "vision-queue"
+    assert created["spec"]["suspend"] is True
+    assert created["metadata"]["labels"]["tau.azure.com/workspace"] == WORKSPACE

@@ -103,6 +103,8 @@ app.kubernetes.io/component: {{ .component }}
   value: {{ include "taugate.operatorUsername" . | quote }}
 - name: TAUGATE_SYSTEM_NAMESPACE
   value: {{ .Values.systemNamespace | quote }}
+- name: TAUGATE_CONTROLLER_USERS
+  value: {{ .Values.webhook.trustedControllers | toJson | quote }}
 - name: TAUGATE_ADMIN_GROUPS
   value: {{ append .Values.platformAdmins.groups "system:masters" | uniq | toJson | quote }}
 - name: TAUGATE_ADMISSION_DEADLINE_SECONDS
