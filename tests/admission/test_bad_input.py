@@ -223,3 +223,22 @@ def test_a_denial_under_the_workspace_default_profile_says_why_that_profile_appl
     d = admit(classifier, state=state, settings=settings, engine=engine, namespace="vision")
     assert not d.allowed and "h100-8gpu" in d.message
     assert any("matches 2 GPU(s) per pod, so the workspace default h100-8gpu" in w for w in d.warnings)
+
+
+def test_a_denial_lists_at_most_20_problems_and_counts_the_rest(classifier, state, settings, engine):
+    obj = copy.deepcopy(classifier)
+    obj["metadata"]["labels"] = {f"example.com/l{i}": i for i in range(1245)}  # 1,245 labels that are not strings
+    decision = admit(obj, state=state, settings=settings, engine=engine, namespace="vision")
+    assert not decision.allowed and len(decision.violations) == 1245
+    lines = decision.message.splitlines()
+    assert len(lines) == 1 + 20 + 1, lines[:3]
+    assert lines[1].startswith('- [object-shape] metadata.labels["example.com/l0"]: is a number')
+    assert lines[-1] == "... and 1225 more problem(s)"
+
+
+def test_a_problem_line_quoting_a_huge_value_is_cut_with_its_length():
+    from webhook.decision import Decision, Violation
+
+    decision = Decision.deny([Violation("object-shape", "metadata.labels." + "x" * 5000, "is 7, not a string")])
+    headline, line = decision.message.splitlines()
+    assert len(line) <= 1000 and line.endswith(f"... ({len('- [object-shape] metadata.labels.') + 5000 + 20} characters in all)")
