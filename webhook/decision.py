@@ -53,7 +53,9 @@ class Decision:
     ``patch`` is a JSONPatch (list of RFC 6902 operations) or None when nothing changes;
     ``object`` is the object after the patch (for the CLI); ``warnings`` are shown by kubectl;
     ``violations`` are every deny (all reported together); ``dryrun`` the ones only logged;
-    ``code`` the HTTP-style status code placed in ``response.status.code`` on denial.
+    ``code`` the HTTP-style status code placed in ``response.status.code`` on denial (503 when
+    a policy failed at run time and so could not judge the request); ``policy_failures`` names
+    the policies that failed on this object.
     """
 
     allowed: bool
@@ -64,6 +66,7 @@ class Decision:
     object: dict | None = None
     code: int = 200
     reason: str = ""
+    policy_failures: list[str] = field(default_factory=list)
 
     @property
     def message(self) -> str:
