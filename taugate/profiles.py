@@ -79,7 +79,7 @@ def resolve_profile(profile: WorkloadProfile, *, local_queues: dict[tuple[str, s
             flavor_problems.append(f"ClusterQueue {cq!r} has no resource group covering {labels.GPU_RESOURCE!r}, "
                                    f"but the profile asks for {profile.gpus_per_worker} GPU(s) per worker")
         if profile.gpu_class and gpu_flavors:
-            pinned = {fl.get("name"): ((flavors.get(fl.get("name")) or {}).get("spec") or {}).get("nodeLabels", {}).get(gpu_class_label)
+            pinned = {fl.get("name"): (((flavors.get(fl.get("name")) or {}).get("spec") or {}).get("nodeLabels") or {}).get(gpu_class_label)
                       for fl in gpu_flavors if fl.get("name") in flavors}
             if pinned and all(v is not None and v != profile.gpu_class for v in pinned.values()):
                 shown = ", ".join(f"{k}={v}" for k, v in sorted(pinned.items()))
