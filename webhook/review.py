@@ -194,6 +194,7 @@ class PolicyFailure(Exception):
     def __init__(self, reason: str, failed: dict[str, str], results: list[Violation]):
         super().__init__(reason)
         self.reason, self.failed, self.results = reason, failed, results
+        self.found: list[Violation] = []  # what the built-in checks found before the policies ran
 
 
 def _policies(obj: dict, templates: list[PodTemplate], request: dict, state: ClusterState, settings: Settings,
@@ -249,7 +250,7 @@ def _violations(obj: dict, templates: list[PodTemplate], adapter: WorkloadAdapte
         try:
             found += _policies(obj, templates, request, state, settings, engine, res)
         except PolicyFailure as e:
-            e.found = found  # type: ignore[attr-defined]
+            e.found = found
             raise
     return found, (res.note if res is not None else "")
 
@@ -262,6 +263,10 @@ def validate(request: dict, state: ClusterState, settings: Settings, engine: Eng
 
     On UPDATE only violations that the old object did not already have deny, so Kueue and
     KubeRay can always update (unsuspend, relabel) an object admitted under older rules.
+
+    A policy that fails at run time on the object (a Rego runtime error) is reported as that
+    policy's own result under its enforcement action, with code 503 when it denies
+    (``_policy_failure_decision``); the other policies' results are kept.
     """
     subject = _subject(request, state, settings)
     if subject is None or subject.child:
@@ -272,13 +277,16 @@ def validate(request: dict, state: ClusterState, settings: Settings, engine: Eng
     try:
         found, note = _violations(subject.obj, subject.templates, subject.adapter, request, state, settings, engine,
                                   subject.workspace, old)
-        if found and isinstance(old, dict) and not subject.adapter.malformed(old):  # nothing to excuse: skip the old object
+    except PolicyFailure as e:
+        return _policy_failure_decision(e, subject.obj, e.found, engine)
+    if found and isinstance(old, dict) and not subject.adapter.malformed(old):  # nothing to excuse: skip the old object
+        try:
             before = {(v.policy, v.field, v.message) for v in
                       _violations(old, subject.adapter.pod_templates(old), subject.adapter, request, state, settings,
                                   engine, subject.workspace, None)[0]}
-            found = [v for v in found if (v.policy, v.field, v.message) not in before]
-    except PolicyFailure as e:
-        return _policy_failure_decision(e, subject.obj, getattr(e, "found", []), engine)
+        except PolicyFailure:  # the old object cannot be judged, so nothing of the new one is excused
+            before = set()
+        found = [v for v in found if (v.policy, v.field, v.message) not in before]
     return _decide(found, note, obj=subject.obj)
 
 

@@ -623,6 +623,9 @@ class AdmissionServer:
         for v in decision.dryrun:
             self.metrics.violations.labels(route.path, v.policy, "dryrun").inc()
             log.info("dryrun %s: %s %s uid=%s: %s", route.path, kind, _where(req), req.get("uid"), v.render())
+        if decision.policy_failures:
+            log.warning("policy failed at run time: %s on %s %s uid=%s (%s)", ", ".join(decision.policy_failures),
+                        kind, _where(req), req.get("uid"), "denied" if not decision.allowed else "not denying")
         if not decision.allowed:
             log.info("denied %s: %s %s uid=%s: %s", route.path, kind, _where(req), req.get("uid"),
                      decision.message.replace("\n", " "))
