@@ -321,3 +321,16 @@ def test_a_deep_object_given_to_admit_is_one_line_naming_the_path(tmp_path, caps
     assert main(["admit", "-f", str(f), "--cluster", str(EXAMPLE_CLUSTER)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "spec.x.a.a" in err and "nests more than 100 levels deep" in err, err
+
+
+@pytest.mark.parametrize("path, value, field", [p for p in MALFORMED if p.id in (
+    "affinity-values-a-string", "affinity-weight-a-string", "toleration-key-a-number", "replicas-above-int32")])
+def test_the_cli_denies_a_malformed_workload_naming_the_field(tmp_path, capsys, classifier, path, value, field):
+    obj = copy.deepcopy(classifier)
+    obj["metadata"]["namespace"] = "vision"
+    _set(obj, path, value)
+    f = tmp_path / "obj.yaml"
+    f.write_text(yaml.safe_dump(obj))
+    assert main(["admit", "-f", str(f), "--cluster", str(EXAMPLE_CLUSTER)]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and f"[object-shape] {field}: " in err, err
