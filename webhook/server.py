@@ -32,9 +32,10 @@ Bounded resources (each limit is a ``Settings`` field, counted in ``/metrics``):
   does not fit waits, unread (TCP flow control holds it in the client), until the deadline, then
   gets HTTP 429 with the reason and ``Retry-After``. Small bodies skip the budget (nothing on the
   hot path but a comparison): they are bounded by the connection limit times 64 KiB.
-- Connections: at most ``max_connections`` open after the TLS handshake; at the limit the
-  longest-idle connection (no request in flight) is closed to make room, and a new connection
-  is closed at once when every connection is busy. ``header_timeout_seconds`` bounds the TLS
+- Connections: at most ``max_connections`` accepted sockets (TLS handshakes in progress
+  included, counted at ``accept()``); at the limit the longest-idle connection (no request in
+  flight) is closed to make room, and a new connection is closed at once when every connection
+  is busy. ``header_timeout_seconds`` bounds the TLS
   handshake and a request head from its first byte (slowloris); ``idle_timeout_seconds`` a
   connection with no request in flight. Bodies are bounded by the deadline (above).
 - A client that disconnects mid-request is one log line (``client ... disconnected``), never a
@@ -120,17 +121,20 @@ class ByteBudget:
         fut = asyncio.get_running_loop().create_future()
         entry = (n, fut)
         self._waiters.append(entry)
+        granted = False
         try:
             async with asyncio.timeout_at(deadline):
                 await fut
+            granted = True
         except TimeoutError:
-            if fut.done() and not fut.cancelled():  # granted just as the timer fired
-                self.release(n)
             return False
         finally:
-            if entry in self._waiters:
-                self._waiters.remove(entry)
-                self._wake()  # the first waiter may have been blocked behind this one
+            if not granted:  # timed out or cancelled
+                if entry in self._waiters:
+                    self._waiters.remove(entry)
+                    self._wake()  # the first waiter may have been blocked behind this one
+                elif fut.done() and not fut.cancelled():  # granted just as it gave up
+                    self.release(n)
         return True
 
     def release(self, n: int) -> None:

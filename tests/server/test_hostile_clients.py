@@ -237,3 +237,27 @@ async def test_a_client_that_disconnects_is_one_log_line_without_a_traceback(sta
     assert len(lines) == 2, err
     assert all(re.fullmatch(r"client \S+ disconnected from /mutate before its body was received \(.+\)", line)
                for line in lines), lines
+
+
+async def test_the_byte_budget_serves_in_order_times_out_and_never_leaks_bytes():
+    from webhook.server import ByteBudget
+
+    budget = ByteBudget(10)
+    loop = asyncio.get_running_loop()
+    assert await budget.acquire(8, loop.time() + 1) and budget.used == 8
+    assert not await budget.acquire(5, loop.time() + 0.05)  # no room by its deadline
+    assert budget.used == 8
+    waiting = asyncio.create_task(budget.acquire(5, loop.time() + 5))
+    later = asyncio.create_task(budget.acquire(1, loop.time() + 5))  # fits, but waits its turn
+    await asyncio.sleep(0.01)
+    assert not waiting.done() and not later.done()
+    budget.release(8)
+    assert await waiting and await later and budget.used == 6
+    cancelled = asyncio.create_task(budget.acquire(10, loop.time() + 5))
+    await asyncio.sleep(0.01)
+    cancelled.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await cancelled
+    budget.release(5)
+    budget.release(1)
+    assert budget.used == 0 and await budget.acquire(20, loop.time() + 1) and budget.used == 10  # capped at the limit
