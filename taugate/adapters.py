@@ -285,9 +285,11 @@ def json_type(value: Any) -> str:
 
 MAX_DEPTH = 100
 """How deep an object may nest (levels below its root). Kubernetes objects nest ~20 levels (a
-pod template's affinity is among the deepest); orjson refuses more than 255 levels, so a review
-(which wraps the object two levels down) deeper than that is HTTP 400, and an object past
-``MAX_DEPTH`` is denied naming the path (``object_depth_problem``), never a crash."""
+pod template's affinity is among the deepest). A review nested past 255 levels is HTTP 400
+(orjson's limit). Checking depth costs ~70 us a RayJob, too much for every request, so it is
+checked where depth breaks something: when the policy engine (whose JSON reader stops at 128
+levels) or a copy fails on an object, and for every object ``taugate admit`` reads; an object
+past ``MAX_DEPTH`` is then denied naming the path (``object_depth_problem``), never a 500."""
 
 INT64 = (-(2**63), 2**63 - 1)
 """The range of a Kubernetes integer field (int64; apimachinery decodes JSON numbers into it)."""
