@@ -284,7 +284,11 @@ class PodTemplate:
         ``MAX_GPUS`` (read like an ``nvidia.com/gpu`` count, so ``"1e999999999"`` is never
         expanded)."""
         raw = self.ray_start_params.get("num-gpus")
-        return gpu_quantity(raw) if raw is not None else None
+        # ``ray start --num-gpus`` is an integer option (python/ray/scripts/scripts.py): a whole
+        # number, never negative, no quantity suffix ("1m" would be 0.001).
+        if type(raw) is not str or not _WHOLE.match(raw):
+            return None
+        return gpu_quantity(raw)
 
 
 class WorkloadAdapter(Protocol):
@@ -417,6 +421,63 @@ def json_type(value: Any) -> str:
     return "an object"
 
 
+MAX_DEPTH = 100
+"""How deep an object may nest (levels below its root). Kubernetes objects nest ~20 levels (a
+pod template's affinity is among the deepest). A review nested past 255 levels is HTTP 400
+(orjson's limit). Checking depth costs ~70 us a RayJob, too much for every request, so it is
+checked where depth breaks something: when the policy engine (whose JSON reader stops at 128
+levels) or a copy fails on an object, and for every object ``taugate admit`` reads; an object
+past ``MAX_DEPTH`` is then denied naming the path (``object_depth_problem``), never a 500."""
+
+INT64 = (-(2**63), 2**63 - 1)
+"""The range of a Kubernetes integer field (int64; apimachinery decodes JSON numbers into it)."""
+
+INT32_MAX = 2**31 - 1
+"""The largest int32: replicas, parallelism and the like are ``*int32`` in the Go API types."""
+
+
+def _short(value: Any) -> str:
+    """``repr`` of a value quoted in a problem, cut to 80 characters."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def object_depth_problem(obj: Any, limit: int = MAX_DEPTH) -> tuple[str, str] | None:
+    """``(field path, problem)`` for the first place ``obj`` nests deeper than ``limit``
+    levels, or None. Iterative (no recursion limit), stops at the first such place."""
+    stack: list[tuple[Any, Path]] = [(obj, ())]
+    while stack:
+        value, path = stack.pop()
+        if len(path) > limit:
+            return field_path(path[:limit + 1]), (f"nests more than {limit} levels deep; Kubernetes objects nest about "
+                                                  f"20 levels, taugate reads up to {limit}")
+        if type(value) is dict:
+            stack.extend((v, path + (k,)) for k, v in value.items())
+        elif type(value) is list:
+            stack.extend((v, path + (i,)) for i, v in enumerate(value))
+    return None
+
+
+def json_problem(obj: Any) -> str | None:
+    """One line naming the first value of ``obj`` that no Kubernetes object can hold: nesting
+    past ``MAX_DEPTH``, or an integer outside int64 (``INT64``); None when there is none."""
+    deep = object_depth_problem(obj)
+    if deep:
+        return f"{deep[0]}: {deep[1]}"
+    stack: list[tuple[Any, Path]] = [(obj, ())]
+    while stack:
+        value, path = stack.pop()
+        if type(value) is dict:
+            stack.extend((v, path + (k,)) for k, v in value.items())
+        elif type(value) is list:
+            stack.extend((v, path + (i,)) for i, v in enumerate(value))
+        elif type(value) is int and not INT64[0] <= value <= INT64[1]:
+            return f"{field_path(path)}: {value} is outside the 64-bit integer range of Kubernetes fields"
+    return None
+
+
+_WHOLE = re.compile(r"^[0-9]+$")
+
 # A non-negative Kubernetes quantity (apimachinery resource.Quantity grammar): a decimal number,
 # then a binary (Ki..Ei) or decimal (n, u, m, k, M..E) suffix or a decimal exponent.
 _QUANTITY = re.compile(r"^\+?(\d+(\.\d*)?|\.\d+)([KMGTPE]i|[numkMGTPE]|[eE][+-]?\d+)?$")
@@ -475,13 +536,77 @@ class _Shape:
             if type(v) is not str:
                 self.bad(path + (k,), f"is {json_type(v)}; label, annotation and selector values must be strings")
 
-    def scalar(self, value: Any, path: Path, typ: type, what: str, minimum: int | None = None) -> None:
+    def scalar(self, value: Any, path: Path, typ: type, what: str, minimum: int | None = None,
+               maximum: int | None = None) -> None:
         if value is None:
             return
         if not isinstance(value, typ) or (typ is int and isinstance(value, bool)):
-            self.bad(path, f"is {json_type(value)} ({value!r}); it must be {what}")
-        elif minimum is not None and value < minimum:
+            self.bad(path, f"is {json_type(value)} ({_short(value)}); it must be {what}")
+        elif (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
             self.bad(path, f"is {value}; it must be {what}")
+
+    def strings(self, value: Any, path: Path) -> None:
+        """An array (or absent) of strings."""
+        if type(value) is list:
+            for i, item in enumerate(value):
+                if type(item) is not str:
+                    self.bad(path + (i,), f"is {json_type(item)} ({_short(item)}); it must be a string")
+        elif value is not None:
+            self.array(value, path)
+
+    def selector_terms(self, terms: Any, path: Path) -> None:
+        """core/v1 NodeSelectorTerms: objects whose ``matchExpressions``/``matchFields`` are
+        NodeSelectorRequirements (``key``, ``operator`` strings; ``values`` strings)."""
+        self.objects(terms, path)
+        for i, term in enumerate(terms if type(terms) is list else ()):
+            if type(term) is not dict:
+                continue
+            for key in ("matchExpressions", "matchFields"):
+                reqs = term.get(key)
+                self.objects(reqs, path + (i, key))
+                for j, req in enumerate(reqs if type(reqs) is list else ()):
+                    if type(req) is not dict:
+                        continue
+                    for name in ("key", "operator"):
+                        if type(req.get(name)) is not str:
+                            self.scalar(req.get(name), path + (i, key, j, name), str, "a string")
+                    self.strings(req.get("values"), path + (i, key, j, "values"))
+
+    def affinity(self, affinity: Any, path: Path) -> None:
+        """core/v1 Affinity, as far as placement reads it: ``nodeAffinity``'s required
+        ``nodeSelectorTerms`` and preferred ``{weight, preference}`` terms."""
+        if not self.obj(affinity, path):
+            return
+        node = affinity.get("nodeAffinity")
+        if not self.obj(node, path + ("nodeAffinity",)):
+            return
+        required = node.get("requiredDuringSchedulingIgnoredDuringExecution")
+        rpath = path + ("nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution")
+        if self.obj(required, rpath):
+            self.selector_terms(required.get("nodeSelectorTerms"), rpath + ("nodeSelectorTerms",))
+        preferred = node.get("preferredDuringSchedulingIgnoredDuringExecution")
+        ppath = path + ("nodeAffinity", "preferredDuringSchedulingIgnoredDuringExecution")
+        self.objects(preferred, ppath)
+        for i, p in enumerate(preferred if type(preferred) is list else ()):
+            if type(p) is dict:
+                self.scalar(p.get("weight"), ppath + (i, "weight"), int, "a whole number from 1 to 100", 1, 100)
+                if self.obj(p.get("preference"), ppath + (i, "preference")):
+                    self.selector_terms([p["preference"]], ppath + (i,))  # reported under preference[...]
+
+    def tolerations(self, items: Any, path: Path) -> None:
+        """core/v1 Tolerations: ``key``, ``operator``, ``value``, ``effect`` strings and
+        ``tolerationSeconds`` an int64."""
+        self.objects(items, path)
+        for i, t in enumerate(items if type(items) is list else ()):
+            if type(t) is not dict:
+                continue
+            for name in ("key", "operator", "value", "effect"):
+                if t.get(name) is not None and type(t[name]) is not str:
+                    self.scalar(t[name], path + (i, name), str, "a string")
+            seconds = t.get("tolerationSeconds")
+            if seconds is not None and type(seconds) is not int or (type(seconds) is int and not INT64[0] <= seconds <= INT64[1]):
+                self.scalar(seconds, path + (i, "tolerationSeconds"), int, "a whole number of seconds (int64)",
+                            INT64[0], INT64[1])
 
     def meta(self, meta: Any, path: Path) -> None:
         if not self.obj(meta, path):
@@ -521,11 +646,11 @@ class _Shape:
         if not self.obj(spec, path + ("spec",), required=True):
             return
         self.string_map(spec.get("nodeSelector"), path + ("spec", "nodeSelector"))
-        affinity = spec.get("affinity")
-        if affinity is not None and type(affinity) is not dict:
-            self.obj(affinity, path + ("spec", "affinity"))
-        for key in ("tolerations", "volumes"):
-            self.objects(spec.get(key), path + ("spec", key))
+        if spec.get("affinity") is not None:
+            self.affinity(spec["affinity"], path + ("spec", "affinity"))
+        if spec.get("tolerations") is not None:
+            self.tolerations(spec["tolerations"], path + ("spec", "tolerations"))
+        self.objects(spec.get("volumes"), path + ("spec", "volumes"))
         for key in ("containers", "initContainers"):
             items = spec.get(key)
             if key == "containers" and (items is None or items == []):
@@ -566,13 +691,14 @@ def _ray_cluster_shape(shape: _Shape, spec: Any, prefix: Path) -> None:
             name = g.get("groupName")
             if name is not None and type(name) is not str:
                 shape.scalar(name, gpath + ("groupName",), str, "a string")
-            for key in ("replicas", "minReplicas", "maxReplicas"):
+            for key in ("replicas", "minReplicas", "maxReplicas"):  # *int32 in KubeRay's WorkerGroupSpec
                 value = g.get(key)
-                if value is not None and not (type(value) is int and value >= 0):
-                    shape.scalar(value, gpath + (key,), int, "a whole number >= 0", minimum=0)
+                if value is not None and not (type(value) is int and 0 <= value <= INT32_MAX):
+                    shape.scalar(value, gpath + (key,), int, f"a whole number from 0 to {INT32_MAX} (int32)", 0, INT32_MAX)
             hosts = g.get("numOfHosts")
-            if hosts is not None and not (type(hosts) is int and hosts >= 1):
-                shape.scalar(hosts, gpath + ("numOfHosts",), int, "a whole number >= 1", minimum=1)
+            if hosts is not None and not (type(hosts) is int and 1 <= hosts <= INT32_MAX):
+                shape.scalar(hosts, gpath + ("numOfHosts",), int, f"a whole number from 1 to {INT32_MAX} (int32)", 1,
+                             INT32_MAX)
             shape.string_map(g.get("rayStartParams"), gpath + ("rayStartParams",))
             shape.pod_template(g.get("template"), gpath + ("template",))
 
@@ -694,8 +820,9 @@ class JobAdapter:
         shape.meta(obj.get("metadata"), ("metadata",))
         spec = obj.get("spec")
         if shape.obj(spec, ("spec",), required=True):
-            for key in ("parallelism", "completions"):
-                shape.scalar(spec.get(key), ("spec", key), int, "a whole number >= 0", minimum=0)
+            for key in ("parallelism", "completions"):  # *int32 in batch/v1 JobSpec
+                shape.scalar(spec.get(key), ("spec", key), int, f"a whole number from 0 to {INT32_MAX} (int32)", 0,
+                             INT32_MAX)
             shape.scalar(spec.get("suspend"), ("spec", "suspend"), bool, "true or false")
             shape.pod_template(spec.get("template"), ("spec", "template"))
         return shape.problems

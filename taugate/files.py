@@ -36,3 +36,174 @@ def write_atomic(path: str | Path, data: bytes, mode: int = 0o644, *, make_paren
         os.fsync(dfd)
     finally:
         os.close(dfd)
+
+
+# --- reading manifests and snapshots -----------------------------------------------------------
+
+MAX_INPUT_BYTES = 128 * 1024 * 1024
+"""Largest manifest or snapshot file read (a 5,000-node snapshot is ~50 MB); a larger input (or
+``/dev/zero``) is refused after reading this many bytes, never read whole."""
+
+MAX_ALIAS_VALUES = 1_000_000
+"""Values YAML aliases may add to a file once expanded (a billion-laughs document adds ~10^9)."""
+
+MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
+"""Files read from a directory, as ``kubectl apply -f DIR`` reads them."""
+
+
+class InputError(ValueError):
+    """An input that cannot be read; the message is one line naming the input and the problem."""
+
+
+def read_limited(path: str | Path, limit: int = MAX_INPUT_BYTES) -> bytes:
+    """The bytes of ``path`` (``-``: standard input), at most ``limit``. Raises ``InputError``
+    for a missing or unreadable file, a directory, or an input larger than ``limit``."""
+    name = "standard input" if str(path) == "-" else str(path)
+    try:
+        if str(path) == "-":
+            import sys
+
+            data = sys.stdin.buffer.read(limit + 1)
+        else:
+            with open(path, "rb") as f:
+                data = f.read(limit + 1)
+    except FileNotFoundError:
+        raise InputError(f"{name}: no such file") from None
+    except OSError as e:
+        raise InputError(f"{name}: cannot read: {e.strerror or type(e).__name__}") from None
+    if len(data) > limit:
+        raise InputError(f"{name}: larger than {limit // 1048576} MiB; taugate reads manifests and snapshots "
+                         f"up to that size")
+    return data
+
+
+def expand_paths(paths: list[str]) -> list[str]:
+    """``-f`` arguments as files: a directory becomes its ``*.yaml``, ``*.yml`` and ``*.json``
+    files, recursively, sorted (``kubectl apply -R -f DIR``); ``-`` (standard input) and files
+    are kept. Raises ``InputError`` for a missing path or a directory without manifests."""
+    out: list[str] = []
+    for p in paths:
+        if p == "-" or not os.path.isdir(p):
+            if p != "-" and not os.path.exists(p):
+                raise InputError(f"{p}: no such file or directory")
+            out.append(p)
+            continue
+        found = sorted(str(f) for f in Path(p).rglob("*") if f.suffix in MANIFEST_SUFFIXES and f.is_file())
+        if not found:
+            raise InputError(f"{p}: a directory with no {', '.join('*' + s for s in MANIFEST_SUFFIXES)} file")
+        out.extend(found)
+    return out
+
+
+def _loader_base():
+    import yaml
+
+    return getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser: ~10x faster
+
+
+def _strict_loader():
+    """A YAML safe loader that refuses duplicate mapping keys, naming both lines (kubectl's
+    sigs.k8s.io/yaml rejects them: ``mapping key "x" already defined``). Merge keys (``<<``)
+    may still be overridden, as YAML 1.1 specifies."""
+    import yaml
+
+    class StrictLoader(_loader_base()):  # type: ignore[misc]
+        def construct_mapping(self, node, deep=False):
+            if isinstance(node, yaml.MappingNode):
+                seen: dict = {}
+                for key_node, _ in node.value:
+                    if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                        continue
+                    key = self.construct_object(key_node)
+                    line = key_node.start_mark.line + 1
+                    if key in seen:
+                        raise yaml.constructor.ConstructorError(
+                            None, None, f"duplicate key {key!r} (also at line {seen[key]}); kubectl rejects "
+                                        f"duplicate keys", key_node.start_mark)
+                    seen[key] = line
+            return super().construct_mapping(node, deep=deep)
+
+    return StrictLoader
+
+
+_LOADER = None
+
+
+class _TooManyAliasValues(Exception):
+    pass
+
+
+def _alias_values(doc, limit: int) -> int:
+    """How many values YAML aliases add to ``doc`` (a mapping or sequence shared by aliases
+    counts once more, whole, at every further appearance). Raises ``_TooManyAliasValues``
+    past ``limit`` and ``RecursionError`` for a document that contains itself."""
+    memo: dict[int, int] = {}
+    active: set[int] = set()
+    extra = 0
+
+    def size(v) -> int:
+        nonlocal extra
+        if not isinstance(v, (dict, list)):
+            return 1
+        key = id(v)
+        if key in memo:
+            extra += memo[key]
+            if extra > limit:
+                raise _TooManyAliasValues
+            return memo[key]
+        if key in active:
+            raise RecursionError("a YAML alias refers to a mapping or sequence that contains it")
+        active.add(key)
+        n = 1 + sum(size(item) for item in (v.values() if isinstance(v, dict) else v))
+        active.discard(key)
+        memo[key] = n
+        return n
+
+    size(doc)
+    return extra
+
+
+def load_documents(data: bytes, name: str) -> list:
+    """The documents of a YAML or JSON input (``name`` is used in errors). JSON (``{`` or ``[``
+    first) is read with orjson; YAML with a safe loader that refuses duplicate keys, and whose
+    aliases may add at most ``MAX_ALIAS_VALUES`` values (billion laughs) and never make a
+    document contain itself. Raises ``InputError`` with the line of a YAML problem."""
+    import orjson
+    import yaml
+
+    global _LOADER
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError(f"{name}: not UTF-8 text (byte {e.start})") from None
+    if not text.strip():
+        raise InputError(f"{name}: the file is empty")
+    if "\x00" in text:
+        raise InputError(f"{name}: contains NUL bytes; not a YAML or JSON file")
+    if text.lstrip()[:1] in ("{", "["):
+        try:  # JSON (a List or an array of objects): orjson, ~50x faster than YAML at 5,000 nodes
+            data_ = orjson.loads(text)
+            return data_ if isinstance(data_, list) else [data_]
+        except orjson.JSONDecodeError:
+            pass  # flow-style YAML (or JSON with duplicate keys etc.): parsed below
+    if _LOADER is None:
+        _LOADER = _strict_loader()
+    try:
+        docs = list(yaml.load_all(text, Loader=_LOADER))
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        reason = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise InputError(f"{name}: invalid YAML{where}: {reason}") from None
+    except RecursionError:
+        raise InputError(f"{name}: YAML nested too deeply") from None
+    if "*" in text:  # aliases are only possible where a '*' is
+        for i, doc in enumerate(docs):
+            try:
+                _alias_values(doc, MAX_ALIAS_VALUES)
+            except RecursionError as e:
+                raise InputError(f"{name}: document {i + 1}: {e}") from None
+            except _TooManyAliasValues:
+                raise InputError(f"{name}: document {i + 1}: YAML aliases add more than {MAX_ALIAS_VALUES:,} "
+                                 f"values (a \"billion laughs\" document); refused") from None
+    return docs

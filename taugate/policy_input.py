@@ -76,6 +76,18 @@ def _replica_fields(obj: dict, t: PodTemplate, autoscaling: bool) -> tuple[str |
     return field_path(t.group_path + ("replicas",)), most
 
 
+
+def _without_nulls(value: Any) -> Any:
+    """``value`` with null fields and items removed, recursively: the API server treats a null
+    field as unset (apimachinery decodes it to the Go zero value), and a policy iterating a
+    null where Kubernetes allows only a list or an object would fail at run time. Only
+    affinity and tolerations go through here (small, and usually absent)."""
+    if type(value) is dict:
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if type(value) is list:
+        return [_without_nulls(v) for v in value if v is not None]
+    return value
+
 def _template_input(t: PodTemplate, obj: dict | None = None, autoscaling: bool = False) -> dict[str, Any]:
     spec = t.spec
     gpus = {(g.kind, g.index): g.effective for g in t.gpus()}
@@ -105,8 +117,8 @@ def _template_input(t: PodTemplate, obj: dict | None = None, autoscaling: bool =
         "migPerPod": t.mig_per_pod,
         "rayNumGpus": None if t.ray_num_gpus is None else float(t.ray_num_gpus),
         "nodeSelector": spec.get("nodeSelector") or {},
-        "affinity": spec.get("affinity") or {},
-        "tolerations": spec.get("tolerations") or [],
+        "affinity": _without_nulls(spec.get("affinity")) or {},
+        "tolerations": _without_nulls(spec.get("tolerations")) or [],
         "priorityClassName": spec.get("priorityClassName"),
         "containers": containers,
     }

@@ -39,6 +39,20 @@ class Settings(BaseSettings):
     - ``kueue_elastic_jobs``: Kueue's ElasticJobsViaWorkloadSlices feature gate is on in the
       cluster (alpha, off by default in Kueue 0.17), so a RayCluster/RayJob annotated
       ``kueue.x-k8s.io/elastic-job: "true"`` may use the Ray autoscaler under Kueue.
+    - ``max_body_bytes``: the largest AdmissionReview body accepted (HTTP 413 above).
+    - ``max_bytes_in_flight``: bytes of large bodies (over the server's 64 KiB inline limit)
+      being read and decided at once; a body that does not fit waits for room until the
+      admission deadline, then gets HTTP 429 with the reason. A 7.8 MiB review costs about
+      30 MB of memory while it is decided, so the default (8 MiB) keeps the server well under
+      the chart's 512 Mi limit.
+    - ``max_connections``: open HTTPS connections; at the limit the longest-idle one is closed
+      to make room, and a new connection is closed when none is idle.
+    - ``header_timeout_seconds``: the TLS handshake, and a request's head (request line and
+      headers) from its first byte, must complete within this many seconds (slowloris).
+    - ``idle_timeout_seconds``: a connection with no request in flight (before its first
+      request, or after an answer) is closed after this many seconds. The API server's webhook
+      client keeps idle connections for 90 s (``IdleConnTimeout`` of k8s.io/apimachinery's
+      ``SetTransportDefaults``) and opens a new one when it finds one closed.
     - ``policy_dir``: the Rego policy library (default: ``policies/`` of this checkout; set
       ``TAUGATE_POLICY_DIR`` in an image).
     """
@@ -50,7 +64,11 @@ class Settings(BaseSettings):
     gpu_class_label: str = "tau.azure.com/gpu-class"
     gpu_health_conditions: tuple[str, ...] = DEFAULT_GPU_HEALTH_CONDITIONS
     admission_deadline_seconds: float = Field(default=2.0, gt=0, le=30)
-    max_body_bytes: int = 8 * 1024 * 1024
+    max_body_bytes: int = Field(default=8 * 1024 * 1024, gt=0)
+    max_bytes_in_flight: int = Field(default=8 * 1024 * 1024, gt=0)
+    max_connections: int = Field(default=256, gt=0)
+    header_timeout_seconds: float = Field(default=10.0, gt=0, le=300)
+    idle_timeout_seconds: float = Field(default=60.0, gt=0, le=3600)
     default_lanes: dict[str, str] = Field(
         default_factory=lambda: {"RayJob": "training", "Job": "training", "RayCluster": "interactive"}
     )

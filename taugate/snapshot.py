@@ -18,68 +18,113 @@ from decimal import Decimal
 from pathlib import Path as _Path
 from typing import Any, Iterable
 
-import jsonschema
-import orjson
-import yaml
 from pydantic import ValidationError
 
 from taugate import labels
-from taugate.adapters import MIG_PREFIX, json_type, quantity
+from taugate.adapters import MIG_PREFIX, field_path, json_problem, json_type, quantity
+from taugate.files import InputError, load_documents, read_limited
 from taugate.models import ResolvedProfile, TauCluster, TauWorkspace
 from taugate.profiles import is_applicable, profile_set_hash, resolve_profile
 from taugate.settings import Settings
 
 
-# libyaml's C loader when PyYAML was built with it (~10x faster on a 5,000-node snapshot).
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
-def _map_of(value_type: dict) -> dict:
-    return {"type": "object", "additionalProperties": value_type}
-
-
-_STR = {"type": "string"}
-_OBJ = {"type": "object"}
-_QTY = {"type": ["string", "number"]}
-_META = {"type": "object", "required": ["name"],
-         "properties": {"name": {"type": "string", "minLength": 1}, "namespace": _STR, "labels": _map_of(_STR)}}
-_SHAPES = {
-    "Node": {"type": "object", "properties": {
-        "metadata": _META, "spec": _OBJ,
-        "status": {"type": "object", "properties": {
-            "allocatable": _map_of(_QTY), "capacity": _map_of(_QTY),
-            "conditions": {"type": "array", "items": {"type": "object", "required": ["type", "status"],
-                                                      "properties": {"type": _STR, "status": _STR}}}}}}},
-    "LocalQueue": {"type": "object", "required": ["spec"], "properties": {
-        "metadata": _META, "spec": {"type": "object", "required": ["clusterQueue"], "properties": {"clusterQueue": _STR}}}},
-    "ClusterQueue": {"type": "object", "properties": {
-        "metadata": _META,
-        "spec": {"type": "object", "properties": {"cohort": _STR, "cohortName": _STR, "resourceGroups": {"type": "array", "items": {
-            "type": "object", "properties": {"coveredResources": {"type": "array", "items": _STR}, "flavors": {
-                "type": "array", "items": {"type": "object", "required": ["name"], "properties": {
-                    "name": _STR, "resources": {"type": "array", "items": {
-                        "type": "object", "required": ["name"], "properties": {
-                            "name": _STR, "nominalQuota": _QTY, "borrowingLimit": _QTY}}}}}}}}}}},
-        "status": {"type": "object", "properties": {"flavorsUsage": {"type": "array", "items": {
-            "type": "object", "properties": {"name": _STR, "resources": {"type": "array", "items": {
-                "type": "object", "properties": {"name": _STR, "total": _QTY}}}}}}}}}},
-    "ResourceFlavor": {"type": "object", "properties": {"metadata": _META, "spec": _OBJ}},
+# The fields cluster state reads from Kubernetes and Kueue objects, and their types, as a small
+# schema language checked by ``shape_error`` (hand-rolled: jsonschema took ~0.5 ms a Node, 2.5 s
+# on a 5,000-node snapshot; this takes ~10 us). A schema is a type name ("string", "boolean",
+# "quantity": a non-negative Kubernetes quantity up to MAX_QUANTITY, "object", "any"), a list
+# ``[item schema]`` for an array, or a dict ``{field: schema}`` for an object whose listed
+# fields are checked when present (a trailing "!" on a field name: required); ``{"*": schema}``
+# checks every value of a map. Field types follow the Go API types: core/v1 Node, Kueue v1beta2
+# LocalQueue, ClusterQueue and ResourceFlavor (sigs.k8s.io/kueue apis/kueue/v1beta2; a snapshot may
+# still hold v1beta1 objects, whose ClusterQueue names its cohort ``cohort``).
+_LABELS = {"*": "string"}
+_META = {"name!": "string", "namespace": "string", "labels": _LABELS, "annotations": _LABELS}
+_TAINT = {"key!": "string", "value": "string", "effect": "string"}
+_TOLERATION = {"key": "string", "operator": "string", "value": "string", "effect": "string"}
+_SELECTOR = {"matchLabels": _LABELS, "matchExpressions": [{"key!": "string", "operator!": "string",
+                                                           "values": ["string"]}]}
+_USAGE = [{"name!": "string", "resources": [{"name!": "string", "total": "quantity", "borrowed": "quantity"}]}]
+_SHAPES: dict[str, dict] = {
+    "Node": {"metadata!": _META,
+             "spec": {"unschedulable": "boolean", "taints": [_TAINT]},
+             "status": {"allocatable": {"*": "quantity"}, "capacity": {"*": "quantity"},
+                        "conditions": [{"type!": "string", "status!": "string"}]}},
+    "LocalQueue": {"metadata!": _META, "spec!": {"clusterQueue!": "string"}},
+    "ClusterQueue": {"metadata!": _META,
+                     "spec": {"cohort": "string", "cohortName": "string", "namespaceSelector": _SELECTOR, "queueingStrategy": "string",
+                              "resourceGroups": [{"coveredResources": ["string"], "flavors": [{
+                                  "name!": "string", "resources": [{
+                                      "name!": "string", "nominalQuota": "quantity", "borrowingLimit": "quantity",
+                                      "lendingLimit": "quantity"}]}]}]},
+                     "status": {"flavorsUsage": _USAGE, "flavorsReservation": _USAGE}},
+    "ResourceFlavor": {"metadata!": _META,
+                       "spec": {"nodeLabels": _LABELS, "nodeTaints": [_TAINT], "tolerations": [_TOLERATION],
+                                "topologyName": "string"}},
 }
-"""The fields cluster state reads from Kubernetes and Kueue objects, as JSON Schema: a snapshot
-file is checked against them when it is loaded (the API server already guarantees them for
-objects that come from watches)."""
-_SHAPE_VALIDATORS = {kind: jsonschema.Draft7Validator(schema) for kind, schema in _SHAPES.items()}
+
+MAX_QUANTITY = Decimal(2**63 - 1)
+"""The largest quantity a snapshot may hold (Kubernetes quantities are int64-backed)."""
+
+_JSON_TYPES = {"string": str, "boolean": bool}
+
+
+def _shape_problem(value: Any, schema: Any, path: tuple) -> tuple[tuple, str] | None:
+    if isinstance(schema, str):
+        if schema == "any":
+            return None
+        if schema == "quantity":
+            q = quantity(value) if isinstance(value, (str, int, float)) and not isinstance(value, bool) else None
+            if q is None or not q.is_finite() or q < 0 or q > MAX_QUANTITY:
+                return path, (f"is {json_type(value)} ({_shown(value)}); it must be a Kubernetes quantity from 0 to "
+                              f"{MAX_QUANTITY} (e.g. 8, 500m, 64Gi)")
+            return None
+        if type(value) is not _JSON_TYPES[schema]:
+            return path, f"is {json_type(value)} ({_shown(value)}); it must be a {schema}"
+        return None
+    if isinstance(schema, list):
+        if type(value) is not list:
+            return path, f"is {json_type(value)} ({_shown(value)}); it must be an array"
+        for i, item in enumerate(value):
+            found = _shape_problem(item, schema[0], path + (i,))
+            if found:
+                return found
+        return None
+    if type(value) is not dict:
+        return path, f"is {json_type(value)} ({_shown(value)}); it must be an object"
+    every = schema.get("*")
+    if every is not None:
+        for k, v in value.items():
+            found = _shape_problem(v, every, path + (k,))
+            if found:
+                return found
+        return None
+    for name, sub in schema.items():
+        key = name.rstrip("!")
+        v = value.get(key)
+        if v is None:
+            if name.endswith("!"):
+                return path + (key,), "is missing; it is required"
+            continue
+        found = _shape_problem(v, sub, path + (key,))
+        if found:
+            return found
+    return None
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def shape_error(obj: dict) -> str | None:
     """The first type problem of a Node, LocalQueue, ClusterQueue or ResourceFlavor, as
-    ``field: problem``; None when it has the shape cluster state reads."""
-    validator = _SHAPE_VALIDATORS.get(obj.get("kind"))
-    err = next(iter(validator.iter_errors(obj)), None) if validator else None
-    if err is None:
+    ``field: problem`` (a Kubernetes field path); None when it has the shape cluster state
+    reads (``_SHAPES``), and for other kinds."""
+    schema = _SHAPES.get(obj.get("kind"))
+    found = _shape_problem(obj, schema, ()) if schema else None
+    if found is None:
         return None
-    where = ".".join(str(p) for p in err.absolute_path) or "(object)"
-    return f"{where}: {err.message}"
+    return f"{field_path(found[0]) or '(object)'}: {found[1]}"
 
 
 class SnapshotError(ValueError):
@@ -351,7 +396,15 @@ def build_state(objects: Iterable[dict], settings: Settings | None = None, *, ge
         meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
         name = meta.get("name")
         if check_shapes:
+            if not isinstance(kind, str) or not isinstance(obj.get("apiVersion"), str):
+                raise SnapshotError(f"{source}: an object's kind and apiVersion must be strings (kind is "
+                                    f"{json_type(kind)}, apiVersion is {json_type(obj.get('apiVersion'))})")
             problem = shape_error(obj)
+            if problem is None and kind in ("TauCluster", "TauWorkspace"):
+                if not isinstance(obj.get("metadata"), dict) or not isinstance(name, str):
+                    problem = "metadata.name: must be a string"
+                else:
+                    problem = json_problem(obj)
             if problem:
                 raise SnapshotError(f"{source}: {kind} {name!r}: {problem}")
         try:
@@ -362,9 +415,9 @@ def build_state(objects: Iterable[dict], settings: Settings | None = None, *, ge
                     continue
                 if strict and cluster is not None:
                     raise SnapshotError(f"{source}: a second TauCluster; a snapshot holds exactly one, named 'cluster'")
-                cluster = TauCluster.model_validate(obj)
+                cluster = TauCluster.model_validate(obj, strict=check_shapes or None)
             elif kind == "TauWorkspace":
-                ws = TauWorkspace.model_validate(obj)
+                ws = TauWorkspace.model_validate(obj, strict=check_shapes or None)
                 other = workspaces.get(ws.target_namespace)
                 if other is not None:
                     raise SnapshotError(f"{source}: TauWorkspaces {other.metadata.name!r} and {ws.metadata.name!r} "
@@ -422,46 +475,27 @@ def build_state(objects: Iterable[dict], settings: Settings | None = None, *, ge
 
 
 def read_objects(path: str | _Path) -> list[dict]:
-    """Every object in a YAML or JSON file (multi-document YAML, a JSON array, ``kind: List``
-    expanded).
+    """Every object in a YAML or JSON file (``-``: standard input): multi-document YAML, a JSON
+    array, ``kind: List`` expanded. Read with ``taugate.files``: at most ``MAX_INPUT_BYTES``,
+    duplicate keys refused with their line, YAML aliases bounded.
 
     Raises ``SnapshotError`` with the file name and the problem (missing file, YAML error with
     line, a document that is not a mapping)."""
-    p = _Path(path)
+    name = "standard input" if str(path) == "-" else str(path)
     try:
-        text = p.read_text()
-    except FileNotFoundError:
-        raise SnapshotError(f"{p}: no such file") from None
-    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as e:
-        raise SnapshotError(f"{p}: cannot read: {e.__class__.__name__}") from None
-    docs: list = []
-    if not text.strip():
-        raise SnapshotError(f"{p}: the file is empty")
-    if text.lstrip()[:1] in ("{", "["):
-        try:  # JSON (a List or an array of objects): orjson, ~50x faster than YAML at 5,000 nodes
-            data = orjson.loads(text)
-            text = ""
-            docs = data if isinstance(data, list) else [data]
-        except orjson.JSONDecodeError:
-            pass  # flow-style YAML: parsed below
-    try:
-        if text:
-            docs = list(yaml.load_all(text, Loader=_Loader))
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        reason = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise SnapshotError(f"{p}: invalid YAML{where}: {reason}") from None
+        docs = load_documents(read_limited(path), name)
+    except InputError as e:
+        raise SnapshotError(str(e)) from None
     out: list[dict] = []
     for i, doc in enumerate(docs):
         if doc is None:
             continue
         if not isinstance(doc, dict):
-            raise SnapshotError(f"{p}: document {i + 1} is {json_type(doc)}, not a Kubernetes object")
+            raise SnapshotError(f"{name}: document {i + 1} is {json_type(doc)}, not a Kubernetes object")
         if str(doc.get("kind") or "").endswith("List") and isinstance(doc.get("items"), list):
             for j, item in enumerate(doc["items"]):
                 if not isinstance(item, dict):
-                    raise SnapshotError(f"{p}: document {i + 1}: items[{j}] is {json_type(item)}, not a Kubernetes object")
+                    raise SnapshotError(f"{name}: document {i + 1}: items[{j}] is {json_type(item)}, not a Kubernetes object")
                 out.append(item)
         else:
             out.append(doc)
@@ -470,17 +504,17 @@ def read_objects(path: str | _Path) -> list[dict]:
 
 def load_snapshot(path: str | _Path, settings: Settings | None = None) -> ClusterState:
     """Load a snapshot file into a ``ClusterState``; ``SnapshotError`` (one line naming the
-    file) on bad input, including a snapshot without the TauCluster."""
+    file, the object and the field) on bad input, including a snapshot without the TauCluster.
+    Every field cluster state reads is type-checked first (``shape_error`` for Kubernetes and
+    Kueue objects; the TauGrid models in pydantic's strict mode, integers within int64), so a
+    wrong type is refused here instead of misleading admission later."""
     objects = read_objects(path)
     try:
-        state = build_state(objects, settings, source=str(path), strict=True)
-    except (AttributeError, TypeError, KeyError, ValueError) as e:
-        if isinstance(e, SnapshotError):
-            raise
-        # A field of the wrong type: find it with the schemas (only now; they cost ~0.5 ms an
-        # object, seconds on a 5,000-node snapshot), then name the object and field.
-        build_state(objects, settings, source=str(path), strict=True, check_shapes=True)
-        raise SnapshotError(f"{path}: {type(e).__name__}: {e}") from None
+        state = build_state(objects, settings, source=str(path), strict=True, check_shapes=True)
+    except SnapshotError:
+        raise
+    except (AttributeError, TypeError, KeyError, ValueError, ArithmeticError) as e:  # a check missing above
+        raise SnapshotError(f"{path}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
     if state.cluster is None:
         raise SnapshotError(f"{path}: no TauCluster in the snapshot; it needs the TauCluster 'cluster' with the "
                             f"workload profiles (see examples/cluster.yaml)")

@@ -1,6 +1,6 @@
 """``taugate admit`` and the registration of the webhook's other subcommands.
 
-``taugate admit -f FILE [-f FILE ...] --cluster SNAPSHOT [-n NAMESPACE] [-o yaml|json|patch]
+``taugate admit -f FILE|DIR|- [-f ...] --cluster SNAPSHOT [-n NAMESPACE] [-o yaml|json|patch]
 [--old STORED] [--as USER]`` runs every RayJob, RayCluster and Job in the files through mutation then
 validation, offline (an UPDATE of the stored objects in ``--old``, matched by kind and name, when given),
 like ``kyverno apply`` or ``gator test``: it prints the admitted objects (``-o patch``: a JSON
@@ -18,7 +18,8 @@ from pathlib import Path
 import orjson
 import yaml
 
-from taugate.adapters import adapter_for
+from taugate.adapters import adapter_for, json_problem
+from taugate.files import InputError, expand_paths
 from taugate.settings import Settings
 from taugate.snapshot import SnapshotError, load_snapshot, read_objects
 
@@ -48,25 +49,38 @@ def cmd_admit(args: argparse.Namespace) -> int:
         _err(f"taugate: {e}")
         return 2
     inputs: list[tuple[str, dict]] = []
-    for f in args.file:
+    try:
+        files = expand_paths(args.file)
+    except InputError as e:
+        _err(f"taugate: {e}")
+        return 2
+    if files.count("-") > 1:
+        _err("taugate: -f - (standard input) given more than once")
+        return 2
+    for f in files:
+        label_f = "standard input" if f == "-" else f
         try:
             objs = read_objects(f)
         except SnapshotError as e:
             _err(f"taugate: {e}")
             return 2
         if not objs:
-            _err(f"taugate: {f}: no Kubernetes object in the file")
+            _err(f"taugate: {label_f}: no Kubernetes object in the file")
             return 2
         for o in objs:
+            problem = json_problem(o)
+            if problem:
+                _err(f"taugate: {label_f}: {problem}")
+                return 2
             try:  # as the API server would hold it: timestamps as strings, keys as strings
                 o = orjson.loads(orjson.dumps(o, default=str, option=orjson.OPT_NON_STR_KEYS))
             except TypeError as e:
-                _err(f"taugate: {f}: not representable as JSON ({e}); Kubernetes numbers fit in 64 bits")
+                _err(f"taugate: {label_f}: not representable as JSON ({e})")
                 return 2
             if not isinstance(o.get("kind"), str) or not isinstance(o.get("apiVersion"), str):
                 _err(f"taugate: {f}: an object has no kind/apiVersion strings")
                 return 2
-            inputs.append((f, o))
+            inputs.append((label_f, o))
     stored: dict[tuple[str, str], dict] = {}
     if args.old:
         try:
@@ -137,7 +151,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     """Register ``admit``, and ``serve`` and ``policy`` from their modules."""
     p = sub.add_parser("admit", help="run mutation and validation on objects offline",
                        description=__doc__.split("\n\n")[1] if __doc__ else None)
-    p.add_argument("-f", "--file", action="append", required=True, help="YAML/JSON file (repeatable)")
+    p.add_argument("-f", "--file", action="append", required=True,
+                   help="YAML/JSON file, - for standard input, or a directory (its *.yaml, *.yml and *.json "
+                        "files, recursively); repeatable")
     p.add_argument("--cluster", required=True, help="cluster snapshot YAML (see examples/cluster.yaml)")
     p.add_argument("-n", "--namespace", help="namespace to admit into (default: the object's)")
     p.add_argument("-o", "--output", choices=("yaml", "json", "patch"), default="yaml")

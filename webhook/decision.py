@@ -13,6 +13,14 @@ from typing import Any, Literal
 
 Action = Literal["deny", "warn", "dryrun"]
 
+MAX_PROBLEMS_SHOWN = 20
+"""Problems listed in a denial message; the rest are counted (``... and N more problem(s)``).
+kubectl prints the whole message, and the API server stores it in events and audit logs: a
+hostile object with thousands of broken fields must not make a megabyte-sized answer."""
+
+MAX_LINE_CHARS = 1000
+"""Characters of one problem line in a denial message (values quoted from the object included)."""
+
 
 @dataclass(frozen=True)
 class Violation:
@@ -34,6 +42,10 @@ class Violation:
         return {"policy": self.policy, "field": self.field, "msg": self.message, "action": self.action}
 
 
+def _clip(line: str) -> str:
+    return line if len(line) <= MAX_LINE_CHARS else f"{line[:MAX_LINE_CHARS - 32]}... ({len(line)} characters in all)"
+
+
 @dataclass
 class Decision:
     """The outcome of one admission step.
@@ -41,7 +53,9 @@ class Decision:
     ``patch`` is a JSONPatch (list of RFC 6902 operations) or None when nothing changes;
     ``object`` is the object after the patch (for the CLI); ``warnings`` are shown by kubectl;
     ``violations`` are every deny (all reported together); ``dryrun`` the ones only logged;
-    ``code`` the HTTP-style status code placed in ``response.status.code`` on denial.
+    ``code`` the HTTP-style status code placed in ``response.status.code`` on denial (503 when
+    a policy failed at run time and so could not judge the request); ``policy_failures`` names
+    the policies that failed on this object.
     """
 
     allowed: bool
@@ -52,14 +66,19 @@ class Decision:
     object: dict | None = None
     code: int = 200
     reason: str = ""
+    policy_failures: list[str] = field(default_factory=list)
 
     @property
     def message(self) -> str:
-        """The denial text: a headline, then one line per violation."""
+        """The denial text: a headline, then one line per violation, at most
+        ``MAX_PROBLEMS_SHOWN`` lines of at most ``MAX_LINE_CHARS`` characters, then
+        ``... and N more problem(s)`` for those left out."""
         if self.allowed:
             return ""
-        lines = [self.reason or f"taugate denied the request ({len(self.violations)} problem(s)):"]
-        lines += [f"- {v.render()}" for v in self.violations]
+        lines = [_clip(self.reason or f"taugate denied the request ({len(self.violations)} problem(s)):")]
+        lines += [_clip(f"- {v.render()}") for v in self.violations[:MAX_PROBLEMS_SHOWN]]
+        if len(self.violations) > MAX_PROBLEMS_SHOWN:
+            lines.append(f"... and {len(self.violations) - MAX_PROBLEMS_SHOWN} more problem(s)")
         return "\n".join(lines)
 
     @classmethod

@@ -83,7 +83,17 @@ class PolicyError(Exception):
 
 
 class PolicyEvaluationError(PolicyError):
-    """Evaluation failed at run time (a Rego runtime error, an unreachable OPA server)."""
+    """Evaluation failed at run time (a Rego runtime error, an unreachable OPA server).
+
+    ``failed`` maps each policy that failed on this input to its one-line reason (empty when
+    the engine as a whole failed, e.g. an OPA server out of reach); ``results`` holds the
+    violations of the policies that did evaluate."""
+
+    def __init__(self, reason: str, file: str | None = None, line: int | None = None, *,
+                 failed: dict[str, str] | None = None, results: list[Violation] | None = None):
+        super().__init__(reason, file, line)
+        self.failed = dict(failed or {})
+        self.results = list(results or [])
 
 
 class PolicyEngine(Protocol):
@@ -623,9 +633,35 @@ class EmbeddedPolicyEngine:
             raise _regorus_error(e, ps, PolicyEvaluationError) from None
 
     def evaluate(self, input: dict) -> list[Violation]:
-        """Every result of every policy for ``input``, with enforcement actions applied."""
-        ps, raw = self.raw_results(input)
+        """Every result of every policy for ``input``, with enforcement actions applied.
+        Raises ``PolicyEvaluationError`` when a policy fails at run time: each policy's rules
+        are then evaluated alone (only on this failure path), so ``failed`` names the policies
+        that failed and ``results`` keeps what the others found."""
+        try:
+            ps, raw = self.raw_results(input)
+        except PolicyEvaluationError as e:
+            raise self._isolate(input, e) from None
         return ps.to_violations(raw)
+
+    def _isolate(self, input: dict, error: PolicyEvaluationError) -> PolicyEvaluationError:
+        ps = self.store.current
+        engine = self._engine(ps)
+        raw: list = []
+        failed: dict[str, str] = {}
+        for key in sorted(ps.kinds):
+            for kind in ps.kinds[key]:
+                try:
+                    found = engine.eval_rule(f"data.{POLICIES_PACKAGE}.{key}.{kind}") or []
+                except BaseException as e:
+                    if isinstance(e, (KeyboardInterrupt, SystemExit)):
+                        raise
+                    failed.setdefault(ps.policies.get(key, key), str(_regorus_error(e, ps, PolicyEvaluationError)))
+                    continue
+                raw.extend([key, kind, v] for v in (found if isinstance(found, list) else [found]))
+        if not failed:  # the aggregate failed but no policy alone does (the input itself): keep the error
+            return error
+        return PolicyEvaluationError(error.reason, error.file, error.line, failed=failed,
+                                     results=ps.to_violations(raw))
 
     def start_watching(self, interval_s: float = 0.5) -> None:
         """Hot reload: see ``PolicyStore.start_watching``."""

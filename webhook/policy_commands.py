@@ -145,6 +145,92 @@ def admit_sample(policy: str, expect: str, path: Path, *, engine: PolicyEngine, 
     return result
 
 
+@dataclass(frozen=True)
+class RuntimeFailure:
+    """A policy that failed at run time on a generated input: the sample it came from, the
+    field changed (a Kubernetes field path), the value written there, and the engine's error."""
+
+    policy: str
+    sample: Path
+    field: str
+    value: str
+    error: str
+    inputs: int = 1
+
+
+_OTHER_TYPE: dict[type, tuple] = {
+    str: (0, -1, 2**31, True, ["x"], {"x": "y"}), int: ("x", "", True, ["x"], {}), float: ("x", True, []),
+    bool: ("true", 1, []), list: ("x", 0, {}), dict: ("x", 0, []), type(None): ("x", 0, [], {}),
+}
+_SAME_TYPE: dict[type, tuple] = {
+    str: ("", "x", "-1", "1m"), int: (0, -1, 2**31 - 1, 2**31), float: (0.0, -1.0, 0.5), list: ([],), dict: ({},),
+}
+
+
+def generated_inputs(obj: dict) -> list[tuple[str, Any, dict]]:
+    """Variants of a sample object, two per field (``(field path, value, object)``): the
+    value replaced by one of another JSON type, and by an edge value of its own type (empty,
+    negative, past int32, a quantity suffix; a boolean flipped), the choices taken in turn
+    across fields. ``apiVersion``, ``kind`` and ``metadata.namespace`` are kept (they choose
+    the code path and the workspace)."""
+    from taugate.adapters import field_path
+
+    out: list[tuple[str, Any, dict]] = []
+    n = 0
+
+    def walk(value: Any, path: tuple) -> None:
+        nonlocal n
+        if path and path not in (("apiVersion",), ("kind",), ("metadata",), ("metadata", "namespace")):
+            other = _OTHER_TYPE[type(value)]
+            same = (not value,) if type(value) is bool else tuple(v for v in _SAME_TYPE[type(value)] if v != value) \
+                if type(value) in _SAME_TYPE else ()
+            for replacement in (other[n % len(other)],) + ((same[n % len(same)],) if same else ()):
+                out.append((field_path(path), replacement, _replaced(obj, path, replacement)))
+            n += 1
+        if isinstance(value, dict):
+            for k, v in value.items():
+                walk(v, path + (k,))
+        elif isinstance(value, list):
+            for i, v in enumerate(value):
+                walk(v, path + (i,))
+
+    walk(obj, ())
+    return out
+
+
+def _replaced(obj: dict, path: tuple, value: Any) -> dict:
+    copy = json.loads(json.dumps(obj))
+    target = copy
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    return copy
+
+
+def find_runtime_failures(samples: list[tuple[Path, dict, ClusterState]], *, engine: PolicyEngine,
+                          settings: Settings) -> list[RuntimeFailure]:
+    """Admit every generated input (``generated_inputs``) of every sample through the webhook's
+    code path and collect the policies that failed at run time on one (the first input per
+    policy, with the number of inputs it failed on)."""
+    from webhook.review import admit
+
+    found: dict[str, RuntimeFailure] = {}
+    for path, obj, state in samples:
+        namespace = (obj.get("metadata") or {}).get("namespace")
+        for field_, value, variant in generated_inputs(obj):
+            decision = admit(variant, state=state, settings=settings, engine=engine, namespace=namespace)
+            for policy in decision.policy_failures:
+                first = found.get(policy)
+                if first is None:
+                    error = next((v.message for v in decision.violations + decision.dryrun if v.policy == policy),
+                                 next((w for w in decision.warnings if w.startswith(f"[{policy}]")), ""))
+                    found[policy] = RuntimeFailure(policy, path, field_, json.dumps(value), error)
+                else:
+                    found[policy] = RuntimeFailure(first.policy, first.sample, first.field, first.value, first.error,
+                                                   first.inputs + 1)
+    return [found[p] for p in sorted(found)]
+
+
 @dataclass
 class Report:
     """Everything ``taugate policy test`` found. ``load_error`` set means nothing else ran.
@@ -157,11 +243,13 @@ class Report:
     tests: list[TestOutcome] = field(default_factory=list)
     samples: list[SampleResult] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    runtime: list[RuntimeFailure] = field(default_factory=list)
+    generated: int = 0
 
     @property
     def failures(self) -> int:
         return ((1 if self.load_error else 0) + sum(not t.passed for t in self.tests)
-                + sum(not s.passed for s in self.samples) + len(self.problems))
+                + sum(not s.passed for s in self.samples) + len(self.problems) + len(self.runtime))
 
     @property
     def passed(self) -> int:
@@ -173,8 +261,15 @@ class Report:
 
 
 def run_policy_tests(policy_dir: str | Path, *, cluster: str | Path | None = None, settings: Settings | None = None,
-                     engine_factory: Callable[[PolicySet], PolicyEngine] | None = None) -> Report:
+                     engine_factory: Callable[[PolicySet], PolicyEngine] | None = None,
+                     generated: bool | None = None) -> Report:
     """Load, unit-test and sample-test a policy folder; never raises for a broken library.
+
+    Every rule is also evaluated on every sample and on inputs generated from the samples
+    (``generated_inputs``: one field changed at a time): a policy that fails at run time on any
+    of them (a Rego runtime error, which would make it answer 503 when serving) is a failure,
+    reported with the sample, the field and the value. ``generated`` defaults to True with the
+    embedded engine and False with an ``engine_factory`` (those compare engines on the samples).
 
     ``engine_factory(policy_set)`` builds the engine samples are admitted with (default: the
     embedded engine); the reference tests pass one backed by real OPA. ``cluster``: the
@@ -198,6 +293,7 @@ def run_policy_tests(policy_dir: str | Path, *, cluster: str | Path | None = Non
     snapshots: dict[Path, ClusterState | None] = {}
     fallback = Path(cluster) if cluster else default_cluster(root)
     report.cluster = fallback
+    admitted: list[tuple[Path, dict, ClusterState]] = []
     for name, items in sample_files(ps).items():
         if not any(rel.startswith(f"{name}/") for rel in by_file):
             report.problems.append(f"{root / name}: policy {name!r} has no test_ rules (add {name}/policy_test.rego)")
@@ -223,8 +319,24 @@ def run_policy_tests(policy_dir: str | Path, *, cluster: str | Path | None = Non
         if state is None:
             continue
         for kind, path in items:
-            report.samples.append(admit_sample(name, kind, path, engine=engine, state=state, settings=settings))
+            result = admit_sample(name, kind, path, engine=engine, state=state, settings=settings)
+            report.samples.append(result)
+            if result.decision is not None:
+                for policy in result.decision.policy_failures:
+                    report.runtime.append(RuntimeFailure(policy, path, "(the sample as written)", "",
+                                                         _failure_message(result.decision, policy)))
+                admitted.append((path, read_objects(path)[0], state))
+    # Every rule on generated inputs: each sample with one field changed at a time.
+    if (engine_factory is None if generated is None else generated) and admitted:
+        report.runtime += [f for f in find_runtime_failures(admitted, engine=engine, settings=settings)
+                           if f.policy not in {r.policy for r in report.runtime}]
+        report.generated = sum(len(generated_inputs(obj)) for _, obj, _ in admitted)
     return report
+
+
+def _failure_message(decision: Decision, policy: str) -> str:
+    return next((v.message for v in decision.violations + decision.dryrun if v.policy == policy),
+                next((w for w in decision.warnings if w.startswith(f"[{policy}]")), ""))
 
 
 def render_report(report: Report, *, verbose: bool = False) -> str:
@@ -262,6 +374,12 @@ def render_report(report: Report, *, verbose: bool = False) -> str:
         lines.append(f"  {sum(s.passed for s in report.samples)}/{len(report.samples)} passed")
         for p in report.problems:
             lines.append(f"FAIL {p}")
+        lines.append(f"runtime errors (every rule on the samples and {report.generated} generated inputs):")
+        for r in report.runtime:
+            lines.append(f"  FAIL {r.policy} failed at run time on {r.sample} with {r.field} = {r.value or 'as written'}"
+                         f"{f' (and {r.inputs - 1} more generated input(s))' if r.inputs > 1 else ''}: {r.error}")
+        if not report.runtime:
+            lines.append("  none")
     lines.append(f"{report.passed} passed, {report.failures} failed")
     return "\n".join(lines)
 

@@ -23,7 +23,7 @@ import jsonpatch
 import orjson
 
 from taugate import labels
-from taugate.adapters import PodTemplate, WorkloadAdapter, adapter_for, json_type
+from taugate.adapters import PodTemplate, WorkloadAdapter, adapter_for, json_type, object_depth_problem
 from taugate.policy_input import build_policy_input
 from taugate.settings import Settings
 from taugate.snapshot import ClusterState
@@ -182,7 +182,12 @@ def mutate(request: dict, state: ClusterState, settings: Settings, engine: Engin
     warnings: list[str] = []
     if subject.malformed:
         return Decision.deny(subject.malformed, obj=obj)
-    doc = obj if in_place else mutation.deep_copy(obj)  # what the edits change
+    try:
+        doc = obj if in_place else mutation.deep_copy(obj)  # what the edits change
+    except TypeError:  # orjson: nested past 255 levels, or an integer beyond 64 bits
+        problem = object_depth_problem(obj)
+        where, what = problem or ("", "holds a value no Kubernetes object can hold")
+        return Decision.deny([Violation("object-shape", where, f"{what}; fix the manifest")], obj=obj)
     if subject.child:
         old = request.get("oldObject") if request.get("operation") == "UPDATE" else None
         edits = mutation.edit_child(doc, subject.templates, subject.adapter, old)
@@ -204,14 +209,53 @@ def mutate(request: dict, state: ClusterState, settings: Settings, engine: Engin
     return Decision(True, patch=patch, object=edits.doc if patch else obj, warnings=warnings)
 
 
+class PolicyFailure(Exception):
+    """The policy engine failed on an object (raised by ``_policies``): ``failed`` maps each
+    failing policy to its reason (empty when the engine as a whole failed), ``results`` holds
+    the other policies' violations, ``reason`` is one line."""
+
+    def __init__(self, reason: str, failed: dict[str, str], results: list[Violation]):
+        super().__init__(reason)
+        self.reason, self.failed, self.results = reason, failed, results
+        self.found: list[Violation] = []  # what the built-in checks found before the policies ran
+
+
 def _policies(obj: dict, templates: list[PodTemplate], request: dict, state: ClusterState, settings: Settings,
               engine: Engine, res: Resolution) -> list[Violation]:
-    """The policy library's results for ``obj`` (whose pod templates are ``templates``)."""
+    """The policy library's results for ``obj`` (whose pod templates are ``templates``).
+    Raises ``PolicyFailure`` when the engine fails on it (a Rego runtime error)."""
     doc = build_policy_input(obj=obj, templates=templates, operation=request.get("operation", "CREATE"),
                              user_info=request.get("userInfo"), namespace=res.workspace.target_namespace,
                              workspace=res.workspace, profile=res.profile, queue=res.queue, state=state,
                              gpu_class_label=settings.gpu_class_label)
-    return list(engine.evaluate(doc))
+    try:
+        return list(engine.evaluate(doc))
+    except Exception as e:  # the engine's PolicyEvaluationError (webhook.policy), or a bug in it
+        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise PolicyFailure(reason, dict(getattr(e, "failed", None) or {}), list(getattr(e, "results", None) or []))
+
+
+def _policy_failure_decision(failure: PolicyFailure, obj: dict, found: list[Violation], engine: Engine) -> Decision:
+    """The answer when policies failed at run time on ``obj``: an object nested deeper than
+    ``MAX_DEPTH`` is denied naming the path (the object's fault); otherwise each failing policy
+    is reported by its own enforcement action (``deny``: the request is denied with code 503,
+    fail closed, since the policy could not judge it; ``warn``: a warning; ``dryrun``: logged),
+    with every other result kept."""
+    deep = object_depth_problem(obj)
+    if deep:
+        return Decision.deny([Violation("object-shape", deep[0], f"{deep[1]}; fix the manifest")], obj=obj)
+    if not failure.failed:  # the engine as a whole failed (e.g. an OPA server out of reach)
+        return Decision.deny([], obj=obj, code=503, reason=(
+            f"taugate's policy engine failed on this object ({failure.reason}); the request is denied rather than "
+            f"admitted unchecked; retry, and tell the platform team if it keeps happening"))
+    ps = getattr(getattr(engine, "store", None), "current", None)
+    failed = []
+    for policy, why in sorted(failure.failed.items()):
+        action = ps.action(policy, "deny") if ps is not None else "deny"
+        failed.append(Violation(policy, "", f"the policy failed on this object ({why}); it could not judge the "
+                                            f"request; tell the platform team (the policy needs fixing)", action))
+    return _decide(found + failure.results + failed, "", code=503 if any(v.action == "deny" for v in failed) else 403,
+                   obj=obj, policy_failures=[v.policy for v in failed])
 
 
 def _violations(obj: dict, templates: list[PodTemplate], adapter: WorkloadAdapter, request: dict,
@@ -226,7 +270,11 @@ def _violations(obj: dict, templates: list[PodTemplate], adapter: WorkloadAdapte
         res = None
     found += validation.structural(obj, adapter, templates, res, old, elastic_jobs=settings.kueue_elastic_jobs)
     if res is not None and engine is not None:
-        found += _policies(obj, templates, request, state, settings, engine, res)
+        try:
+            found += _policies(obj, templates, request, state, settings, engine, res)
+        except PolicyFailure as e:
+            e.found = found
+            raise
     return found, (res.note if res is not None else "")
 
 
@@ -238,6 +286,10 @@ def validate(request: dict, state: ClusterState, settings: Settings, engine: Eng
 
     On UPDATE only violations that the old object did not already have deny, so Kueue and
     KubeRay can always update (unsuspend, relabel) an object admitted under older rules.
+
+    A policy that fails at run time on the object (a Rego runtime error) is reported as that
+    policy's own result under its enforcement action, with code 503 when it denies
+    (``_policy_failure_decision``); the other policies' results are kept.
     """
     subject = _subject(request, state, settings)
     if subject is None or subject.child:
@@ -245,22 +297,35 @@ def validate(request: dict, state: ClusterState, settings: Settings, engine: Eng
     if subject.malformed:
         return Decision.deny(subject.malformed, obj=subject.obj)
     old = request.get("oldObject") if request.get("operation") == "UPDATE" else None
-    found, note = _violations(subject.obj, subject.templates, subject.adapter, request, state, settings, engine,
-                              subject.workspace, old)
+    try:
+        found, note = _violations(subject.obj, subject.templates, subject.adapter, request, state, settings, engine,
+                                  subject.workspace, old)
+    except PolicyFailure as e:
+        return _policy_failure_decision(e, subject.obj, e.found, engine)
     if found and isinstance(old, dict) and not subject.adapter.malformed(old):  # nothing to excuse: skip the old object
-        before = {(v.policy, v.field, v.message) for v in
-                  _violations(old, subject.adapter.pod_templates(old), subject.adapter, request, state, settings,
-                              engine, subject.workspace, None)[0]}
+        try:
+            before = {(v.policy, v.field, v.message) for v in
+                      _violations(old, subject.adapter.pod_templates(old), subject.adapter, request, state, settings,
+                                  engine, subject.workspace, None)[0]}
+        except PolicyFailure:  # the old object cannot be judged, so nothing of the new one is excused
+            before = set()
         found = [v for v in found if (v.policy, v.field, v.message) not in before]
+    return _decide(found, note, obj=subject.obj)
+
+
+def _decide(found: list[Violation], note: str, *, obj: dict, code: int = 403,
+            policy_failures: list[str] | None = None) -> Decision:
+    """Sort ``found`` by enforcement action into a decision: denials, warnings, dry-run."""
     deny = [v for v in found if v.action == "deny"]
     warnings = [v.render() for v in found if v.action == "warn"]
     dryrun = [v for v in found if v.action == "dryrun"]
     if deny:
         reason = f"taugate denied the request ({len(deny)} problem(s)){'; ' + note if note else ''}:"
-        d = Decision.deny(deny, warnings=warnings, obj=subject.obj, reason=reason)
+        d = Decision.deny(deny, warnings=warnings, obj=obj, reason=reason, code=code)
     else:
-        d = Decision.allow(subject.obj, warnings)
+        d = Decision.allow(obj, warnings)
     d.dryrun = dryrun
+    d.policy_failures = list(policy_failures or [])
     return d
 
 
@@ -329,7 +394,11 @@ def admit(obj: dict, *, state: ClusterState, settings: Settings, engine: Engine 
     server would call the two webhooks. Returns the combined decision: ``object`` is the final
     object, ``patch`` the mutating webhook's JSONPatch, warnings from both steps."""
     ns = namespace or metadata_of(obj).get("namespace")
-    obj = mutation.deep_copy(obj)
+    try:
+        obj = mutation.deep_copy(obj)
+    except TypeError:  # orjson: nested past 255 levels, or an integer beyond 64 bits
+        where, what = object_depth_problem(obj) or ("", "holds a value no Kubernetes object can hold")
+        return Decision.deny([Violation("object-shape", where, f"{what}; fix the manifest")], obj=obj)
     if ns and isinstance(obj.get("metadata"), dict):
         obj["metadata"].setdefault("namespace", ns)
     request = request_for(obj, namespace=ns, operation=operation, user_info=user_info, old=old)

@@ -24,6 +24,23 @@ Every decision is made by ``webhook.review`` (pure); this module only moves byte
   denied with code 503, and ``/readyz`` is 503 so the Service sends no traffic.
 - ``/healthz`` (process alive), ``/readyz``, ``/metrics`` (Prometheus text format).
 
+Bounded resources (each limit is a ``Settings`` field, counted in ``/metrics``):
+
+- Bytes in flight: a body over ``inline_limit`` reserves its ``Content-Length`` (the body limit
+  when it has none) from ``max_bytes_in_flight`` before it is read, and gives it back when its
+  decision is done (even one abandoned at the deadline, whose thread still runs). A body that
+  does not fit waits, unread (TCP flow control holds it in the client), until the deadline, then
+  gets HTTP 429 with the reason and ``Retry-After``. Small bodies skip the budget (nothing on the
+  hot path but a comparison): they are bounded by the connection limit times 64 KiB.
+- Connections: at most ``max_connections`` accepted sockets (TLS handshakes in progress
+  included, counted at ``accept()``); at the limit the longest-idle connection (no request in
+  flight) is closed to make room, and a new connection is closed at once when every connection
+  is busy. ``header_timeout_seconds`` bounds the TLS
+  handshake and a request head from its first byte (slowloris); ``idle_timeout_seconds`` a
+  connection with no request in flight. Bodies are bounded by the deadline (above).
+- A client that disconnects mid-request is one log line (``client ... disconnected``), never a
+  traceback.
+
 The server reads cluster state through a ``StateProvider`` (``SnapshotStateProvider`` for a
 snapshot file; the in-cluster watch-based provider lives in ``controllers`` and is handed in by
 the CLI), and takes its ``ssl.SSLContext`` from a ``TLSSource`` (``certs.serving.ServingTLS``,
@@ -48,6 +65,7 @@ from typing import Any, Awaitable, Callable, Protocol, runtime_checkable
 
 import orjson
 from aiohttp import web
+from aiohttp.web_protocol import RequestHandler, RequestPayloadError
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     REGISTRY,
@@ -81,6 +99,246 @@ KNOWN_KINDS = frozenset({"RayJob", "RayCluster", "Job", "TauCluster", "TauWorksp
 """Kinds kept as metric labels; anything else is ``other`` (a request body cannot mint labels)."""
 
 JSON = "application/json"
+
+
+class ByteBudget:
+    """A budget of ``limit`` bytes shared by the requests in flight (event loop thread only).
+
+    ``acquire(n, deadline)`` waits, first come first served, until ``n`` bytes (at most
+    ``limit``) fit, and returns False when the loop time ``deadline`` passes first;
+    ``release(n)`` gives them back and wakes the waiters that now fit. ``used`` is the bytes held."""
+
+    def __init__(self, limit: int):
+        self.limit = int(limit)
+        self.used = 0
+        self._waiters: list[tuple[int, asyncio.Future]] = []
+
+    async def acquire(self, n: int, deadline: float) -> bool:
+        n = min(int(n), self.limit)
+        if not self._waiters and self.used + n <= self.limit:
+            self.used += n
+            return True
+        fut = asyncio.get_running_loop().create_future()
+        entry = (n, fut)
+        self._waiters.append(entry)
+        granted = False
+        try:
+            async with asyncio.timeout_at(deadline):
+                await fut
+            granted = True
+        except TimeoutError:
+            return False
+        finally:
+            if not granted:  # timed out or cancelled
+                if entry in self._waiters:
+                    self._waiters.remove(entry)
+                    self._wake()  # the first waiter may have been blocked behind this one
+                elif fut.done() and not fut.cancelled():  # granted just as it gave up
+                    self.release(n)
+        return True
+
+    def release(self, n: int) -> None:
+        self.used -= min(int(n), self.limit)
+        self._wake()
+
+    def _wake(self) -> None:
+        while self._waiters:
+            n, fut = self._waiters[0]
+            if fut.done():
+                self._waiters.pop(0)
+                continue
+            if self.used + n > self.limit:
+                return
+            self.used += n
+            self._waiters.pop(0)
+            fut.set_result(None)
+
+
+class ConnectionGuard:
+    """Counts the server's connections and enforces ``max_connections`` and the header timeout
+    (see the module docstring), at two points:
+
+    - at ``accept()`` (``_ListeningSocket``), before the TLS handshake: ``sockets`` counts the
+      accepted sockets still open (asyncio allocates a 256 KiB TLS read buffer for each, so
+      1,000 connections that never finish a handshake held 300 MB before this limit);
+    - after the handshake (``_GuardedHandler``): ``open`` holds the HTTP connections, the
+      candidates for eviction (and the limit itself under uvloop, whose accept is native).
+
+    At the limit the longest-idle HTTP connection is closed to make room (``evicted``); when
+    none is idle the new connection is closed at once (``refused``). ``closed`` counts by
+    reason, ``header_timeout`` included; ``on_close(reason)`` is called for each."""
+
+    def __init__(self, max_connections: int, header_timeout: float):
+        self.max_connections = max_connections
+        self.header_timeout = header_timeout
+        self.sockets = 0
+        self.open: dict["_GuardedHandler", None] = {}
+        self.closed = {"evicted": 0, "refused": 0, "header_timeout": 0}
+        self._logged = dict(self.closed)
+        self._last_log = 0.0
+        self.on_close: Callable[[str], None] = lambda reason: None
+
+    def accepted(self) -> bool:
+        """A socket was accepted; False when it must be closed (at the limit, none idle)."""
+        if self.sockets >= self.max_connections and not self._make_room():
+            return False
+        self.sockets += 1
+        return True
+
+    def socket_closed(self) -> None:
+        self.sockets -= 1
+
+    def opened(self, handler: "_GuardedHandler") -> bool:
+        """A connection finished its TLS handshake; False when it must be closed."""
+        if len(self.open) >= self.max_connections and not self._make_room():
+            return False
+        self.open[handler] = None
+        return True
+
+    def lost(self, handler: "_GuardedHandler") -> None:
+        self.open.pop(handler, None)
+
+    def head_timed_out(self) -> None:
+        self._count("header_timeout")
+
+    def _make_room(self) -> bool:
+        """Close the connection idle longest (no request in flight); False (counted as
+        ``refused``) when every connection is busy. Scans the open connections only at the
+        limit."""
+        victim, since = None, float("inf")
+        for h in self.open:
+            if h.idle and h.idle_since < since:
+                victim, since = h, h.idle_since
+        if victim is None:
+            self._count("refused")
+            return False
+        self.open.pop(victim, None)
+        victim.force_close()
+        self._count("evicted")
+        return True
+
+    def _count(self, reason: str) -> None:
+        self.closed[reason] += 1
+        self.on_close(reason)
+        now = time.monotonic()
+        if now - self._last_log >= 10.0:  # at most one line per 10 s under attack
+            delta = {k: v - self._logged[k] for k, v in self.closed.items() if v != self._logged[k]}
+            self._logged = dict(self.closed)
+            self._last_log = now
+            log.warning("connection limits: %s (limit %d connections, header timeout %g s); %d open",
+                        ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in delta.items()),
+                        self.max_connections, self.header_timeout, max(self.sockets, len(self.open)))
+
+
+class _AcceptedSocket(socket.socket):
+    """An accepted socket that tells its ``ConnectionGuard`` when it is closed."""
+
+    __slots__ = ("_guard",)
+
+    def close(self) -> None:
+        guard, self._guard = getattr(self, "_guard", None), None
+        if guard is not None:
+            guard.socket_closed()
+        super().close()
+
+
+class _ListeningSocket(socket.socket):
+    """The listening socket; its ``accept()`` (which asyncio's selector loop calls) applies
+    ``ConnectionGuard.accepted`` before any TLS state exists for the connection."""
+
+    __slots__ = ("_guard",)
+
+    def accept(self):
+        fd, addr = self._accept()
+        conn = _AcceptedSocket(self.family, self.type, self.proto, fileno=fd)
+        if not self._guard.accepted():
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+            conn.close()  # reset at once: no TLS, no buffers
+            raise ConnectionAbortedError  # asyncio: stop accepting for this loop tick
+        conn._guard = self._guard
+        return conn, addr
+
+    @classmethod
+    def wrap(cls, sock: socket.socket, guard: ConnectionGuard) -> "_ListeningSocket":
+        listener = cls(sock.family, sock.type, sock.proto, fileno=sock.detach())
+        listener._guard = guard
+        return listener
+
+
+class _GuardedHandler(RequestHandler):
+    """aiohttp's per-connection protocol with taugate's limits: registration with the
+    ``ConnectionGuard`` and a header timeout (armed when bytes of a request head arrive, checked
+    once when it fires: a few attribute reads per received chunk)."""
+
+    __slots__ = ("_guard", "_head_timer", "_head_mark", "idle_since")
+
+    def __init__(self, guard: ConnectionGuard, manager: Any, **kwargs: Any):
+        super().__init__(manager, **kwargs)
+        self._guard = guard
+        self._head_timer: asyncio.TimerHandle | None = None
+        self._head_mark = -1
+        self.idle_since = time.monotonic()
+
+    @property
+    def idle(self) -> bool:
+        """No request being handled or queued (a partial head counts as idle)."""
+        return not self._request_in_progress and not self._messages and not self._force_close
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        if not self._guard.opened(self):
+            self.force_close()
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self._guard.lost(self)
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self._head_timer is None and not self._request_in_progress and not self._messages \
+                and not self._force_close:
+            self._head_mark = self._request_count  # a head has started and is not complete yet
+            self._head_timer = self._loop.call_later(self._guard.header_timeout, self._head_expired)
+
+    def _head_expired(self) -> None:
+        self._head_timer = None
+        if self._request_count == self._head_mark and self.idle:
+            self._guard.head_timed_out()
+            self.force_close()
+
+    async def _handle_request(self, request, start_time, request_handler):
+        try:
+            return await super()._handle_request(request, start_time, request_handler)
+        finally:
+            self.idle_since = time.monotonic()
+
+
+class _GuardedSite(web.SockSite):
+    """``web.SockSite`` whose connections are ``_GuardedHandler`` and whose TLS handshake is
+    bounded by the guard's header timeout."""
+
+    __slots__ = ("_guard",)
+
+    def __init__(self, runner: web.AppRunner, sock: socket.socket, guard: ConnectionGuard, **kwargs: Any):
+        super().__init__(runner, sock, **kwargs)
+        self._guard = guard
+
+    async def start(self) -> None:
+        await web.BaseSite.start(self)
+        loop = asyncio.get_running_loop()
+        server = self._runner.server
+        assert server is not None
+        guard = self._guard
+
+        def protocol() -> _GuardedHandler:  # aiohttp's Server.__call__, with our handler class
+            return _GuardedHandler(guard, server, loop=loop, **server._kwargs)
+
+        extra = {"ssl_handshake_timeout": guard.header_timeout} if self._ssl_context else {}
+        self._server = await loop.create_server(protocol, sock=self._sock, ssl=self._ssl_context,
+                                                backlog=self._backlog, **extra)
 
 
 @runtime_checkable
@@ -165,14 +423,18 @@ class AdmissionMetrics:
 
     - ``taugate_admission_requests_total{webhook,kind,operation,decision}``: decision is
       ``allowed`` | ``patched`` | ``denied`` | ``deadline`` | ``unavailable`` | ``error`` |
-      ``invalid`` (HTTP 400) | ``too_large`` (HTTP 413) | ``timeout`` (HTTP 408);
+      ``invalid`` (HTTP 400) | ``too_large`` (HTTP 413) | ``timeout`` (HTTP 408) | ``busy``
+      (HTTP 429, no room in the bytes-in-flight budget) | ``disconnected`` (the client left);
     - ``taugate_admission_duration_seconds{webhook}``: wall time from the request's arrival to
       the answer, sub-millisecond buckets;
     - ``taugate_admission_deadline_exceeded_total{webhook}``: deadline answers;
     - ``taugate_admission_violations_total{webhook,policy,action}``: violations found, by
       enforcement action (``deny`` and the log-only ``dryrun``);
     - ``taugate_state_age_seconds``: age of the cluster state (from the provider);
-    - ``taugate_certificate_reloads_total``: serving certificates loaded without restart.
+    - ``taugate_certificate_reloads_total``: serving certificates loaded without restart;
+    - ``taugate_connections_open``, ``taugate_connections_closed_total{reason}`` (``evicted``,
+      ``refused``, ``header_timeout``) and ``taugate_bytes_in_flight`` (bytes of large bodies
+      held): set by the server with ``watch()``.
     """
 
     def __init__(self, age: Callable[[], float], registry: CollectorRegistry | None = None):
@@ -192,8 +454,21 @@ class AdmissionMetrics:
         for route in ROUTES:  # every series exists from the start, at 0
             self.deadline.labels(route.path)
             self.duration.labels(route.path)
+        self.connections_open = Gauge("taugate_connections_open", "Open HTTPS connections", registry=r)
+        self.bytes_in_flight = Gauge("taugate_bytes_in_flight", "Bytes of large request bodies being handled",
+                                     registry=r)
+        self.connections_closed = Counter("taugate_connections_closed", "Connections closed by a limit",
+                                          ("reason",), registry=r)
         self._counted: dict[tuple[str, str, str, str], Any] = {}
         self._timed = {route.path: self.duration.labels(route.path) for route in ROUTES}
+
+    def watch(self, guard: ConnectionGuard, budget: ByteBudget) -> None:
+        """Read the open connections and the bytes in flight from ``guard`` and ``budget`` at
+        scrape time, and count the guard's closes."""
+        self.connections_open.set_function(lambda: max(guard.sockets, len(guard.open)))
+        self.bytes_in_flight.set_function(lambda: budget.used)
+        children = {reason: self.connections_closed.labels(reason) for reason in guard.closed}
+        guard.on_close = lambda reason: children[reason].inc()
 
     def answered(self, path: str, kind: str, operation: str, decision: str, seconds: float) -> None:
         """Count one answered review and observe its duration (seconds). The labelled series
@@ -228,6 +503,7 @@ class _Reply:
     kind: str = ""
     operation: str = ""
     payload: bytes | None = None
+    headers: dict | None = None
 
 
 def _label_kind(req: dict) -> str:
@@ -280,6 +556,9 @@ class AdmissionServer:
         self.extra_registries = tuple(extra_registries)
         self.tls: TLSSource | None = None
         self.draining = False
+        self.budget = ByteBudget(self.settings.max_bytes_in_flight)
+        self.guard = ConnectionGuard(self.settings.max_connections, self.settings.header_timeout_seconds)
+        self.metrics.watch(self.guard, self.budget)
 
     # --- state -------------------------------------------------------------------------------
 
@@ -348,6 +627,9 @@ class AdmissionServer:
         for v in decision.dryrun:
             self.metrics.violations.labels(route.path, v.policy, "dryrun").inc()
             log.info("dryrun %s: %s %s uid=%s: %s", route.path, kind, _where(req), req.get("uid"), v.render())
+        if decision.policy_failures:
+            log.warning("policy failed at run time: %s on %s %s uid=%s (%s)", ", ".join(decision.policy_failures),
+                        kind, _where(req), req.get("uid"), "denied" if not decision.allowed else "not denying")
         if not decision.allowed:
             log.info("denied %s: %s %s uid=%s: %s", route.path, kind, _where(req), req.get("uid"),
                      decision.message.replace("\n", " "))
@@ -357,18 +639,38 @@ class AdmissionServer:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.settings.admission_deadline_seconds
         limit = self.settings.max_body_bytes
-        if request.content_length is not None and request.content_length > limit:
-            return _Reply(413, {"error": f"request body is {request.content_length} bytes; the limit is {limit} "
+        size = request.content_length
+        if size is not None and size > limit:
+            return _Reply(413, {"error": f"request body is {size} bytes; the limit is {limit} "
                                          f"bytes ({limit / 1048576:g} MiB)"}, "too_large")
+        if size is not None and size <= self.inline_limit:  # the hot path: no budget, no timer
+            return await self._admit_small(route, request, deadline, loop)
+        want = limit if size is None else size
+        if not await self.budget.acquire(want, deadline):
+            budget = self.budget.limit
+            return _Reply(429, {"error": f"too many large admission requests in flight: this "
+                                         f"{want}-byte body did not fit in the server's "
+                                         f"{budget / 1048576:g} MiB budget within the "
+                                         f"{self.settings.admission_deadline_seconds:g} s deadline; retry"},
+                          "busy", headers={"Retry-After": "1"})
+        held = [want]  # released here, or by the decision's thread when it outlives the answer
+        try:
+            return await self._admit_large(route, request, deadline, loop, held)
+        finally:
+            if held[0]:
+                self.budget.release(held[0])
+
+    async def _read(self, request: web.Request, deadline: float) -> bytes | _Reply:
+        """The request body, or the reply for a body that is too large, too slow or cut off."""
+        limit = self.settings.max_body_bytes
         # Reading may run past the deadline (by up to READ_GRACE_SECONDS): without the body there
         # is no uid, and without a uid no valid answer, not even the deadline's. A body already
         # received whole (the usual case) is read without arming a timer.
         try:
             if request.content.is_eof():
-                body = await request.read()
-            else:
-                async with asyncio.timeout_at(deadline + READ_GRACE_SECONDS):
-                    body = await request.read()
+                return await request.read()
+            async with asyncio.timeout_at(deadline + READ_GRACE_SECONDS):
+                return await request.read()
         except web.HTTPRequestEntityTooLarge:
             return _Reply(413, {"error": f"request body exceeds the limit of {limit} bytes ({limit / 1048576:g} MiB)"},
                           "too_large")
@@ -376,26 +678,46 @@ class AdmissionServer:
             return _Reply(408, {"error": f"request body not received within "
                                          f"{self.settings.admission_deadline_seconds + READ_GRACE_SECONDS:g} s"},
                           "timeout")
+        except (ConnectionError, RequestPayloadError) as e:
+            log.warning("client %s disconnected from %s before its body was received (%s)",
+                     request.remote, request.path, str(e) or type(e).__name__)
+            return _Reply(400, {"error": "client disconnected"}, "disconnected")
 
-        if len(body) <= self.inline_limit:
-            try:
-                rev = review.parse_review(body)
-            except review.ReviewError as e:
-                return _Reply(400, {"error": str(e)}, "invalid")
-            reasons = self.unable_reasons()
-            if reasons:
-                return self._answer(route, rev, self._unavailable_decision(reasons), "unavailable")
-            if loop.time() >= deadline:
-                return self._deadline_answer(route, rev)
-            return self._answer(route, rev, self._decide_safely(route, rev, self.provider.state))
+    async def _admit_small(self, route: Route, request: web.Request, deadline: float,
+                           loop: asyncio.AbstractEventLoop) -> _Reply:
+        body = await self._read(request, deadline)
+        if isinstance(body, _Reply):
+            return body
+        return self._inline(route, body, deadline, loop)
 
+    def _inline(self, route: Route, body: bytes, deadline: float, loop: asyncio.AbstractEventLoop) -> _Reply:
+        """Parse and decide a small body on the event loop."""
+        try:
+            rev = review.parse_review(body)
+        except review.ReviewError as e:
+            return _Reply(400, {"error": str(e)}, "invalid")
+        reasons = self.unable_reasons()
+        if reasons:
+            return self._answer(route, rev, self._unavailable_decision(reasons), "unavailable")
+        if loop.time() >= deadline:
+            return self._deadline_answer(route, rev)
+        return self._answer(route, rev, self._decide_safely(route, rev, self.provider.state))
+
+    async def _admit_large(self, route: Route, request: web.Request, deadline: float,
+                           loop: asyncio.AbstractEventLoop, held: list[int]) -> _Reply:
+        body = await self._read(request, deadline)
+        if isinstance(body, _Reply):
+            return body
+        if len(body) <= self.inline_limit:  # no Content-Length, but small after all
+            return self._inline(route, body, deadline, loop)
         # Large body: parse, then decide, in the thread pool. The parse always completes (its
         # uid is needed for any valid answer, even the deadline's); the decision is abandoned at
-        # the deadline (the thread finishes it; its result is dropped).
+        # the deadline (the thread finishes it, then gives its bytes back; its result is dropped).
         try:
             rev = await loop.run_in_executor(self.executor, review.parse_review, body)
         except review.ReviewError as e:
             return _Reply(400, {"error": str(e)}, "invalid")
+        del body  # the parsed review is what is kept from here on
         reasons = self.unable_reasons()
         if reasons:
             return self._answer(route, rev, self._unavailable_decision(reasons), "unavailable")
@@ -407,6 +729,8 @@ class AdmissionServer:
                 raise TimeoutError
             decision = await asyncio.wait_for(asyncio.shield(work), remaining)
         except TimeoutError:
+            n, held[0] = held[0], 0
+            work.add_done_callback(lambda _: self.budget.release(n))
             return self._deadline_answer(route, rev)
         return self._answer(route, rev, decision)
 
@@ -423,7 +747,7 @@ class AdmissionServer:
             self.metrics.answered(route.path, reply.kind, reply.operation, reply.decision,
                                   time.perf_counter() - started)
             payload = reply.payload or orjson.dumps(reply.body)
-            return web.Response(status=reply.status, body=payload, content_type=JSON)
+            return web.Response(status=reply.status, body=payload, content_type=JSON, headers=reply.headers)
 
         handle.__name__ = f"admit_{route.path.strip('/').replace('-', '_')}"
         return handle
@@ -554,12 +878,12 @@ async def start(server: AdmissionServer, tls: TLSSource, *, host: str = "127.0.0
     # the admission p99 (see bench/). Requests only allocate short-lived objects.
     gc.collect()
     gc.freeze()
-    sock = listen_socket(host, port)
+    sock = _ListeningSocket.wrap(listen_socket(host, port), server.guard)
     runner = web.AppRunner(server.app(), access_log=log if access_log else None, handle_signals=False,
-                           shutdown_timeout=5.0)
+                           shutdown_timeout=5.0, keepalive_timeout=server.settings.idle_timeout_seconds)
     try:
         await runner.setup()
-        site = web.SockSite(runner, sock, ssl_context=tls.context)
+        site = _GuardedSite(runner, sock, server.guard, ssl_context=tls.context, backlog=512)
         await site.start()
     except BaseException:
         await runner.cleanup()

@@ -25,6 +25,7 @@ def _set(obj, path, value):
 
 
 C0 = WORKER + ("template", "spec", "containers", 0)
+TEMPLATE = "spec.rayClusterSpec.workerGroupSpecs[0].template.spec"
 MALFORMED = [
     pytest.param(("metadata", "labels"), "x", "metadata.labels", id="labels-a-string"),
     pytest.param(("metadata", "labels"), {"a": 1}, "metadata.labels.a", id="label-value-a-number"),
@@ -52,6 +53,32 @@ MALFORMED = [
                  id="memory-negative"),
     pytest.param(C0 + ("resources", "limits", "cpu"), True,
                  "spec.rayClusterSpec.workerGroupSpecs[0].template.spec.containers[0].resources.limits.cpu", id="cpu-true"),
+    # Found by fuzzing: these reached the policies (or arithmetic) and answered 500.
+    pytest.param(WORKER + ("template", "spec", "affinity"), {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In", "values": "h100"}]}]}}},
+        f"{TEMPLATE}.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0]"
+        f".matchExpressions[0].values", id="affinity-values-a-string"),
+    pytest.param(WORKER + ("template", "spec", "affinity"), {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": "gpu"}}},
+        f"{TEMPLATE}.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms",
+        id="affinity-terms-a-string"),
+    pytest.param(WORKER + ("template", "spec", "affinity"), {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": "high", "preference": {"matchExpressions": []}}]}},
+        f"{TEMPLATE}.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].weight",
+        id="affinity-weight-a-string"),
+    pytest.param(WORKER + ("template", "spec", "tolerations"), "gpu", f"{TEMPLATE}.tolerations", id="tolerations-a-string"),
+    pytest.param(WORKER + ("template", "spec", "tolerations"), [{"key": 5, "operator": "Exists"}],
+                 f"{TEMPLATE}.tolerations[0].key", id="toleration-key-a-number"),
+    pytest.param(WORKER + ("template", "spec", "tolerations"), [{"key": "a", "effect": ["NoSchedule"]}],
+                 f"{TEMPLATE}.tolerations[0].effect", id="toleration-effect-an-array"),
+    pytest.param(WORKER + ("template", "spec", "tolerations"), [{"key": "a", "tolerationSeconds": 2**63}],
+                 f"{TEMPLATE}.tolerations[0].tolerationSeconds", id="toleration-seconds-2-63"),
+    pytest.param(WORKER + ("replicas",), 2**63, "spec.rayClusterSpec.workerGroupSpecs[0].replicas", id="replicas-2-63"),
+    pytest.param(WORKER + ("replicas",), 2**31, "spec.rayClusterSpec.workerGroupSpecs[0].replicas", id="replicas-above-int32"),
+    pytest.param(WORKER + ("maxReplicas",), 2**31, "spec.rayClusterSpec.workerGroupSpecs[0].maxReplicas",
+                 id="max-replicas-above-int32"),
+    pytest.param(WORKER + ("numOfHosts",), 2**31, "spec.rayClusterSpec.workerGroupSpecs[0].numOfHosts",
+                 id="hosts-above-int32"),
 ]
 
 
@@ -192,7 +219,7 @@ def test_numbers_beyond_64_bits_and_non_string_keys_are_handled(tmp_path, capsys
     f = tmp_path / "big.yaml"
     f.write_text(yaml.safe_dump(big))
     assert main(["admit", "-f", str(f), "--cluster", str(EXAMPLE_CLUSTER), "--no-policies"]) == 2
-    assert "64 bits" in capsys.readouterr().err
+    assert "spec.rayClusterSpec.workerGroupSpecs[0].replicas: 10000000000000000000000000 is outside the 64-bit integer range" in capsys.readouterr().err
     keys = copy.deepcopy(classifier)
     keys["metadata"]["labels"] = {1: "one", 2.5: "half", None: "none"}
     f.write_text(yaml.safe_dump(keys))
@@ -223,3 +250,87 @@ def test_a_denial_under_the_workspace_default_profile_says_why_that_profile_appl
     d = admit(classifier, state=state, settings=settings, engine=engine, namespace="vision")
     assert not d.allowed and "h100-8gpu" in d.message
     assert any("matches 2 GPU(s) per pod, so the workspace default h100-8gpu" in w for w in d.warnings)
+
+
+def test_a_denial_lists_at_most_20_problems_and_counts_the_rest(classifier, state, settings, engine):
+    obj = copy.deepcopy(classifier)
+    obj["metadata"]["labels"] = {f"example.com/l{i}": i for i in range(1245)}  # 1,245 labels that are not strings
+    decision = admit(obj, state=state, settings=settings, engine=engine, namespace="vision")
+    assert not decision.allowed and len(decision.violations) == 1245
+    lines = decision.message.splitlines()
+    assert len(lines) == 1 + 20 + 1, lines[:3]
+    assert lines[1].startswith('- [object-shape] metadata.labels["example.com/l0"]: is a number')
+    assert lines[-1] == "... and 1225 more problem(s)"
+
+
+def test_a_problem_line_quoting_a_huge_value_is_cut_with_its_length():
+    from webhook.decision import Decision, Violation
+
+    decision = Decision.deny([Violation("object-shape", "metadata.labels." + "x" * 5000, "is 7, not a string")])
+    headline, line = decision.message.splitlines()
+    assert len(line) <= 1000 and line.endswith(f"... ({len('- [object-shape] metadata.labels.') + 5000 + 20} characters in all)")
+
+
+@pytest.mark.parametrize("parallelism", [2**31, 2**63])
+def test_a_job_parallelism_above_int32_is_a_shape_error(state, settings, parallelism):
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j", "namespace": "vision"},
+           "spec": {"parallelism": parallelism, "template": {"spec": {"restartPolicy": "Never",
+                                                                      "containers": [{"name": "c", "image": "i"}]}}}}
+    for decide in (mutate, validate):
+        d = decide(request_for(job, namespace="vision"), state, settings)
+        assert not d.allowed and [v.field for v in d.violations] == ["spec.parallelism"], d.message
+        assert "0 to 2147483647 (int32)" in d.message
+
+
+@pytest.mark.parametrize("num_gpus", ["-1", "-5", "1m", "0.5", " 1", "1e0"])
+def test_a_ray_num_gpus_that_is_not_a_whole_number_is_denied_naming_the_field(classifier, state, settings, engine,
+                                                                              num_gpus):
+    worker = classifier["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]
+    worker["rayStartParams"] = {"num-gpus": num_gpus}
+    d = admit(classifier, state=state, settings=settings, engine=engine, namespace="vision")
+    assert not d.allowed and d.code == 403, d.message
+    [v] = [v for v in d.violations if v.policy == "ray-num-gpus"]
+    assert v.field == "spec.rayClusterSpec.workerGroupSpecs[0].rayStartParams.num-gpus"
+    assert "not a usable number" in v.message and "a whole number" in v.message
+
+
+def _nested(levels: int) -> dict:
+    value: dict = {}
+    for _ in range(levels):
+        value = {"a": value}
+    return value
+
+
+@pytest.mark.parametrize("levels", [130, 250])
+def test_an_object_nested_past_100_levels_is_denied_naming_the_path_never_a_500(classifier, state, settings, engine,
+                                                                                levels):
+    classifier["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]["affinity"] = {"podAffinity": _nested(levels)}
+    d = admit(classifier, state=state, settings=settings, engine=engine, namespace="vision")
+    assert not d.allowed and d.code == 403, d.message
+    [v] = d.violations
+    assert v.policy == "object-shape" and v.field.startswith(f"{TEMPLATE}.affinity.podAffinity.a.a.a")
+    assert "nests more than 100 levels deep" in v.message
+
+
+def test_a_deep_object_given_to_admit_is_one_line_naming_the_path(tmp_path, capsys, classifier):
+    classifier["spec"]["x"] = _nested(150)
+    f = tmp_path / "deep.json"
+    import json
+
+    f.write_text(json.dumps(classifier))
+    assert main(["admit", "-f", str(f), "--cluster", str(EXAMPLE_CLUSTER)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "spec.x.a.a" in err and "nests more than 100 levels deep" in err, err
+
+
+@pytest.mark.parametrize("path, value, field", [p for p in MALFORMED if p.id in (
+    "affinity-values-a-string", "affinity-weight-a-string", "toleration-key-a-number", "replicas-above-int32")])
+def test_the_cli_denies_a_malformed_workload_naming_the_field(tmp_path, capsys, classifier, path, value, field):
+    obj = copy.deepcopy(classifier)
+    obj["metadata"]["namespace"] = "vision"
+    _set(obj, path, value)
+    f = tmp_path / "obj.yaml"
+    f.write_text(yaml.safe_dump(obj))
+    assert main(["admit", "-f", str(f), "--cluster", str(EXAMPLE_CLUSTER)]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and f"[object-shape] {field}: " in err, err

@@ -161,3 +161,33 @@ def test_the_values_schema_rejects_bad_values_with_the_field_named(values, messa
 def test_settings_that_would_break_admission_fail_the_render_with_a_reason(values, namespace, message):
     with pytest.raises(helm_python.HelmRenderError, match=message):
         render(values, namespace=namespace)
+
+
+def _webhook_sources(objects) -> list[dict]:
+    policy = next(p for p in find(objects, "NetworkPolicy") if p["metadata"]["name"] == "taugate-webhook")
+    (rule,) = policy["spec"]["ingress"]
+    assert rule.get("from"), "an empty or missing `from` admits every source"
+    return rule["from"]
+
+
+def test_by_default_the_webhook_port_admits_only_the_api_servers_sources_never_any_source():
+    # Rendered without a cluster (helm template): no Endpoints to look up and the API server
+    # CIDRs are the catch-all default, so only the konnectivity agents' namespace is admitted.
+    sources = _webhook_sources(objects({}))
+    assert sources == [{"namespaceSelector": {"matchExpressions": [
+        {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["kube-system"]}]}}]
+
+
+def test_the_webhook_sources_add_the_api_server_cidrs_extra_sources_and_metrics_scrapers():
+    monitoring = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+    eks = {"ipBlock": {"cidr": "192.168.0.0/19"}}
+    sources = _webhook_sources(objects({"networkPolicy": {
+        "apiServer": {"cidrs": ["10.1.0.10/32", "0.0.0.0/0"]}, "apiServerSources": [eks], "metricsFrom": [monitoring]}}))
+    assert sources[1:] == [{"ipBlock": {"cidr": "10.1.0.10/32"}}, eks, monitoring]
+
+
+def test_an_explicit_webhook_from_replaces_the_defaults_and_no_source_at_all_is_refused():
+    anywhere = [{"ipBlock": {"cidr": "0.0.0.0/0"}}]
+    assert _webhook_sources(objects({"networkPolicy": {"webhookFrom": anywhere}})) == anywhere
+    with pytest.raises(helm_python.HelmRenderError, match="no source may reach the webhook port"):
+        objects({"networkPolicy": {"apiServerNamespaces": []}})

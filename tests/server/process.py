@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import subprocess
 import sys
@@ -11,10 +12,21 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 
 
-def serve(*args: str) -> subprocess.Popen:
-    """Start ``python -m taugate.cli serve ARGS`` with piped output (kill it when done)."""
+def serve(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """Start ``python -m taugate.cli serve ARGS`` with piped output (kill it when done);
+    ``env``: extra environment variables (``TAUGATE_*`` settings)."""
     return subprocess.Popen([sys.executable, "-m", "taugate.cli", "serve", *args], cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **(env or {})})
+
+
+def rss_mib(pid: int, field: str = "VmRSS") -> float:
+    """A process's resident memory (``VmRSS``) or its peak (``VmHWM``) in MiB, from /proc."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    raise LookupError(f"{field} not in /proc/{pid}/status")
 
 
 async def startup_lines(proc: subprocess.Popen) -> tuple[int, Path]:

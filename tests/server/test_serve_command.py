@@ -65,8 +65,13 @@ def test_serve_reports_bad_input_in_one_line_with_exit_2(tmp_path, capsys):
     broken.write_text("kind: TauCluster\nmetadata: {name: cluster\n")
     empty_dir = tmp_path / "certs"
     empty_dir.mkdir()
+    wrong = tmp_path / "wrong.yaml"  # a field of the wrong type: named, never a crash at start
+    text = EXAMPLE_CLUSTER.read_text()
+    at = text.rindex("clusterQueue: vision-cq")  # the LocalQueue's (the TauWorkspace names it first)
+    wrong.write_text(text[:at] + "clusterQueue: true" + text[at + len("clusterQueue: vision-cq"):])
     cases = [
         (("--cluster", str(tmp_path / "missing.yaml")), "missing.yaml: no such file"),
+        (("--cluster", str(wrong)), "LocalQueue 'vision-queue': spec.clusterQueue: is a boolean (True); it must be a string"),
         (("--cluster", str(broken)), "cluster.yaml: invalid YAML at line"),
         (("--cluster", str(EXAMPLE_CLUSTER), "--cert-dir", str(empty_dir), "--port", "0"), "tls.crt: no such file"),
         (("--cluster", str(EXAMPLE_CLUSTER), "--policies", str(tmp_path / "nopolicies"), "--port", "0"),

@@ -175,3 +175,42 @@ app.kubernetes.io/component: {{ .component }}
   resourceNames: [{{ include "taugate.tlsSecretName" . }}]
   verbs: [get, update, patch]
 {{- end -}}
+
+{{/* The peers that may reach the webhook port (networkPolicy.webhookFrom; see values.yaml).
+Never empty: an empty `from` would admit every source. */}}
+{{- define "taugate.webhookFrom" -}}
+{{- $np := .Values.networkPolicy -}}
+{{- if $np.webhookFrom -}}
+{{- toYaml $np.webhookFrom -}}
+{{- else -}}
+{{- $peers := list -}}
+{{- if $np.apiServerNamespaces -}}
+{{- $peers = append $peers (dict "namespaceSelector" (dict "matchExpressions" (list (dict "key" "kubernetes.io/metadata.name" "operator" "In" "values" $np.apiServerNamespaces)))) -}}
+{{- end -}}
+{{- $endpoints := lookup "v1" "Endpoints" "default" "kubernetes" -}}
+{{- $found := list -}}
+{{- range (dig "subsets" list $endpoints) -}}
+{{- range (dig "addresses" list .) -}}
+{{- $found = append $found (printf "%s/%s" .ip (ternary "128" "32" (contains ":" .ip))) -}}
+{{- end -}}
+{{- end -}}
+{{- if not $found -}}{{/* nothing looked up: apiServer.cidrs, unless they are a catch-all */}}
+{{- range $np.apiServer.cidrs -}}
+{{- if not (has . (list "0.0.0.0/0" "::/0")) -}}{{- $found = append $found . -}}{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- range ($found | uniq) -}}
+{{- $peers = append $peers (dict "ipBlock" (dict "cidr" .)) -}}
+{{- end -}}
+{{- range $np.apiServerSources -}}
+{{- $peers = append $peers . -}}
+{{- end -}}
+{{- range $np.metricsFrom -}}
+{{- $peers = append $peers . -}}
+{{- end -}}
+{{- if not $peers -}}
+{{- fail "networkPolicy: no source may reach the webhook port (webhookFrom, apiServerNamespaces, apiServerSources and metricsFrom are empty and no API server address is known); set networkPolicy.webhookFrom, or networkPolicy.enabled=false" -}}
+{{- end -}}
+{{- toYaml $peers -}}
+{{- end -}}
+{{- end -}}

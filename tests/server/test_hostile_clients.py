@@ -1,0 +1,263 @@
+"""Hostile clients against a real ``taugate serve`` process over HTTPS: the server's memory stays
+under the chart's limit, connections are capped and timed out, and a client that leaves is one
+log line. Memory is the server process's own, read from /proc (``VmHWM``: the peak)."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import re
+import ssl
+
+import pytest
+import yaml
+
+from tests.paths import EXAMPLE_CLUSTER, EXAMPLE_RAYJOB, REPO
+from tests.server.https import SERVICE_NAME, AdmissionClient, admission_review, check_response, client_context, workload_request
+from tests.server.process import rss_mib, serve, startup_lines
+
+
+def chart_memory_limit_mib() -> float:
+    """The webhook container's memory limit in the chart's values (``512Mi``), in MiB."""
+    values = yaml.safe_load((REPO / "charts/taugate/values.yaml").read_text())
+    limit = values["webhook"]["resources"]["limits"]["memory"]
+    assert limit.endswith("Mi"), limit
+    return float(limit[:-2])
+
+
+class Served:
+    """A ``taugate serve --cluster examples/cluster.yaml`` child process and its CA."""
+
+    def __init__(self, proc, port, ca):
+        self.proc, self.port, self.ca = proc, port, ca
+
+    async def tls(self):
+        """An open TLS connection (reader, writer), verified like the API server does."""
+        return await asyncio.open_connection("127.0.0.1", self.port, ssl=client_context(self.ca),
+                                             server_hostname=SERVICE_NAME)
+
+    async def metric(self, name: str) -> float:
+        client = AdmissionClient(self.port, self.ca)
+        try:
+            text = (await client.get("/metrics")).text
+        finally:
+            await client.close()
+        m = re.search(rf"^{re.escape(name)} ([0-9.e+]+)$", text, re.M)
+        assert m, f"{name} not in /metrics"
+        return float(m.group(1))
+
+    def stop(self) -> str:
+        """Stop the server; its stderr."""
+        self.proc.terminate()
+        try:
+            _, err = self.proc.communicate(timeout=30)
+        except Exception:
+            self.proc.kill()
+            _, err = self.proc.communicate()
+        return err
+
+
+@pytest.fixture
+async def start_serve():
+    started: list[Served] = []
+
+    async def start(**env: str) -> Served:
+        proc = serve("--cluster", str(EXAMPLE_CLUSTER), "--port", "0", env={f"TAUGATE_{k.upper()}": v for k, v in env.items()})
+        port, ca = await startup_lines(proc)
+        s = Served(proc, port, ca)
+        started.append(s)
+        return s
+
+    yield start
+    for s in started:
+        if s.proc.poll() is None:
+            s.stop()
+
+
+def rayjob() -> dict:
+    return yaml.safe_load(EXAMPLE_RAYJOB.read_text())
+
+
+def large_review(shape: str, size: int = int(7.8 * 2**20)) -> dict:
+    """A RayJob review of about ``size`` bytes: one long annotation (the cheap shape), or two
+    million empty objects (the costliest JSON per byte: ~70 bytes of Python objects per 4
+    bytes of JSON)."""
+    obj = rayjob()
+    if shape == "one-long-annotation":
+        obj["metadata"]["annotations"] = {"example.com/notes": "x" * size}
+    else:
+        obj["spec"]["example.com/padding"] = [{}] * (size // 4)
+    return workload_request(obj)
+
+
+@pytest.mark.parametrize("shape", ["one-long-annotation", "two-million-empty-objects"])
+async def test_32_concurrent_reviews_of_7_8_mib_keep_memory_under_the_charts_limit(start_serve, shape):
+    served = await start_serve()
+    requests = [large_review(shape) for _ in range(1)]
+    bodies = []
+    for _ in range(32):  # distinct uids, one shared object
+        req = dict(requests[0], uid=f"uid-{len(bodies)}")
+        bodies.append((req["uid"], json.dumps(admission_review(req)).encode()))
+    assert all(7.5 * 2**20 < len(b) < 8 * 2**20 for _, b in bodies)
+    client = AdmissionClient(served.port, served.ca)
+    try:
+        replies = await asyncio.gather(*(client.post("/mutate", body) for _, body in bodies))
+    finally:
+        await client.close()
+    peak = rss_mib(served.proc.pid, "VmHWM")
+    answered = busy = 0
+    for (uid, _), r in zip(bodies, replies):
+        if r.status == 200:
+            check_response(r.body, uid)
+            answered += 1
+        else:
+            assert r.status == 429, (r.status, r.text)
+            assert "too many large admission requests in flight" in r.body["error"] and "retry" in r.body["error"]
+            busy += 1
+    assert answered >= 1 and answered + busy == 32
+    assert peak < chart_memory_limit_mib(), f"peak RSS {peak:.0f} MiB"
+    # The budget is given back: a normal review is answered at once afterwards.
+    client = AdmissionClient(served.port, served.ca)
+    try:
+        small = workload_request(rayjob())
+        r = await client.post("/mutate", admission_review(small))
+        assert check_response(r.body, small["uid"])["allowed"]
+    finally:
+        await client.close()
+    assert "Traceback" not in served.stop()
+
+
+async def test_600_idle_tls_connections_are_capped_closed_when_idle_and_reviews_still_pass(start_serve):
+    served = await start_serve(idle_timeout_seconds="4")
+    base = rss_mib(served.proc.pid)
+    conns = [await served.tls() for _ in range(600)]
+    open_now = await served.metric("taugate_connections_open")
+    assert open_now <= 256 + 1, open_now  # the limit (the /metrics request itself made room)
+    # A review still gets through: the longest-idle connection is closed to make room.
+    client = AdmissionClient(served.port, served.ca)
+    try:
+        req = workload_request(rayjob())
+        r = await client.post("/mutate", admission_review(req))
+        assert check_response(r.body, req["uid"])["allowed"]
+    finally:
+        await client.close()
+    assert rss_mib(served.proc.pid, "VmHWM") - base < 100
+    assert await served.metric('taugate_connections_closed_total{reason="evicted"}') >= 600 - 256
+
+    async def closed_by_server(reader) -> bool:
+        try:
+            return await asyncio.wait_for(reader.read(1), 10) == b""
+        except (ConnectionError, ssl.SSLError):
+            return True
+
+    # Every connection is closed by the server within the idle timeout (4 s) plus slack.
+    results = await asyncio.gather(*(closed_by_server(r) for r, _ in conns))
+    assert all(results)
+    for _, w in conns:
+        w.close()
+    assert await served.metric("taugate_connections_open") <= 2
+    assert "Traceback" not in served.stop()
+
+
+async def test_slowloris_heads_and_stalled_handshakes_are_cut_at_the_header_timeout(start_serve):
+    served = await start_serve(header_timeout_seconds="2")
+    head = b"POST /mutate HTTP/1.1\r\nHost: taugate\r\nContent-Type: application/json\r\nX-Slow: " + b"a" * 200
+
+    async def drip() -> float:
+        """Send a request head one byte every 0.2 s; seconds until the server closes it."""
+        reader, writer = await served.tls()
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        try:
+            for byte in head:
+                writer.write(bytes([byte]))
+                await writer.drain()
+                try:
+                    if await asyncio.wait_for(reader.read(1), 0.2) == b"":
+                        return loop.time() - started
+                except TimeoutError:
+                    continue
+        except (ConnectionError, ssl.SSLError):
+            return loop.time() - started
+        finally:
+            writer.close()
+        return float("inf")
+
+    async def stalled_handshake() -> float:
+        """A TCP connection that never starts TLS; seconds until the server closes it."""
+        reader, writer = await asyncio.open_connection("127.0.0.1", served.port)
+        started = asyncio.get_running_loop().time()
+        try:
+            await asyncio.wait_for(reader.read(1), 30)
+        except ConnectionError:
+            pass
+        writer.close()
+        return asyncio.get_running_loop().time() - started
+
+    async def legit() -> bool:
+        await asyncio.sleep(0.5)
+        client = AdmissionClient(served.port, served.ca)
+        try:
+            req = workload_request(rayjob())
+            r = await client.post("/mutate", admission_review(req))
+            return check_response(r.body, req["uid"])["allowed"]
+        finally:
+            await client.close()
+
+    *cut, handshake, ok = await asyncio.gather(*(drip() for _ in range(20)), stalled_handshake(), legit())
+    assert ok  # reviews flow while the slow heads are held
+    assert all(1.5 <= t <= 5 for t in cut), cut
+    assert 1.5 <= handshake <= 5, handshake
+    assert await served.metric('taugate_connections_closed_total{reason="header_timeout"}') == 20
+    assert "Traceback" not in served.stop()
+
+
+async def test_a_client_that_disconnects_is_one_log_line_without_a_traceback(start_serve):
+    served = await start_serve()
+    small = json.dumps(admission_review(workload_request(rayjob()))).encode()
+    for n, body, content_length in ((1, small[: len(small) // 2], len(small)),  # a small body cut off
+                                    (2, b"{" + b" " * 200_000, 1_000_000)):  # a large body cut off
+        reader, writer = await served.tls()
+        writer.write(b"POST /mutate HTTP/1.1\r\nHost: taugate\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n" % content_length + body)
+        await writer.drain()
+        await asyncio.sleep(0.3)
+        writer.transport.abort()
+        await asyncio.sleep(0.5)
+    # A client that leaves while its review is decided (the answer cannot be written).
+    reader, writer = await served.tls()
+    writer.write(b"POST /validate HTTP/1.1\r\nHost: taugate\r\nContent-Length: %d\r\n\r\n" % len(small) + small)
+    await writer.drain()
+    writer.transport.abort()
+    await asyncio.sleep(0.5)
+    err = served.stop()
+    assert "Traceback" not in err, err
+    lines = [line for line in err.splitlines() if "disconnected" in line]
+    assert len(lines) == 2, err
+    assert all(re.fullmatch(r"client \S+ disconnected from /mutate before its body was received \(.+\)", line)
+               for line in lines), lines
+
+
+async def test_the_byte_budget_serves_in_order_times_out_and_never_leaks_bytes():
+    from webhook.server import ByteBudget
+
+    budget = ByteBudget(10)
+    loop = asyncio.get_running_loop()
+    assert await budget.acquire(8, loop.time() + 1) and budget.used == 8
+    assert not await budget.acquire(5, loop.time() + 0.05)  # no room by its deadline
+    assert budget.used == 8
+    waiting = asyncio.create_task(budget.acquire(5, loop.time() + 5))
+    later = asyncio.create_task(budget.acquire(1, loop.time() + 5))  # fits, but waits its turn
+    await asyncio.sleep(0.01)
+    assert not waiting.done() and not later.done()
+    budget.release(8)
+    assert await waiting and await later and budget.used == 6
+    cancelled = asyncio.create_task(budget.acquire(10, loop.time() + 5))
+    await asyncio.sleep(0.01)
+    cancelled.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await cancelled
+    budget.release(5)
+    budget.release(1)
+    assert budget.used == 0 and await budget.acquire(20, loop.time() + 1) and budget.used == 10  # capped at the limit
