@@ -222,6 +222,7 @@ def test_every_update_kueue_and_kuberay_send_passes_taugate_with_no_patch_under_
               and e["user"]["username"] in (USERS["kueue"], USERS["kuberay-operator"]) and e["verb"] in ("update", "patch")]
     counts: dict[tuple[str, str, str], int] = {}
     refused, bad_patches, patched = [], [], []
+    seen_by_taugate = 0  # the API server records every mutating webhook it called on the request
     for e in events:
         res = e["objectRef"]["resource"] + ("/" + e["objectRef"]["subresource"] if e["objectRef"].get("subresource") else "")
         key = (e["user"]["username"], e["verb"], res)
@@ -231,6 +232,8 @@ def test_every_update_kueue_and_kuberay_send_passes_taugate_with_no_patch_under_
         if code >= 400 and "taugate" in msg:
             refused.append((key, msg))
         for k, v in (e.get("annotations") or {}).items():
+            if k.startswith("mutation.webhook.admission.k8s.io/") and "taugate" in json.loads(v).get("configuration", ""):
+                seen_by_taugate += 1
             if not k.startswith("patch.webhook.admission.k8s.io/"):
                 continue
             p = json.loads(v)
@@ -241,8 +244,9 @@ def test_every_update_kueue_and_kuberay_send_passes_taugate_with_no_patch_under_
                 if any(op["path"].startswith(f) for f in IMMUTABLE.get(e["objectRef"]["resource"], ())):
                     bad_patches.append((key, op))
     print("UPDATE/PATCH by Kueue and KubeRay seen by the API server:", json.dumps({"/".join(k): n for k, n in sorted(counts.items())}))
-    print("of which taugate patched:", len(patched), patched[:5])
+    print("taugate's mutating webhook called on", seen_by_taugate, "of them; it patched", len(patched), patched[:5])
     assert sum(n for (u, _, _), n in counts.items() if u == USERS["kueue"]) > 0
     assert sum(n for (u, _, _), n in counts.items() if u == USERS["kuberay-operator"]) > 0
+    assert seen_by_taugate > 0
     assert not refused, refused
     assert not bad_patches, bad_patches
