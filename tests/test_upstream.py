@@ -42,8 +42,8 @@ def test_without_go_on_path_the_error_says_to_install_go(monkeypatch):
 def test_a_component_without_a_pin_or_a_module_not_required_is_an_error():
     with pytest.raises(upstream.UpstreamUnavailable, match="no Go module pins component 'ray'"):
         upstream.pinned("ray")
-    with pytest.raises(upstream.UpstreamUnavailable, match="does not require sigs.k8s.io/jobset"):
-        upstream.pinned("kueue", "sigs.k8s.io/jobset")
+    with pytest.raises(upstream.UpstreamUnavailable, match="does not require sigs.k8s.io/kwok"):
+        upstream.pinned("kueue", "sigs.k8s.io/kwok")
 
 
 def test_a_module_that_cannot_be_downloaded_is_an_error_naming_it_and_its_pin(tmp_path, monkeypatch):

@@ -26,6 +26,7 @@ MAIN_MODULE = {
     "kuberay": "github.com/ray-project/kuberay/ray-operator",
     "kueue": "sigs.k8s.io/kueue",
     "kubernetes": "k8s.io/kubernetes",
+    "kwok": "sigs.k8s.io/kwok",
 }
 """The module each component's ``go.mod`` pins, when the caller names none."""
 

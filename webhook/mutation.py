@@ -170,7 +170,9 @@ def edit_create(obj: dict, adapter: WorkloadAdapter, templates: list[PodTemplate
     on a CPU-only Ray head or the submitter), the workspace data PVC at ``/data``, and
     ``shutdownAfterJobFinishes: true`` for a RayJob without ``deletionStrategy`` (Kueue requires
     it). An object Kueue does not queue (``adapter.queued``: a RayJob on an existing RayCluster)
-    gets no queue or priority label, no ``suspend`` and no ``shutdownAfterJobFinishes``.
+    gets no queue or priority label, no ``suspend`` and no ``shutdownAfterJobFinishes``. A RayJob
+    in ``K8sJobMode`` without a submitter pod template gets KubeRay's default one
+    (``kuberay_default_submitter``), so its submitter pod carries the run-id too.
     """
     edits = Edits(obj)
     edited = obj
@@ -193,9 +195,15 @@ def edit_create(obj: dict, adapter: WorkloadAdapter, templates: list[PodTemplate
         wanted.pop(labels.KUEUE_PRIORITY_CLASS, None)
     for k, v in wanted.items():
         edits.set_default(obj_labels, at, k, v)
+    spec = edits.container(edited, (), "spec", dict)
+    if adapter.kind == "RayJob":
+        submitter = kuberay_default_submitter(spec)
+        if submitter is not None:
+            edits.set_default(spec, ("spec",), "submitterPodTemplate", submitter)
+            templates = [*templates, PodTemplate.of("submitter", "submitter", ("spec", "submitterPodTemplate"),
+                                                    ("spec",), 1, spec["submitterPodTemplate"], {})]
     label_run(edits, templates, run_id_of(obj, templates) or mint_run_id())
 
-    spec = edits.container(edited, (), "spec", dict)
     if queued:
         path = adapter.suspend_path(edited)
         # What Kueue's own webhook does on CREATE: Kueue unsuspends the object on admission.
@@ -206,6 +214,38 @@ def edit_create(obj: dict, adapter: WorkloadAdapter, templates: list[PodTemplate
 
     place_templates(edits, templates, res, settings)
     return edits
+
+
+SUBMITTER_CONTAINER = "ray-job-submitter"
+"""KubeRay's submitter container name (ray-operator ``utils.SubmitterContainerName``)."""
+
+
+def kuberay_default_submitter(spec: dict) -> dict | None:
+    """The submitter pod template KubeRay would use for a RayJob ``spec`` in ``K8sJobMode`` (the
+    default ``submissionMode``) that names none, made explicit so that taugate can put the run-id
+    on the submitter pod; None when the RayJob has one, submits otherwise, or has no head image.
+
+    KubeRay rule (ray-operator v1.5 ``controllers/ray/common/job.go``, ``GetSubmitterTemplate``
+    and ``GetDefaultSubmitterContainer``): without ``spec.submitterPodTemplate`` the submitter Job
+    runs one container ``ray-job-submitter`` with the head's image, requests 500m CPU / 200Mi,
+    limits 1 CPU / 1Gi, ``restartPolicy: Never``, and KubeRay copies none of the RayJob's labels
+    onto that Job or its pod (``rayjob_controller.go`` ``createNewK8sJob``), so the submitter pod
+    would carry no run-id. KubeRay fills in the container's command when it is empty
+    (``configureSubmitterContainer``); Kueue sizes the submitter pod set from the same template
+    (``pkg/controller/jobs/rayjob``), so quota is unchanged."""
+    if spec.get("submitterPodTemplate") is not None:
+        return None
+    if (spec.get("submissionMode") or "K8sJobMode") != "K8sJobMode":
+        return None
+    try:
+        image = spec["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["image"]
+    except (KeyError, IndexError, TypeError):
+        return None
+    if not isinstance(image, str) or not image:
+        return None
+    return {"spec": {"restartPolicy": "Never", "containers": [{
+        "name": SUBMITTER_CONTAINER, "image": image,
+        "resources": {"limits": {"cpu": "1", "memory": "1Gi"}, "requests": {"cpu": "500m", "memory": "200Mi"}}}]}}
 
 
 def place_templates(edits: Edits, templates: list[PodTemplate], res: Resolution, settings: Settings) -> None:
@@ -308,7 +348,8 @@ def edit_update(obj: dict, old: dict | None, templates: list[PodTemplate], adapt
 def edit_child(obj: dict, templates: list[PodTemplate], adapter: WorkloadAdapter | None = None,
                old: dict | None = None) -> Edits | None:
     """A child (KubeRay's submitter Job, the RayCluster of a RayJob), edited in place, inherits its
-    parent's run-id (KubeRay copies the RayJob's labels and templates) onto itself and every pod
+    parent's run-id (KubeRay copies the RayJob's labels onto the RayCluster, and its
+    ``submitterPodTemplate`` into the submitter Job, which ``edit_create`` makes explicit) onto itself and every pod
     template, and gets nothing else: it is neither queued again nor given a new run-id. On UPDATE
     (``old`` is the stored child) the same rule as ``edit_update`` holds: nothing for an object
     being deleted, and the pod templates only where ``adapter.templates_mutable(old)`` (a started

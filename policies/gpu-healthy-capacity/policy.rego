@@ -1,7 +1,10 @@
 # gpu-healthy-capacity (warn): the workload needs more healthy GPU nodes than there are now.
 #
 # Nodes failing a Node Problem Detector GPU check (GpuXid, GpuEcc, ...), NotReady or cordoned
-# do not take new pods. When the healthy nodes of the profile's GPU class cannot hold all of
+# must not take new GPU pods. kube-scheduler reads no NPD condition (only taints, cordons and
+# Ready): a node with a GPU condition True keeps taking pods until the platform cordons or
+# taints it (a remediation controller or the on-call; seen on the whole stack,
+# tests/e2e/stack.py). When the healthy nodes of the profile's GPU class cannot hold all of
 # the workload's GPU pods at once, it is admissible but will wait until nodes recover: the
 # researcher is warned at submission instead of finding out after an hour of Pending.
 # Pods per node = floor(largest healthy node's GPUs / GPUs per pod), nodes taken as alike.

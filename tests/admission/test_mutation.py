@@ -197,3 +197,36 @@ def test_a_rayjob_with_a_deletion_strategy_does_not_get_shutdown_after_job_finis
         {"policy": "DeleteCluster", "condition": {"jobStatus": "SUCCEEDED", "ttlSeconds": 0}}]}
     _, out = _mutated(classifier, state, settings)
     assert "shutdownAfterJobFinishes" not in out["spec"] and out["spec"]["suspend"] is True
+
+
+# --- KubeRay's submitter pod carries the run-id ----------------------------------------------------
+
+def test_a_rayjob_in_k8s_job_mode_gets_kuberays_default_submitter_template_with_the_run_id(classifier, state,
+                                                                                       settings):
+    # KubeRay v1.5 copies no RayJob label onto the submitter Job; found on the whole stack
+    # (tests/e2e/test_the_whole_run.py): without this the recorder never saw the submitter pod.
+    assert "submitterPodTemplate" not in classifier["spec"]
+    _, out = _mutated(classifier, state, settings)
+    tpl = out["spec"]["submitterPodTemplate"]
+    run_id = out["metadata"]["labels"][labels.RUN_ID]
+    assert tpl["metadata"]["labels"][labels.RUN_ID] == run_id
+    (c,) = tpl["spec"]["containers"]
+    head_image = classifier["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["image"]
+    assert c["name"] == "ray-job-submitter" and c["image"] == head_image
+    assert c["resources"] == {"limits": {"cpu": "1", "memory": "1Gi"}, "requests": {"cpu": "500m", "memory": "200Mi"}}
+    assert tpl["spec"]["restartPolicy"] == "Never"
+    assert "nodeSelector" not in tpl["spec"] and "tolerations" not in tpl["spec"]  # a CPU pod: no GPU placement
+
+
+def test_a_rayjob_with_its_own_submitter_or_another_submission_mode_keeps_it(classifier, state, settings):
+    own = copy.deepcopy(classifier)
+    own["spec"]["submitterPodTemplate"] = {"spec": {"restartPolicy": "Never", "containers": [
+        {"name": "my-submitter", "image": "example/submit:1"}]}}
+    _, out = _mutated(own, state, settings)
+    assert [c["name"] for c in out["spec"]["submitterPodTemplate"]["spec"]["containers"]] == ["my-submitter"]
+    assert out["spec"]["submitterPodTemplate"]["metadata"]["labels"][labels.RUN_ID] == out["metadata"]["labels"][labels.RUN_ID]
+    for mode in ("HTTPMode", "SidecarMode", "InteractiveMode"):
+        other = copy.deepcopy(classifier)
+        other["spec"]["submissionMode"] = mode
+        _, out = _mutated(other, state, settings)
+        assert "submitterPodTemplate" not in out["spec"], mode

@@ -115,8 +115,8 @@ def _quota_fixture(small_cluster: list[dict]) -> list[dict]:
 
 def _a100_nominal(kd) -> object:
     cq = kd.get(KUEUE, "ClusterQueue", "nlp-cq")
-    return next(f["resources"][0]["nominalQuota"] for g in cq["spec"]["resourceGroups"] for f in g["flavors"]
-                if f["name"] == "a100")
+    return next(r["nominalQuota"] for g in cq["spec"]["resourceGroups"] for f in g["flavors"]
+                if f["name"] == "a100" for r in f["resources"] if r["name"] == "nvidia.com/gpu")
 
 
 def test_an_admin_approved_apply_request_raises_the_cluster_queue_and_a_researchers_approval_is_denied(

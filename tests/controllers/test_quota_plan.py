@@ -32,11 +32,11 @@ def _kube(small_cluster: list[dict], request: dict) -> tuple[MemKube, MemStore]:
     return MemKube(store), store
 
 
-def _nominal(store: MemStore, cq: str, flavor: str) -> object:
+def _nominal(store: MemStore, cq: str, flavor: str, resource: str = "nvidia.com/gpu") -> object:
     for g in store.get("ClusterQueue", cq)["spec"]["resourceGroups"]:
         for f in g["flavors"]:
             if f["name"] == flavor:
-                return f["resources"][0]["nominalQuota"]
+                return next(r["nominalQuota"] for r in f["resources"] if r["name"] == resource)
     raise AssertionError(flavor)
 
 
@@ -56,7 +56,8 @@ def test_an_approved_apply_request_raises_the_cluster_queue_and_records_before_a
     kube, store = _kube(small_cluster, _request(APPROVED))
     plan = reconcile_quota_request(kube, settings, SYS, "nlp-burst", now=NOW)
     assert _nominal(store, "nlp-cq", "a100") == 24
-    assert _nominal(store, "nlp-cq", "cpu") == "32"  # the other resource group is untouched
+    assert _nominal(store, "nlp-cq", "cpu", "cpu") == "32"  # the other flavor is untouched
+    assert _nominal(store, "nlp-cq", "a100", "cpu") == "384"  # and the flavor's other resources
     assert plan.status["phase"] == "Approved" and plan.status["approvedBy"] == "alice"
     assert plan.status["quotaChange"] == {"clusterQueue": "nlp-cq", "flavor": "a100", "resource": "nvidia.com/gpu",
                                           "before": 16, "after": 24}

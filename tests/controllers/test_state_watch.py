@@ -70,7 +70,9 @@ async def test_the_state_and_the_webhooks_decision_follow_node_and_cluster_queue
             # The ClusterQueue shrinks: the same RayJob can now never be admitted.
             generation = provider.generation
             cq = kd.get(KUEUE, "ClusterQueue", "vision-cq")
-            cq["spec"]["resourceGroups"][1]["flavors"][0]["resources"][0].update(nominalQuota=2, borrowingLimit=0)
+            gpu = next(r for f in cq["spec"]["resourceGroups"][0]["flavors"] if f["name"] == "h100"
+                       for r in f["resources"] if r["name"] == "nvidia.com/gpu")
+            gpu.update(nominalQuota=2, borrowingLimit=0)
             kd.patch(KUEUE, "ClusterQueue", "vision-cq", {"spec": {"resourceGroups": cq["spec"]["resourceGroups"]}})
             await _until(lambda: provider.generation > generation and
                          any(q.nominal == 2 for q in provider.state.queue_quotas[("vision", "vision-queue")]),

@@ -39,6 +39,7 @@ ldflags_for() {
 binary_name() {
   case $1 in
     go.etcd.io/etcd/server/v3) echo etcd ;;
+    github.com/ray-project/kuberay/ray-operator) echo kuberay-operator ;;
     *) basename "$1" ;;
   esac
 }

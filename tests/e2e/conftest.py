@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import pytest
 
+from tests.e2e import stack
 from tests.e2e.controlplane import ControlPlane, build
+from tests.e2e.stack import Stack
 from tests.e2e.platform import Platform, install
 
 
@@ -42,3 +44,20 @@ def platform(control_plane, tmp_path_factory) -> Platform:
 def kubectl(platform):
     """The built kubectl as the admin, against the platform's control plane."""
     return platform.cp.kubectl
+
+
+@pytest.fixture(scope="session")
+def whole_stack(tmp_path_factory) -> Stack:
+    """A second control plane with node-lifecycle on and the API server's audit log, running
+    Kueue, the KubeRay operator, kwok and taugate recording (``tests/e2e/stack``); separate from
+    ``control_plane`` so the tests of the taugate-only tier see the cluster they expect."""
+    cp = ControlPlane(build(*stack.COMPONENTS), tmp_path_factory.mktemp("stack-controlplane"))
+    s = None
+    try:
+        cp.start(node_lifecycle=True, audit_policy=stack.AUDIT_POLICY)
+        s = stack.start(cp, tmp_path_factory.mktemp("stack"))
+        yield s
+    finally:
+        if s is not None:
+            s.stop()
+        cp.stop()

@@ -191,7 +191,13 @@ class ControlPlane:
                 return str(d / name)
         raise ControlPlaneError(f"no {name} binary in {sorted(map(str, self.bin_dirs.values()))}")
 
-    def start(self, *, controller_manager: bool = True, scheduler: bool = True) -> "ControlPlane":
+    def start(self, *, controller_manager: bool = True, scheduler: bool = True,
+              node_lifecycle: bool = False, audit_policy: dict | None = None) -> "ControlPlane":
+        """Start every component (see the class docstring). ``node_lifecycle`` turns on the
+        controller-manager's node-lifecycle-controller: only for Nodes that something heartbeats
+        (kwok in ``tests/e2e/stack.py``); without a kubelet it taints every Node unreachable after
+        its 40 s grace period. ``audit_policy`` (an ``audit.k8s.io/v1`` Policy) turns on the API
+        server's audit log, one JSON event a line in ``audit_log``."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         certs = self.workdir / "pki"
         certs.mkdir(exist_ok=True)
@@ -215,8 +221,13 @@ class ControlPlane:
         self.processes.append(etcd)
         wait_until("etcd /health", lambda: _http_ok(f"http://{LOOPBACK}:{etcd_port}/health"), 60, processes=[etcd])
 
+        audit = []
+        if audit_policy is not None:
+            (self.workdir / "audit-policy.yaml").write_text(yaml.safe_dump(audit_policy))
+            audit = [f"--audit-policy-file={self.workdir / 'audit-policy.yaml'}", f"--audit-log-path={self.audit_log}",
+                     "--audit-log-format=json", "--audit-log-mode=blocking"]
         apiserver = start_process("kube-apiserver", [
-            self.binary("kube-apiserver"), f"--etcd-servers=http://{LOOPBACK}:{etcd_port}",
+            self.binary("kube-apiserver"), *audit, f"--etcd-servers=http://{LOOPBACK}:{etcd_port}",
             f"--advertise-address={LOOPBACK}", f"--bind-address={LOOPBACK}", f"--secure-port={self.port}",
             f"--cert-dir={certs}", f"--tls-cert-file={certs / 'apiserver.crt'}",
             f"--tls-private-key-file={certs / 'apiserver.key'}", f"--client-ca-file={certs / 'ca.crt'}",
@@ -230,14 +241,13 @@ class ControlPlane:
         self.kubeconfig = write_kubeconfig(self.workdir / "admin.kubeconfig", self.server, self.ca.pem,
                                            user="e2e-admin", cert=admin)
         if controller_manager:
-            # node-lifecycle is off: the Nodes here have no kubelet (kwok is not part of this tier),
-            # and that controller would taint them unreachable after 40 s.
             self.processes.append(start_process("kube-controller-manager", [
                 self.binary("kube-controller-manager"), f"--kubeconfig={self.kubeconfig}",
                 f"--authentication-kubeconfig={self.kubeconfig}", f"--authorization-kubeconfig={self.kubeconfig}",
                 "--leader-elect=false", f"--bind-address={LOOPBACK}", "--secure-port=0",
                 f"--service-account-private-key-file={sa_key}", f"--root-ca-file={certs / 'ca.crt'}",
-                "--use-service-account-credentials=true", "--controllers=*,-node-lifecycle-controller",
+                "--use-service-account-credentials=true",
+                "--controllers=*" if node_lifecycle else "--controllers=*,-node-lifecycle-controller",
                 "--concurrent-gc-syncs=5", "--v=1"], self.workdir))
             wait_until("the default ServiceAccount (controller-manager)",
                        lambda: self.kubectl("get", "serviceaccount", "default", "-n", "default", check=False).returncode == 0,
@@ -248,6 +258,17 @@ class ControlPlane:
                 f"--authentication-kubeconfig={self.kubeconfig}", f"--authorization-kubeconfig={self.kubeconfig}",
                 "--leader-elect=false", f"--bind-address={LOOPBACK}", "--secure-port=0", "--v=1"], self.workdir))
         return self
+
+    @property
+    def audit_log(self) -> Path:
+        """The API server's audit log (written when started with ``audit_policy``)."""
+        return self.workdir / "audit.log"
+
+    def audit_events(self) -> list[dict]:
+        """Every event of the audit log so far, in order."""
+        if not self.audit_log.is_file():
+            return []
+        return [json.loads(line) for line in self.audit_log.read_text().splitlines() if line.strip()]
 
     def ssl_context(self, certs: Path | None = None) -> ssl.SSLContext:
         """A client TLS context that trusts the CA and presents the admin certificate."""

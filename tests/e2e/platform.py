@@ -128,6 +128,12 @@ class Platform:
     webhook: Process | None = None
     operator: Process | None = None
     kubeconfigs: dict[str, Path] = field(default_factory=dict)
+    signing_key: Path | None = None
+
+    @property
+    def evidence_root(self) -> Path:
+        """Where the operator's recorder writes evidence records (``TAUGATE_RECORDER_EVIDENCE_ROOT``)."""
+        return self.workdir / "evidence"
 
     # ---- the processes -------------------------------------------------------------------------
     def start_webhook(self) -> Process:
@@ -168,9 +174,10 @@ class Platform:
             self.webhook.stop()
             self.webhook = None
 
-    def start_operator(self) -> Process:
-        """``taugate operator`` with the chart's args and env, as the operator's ServiceAccount
-        (the recorder is off in this tier: it follows runs, which need Kueue and KubeRay)."""
+    def start_operator(self, record: bool = False) -> Process:
+        """``taugate operator`` with the chart's args and env, as the operator's ServiceAccount.
+        ``record`` keeps the recorder on (TauRuns and evidence under the workdir); it follows runs
+        through Kueue Workloads and KubeRay objects, so only the whole stack (``stack.py``) turns it on."""
         c = _container(self.objects, f"{RELEASE}-operator")
         args = []
         for a in c["args"]:
@@ -180,9 +187,19 @@ class Platform:
                 args.append(f"--liveness=http://{LOOPBACK}:{free_port()}/healthz")
             else:
                 args.append(a)
-        args.append("--no-record")
-        env = _env(c, {"TAUGATE_RECORDER_EVIDENCE_ROOT": str(self.workdir / "evidence"),
-                       "TAUGATE_RECORDER_DATA_ROOT": str(self.workdir / "data")})
+        if not record:
+            args.append("--no-record")
+        overrides = {"TAUGATE_RECORDER_EVIDENCE_ROOT": str(self.evidence_root),
+                     "TAUGATE_RECORDER_DATA_ROOT": str(self.workdir / "data")}
+        if record:  # the chart mounts the signing key from a Secret; here a key made as the docs make it
+            self.signing_key = self.workdir / "evidence-key" / "ed25519.pem"
+            if not self.signing_key.is_file():
+                self.signing_key.parent.mkdir(parents=True, exist_ok=True)
+                subprocess.run(_taugate("evidence", "keygen", f"--out={self.signing_key}",
+                                        f"--public-out={self.signing_key.with_suffix('.pub.pem')}"),
+                               check=True, capture_output=True, cwd=REPO)
+            overrides["TAUGATE_RECORDER_SIGNING_KEY_FILE"] = str(self.signing_key)
+        env = _env(c, overrides)
         self.operator = start_process("taugate-operator", _taugate(*args), self.workdir, env=env, cwd=REPO)
         return self.operator
 
@@ -198,9 +215,11 @@ class Platform:
         return wait_until(what, check, timeout, processes=procs, interval=0.25)
 
 
-def install(cp: ControlPlane, workdir: Path) -> Platform:
+def install(cp: ControlPlane, workdir: Path, *, record: bool = False, node_annotations: dict[str, str] | None = None) -> Platform:
     """Install everything the module docstring lists and wait until a RayJob in the example's
-    ``vision`` workspace is mutated by taugate through the API server."""
+    ``vision`` workspace is mutated by taugate through the API server. ``record`` turns the
+    operator's recorder on; ``node_annotations`` are added to every example Node (kwok's
+    ``kwok.x-k8s.io/node: fake`` hands them to kwok)."""
     workdir.mkdir(parents=True, exist_ok=True)
     # 1. CRDs (server-side: KubeRay's are larger than client-side apply's annotation limit).
     crds = chart_helpers.crds() + upstream_crds()
@@ -224,6 +243,8 @@ def install(cp: ControlPlane, workdir: Path) -> Platform:
     # 4. The platform: what the platform team applies (the operator makes the rest).
     platform_objects = [d for d in yaml.safe_load_all(EXAMPLE_CLUSTER.read_text()) if d]
     nodes = [d for d in platform_objects if d["kind"] == "Node"]
+    for n in nodes:
+        n["metadata"].setdefault("annotations", {}).update(node_annotations or {})
     cp.apply_objects([d for d in platform_objects if d["kind"] in ("TauCluster", "TauWorkspace", "ResourceFlavor",
                                                                    "ClusterQueue", "Node")],
                      "--server-side", "--field-manager=platform-team")
@@ -231,16 +252,16 @@ def install(cp: ControlPlane, workdir: Path) -> Platform:
         cp.kubectl("patch", "node", n["metadata"]["name"], "--subresource=status", "--type=merge",
                    "-p", json.dumps({"status": n.get("status") or {}}))
     try:
-        _start(plat, platform_objects)
+        _start(plat, platform_objects, record)
     except BaseException:
         plat.stop()
         raise
     return plat
 
 
-def _start(plat: Platform, platform_objects: list[dict]) -> None:
+def _start(plat: Platform, platform_objects: list[dict], record: bool) -> None:
     cp = plat.cp
-    plat.start_operator()
+    plat.start_operator(record)
     plat.wait_for("the operator to make the workspace namespaces",
                   lambda: all(cp.kubectl("get", "namespace", ns, check=False).returncode == 0
                               for ns in workspace_namespaces(platform_objects)), 90)

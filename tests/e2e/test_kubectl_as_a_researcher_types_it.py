@@ -22,6 +22,7 @@ def _rayjob(name: str) -> dict:
 def _run_ids(obj: dict) -> set[str]:
     spec = obj["spec"]["rayClusterSpec"]
     templates = [spec["headGroupSpec"]["template"]] + [g["template"] for g in spec["workerGroupSpecs"]]
+    templates += [obj["spec"]["submitterPodTemplate"]] if "submitterPodTemplate" in obj["spec"] else []
     return {obj["metadata"]["labels"][RUN_ID]} | {t["metadata"]["labels"][RUN_ID] for t in templates}
 
 
@@ -60,7 +61,8 @@ def _without_run_ids(obj: dict) -> dict:
     obj = json.loads(json.dumps(obj))
     obj["metadata"]["labels"].pop(RUN_ID, None)
     spec = obj["spec"]["rayClusterSpec"]
-    for t in [spec["headGroupSpec"]["template"]] + [g["template"] for g in spec["workerGroupSpecs"]]:
+    submitter = [obj["spec"]["submitterPodTemplate"]] if "submitterPodTemplate" in obj["spec"] else []
+    for t in [spec["headGroupSpec"]["template"]] + [g["template"] for g in spec["workerGroupSpecs"]] + submitter:
         t["metadata"]["labels"].pop(RUN_ID, None)
     return obj
 

@@ -38,7 +38,8 @@ def _normalised(obj: dict) -> dict:
         meta.pop(k, None)
     meta["labels"].pop(RUN_ID)
     spec = obj["spec"]["rayClusterSpec"]
-    for t in [spec["headGroupSpec"]["template"]] + [g["template"] for g in spec["workerGroupSpecs"]]:
+    submitter = [obj["spec"]["submitterPodTemplate"]] if "submitterPodTemplate" in obj["spec"] else []
+    for t in [spec["headGroupSpec"]["template"]] + [g["template"] for g in spec["workerGroupSpecs"]] + submitter:
         t["metadata"]["labels"].pop(RUN_ID)
     obj.pop("status", None)
     return obj

@@ -1,0 +1,303 @@
+"""The whole stack a run goes through, as local processes on the real control plane: Kueue, the
+KubeRay operator and kwok, built from their Go modules by ``tests/e2e/build.sh`` (versions pinned in
+``tests/e2e/gomod/{kueue,kuberay,kwok}/go.mod``), beside taugate installed by ``platform.install``
+with its recorder on.
+
+``start(cp, workdir)``:
+
+1. every Kueue CRD from ``config/components/crd/bases`` with the conversion webhook Kueue's
+   kustomization adds (``config/components/crd/patches/webhook_in_*.yaml``), and KubeRay's
+   RayJob/RayCluster/RayService CRDs (the operator sets up all three controllers);
+2. Kueue (``cmd/kueue``) with a ``--config`` as its manifests have it, but out of a cluster:
+   ``internalCertManagement.enable: false`` and its webhook server on 127.0.0.1 with a certificate
+   of the control plane's CA, leader election off, the integrations ``batch/job``,
+   ``ray.io/rayjob``, ``ray.io/raycluster``. Kueue reads its metrics certificate from the fixed
+   path ``/etc/kueue/metrics/certs`` (``cmd/kueue/main.go``): it runs in its own mount namespace
+   with an overlay on ``/etc`` that holds one, so the machine's ``/etc`` is not touched. Its
+   visibility API server (feature ``VisibilityOnDemand``) reads ``/visibility/tls.crt`` and is
+   served through an APIService, which this control plane does not aggregate: the gate is off;
+3. Kueue's webhook configurations from ``config/components/webhook/manifests.yaml``, the webhooks
+   of the three integrations and of Kueue's own kinds, with only ``clientConfig`` rewritten to
+   ``url`` + ``caBundle`` (as ``platform.webhook_configurations`` does for taugate's);
+4. the KubeRay operator (module root ``main.go``) and kwok (``cmd/kwok``) with the stages of its
+   module's ``kustomize/stage``: Nodes initialised and heartbeaten with Leases
+   (``node/fast``, ``node/heartbeat-with-lease``), pods made Running and Ready, pods owned by a Job
+   Succeeded, deleted pods removed (``pod/fast``);
+5. taugate (``platform.install``) with the recorder on and every example Node annotated
+   ``kwok.x-k8s.io/node: fake``;
+6. what the platform team has beside ``examples/cluster.yaml`` in a real cluster (``platform_extras``):
+   the Kueue WorkloadPriorityClasses its workload profiles name (Kueue creates no Workload for a
+   job whose ``kueue.x-k8s.io/priority-class`` names a missing one: "WorkloadPriorityClass
+   ... not found"), a PersistentVolume for each workspace's data PVC (the CSI driver's job: no
+   pod of a run schedules while ``/data`` is unbound), and the Node that fails its GPU check
+   cordoned (kube-scheduler knows nothing of Node Problem Detector conditions and binds pods
+   to such a node; a remediation controller or the on-call cordons it).
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from tests import upstream
+from tests.e2e.controlplane import LOOPBACK, ControlPlane, ControlPlaneError, Process, free_port, start_process, wait_until
+from tests.e2e.platform import Platform, install
+from webhook.mutation import SUBMITTER_CONTAINER
+from tests.paths import EXAMPLE_CLUSTER, KUBERAY, KUEUE, KUEUE_CRDS
+
+KUEUE_NAMESPACE = "kueue-system"
+KUEUE_FRAMEWORKS = ("batch/job", "ray.io/rayjob", "ray.io/raycluster")
+# The webhook paths (config/components/webhook/manifests.yaml) Kueue serves with those frameworks.
+_KUEUE_WEBHOOK_PATH_PARTS = ("-batch-v1-job", "-ray-io-v1-rayjob", "-ray-io-v1-raycluster", "-kueue-x-k8s-io-")
+KWOK_NODE_ANNOTATION = {"kwok.x-k8s.io/node": "fake"}
+KWOK_STAGES = ("node/fast/node-initialize.yaml", "node/heartbeat-with-lease", "pod/fast")
+COMPONENTS = ("etcd", "kubernetes", "kueue", "kuberay", "kwok")
+USERS = {"kueue": "e2e-kueue", "kuberay-operator": "e2e-kuberay-operator", "kwok": "e2e-kwok"}
+"""The user each controller authenticates as (a client certificate in ``system:masters``): the
+audit log tells their requests apart by it."""
+AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
+    "rules": [
+        # What Kueue and KubeRay write to the objects taugate's webhooks see, with the request
+        # and the webhooks' patch annotations (patch.webhook.admission.k8s.io needs Request).
+        {"level": "Request", "users": [USERS["kueue"], USERS["kuberay-operator"]], "verbs": ["create", "update", "patch"],
+         "resources": [{"group": "ray.io", "resources": ["rayjobs", "rayclusters"]},
+                       {"group": "batch", "resources": ["jobs"]}]},
+        {"level": "None"},
+    ]}
+"""The API server's audit policy in the whole stack (``ControlPlane.start(audit_policy=...)``)."""
+
+
+def kueue_crds(port: int, ca_pem: bytes) -> list[dict]:
+    """Every Kueue CRD as its module ships it, with the conversion webhook of
+    ``config/components/crd/patches/webhook_in_<plural>.yaml`` (those its kustomization lists) pointed at
+    ``https://127.0.0.1:port/convert`` trusting ``ca_pem``."""
+    crd_dir = KUEUE / "config" / "components" / "crd"
+    # Only the patches its kustomization applies: Kueue serves no conversion for ResourceFlavor.
+    enabled = {p["path"] for p in yaml.safe_load((crd_dir / "kustomization.yaml").read_text()).get("patches") or []}
+    out = []
+    for f in sorted(KUEUE_CRDS.glob("kueue.x-k8s.io_*.yaml")):
+        crd = yaml.safe_load(f.read_text())
+        plural = crd["spec"]["names"]["plural"]
+        rel = f"patches/webhook_in_{plural}.yaml"
+        patch = crd_dir / rel
+        if rel in enabled:
+            conv = copy.deepcopy(yaml.safe_load(patch.read_text())["spec"]["conversion"])
+            conv["webhook"]["clientConfig"] = {"url": f"https://{LOOPBACK}:{port}/convert",
+                                               "caBundle": base64.b64encode(ca_pem).decode()}
+            crd["spec"]["conversion"] = conv
+        out.append(crd)
+    return out
+
+
+def kuberay_crds() -> list[dict]:
+    """KubeRay's three CRDs from the pinned ray-operator module."""
+    bases = KUBERAY / "config" / "crd" / "bases"
+    return [yaml.safe_load((bases / f"ray.io_{p}.yaml").read_text()) for p in ("rayjobs", "rayclusters", "rayservices")]
+
+
+def kueue_webhook_configurations(port: int, ca_pem: bytes) -> list[dict]:
+    """Kueue's Mutating/ValidatingWebhookConfigurations from its module's
+    ``config/components/webhook/manifests.yaml``, named as its release names them
+    (``kueue-`` prefix), keeping the webhooks of ``KUEUE_FRAMEWORKS`` and of Kueue's own kinds,
+    each ``clientConfig`` rewritten to ``https://127.0.0.1:port<path>`` + ``caBundle``."""
+    docs = [d for d in yaml.safe_load_all((KUEUE / "config" / "components" / "webhook" / "manifests.yaml").read_text()) if d]
+    out = []
+    for d in docs:
+        d = copy.deepcopy(d)
+        d["metadata"]["name"] = "kueue-" + d["metadata"]["name"]
+        kept = []
+        for wh in d["webhooks"]:
+            path = wh["clientConfig"]["service"]["path"]
+            if not any(part in path for part in _KUEUE_WEBHOOK_PATH_PARTS):
+                continue
+            wh["clientConfig"] = {"url": f"https://{LOOPBACK}:{port}{path}", "caBundle": base64.b64encode(ca_pem).decode()}
+            kept.append(wh)
+        d["webhooks"] = kept
+        out.append(d)
+    return out
+
+
+def kwok_stages() -> str:
+    """The kwok Stage documents of ``KWOK_STAGES`` from the pinned kwok module, as one YAML
+    stream; ``pod-complete`` leaves KubeRay's submitter pod (container ``ray-job-submitter``)
+    Running, as ``ray job submit`` runs while the Ray job does."""
+    root = upstream.module_dir("kwok") / "kustomize" / "stage"
+    docs = []
+    for rel in KWOK_STAGES:
+        p = root / rel
+        files = sorted(p.glob("*.yaml")) if p.is_dir() else [p]
+        for f in files:
+            if f.name == "kustomization.yaml":
+                continue
+            docs.extend(d for d in yaml.safe_load_all(f.read_text()) if d)
+    if not docs:
+        raise ControlPlaneError(f"no kwok stages under {root}")
+    for d in docs:
+        if d["metadata"]["name"] == "pod-complete":
+            # KubeRay's submitter runs `ray job submit` and follows the Ray job until it ends: it
+            # does not complete while the RayJob runs (kwok's stage completes every Job's pod).
+            d["spec"]["selector"]["matchExpressions"].append(
+                {"key": ".spec.containers.[0].name", "operator": "NotIn", "values": [SUBMITTER_CONTAINER]})
+    return yaml.safe_dump_all(docs)
+
+
+@dataclass
+class Stack:
+    """Kueue, KubeRay, kwok and taugate on ``cp``; ``platform`` is taugate's install."""
+
+    cp: ControlPlane
+    workdir: Path
+    kueue_port: int = 0
+    processes: list[Process] = field(default_factory=list)
+    platform: Platform | None = None
+
+    def process(self, name: str) -> Process:
+        return next(p for p in self.processes if p.name == name)
+
+    def stop(self) -> None:
+        if self.platform:
+            self.platform.stop()
+        for p in reversed(self.processes):
+            p.stop()
+
+    def wait_for(self, what: str, check, timeout: float = 120) -> object:
+        procs = list(self.processes) + self.cp.processes
+        if self.platform:
+            procs += [p for p in (self.platform.webhook, self.platform.operator) if p]
+        return wait_until(what, check, timeout, processes=procs, interval=0.5)
+
+    def kubeconfig(self, component: str) -> Path:
+        """The kubeconfig ``component`` runs with: user ``USERS[component]``, group ``system:masters``."""
+        return self.cp.user_kubeconfig(USERS[component], ("system:masters",))
+
+    # ---- Kueue ---------------------------------------------------------------------------------
+    def start_kueue(self) -> Process:
+        cp = self.cp
+        certs = self.workdir / "kueue-certs"
+        certs.mkdir(parents=True, exist_ok=True)
+        crt, key = cp.ca.issue("kueue-webhook", server_hosts=(LOOPBACK, "localhost"))
+        (certs / "tls.crt").write_bytes(crt)
+        (certs / "tls.key").write_bytes(key)
+        # /etc/kueue/metrics/certs, seen only by Kueue through an overlay on /etc.
+        upper, work = self.workdir / "kueue-etc" / "upper", self.workdir / "kueue-etc" / "work"
+        metrics = upper / "kueue" / "metrics" / "certs"
+        metrics.mkdir(parents=True, exist_ok=True)
+        work.mkdir(parents=True, exist_ok=True)
+        (metrics / "tls.crt").write_bytes(crt)
+        (metrics / "tls.key").write_bytes(key)
+        self.kueue_port = free_port()
+        config = {
+            "apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration", "namespace": KUEUE_NAMESPACE,
+            "health": {"healthProbeBindAddress": f"{LOOPBACK}:{free_port()}"},
+            "metrics": {"bindAddress": f"{LOOPBACK}:{free_port()}"},
+            "webhook": {"host": LOOPBACK, "port": self.kueue_port, "certDir": str(certs)},
+            "leaderElection": {"leaderElect": False},
+            "internalCertManagement": {"enable": False},
+            "integrations": {"frameworks": list(KUEUE_FRAMEWORKS)},
+        }
+        cfg = self.workdir / "kueue-config.yaml"
+        cfg.write_text(yaml.safe_dump(config))
+        cp.kubectl("create", "namespace", KUEUE_NAMESPACE)
+        cp.apply_objects(kueue_crds(self.kueue_port, cp.ca.pem) + kuberay_crds(), "--server-side", "--force-conflicts",
+                         "--field-manager=e2e-stack")
+        kueue = cp.binary("kueue")
+        script = (f"mount -t overlay overlay -o lowerdir=/etc,upperdir={shlex.quote(str(upper))},"
+                  f"workdir={shlex.quote(str(work))} /etc && exec {shlex.quote(kueue)} --config={shlex.quote(str(cfg))} "
+                  "--feature-gates=VisibilityOnDemand=false --zap-log-level=2")
+        p = start_process("kueue", ["unshare", "--mount", "--propagation", "private", "sh", "-c", script], self.workdir,
+                          env={"KUBECONFIG": str(self.kubeconfig("kueue"))})
+        self.processes.append(p)
+        cp.apply_objects(kueue_webhook_configurations(self.kueue_port, cp.ca.pem), "--server-side",
+                         "--field-manager=e2e-stack")
+        # Kueue's Job webhook suspends a Job with a queue label: the configurations act when it does.
+        probe = json.dumps({"apiVersion": "batch/v1", "kind": "Job",
+                            "metadata": {"name": "kueue-probe", "namespace": "default", "labels": {"kueue.x-k8s.io/queue-name": "none"}},
+                            "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}}}})
+        self.wait_for("Kueue's webhooks to act (a queued Job is suspended on create)",
+                      lambda: json.loads(cp.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", input=probe,
+                                                    check=False).stdout or "{}").get("spec", {}).get("suspend") is True, 120)
+        return p
+
+    # ---- KubeRay -------------------------------------------------------------------------------
+    def start_kuberay(self) -> Process:
+        p = start_process("kuberay-operator", [
+            self.cp.binary("kuberay-operator"), f"--metrics-addr={LOOPBACK}:{free_port()}",
+            f"--health-probe-bind-address={LOOPBACK}:{free_port()}", "--enable-leader-election=false",
+            "--log-stdout-encoder=console"], self.workdir, env={"KUBECONFIG": str(self.kubeconfig("kuberay-operator"))})
+        self.processes.append(p)
+        return p
+
+    # ---- kwok ----------------------------------------------------------------------------------
+    def start_kwok(self) -> Process:
+        stages = self.workdir / "kwok-stages.yaml"
+        stages.write_text(kwok_stages())
+        p = start_process("kwok", [
+            self.cp.binary("kwok"), f"--kubeconfig={self.kubeconfig('kwok')}", f"--config={stages}",
+            "--manage-all-nodes=false", "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+            f"--server-address={LOOPBACK}:{free_port()}", f"--node-ip={LOOPBACK}", "--cidr=10.244.0.0/16"], self.workdir)
+        self.processes.append(p)
+        return p
+
+
+def start(cp: ControlPlane, workdir: Path) -> Stack:
+    """Start everything the module docstring lists; on failure stop what was started and raise
+    ``ControlPlaneError`` naming the component."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    stack = Stack(cp, workdir)
+    try:
+        stack.start_kueue()
+        stack.start_kuberay()
+        stack.start_kwok()
+        stack.platform = install(cp, workdir / "taugate", record=True, node_annotations=KWOK_NODE_ANNOTATION)
+        cp.apply_objects(platform_extras(), "--server-side", "--field-manager=platform-team")
+        for node in unhealthy_gpu_nodes():
+            cp.kubectl("cordon", node)
+        stack.wait_for("kwok to hold every example Node Ready", lambda: _nodes_ready(cp), 120)
+    except BaseException:
+        stack.stop()
+        raise
+    return stack
+
+
+def _example() -> list[dict]:
+    return [d for d in yaml.safe_load_all(EXAMPLE_CLUSTER.read_text()) if d]
+
+
+def platform_extras() -> list[dict]:
+    """The WorkloadPriorityClasses the example's workload profiles name (value 100) and a
+    PersistentVolume bound to each TauWorkspace's data PVC (``<workspace>-data``, the size,
+    storage class and ReadWriteMany of ``spec.dataVolume``)."""
+    docs = _example()
+    names = sorted({p["priorities"]["workloadPriorityClassName"] for d in docs if d["kind"] == "TauCluster"
+                    for p in d["spec"]["workloadProfiles"] if (p.get("priorities") or {}).get("workloadPriorityClassName")})
+    out: list[dict] = [{"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass", "metadata": {"name": n},
+                        "value": 100, "description": "taugate workload profiles' default priority"} for n in names]
+    for d in docs:
+        if d["kind"] != "TauWorkspace" or not d["spec"].get("dataVolume"):
+            continue
+        ns, vol = d["spec"]["target"]["namespace"], d["spec"]["dataVolume"]
+        out.append({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": f"{ns}-data"},
+                    "spec": {"capacity": {"storage": vol["size"]}, "accessModes": ["ReadWriteMany"],
+                             "storageClassName": vol["storageClassName"], "persistentVolumeReclaimPolicy": "Retain",
+                             "claimRef": {"namespace": ns, "name": f"{ns}-data"},
+                             "csi": {"driver": "file.csi.azure.com", "volumeHandle": f"{ns}-data"}}})
+    return out
+
+
+def unhealthy_gpu_nodes() -> list[str]:
+    """The example Nodes with a GPU condition (``Gpu*``) that is True."""
+    return [d["metadata"]["name"] for d in _example() if d["kind"] == "Node" and any(
+        c["type"].startswith("Gpu") and c["status"] == "True" for c in (d.get("status") or {}).get("conditions") or [])]
+
+
+def _nodes_ready(cp: ControlPlane) -> bool:
+    nodes = cp.get_json("nodes")["items"]
+    return bool(nodes) and all(any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"].get("conditions") or [])
+                               for n in nodes)
