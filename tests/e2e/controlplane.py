@@ -320,7 +320,9 @@ class ControlPlane:
     def user_kubeconfig(self, user: str, groups: tuple[str, ...] = ()) -> Path:
         """A kubeconfig for a human user ``user`` in ``groups`` (a client certificate)."""
         crt = self.ca.issue(user, organizations=groups, client=True)
-        return write_kubeconfig(self.workdir / f"user-{user}.kubeconfig", self.server, self.ca.pem, user=user, cert=crt)
+        # No ':' in the file name: KUBECONFIG is a ':'-separated list of files.
+        name = user.replace(":", "_")
+        return write_kubeconfig(self.workdir / f"user-{name}.kubeconfig", self.server, self.ca.pem, user=user, cert=crt)
 
 
 def _http_ok(url: str, ctx: ssl.SSLContext | None = None) -> bool:

@@ -58,9 +58,12 @@ _KUEUE_WEBHOOK_PATH_PARTS = ("-batch-v1-job", "-ray-io-v1-rayjob", "-ray-io-v1-r
 KWOK_NODE_ANNOTATION = {"kwok.x-k8s.io/node": "fake"}
 KWOK_STAGES = ("node/fast/node-initialize.yaml", "node/heartbeat-with-lease", "pod/fast")
 COMPONENTS = ("etcd", "kubernetes", "kueue", "kuberay", "kwok")
-USERS = {"kueue": "e2e-kueue", "kuberay-operator": "e2e-kuberay-operator", "kwok": "e2e-kwok"}
+USERS = {"kueue": "system:serviceaccount:kueue-system:kueue-controller-manager",
+         "kuberay-operator": "system:serviceaccount:ray-system:kuberay-operator", "kwok": "e2e-kwok"}
 """The user each controller authenticates as (a client certificate in ``system:masters``): the
-audit log tells their requests apart by it."""
+names their own installs give their ServiceAccounts, which the chart's
+``webhook.trustedControllers`` trusts to create children (a RayJob's RayCluster and submitter
+Job); the audit log tells their requests apart by it."""
 AUDIT_POLICY = {
     "apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
     "rules": [
