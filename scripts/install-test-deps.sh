@@ -10,6 +10,7 @@ python3 -m pip install -q --ignore-requires-python opa-golib-python-bindings==0.
 # tests/e2e/gomod (tests/upstream.py): download them now, so a missing `go` fails here, clearly.
 python3 -c 'import tests.paths'
 # The end-to-end tier's control plane (etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler, kubectl), built from Go modules and cached by version under
-# ~/.cache/taugate-e2e: about 17 minutes on a cold 2-core machine, seconds when warm.
+# kube-scheduler, kubectl) and the whole stack (Kueue, the KubeRay operator, kwok), built from Go
+# modules and cached by version under ~/.cache/taugate-e2e: about 30 minutes on a cold 2-core
+# machine, seconds when warm.
 bash tests/e2e/build.sh

@@ -5,7 +5,6 @@ log line. Memory is the server process's own, read from /proc (``VmHWM``: the pe
 from __future__ import annotations
 
 import asyncio
-import copy
 import json
 import re
 import ssl
@@ -46,6 +45,16 @@ class Served:
         m = re.search(rf"^{re.escape(name)} ([0-9.e+]+)$", text, re.M)
         assert m, f"{name} not in /metrics"
         return float(m.group(1))
+
+    async def review_is_allowed(self) -> bool:
+        """A normal RayJob review on a fresh connection is answered and allowed."""
+        client = AdmissionClient(self.port, self.ca)
+        try:
+            req = workload_request(rayjob())
+            r = await client.post("/mutate", admission_review(req))
+            return check_response(r.body, req["uid"])["allowed"]
+        finally:
+            await client.close()
 
     def stop(self) -> str:
         """Stop the server; its stderr."""
@@ -118,13 +127,7 @@ async def test_32_concurrent_reviews_of_7_8_mib_keep_memory_under_the_charts_lim
     assert answered >= 1 and answered + busy == 32
     assert peak < chart_memory_limit_mib(), f"peak RSS {peak:.0f} MiB"
     # The budget is given back: a normal review is answered at once afterwards.
-    client = AdmissionClient(served.port, served.ca)
-    try:
-        small = workload_request(rayjob())
-        r = await client.post("/mutate", admission_review(small))
-        assert check_response(r.body, small["uid"])["allowed"]
-    finally:
-        await client.close()
+    assert await served.review_is_allowed()
     assert "Traceback" not in served.stop()
 
 
@@ -135,13 +138,7 @@ async def test_600_idle_tls_connections_are_capped_closed_when_idle_and_reviews_
     open_now = await served.metric("taugate_connections_open")
     assert open_now <= 256 + 1, open_now  # the limit (the /metrics request itself made room)
     # A review still gets through: the longest-idle connection is closed to make room.
-    client = AdmissionClient(served.port, served.ca)
-    try:
-        req = workload_request(rayjob())
-        r = await client.post("/mutate", admission_review(req))
-        assert check_response(r.body, req["uid"])["allowed"]
-    finally:
-        await client.close()
+    assert await served.review_is_allowed()
     assert rss_mib(served.proc.pid, "VmHWM") - base < 100
     assert await served.metric('taugate_connections_closed_total{reason="evicted"}') >= 600 - 256
 
@@ -197,13 +194,7 @@ async def test_slowloris_heads_and_stalled_handshakes_are_cut_at_the_header_time
 
     async def legit() -> bool:
         await asyncio.sleep(0.5)
-        client = AdmissionClient(served.port, served.ca)
-        try:
-            req = workload_request(rayjob())
-            r = await client.post("/mutate", admission_review(req))
-            return check_response(r.body, req["uid"])["allowed"]
-        finally:
-            await client.close()
+        return await served.review_is_allowed()
 
     *cut, handshake, ok = await asyncio.gather(*(drip() for _ in range(20)), stalled_handshake(), legit())
     assert ok  # reviews flow while the slow heads are held
