@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 import secrets
-from typing import Any
+from typing import Any, Callable
 
 import orjson
 
@@ -282,7 +282,7 @@ PINNED_LABELS = (labels.MANAGED_BY, labels.WORKSPACE, labels.WORKLOAD_PROFILE, l
 
 
 def edit_update(obj: dict, old: dict | None, templates: list[PodTemplate], adapter: WorkloadAdapter,
-                res: Resolution | None = None, settings: Settings | None = None) -> Edits | None:
+                admitted: Callable[[], Resolution | None] | None = None, settings: Settings | None = None) -> Edits | None:
     """The edits on UPDATE, made on ``obj`` itself: only what taugate owns is restored from
     ``old`` (the stored object taugate admitted: its labels carry a valid run-id), and only where
     the API server allows it, so no UPDATE (the garbage collector removing a finalizer, Kueue
@@ -299,8 +299,8 @@ def edit_update(obj: dict, old: dict | None, templates: list[PodTemplate], adapt
       (Kueue keeps it immutable on a running job, kueue v0.17 ``jobframework/validation.go``
       ``validateUpdateForQueueName``, and kubernetes-sigs/kueue PR 13293 closes the gap for a
       removal: without it the pods would run outside quota), and the priority-class label;
-    - with ``res`` (the resolution of the profile the object was admitted with) and mutable
-      templates: the profile's placement on GPU pod templates and the workspace data volume, as
+    - with ``admitted`` (called only when the templates may change: the resolution of the
+      profile the object was admitted with, or None) and mutable templates: the profile's placement on GPU pod templates and the workspace data volume, as
       on CREATE (``place_templates``: Kueue's flavor selectors and whatever else another writer
       set are kept).
 
@@ -340,6 +340,7 @@ def edit_update(obj: dict, old: dict | None, templates: list[PodTemplate], adapt
     if restore_record:
         holder = edits.container(edits.container(edits.doc, (), "metadata", dict), ("metadata",), "annotations", dict)
         edits.set(holder, ("metadata", "annotations"), labels.ADMISSION_RECORD, record)
+    res = admitted() if owned and admitted is not None and settings is not None else None
     if res is not None and settings is not None:
         place_templates(edits, owned, res, settings)
     return edits if edits.changed else None

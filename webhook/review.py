@@ -159,6 +159,13 @@ def _admitted_resolution(obj: dict, old: Any, subject: _Subject, state: ClusterS
     return res if isinstance(res, Resolution) else None
 
 
+def _unrepresentable(obj: dict) -> Decision:
+    """The denial of an object orjson cannot copy (nested past 255 levels, or an integer beyond
+    64 bits), naming the path where one is found."""
+    where, what = object_depth_problem(obj) or ("", "holds a value no Kubernetes object can hold")
+    return Decision.deny([Violation("object-shape", where, f"{what}; fix the manifest")], obj=obj)
+
+
 def mutate(request: dict, state: ClusterState, settings: Settings, engine: Engine | None = None, *,
            in_place: bool = False) -> Decision:
     """Decide the mutating webhook's answer for one AdmissionRequest (``review["request"]``).
@@ -167,8 +174,9 @@ def mutate(request: dict, state: ClusterState, settings: Settings, engine: Engin
     denial listing the candidates), edit the object (``mutation.edit_create``) and answer the
     JSONPatch those edits recorded (``webhook.patching.Edits``); the ``tau.azure.com/admission`` annotation
     records profile, queue, profile-set hash and (with an ``engine``) the policy digest. UPDATE: only what
-    taugate owns (run-id, queue label) is restored, never under a field the API server holds
-    immutable (``mutation.edit_update``). A child only inherits its parent's run-id. ``Decision.patch`` is None
+    taugate owns (run-id, its labels, the admission record, the admitted profile's placement and
+    data volume) is restored, never under a field the API server holds immutable
+    (``mutation.edit_update``). A child only inherits its parent's run-id. ``Decision.patch`` is None
     when nothing changes (reinvocation on our own output gives None).
 
     The edits are made on a deep copy of ``request["object"]``; with ``in_place=True`` on the
@@ -185,16 +193,14 @@ def mutate(request: dict, state: ClusterState, settings: Settings, engine: Engin
     try:
         doc = obj if in_place else mutation.deep_copy(obj)  # what the edits change
     except TypeError:  # orjson: nested past 255 levels, or an integer beyond 64 bits
-        problem = object_depth_problem(obj)
-        where, what = problem or ("", "holds a value no Kubernetes object can hold")
-        return Decision.deny([Violation("object-shape", where, f"{what}; fix the manifest")], obj=obj)
+        return _unrepresentable(obj)
     if subject.child:
         old = request.get("oldObject") if request.get("operation") == "UPDATE" else None
         edits = mutation.edit_child(doc, subject.templates, subject.adapter, old)
     elif request.get("operation") == "UPDATE":
         old = request.get("oldObject")
-        res = _admitted_resolution(obj, old, subject, state, settings)
-        edits = mutation.edit_update(doc, old, subject.templates, subject.adapter, res, settings)
+        edits = mutation.edit_update(doc, old, subject.templates, subject.adapter,
+                                     lambda: _admitted_resolution(obj, old, subject, state, settings), settings)
     else:
         res = resolve(obj, subject.templates, subject.workspace, state, settings)
         if isinstance(res, list):
@@ -397,8 +403,7 @@ def admit(obj: dict, *, state: ClusterState, settings: Settings, engine: Engine 
     try:
         obj = mutation.deep_copy(obj)
     except TypeError:  # orjson: nested past 255 levels, or an integer beyond 64 bits
-        where, what = object_depth_problem(obj) or ("", "holds a value no Kubernetes object can hold")
-        return Decision.deny([Violation("object-shape", where, f"{what}; fix the manifest")], obj=obj)
+        return _unrepresentable(obj)
     if ns and isinstance(obj.get("metadata"), dict):
         obj["metadata"].setdefault("namespace", ns)
     request = request_for(obj, namespace=ns, operation=operation, user_info=user_info, old=old)
