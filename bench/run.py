@@ -238,8 +238,8 @@ def decision_us(states: dict, rows, settings: Settings) -> dict:
 
     import orjson
 
-    from webhook import review
-    from webhook.policy import load_policy_engine
+    from taugate.webhook import review
+    from taugate.webhook.engines import load_policy_engine
 
     engine = load_policy_engine(settings.policy_dir)
     out = {}

@@ -20,7 +20,7 @@ from taugate.settings import Settings
 from taugate.snapshot import ClusterState
 from tests.paths import IMAGE_CLASSIFIER as CLASSIFIER
 from tests.paths import KUBERAY_SAMPLES, KUEUE_JOB
-from webhook.review import mutate, request_for
+from taugate.webhook.review import mutate, request_for
 
 RAYCLUSTER = KUBERAY_SAMPLES / "ray-cluster.complete.yaml"
 

@@ -33,7 +33,7 @@ from typing import Callable
 
 from cryptography import x509
 
-from certs.pki import (
+from taugate.certs.pki import (
     DEFAULT_CA_DAYS,
     DEFAULT_SERVING_DAYS,
     LOCAL_HOSTS,

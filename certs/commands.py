@@ -28,8 +28,8 @@ import argparse
 import datetime as _dt
 import sys
 
-from certs import store
-from certs.pki import (
+from taugate.certs import store
+from taugate.certs.pki import (
     DEFAULT_CA_DAYS,
     DEFAULT_SERVING_DAYS,
     LOCAL_HOSTS,
@@ -133,7 +133,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
     from kubernetes.client.exceptions import ApiException
     from kubernetes.config.config_exception import ConfigException
 
-    from certs import kube
+    from taugate.certs import kube
 
     try:
         _check_options(args, days=("--days", "--renew-before-days"), names=True)

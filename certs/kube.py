@@ -37,9 +37,9 @@ import kubernetes.client
 import urllib3.exceptions
 from kubernetes.client.exceptions import ApiException
 
-from certs import bundle
-from certs.bundle import CertSet, CertStatus
-from certs.pki import DEFAULT_SERVING_DAYS, CertError, service_dns_names
+from taugate.certs import bundle
+from taugate.certs.bundle import CertSet, CertStatus
+from taugate.certs.pki import DEFAULT_SERVING_DAYS, CertError, service_dns_names
 from taugate import labels
 from taugate.kubeaccess import connection_reason, kubeconfig_problem
 

@@ -25,8 +25,8 @@ from pathlib import Path
 
 from prometheus_client import Gauge
 
-from certs.pki import CertError, fingerprint, load_certificates, load_private_key, public_keys_match
-from certs.store import CA_BUNDLE, TLS_CERT, TLS_KEY, generate
+from taugate.certs.pki import CertError, fingerprint, load_certificates, load_private_key, public_keys_match
+from taugate.certs.store import CA_BUNDLE, TLS_CERT, TLS_KEY, generate
 
 log = logging.getLogger("taugate.certs")
 

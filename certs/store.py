@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
-from certs import bundle
-from certs.bundle import (
+from taugate.certs import bundle
+from taugate.certs.bundle import (
     CA_BUNDLE,
     CA_KEY,
     CA_NEXT_KEY,
@@ -35,7 +35,7 @@ from certs.bundle import (
     CertStatus,
     check,
 )
-from certs.pki import (
+from taugate.certs.pki import (
     DEFAULT_CA_DAYS,
     DEFAULT_SERVING_DAYS,
     LOCAL_HOSTS,

@@ -28,7 +28,7 @@ def _connection_args(p: argparse.ArgumentParser) -> None:
 
 
 def _configuration(args: argparse.Namespace):
-    from controllers.kube import load_configuration
+    from taugate.controllers.kube import load_configuration
 
     return load_configuration(in_cluster=args.in_cluster, kubeconfig=args.kubeconfig, context=args.context)
 
@@ -39,7 +39,7 @@ def _err(msg: str) -> None:
 
 def _reachable(cfg) -> bool:
     """The preflight (``check_reachable``): True, or False after one line on stderr."""
-    from controllers.kube import KubeError, check_reachable
+    from taugate.controllers.kube import KubeError, check_reachable
 
     try:
         check_reachable(cfg)
@@ -97,8 +97,8 @@ def output_problem(output: str) -> str | None:
 
 def run_operator_command(args: argparse.Namespace) -> int:
     """``taugate operator``: run the kopf operator until interrupted."""
-    from controllers.kube import KubeConfigError
-    from controllers.operator import OperatorOptions, run_operator
+    from taugate.controllers.kube import KubeConfigError
+    from taugate.controllers.operator import OperatorOptions, run_operator
     from taugate.settings import Settings
 
     if args.resync_seconds <= 0 or args.debounce_seconds < 0:
@@ -134,7 +134,7 @@ def run_operator_command(args: argparse.Namespace) -> int:
     try:
         asyncio.run(run_operator(cfg, settings, options))
     except Exception as e:
-        from controllers.evidence import EvidenceError
+        from taugate.controllers.evidence import EvidenceError
 
         if isinstance(e, EvidenceError):
             _err(f"recorder: {e}")
@@ -149,7 +149,7 @@ def _recorder_config(args: argparse.Namespace):
     without a key is an error, since evidence is never written unsigned."""
     from pydantic import ValidationError
 
-    from controllers.recorder_config import RecorderConfig
+    from taugate.controllers.recorder_config import RecorderConfig
 
     overrides = {k: v for k, v in (("evidence_root", args.evidence_root), ("data_root", args.data_root),
                                    ("signing_key_file", args.signing_key_file),
@@ -170,8 +170,8 @@ def _recorder_config(args: argparse.Namespace):
 
 def snapshot_export_command(args: argparse.Namespace) -> int:
     """``taugate snapshot export [-o FILE]``: write the live state as a snapshot file."""
-    from controllers.export import export_snapshot, write_atomically
-    from controllers.kube import Kube, KubeConfigError, KubeError, KubeUnreachable
+    from taugate.controllers.export import export_snapshot, write_atomically
+    from taugate.controllers.kube import Kube, KubeConfigError, KubeError, KubeUnreachable
     from taugate.snapshot import SnapshotError
 
     try:
@@ -216,7 +216,7 @@ def crds_command(args: argparse.Namespace) -> int:
     """``taugate crds``: print the CRDs, write them into a directory (``-o``), or check that a
     directory holds exactly what the models generate (``--check``, exit 1 when a CRD file is
     missing, differs, or an unexpected manifest is there: one line each)."""
-    from controllers.crds import check_crds, render_crds, write_crds
+    from taugate.controllers.crds import check_crds, render_crds, write_crds
 
     if args.check:
         d = Path(args.check)
@@ -286,5 +286,5 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument("--check", metavar="DIR", help="exit 1 when the CRD files in DIR differ from the models")
     c.set_defaults(func=crds_command)
 
-    from controllers.recorder_commands import add_commands as add_recorder_commands  # status, evidence
+    from taugate.controllers.recorder_commands import add_commands as add_recorder_commands  # status, evidence
     add_recorder_commands(subparsers)

@@ -17,8 +17,8 @@ from typing import Any
 
 import yaml
 
-from controllers import resources as R
-from controllers.state_watch import trim, usable_objects
+from taugate.controllers import resources as R
+from taugate.controllers.state_watch import trim, usable_objects
 from taugate.files import write_atomic
 from taugate.settings import Settings
 from taugate.snapshot import build_state

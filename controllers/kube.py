@@ -29,7 +29,7 @@ import urllib3.exceptions
 import yaml
 from kubernetes.client import ApiClient, ApiException
 
-from controllers.resources import Action, Resource
+from taugate.controllers.resources import Action, Resource
 from taugate.kubeaccess import connection_reason, kubeconfig_problem
 
 log = logging.getLogger("taugate.kube")

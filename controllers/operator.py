@@ -38,11 +38,11 @@ import kopf
 import kubernetes.client
 from pydantic import ValidationError
 
-from controllers import resources as R
-from controllers.kube import Kube, KubeError
-from controllers.taucluster import reconcile_cluster
-from controllers.tauquotarequest import reconcile_quota_request
-from controllers.tauworkspace import reconcile_workspace
+from taugate.controllers import resources as R
+from taugate.controllers.kube import Kube, KubeError
+from taugate.controllers.taucluster import reconcile_cluster
+from taugate.controllers.tauquotarequest import reconcile_quota_request
+from taugate.controllers.tauworkspace import reconcile_workspace
 from taugate import labels
 from taugate.models import TauWorkspace
 from taugate.settings import Settings
@@ -381,7 +381,7 @@ async def run_operator(cfg: kubernetes.client.Configuration, settings: Settings 
     registry = build_registry(ctl, cfg)
     recorder = None
     if options.recorder is not None:  # the run recorder (controllers/recorder.py), same process
-        from controllers.recorder import Recorder
+        from taugate.controllers.recorder import Recorder
         recorder = Recorder.create(options.recorder, settings, cfg)
         recorder.register(registry)
     try:

@@ -34,11 +34,11 @@ from typing import Any, Callable
 import kubernetes.client
 from kubernetes.client.rest import ApiException
 
-from controllers import run_conditions as rc
-from controllers.evidence import EvidenceError, EvidenceStore, Signer
-from controllers.kube import Kube, KubeError
-from controllers.resources import Resource
-from controllers.recorder_config import FilesystemProbe, RecorderConfig, RunProbe
+from taugate.controllers import run_conditions as rc
+from taugate.controllers.evidence import EvidenceError, EvidenceStore, Signer
+from taugate.controllers.kube import Kube, KubeError
+from taugate.controllers.resources import Resource
+from taugate.controllers.recorder_config import FilesystemProbe, RecorderConfig, RunProbe
 from taugate import labels
 from taugate.settings import Settings
 

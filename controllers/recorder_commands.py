@@ -30,8 +30,8 @@ from pathlib import Path
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from controllers import run_conditions as rc
-from controllers.evidence import (EVIDENCE_FILE, EvidenceError, EvidenceStore, Signer, Verification, check_run_id,
+from taugate.controllers import run_conditions as rc
+from taugate.controllers.evidence import (EVIDENCE_FILE, EvidenceError, EvidenceStore, Signer, Verification, check_run_id,
                                   load_public_key, verify_record)
 
 _LABELS = {rc.COMPLETED: "Completed", rc.FAILED: "Failed"}
@@ -43,7 +43,7 @@ def _err(msg: str) -> int:
 
 
 def _default_root() -> Path:
-    from controllers.recorder_config import RecorderConfig
+    from taugate.controllers.recorder_config import RecorderConfig
     try:
         return RecorderConfig().evidence_root
     except Exception:  # a bad environment value must not break `--evidence-root`

@@ -18,7 +18,7 @@ from typing import Protocol
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from controllers.run_conditions import ArtifactListing, ProgressSample, parse_metrics_jsonl
+from taugate.controllers.run_conditions import ArtifactListing, ProgressSample, parse_metrics_jsonl
 
 
 class RecorderConfig(BaseSettings):

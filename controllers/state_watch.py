@@ -32,9 +32,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from controllers import resources as R
-from controllers.kube import Kube, KubeError, WatchExpired
-from controllers.resources import Resource
+from taugate.controllers import resources as R
+from taugate.controllers.kube import Kube, KubeError, WatchExpired
+from taugate.controllers.resources import Resource
 from taugate.models import TauCluster, TauWorkspace
 from taugate.settings import Settings
 from taugate.snapshot import ClusterState, SnapshotError, build_state
@@ -328,7 +328,7 @@ def provider_from_config(settings: Settings | None = None, *, in_cluster: bool =
     """A ``WatchStateProvider`` for ``taugate serve --in-cluster`` (the pod's service account) or
     a kubeconfig; ``options`` go to the provider. Raises ``controllers.kube.KubeConfigError``
     (one line) when no configuration can be loaded."""
-    from controllers.kube import load_configuration
+    from taugate.controllers.kube import load_configuration
 
     cfg = load_configuration(in_cluster=in_cluster, kubeconfig=kubeconfig, context=context)
     return WatchStateProvider(Kube.from_configuration(cfg), settings, **options)

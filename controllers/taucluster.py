@@ -26,10 +26,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from controllers import resources as R
-from controllers.conditions import carry_transition_times, condition, now_rfc3339, owned_patch
-from controllers.kube import execute_plan
-from controllers.resources import Action
+from taugate.controllers import resources as R
+from taugate.controllers.conditions import carry_transition_times, condition, now_rfc3339, owned_patch
+from taugate.controllers.kube import execute_plan
+from taugate.controllers.resources import Action
 from taugate.models import NodeLabelRule, TauCluster
 from taugate.profiles import profile_set_hash, resolve_profile
 from taugate.settings import Settings

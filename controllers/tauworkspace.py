@@ -41,10 +41,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from controllers import resources as R
-from controllers.conditions import (carry_transition_times, condition, now_rfc3339, owned_patch,
+from taugate.controllers import resources as R
+from taugate.controllers.conditions import (carry_transition_times, condition, now_rfc3339, owned_patch,
                                     selector_matches, subset_patch)
-from controllers.resources import Action
+from taugate.controllers.resources import Action
 from taugate import labels
 from taugate.models import TauCluster, TauWorkspace
 from taugate.settings import Settings

@@ -46,7 +46,7 @@ def routes_document() -> dict:
     """
     sys.path.insert(0, str(ROOT))
     try:
-        from webhook.routes import ROUTES
+        from taugate.webhook.routes import ROUTES
     finally:
         sys.path.pop(0)
     routes, keys = [], set()

@@ -16,7 +16,7 @@ import os
 import importlib.util
 import sys
 
-PARTS = ("webhook.commands", "controllers.commands", "certs.commands")
+PARTS = ("taugate.webhook.commands", "taugate.controllers.commands", "taugate.certs.commands")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,21 +41,21 @@ def _wire(parser: argparse.ArgumentParser) -> None:
     ``--in-cluster``, its cluster state from ``controllers.state_watch.WatchStateProvider``
     (``args.state_provider_factory``)."""
     try:
-        from certs.serving import serving_tls
+        from taugate.certs.serving import serving_tls
     except ModuleNotFoundError as e:
-        if e.name not in ("certs", "certs.serving"):
+        if e.name not in ("taugate.certs", "taugate.certs.serving"):
             raise
     else:
         parser.set_defaults(tls_factory=serving_tls)
-    if importlib.util.find_spec("controllers.state_watch") is not None:
+    if importlib.util.find_spec("taugate.controllers.state_watch") is not None:
         parser.set_defaults(state_provider_factory=_watch_state_provider)
 
 
 def _watch_state_provider(settings, kubeconfig: str | None = None):
     """A watch-based ``StateProvider``: the pod's service account, or ``kubeconfig`` when given.
     Raises ``controllers.kube.KubeConfigError`` (a ``ValueError``) without a usable configuration."""
-    from controllers.kube import Kube, load_configuration
-    from controllers.state_watch import WatchStateProvider
+    from taugate.controllers.kube import Kube, load_configuration
+    from taugate.controllers.state_watch import WatchStateProvider
 
     cfg = load_configuration(in_cluster=kubeconfig is None, kubeconfig=kubeconfig)
     return WatchStateProvider(Kube.from_configuration(cfg), settings)
@@ -90,7 +90,7 @@ def kubectl_plugin(argv: list[str] | None = None) -> int:
     Only the run commands (``status``, ``evidence``, from ``controllers.recorder_commands``) are
     offered, under the name kubectl shows (``kubectl tau``); ``argv`` defaults to ``sys.argv[1:]``.
     Returns the process exit code (0 success, 1 a check failed, 2 bad input)."""
-    from controllers.recorder_commands import add_commands
+    from taugate.controllers.recorder_commands import add_commands
 
     parser = argparse.ArgumentParser(prog="kubectl tau", description="Where a GPU run stands, and its evidence record.")
     add_commands(parser.add_subparsers(dest="command", metavar="COMMAND"))

@@ -25,7 +25,7 @@ def example_state(settings):
 @pytest.fixture(scope="session")
 def engine(settings):
     """The embedded policy engine over ``policies/``."""
-    from webhook.policy import load_policy_engine
+    from taugate.webhook.engines import load_policy_engine
 
     return load_policy_engine(settings.policy_dir)
 

@@ -326,7 +326,7 @@ class OperatorThread:
     """``controllers.operator.run_operator`` on its own event loop in a daemon thread."""
 
     def __init__(self, configuration: kubernetes.client.Configuration, settings: Any, options: dict) -> None:
-        from controllers.operator import OperatorOptions
+        from taugate.controllers.operator import OperatorOptions
         from taugate.settings import Settings
 
         self.configuration = configuration
@@ -340,7 +340,7 @@ class OperatorThread:
         self.error: BaseException | None = None
 
     def _run(self) -> None:
-        from controllers.operator import run_operator
+        from taugate.controllers.operator import run_operator
         try:
             asyncio.run(run_operator(self.configuration, self.settings, self.options,
                                      stop_flag=self._stop, ready_flag=self._ready))

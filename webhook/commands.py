@@ -33,14 +33,14 @@ def load_engine(args: argparse.Namespace, settings: Settings):
     Raises the engine's ``PolicyError`` when the library does not load."""
     if getattr(args, "no_policies", False):
         return None
-    from webhook.policy import load_policy_engine
+    from taugate.webhook.engines import load_policy_engine
 
     return load_policy_engine(args.policies or settings.policy_dir, enforcement=args.enforcement)
 
 
 def cmd_admit(args: argparse.Namespace) -> int:
     """Handler of ``taugate admit``; returns the exit code."""
-    from webhook.review import admit
+    from taugate.webhook.review import admit
 
     settings = Settings()
     try:
@@ -165,7 +165,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--as", dest="as_user", help="the requesting user (e.g. system:serviceaccount:kube-system:"
                                                 "generic-garbage-collector); default taugate-cli")
     p.set_defaults(func=cmd_admit)
-    for module in ("webhook.serve_commands", "webhook.policy_commands"):
+    for module in ("taugate.webhook.serve_commands", "taugate.webhook.policy_commands"):
         try:
             mod = __import__(module, fromlist=["add_commands"])
         except ModuleNotFoundError as e:

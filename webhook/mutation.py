@@ -21,8 +21,8 @@ from taugate import labels
 from taugate.adapters import PodTemplate, WorkloadAdapter
 from taugate.settings import Settings
 from taugate.snapshot import ClusterState
-from webhook.patching import Edits, Parts
-from webhook.resolution import Resolution
+from taugate.webhook.patching import Edits, Parts
+from taugate.webhook.resolution import Resolution
 
 RUN_ID_RE = re.compile(r"^[0-9a-f]{24}$")
 WORKLOAD_OWNER_KINDS = {("ray.io", "RayJob"), ("ray.io", "RayCluster"), ("batch", "Job")}

@@ -1,4 +1,4 @@
-"""The OPA-server backend of the policy engine (``load_policy_engine(..., backend="opa")``).
+"""The OPA-server backend of the policy engine (``webhook.engines.load_policy_engine(..., backend="opa")``).
 
 The same policy set as the embedded engine is pushed to an OPA server with
 ``opa-python-client`` (``update_policy_from_string``: ``PUT /v1/policies/{id}``; ids are
@@ -20,8 +20,8 @@ from urllib.parse import urlsplit
 
 from opa_client.opa import OpaClient
 
-from webhook.decision import Violation
-from webhook.policy import AGGREGATE_PACKAGE, PolicyError, PolicyEvaluationError, PolicySet, PolicyStore
+from taugate.webhook.decision import Violation
+from taugate.webhook.policy import AGGREGATE_PACKAGE, PolicyError, PolicyEvaluationError, PolicySet, PolicyStore
 
 log = logging.getLogger("taugate.policy.opa")
 

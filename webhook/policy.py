@@ -2,7 +2,7 @@
 
 What the rest of taugate calls::
 
-    engine = load_policy_engine("policies/")            # PolicyError if the set cannot load
+    engine = load_policy_engine("policies/")            # webhook/engines.py; PolicyError if the set cannot load
     violations = engine.evaluate(input_document)        # list[webhook.decision.Violation]
     engine.digest                                       # sha256 of the active set's sources
     engine.start_watching(0.5)                          # hot reload (a daemon thread), or
@@ -46,14 +46,14 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Literal, Protocol
+from typing import Any, Callable, Protocol
 
 import orjson
 import regorus
 import yaml
 from prometheus_client import Counter, Gauge
 
-from webhook.decision import Violation
+from taugate.webhook.decision import Violation
 
 log = logging.getLogger("taugate.policy")
 
@@ -706,32 +706,8 @@ def explain(engine: PolicyEngine, input: dict) -> dict[str, list[Violation]]:
     return out
 
 
-def load_policy_engine(policy_dir: str | Path, *, enforcement: dict[str, str] | str | Path | None = None,
-                       backend: Literal["embedded", "opa"] = "embedded", opa_url: str | None = None) -> PolicyEngine:
-    """Load the policy set in ``policy_dir`` behind the ``PolicyEngine`` interface.
-
-    ``enforcement``: a mapping ``policy: deny|warn|dryrun``, a YAML file, or None for
-    ``<policy_dir>/enforcement.yaml`` when present. ``backend``: ``embedded`` (regorus, in
-    process) or ``opa`` (an OPA server at ``opa_url``, e.g. ``http://127.0.0.1:8181``; the
-    policies are pushed there). The set must parse, compile and pass its own ``test_`` rules.
-    The returned engine has ``.store`` (a ``PolicyStore``) and ``start_watching(interval_s)``.
-    Raises ``PolicyError`` (one line: file, line, reason) when the set cannot load, and for an
-    ``opa`` backend without a URL or whose server rejects the policies.
-    """
-    store = PolicyStore(policy_dir, enforcement)
-    if backend == "embedded":
-        return EmbeddedPolicyEngine(store)
-    if backend == "opa":
-        if not opa_url:
-            raise PolicyError("the opa backend needs opa_url (for example http://127.0.0.1:8181)")
-        from webhook.opa_backend import OpaServerPolicyEngine
-
-        return OpaServerPolicyEngine(store, opa_url)
-    raise PolicyError(f"unknown policy backend {backend!r}; expected 'embedded' or 'opa'")
-
-
 __all__ = [
     "ACTIONS", "EmbeddedPolicyEngine", "RecordingEngine", "PolicyEngine", "PolicyError", "PolicyEvaluationError", "PolicySet",
     "PolicyStore", "RegoFile", "TestOutcome", "TestRule", "build_regorus_engine", "check_policy_set", "explain",
-    "load_enforcement", "load_policy_engine", "package_key", "read_policy_set", "run_rego_tests",
+    "load_enforcement", "package_key", "read_policy_set", "run_rego_tests",
 ]

@@ -33,11 +33,12 @@ from typing import Any, Callable
 from taugate.adapters import ADAPTERS, adapter_for
 from taugate.settings import Settings
 from taugate.snapshot import ClusterState, SnapshotError, load_snapshot, read_objects
-from webhook.decision import Decision, Violation
-from webhook.policy import (
+from taugate.webhook.decision import Decision, Violation
+from taugate.webhook.policy import (
     EmbeddedPolicyEngine, PolicyEngine, PolicyError, PolicySet, PolicyStore, RecordingEngine, TestOutcome,
-    build_regorus_engine, explain, load_policy_engine, read_policy_set, run_rego_tests,
+    build_regorus_engine, explain, read_policy_set, run_rego_tests,
 )
+from taugate.webhook.engines import load_policy_engine
 
 SAMPLE_KINDS = ("allowed", "disallowed")
 
@@ -118,7 +119,7 @@ def sample_files(ps: PolicySet) -> dict[str, list[tuple[str, Path]]]:
 def admit_sample(policy: str, expect: str, path: Path, *, engine: PolicyEngine, state: ClusterState,
                  settings: Settings) -> SampleResult:
     """Admit one sample file with ``webhook.review.admit`` (mutate, then validate)."""
-    from webhook.review import admit, metadata_of
+    from taugate.webhook.review import admit, metadata_of
 
     result = SampleResult(policy, path, expect)
     try:
@@ -212,7 +213,7 @@ def find_runtime_failures(samples: list[tuple[Path, dict, ClusterState]], *, eng
     """Admit every generated input (``generated_inputs``) of every sample through the webhook's
     code path and collect the policies that failed at run time on one (the first input per
     policy, with the number of inputs it failed on)."""
-    from webhook.review import admit
+    from taugate.webhook.review import admit
 
     found: dict[str, RuntimeFailure] = {}
     for path, obj, state in samples:
@@ -429,7 +430,7 @@ def _eval_problem(objects: list[dict]) -> str | None:
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
-    from webhook.review import admit, metadata_of
+    from taugate.webhook.review import admit, metadata_of
 
     settings = Settings()
     try:

@@ -15,7 +15,7 @@ from taugate.adapters import PodTemplate
 from taugate.models import ResolvedProfile, TauWorkspace
 from taugate.settings import Settings
 from taugate.snapshot import ClusterState
-from webhook.decision import Violation
+from taugate.webhook.decision import Violation
 
 LABELS_FIELD = "metadata.labels"
 

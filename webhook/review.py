@@ -27,9 +27,9 @@ from taugate.adapters import PodTemplate, WorkloadAdapter, adapter_for, json_typ
 from taugate.policy_input import build_policy_input
 from taugate.settings import Settings
 from taugate.snapshot import ClusterState
-from webhook import mutation, validation
-from webhook.decision import Decision, Violation
-from webhook.resolution import Resolution, resolve
+from taugate.webhook import mutation, validation
+from taugate.webhook.decision import Decision, Violation
+from taugate.webhook.resolution import Resolution, resolve
 
 OPERATIONS = {"CREATE", "UPDATE", "DELETE", "CONNECT"}
 API_VERSIONS = {"admission.k8s.io/v1", "admission.k8s.io/v1beta1"}

@@ -35,7 +35,7 @@ def _err(msg: str) -> int:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """Handler of ``taugate serve``; returns the exit code."""
-    from webhook import server as srv
+    from taugate.webhook import server as srv
 
     settings = Settings()
     if args.deadline is not None:
@@ -62,7 +62,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # Policies.
     engine = None
     if not args.no_policies:
-        from webhook.commands import load_engine
+        from taugate.webhook.commands import load_engine
 
         try:
             engine = load_engine(args, settings)

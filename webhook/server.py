@@ -78,9 +78,9 @@ from prometheus_client import (
 
 from taugate.settings import Settings
 from taugate.snapshot import ClusterState, SnapshotError, load_snapshot
-from webhook import review
-from webhook.decision import Decision
-from webhook.routes import ROUTES, Route
+from taugate.webhook import review
+from taugate.webhook.decision import Decision
+from taugate.webhook.routes import ROUTES, Route
 
 log = logging.getLogger("taugate.webhook")
 

@@ -14,8 +14,8 @@ from decimal import Decimal
 
 from taugate import labels
 from taugate.adapters import JOB_MIN_PARALLELISM, MAX_GPUS, PodTemplate, WorkloadAdapter, field_path, job_pods
-from webhook.decision import Violation
-from webhook.resolution import Resolution, label_field
+from taugate.webhook.decision import Violation
+from taugate.webhook.resolution import Resolution, label_field
 
 # KubeRay: a RayJob's name is used to build its RayCluster's name (name + "-" + 5 random
 # characters) and the submitter Job's; KubeRay's validation rejects names over 47 characters.

@@ -12,7 +12,7 @@ from taugate.adapters import RayJobAdapter
 from taugate.cli import main
 from taugate.snapshot import SnapshotError, load_snapshot
 from tests.admission.conftest import EXAMPLE_CLUSTER
-from webhook.review import ReviewError, admit, mutate, parse_review, request_for, validate
+from taugate.webhook.review import ReviewError, admit, mutate, parse_review, request_for, validate
 
 WORKER = ("spec", "rayClusterSpec", "workerGroupSpecs", 0)
 
@@ -264,7 +264,7 @@ def test_a_denial_lists_at_most_20_problems_and_counts_the_rest(classifier, stat
 
 
 def test_a_problem_line_quoting_a_huge_value_is_cut_with_its_length():
-    from webhook.decision import Decision, Violation
+    from taugate.webhook.decision import Decision, Violation
 
     decision = Decision.deny([Violation("object-shape", "metadata.labels." + "x" * 5000, "is 7, not a string")])
     headline, line = decision.message.splitlines()

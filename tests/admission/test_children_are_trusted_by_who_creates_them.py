@@ -14,7 +14,7 @@ import yaml
 from taugate import labels
 from tests import upstream_manifests as m
 from tests.paths import KUBERAY_SAMPLES
-from webhook.review import admit, mutate, request_for, validate
+from taugate.webhook.review import admit, mutate, request_for, validate
 
 OWNER = [{"apiVersion": "ray.io/v1", "kind": "RayJob", "name": "resnet", "uid": "3c1f6a0e-7a8b-4c2d-9e0f-1a2b3c4d5e6f",
           "controller": True, "blockOwnerDeletion": True}]

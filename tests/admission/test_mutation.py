@@ -11,7 +11,7 @@ import yaml
 from taugate import labels
 from taugate.snapshot import build_state, read_objects
 from tests.admission.conftest import EXAMPLE_CLUSTER
-from webhook.review import admit, mutate, request_for
+from taugate.webhook.review import admit, mutate, request_for
 
 WORKER = ("spec", "rayClusterSpec", "workerGroupSpecs", 0, "template")
 HEAD = ("spec", "rayClusterSpec", "headGroupSpec", "template")

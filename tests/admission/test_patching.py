@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from tests.paths import KUBERAY_SAMPLES
-from webhook.mutation import deep_copy
-from webhook.patching import Edits, pointer
+from taugate.webhook.mutation import deep_copy
+from taugate.webhook.patching import Edits, pointer
 
 DOCS = [d for p in sorted(KUBERAY_SAMPLES.glob("ray-*.yaml"))
         for d in yaml.safe_load_all(p.read_text()) if isinstance(d, dict)]

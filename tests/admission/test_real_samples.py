@@ -16,7 +16,7 @@ import yaml
 
 from tests.crdschema import crd_errors
 from tests.paths import DATA, KUBERAY, KUBERAY_SAMPLES, KUEUE, KUEUE_EXAMPLES, RAYCLUSTER_CRD, RAYJOB_CRD
-from webhook.review import admit, mutate, request_for
+from taugate.webhook.review import admit, mutate, request_for
 
 CRDS = {
     "RayJob": RAYJOB_CRD,

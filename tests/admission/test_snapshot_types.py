@@ -15,7 +15,7 @@ import yaml
 from taugate.settings import Settings
 from taugate.snapshot import SnapshotError, load_snapshot
 from tests.paths import EXAMPLE_CLUSTER, EXAMPLE_RAYJOB
-from webhook.review import admit
+from taugate.webhook.review import admit
 
 DOCS = [d for d in yaml.safe_load_all(EXAMPLE_CLUSTER.read_text()) if d]
 SETTINGS = Settings()

@@ -12,7 +12,7 @@ import jsonpatch
 
 from taugate import labels
 from tests import upstream_manifests as m
-from webhook.review import admit, mutate, request_for
+from taugate.webhook.review import admit, mutate, request_for
 
 GPU_CLASS = "tau.azure.com/gpu-class"
 

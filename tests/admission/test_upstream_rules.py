@@ -20,7 +20,7 @@ from taugate.settings import Settings
 from taugate.snapshot import build_state, read_objects
 from tests import upstream_manifests as m
 from tests.paths import EXAMPLE_CLUSTER, POLICIES
-from webhook.review import admit, mutate, request_for, validate
+from taugate.webhook.review import admit, mutate, request_for, validate
 
 MIG_CLUSTER = POLICIES / "mig-slices-fit/samples/cluster.yaml"
 
@@ -232,7 +232,7 @@ def test_replicas_zero_the_crd_default_with_min_replicas_five_counts_five_worker
 
 
 def test_where_kueue_reserves_more_than_kuberay_creates_the_larger_count_decides(state, settings):
-    from webhook.review import _subject  # the templates admission reads
+    from taugate.webhook.review import _subject  # the templates admission reads
     obj = m.classifier()
     m.worker_group(obj).update(replicas=6, minReplicas=1, maxReplicas=3)  # KubeRay 3, Kueue 6
     [_, worker] = RayJobAdapter().pod_templates(obj)

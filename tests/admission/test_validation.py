@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 
 from taugate import labels
-from webhook.review import admit, mutate, request_for, validate
+from taugate.webhook.review import admit, mutate, request_for, validate
 
 WORKER = ("spec", "rayClusterSpec", "workerGroupSpecs", 0)
 

@@ -15,8 +15,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from certs import store
-from certs.pki import (
+from taugate.certs import store
+from taugate.certs.pki import (
     CertError,
     generate_ca,
     generate_serving,
@@ -159,8 +159,8 @@ def test_inspect_names_the_file_that_does_not_belong(cert_dir, tmp_path):
 def test_the_serving_certificates_expiry_is_exported_as_a_metric(tmp_path):
     from prometheus_client import REGISTRY
 
-    from certs import store
-    from certs.serving import ServingTLS
+    from taugate.certs import store
+    from taugate.certs.serving import ServingTLS
 
     store.generate(tmp_path, service="taugate-webhook", namespace="taugate-system", days=30)
     tls = ServingTLS(tmp_path)

@@ -9,8 +9,8 @@ import time
 import pytest
 import yaml
 
-from certs import store
-from certs.pki import MAX_DAYS, CertError, service_dns_names
+from taugate.certs import store
+from taugate.certs.pki import MAX_DAYS, CertError, service_dns_names
 from taugate.cli import main
 
 

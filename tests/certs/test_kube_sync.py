@@ -12,12 +12,12 @@ import kubernetes.client as k
 import pytest
 import yaml
 
-from certs import kube as certs_kube
-from certs.pki import CertError, fingerprint, issued_by, load_certificates
+from taugate.certs import kube as certs_kube
+from taugate.certs.pki import CertError, fingerprint, issued_by, load_certificates
 from taugate import labels
 from taugate.cli import main
 from tests.kubedouble import RESOURCES, KubeDouble
-from webhook.routes import ROUTES
+from taugate.webhook.routes import ROUTES
 
 NS, SECRET, SVC, CONFIG = "taugate-system", "taugate-webhook-tls", "taugate-webhook", "taugate"
 EXTRA = (("v1/secrets", "Secret", True),

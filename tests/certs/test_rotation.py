@@ -6,9 +6,9 @@ from __future__ import annotations
 import datetime as dt
 import pytest
 
-from certs import store
-from certs.pki import CertError, fingerprint, issued_by, load_certificates
-from certs.serving import ServingTLS
+from taugate.certs import store
+from taugate.certs.pki import CertError, fingerprint, issued_by, load_certificates
+from taugate.certs.serving import ServingTLS
 from taugate.cli import main
 
 SVC, NS = "taugate-webhook", "taugate-system"

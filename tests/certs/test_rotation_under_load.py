@@ -10,13 +10,13 @@ import time
 import pytest
 import yaml
 
-from certs import store
-from certs.pki import fingerprint, issued_by, load_certificates
-from certs.serving import ServingTLS
+from taugate.certs import store
+from taugate.certs.pki import fingerprint, issued_by, load_certificates
+from taugate.certs.serving import ServingTLS
 from taugate.settings import Settings
 from tests.server.conftest import EXAMPLE_CLUSTER, EXAMPLE_RAYJOB
 from tests.server.https import AdmissionClient, admission_review, check_response, workload_request
-from webhook import server as srv
+from taugate.webhook import server as srv
 
 DURATION = 10.0
 ROTATE_AT = 3.0
@@ -24,7 +24,7 @@ ROTATE_AT = 3.0
 
 @pytest.fixture(scope="module")
 def engine():
-    from webhook.policy import load_policy_engine
+    from taugate.webhook.engines import load_policy_engine
 
     return load_policy_engine(Settings().policy_dir)
 

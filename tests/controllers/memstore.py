@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from controllers.resources import Action, Resource
+from taugate.controllers.resources import Action, Resource
 
 
 def merge(target: Any, patch: Any) -> Any:
@@ -87,7 +87,7 @@ class MemKube:
         return self.store.kube_list(res, namespace)
 
     def execute(self, action: Action) -> None:
-        from controllers.kube import KubeError
+        from taugate.controllers.kube import KubeError
 
         self.writes += 1
         if action.resource.kind in self.forbidden:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import copy
 
-from controllers import resources as R
-from controllers.taucluster import ClusterObservation, plan_cluster, reconcile_cluster
+from taugate.controllers import resources as R
+from taugate.controllers.taucluster import ClusterObservation, plan_cluster, reconcile_cluster
 from taugate.snapshot import rule_matches
 from taugate import labels
 from taugate.models import NodeLabelRule, TauCluster

@@ -122,7 +122,7 @@ def test_the_operator_and_the_export_say_the_same_about_an_unreachable_server(tm
 
 
 def test_the_preflight_is_a_single_version_request_to_a_reachable_server(kube_double):
-    from controllers.kube import check_reachable
+    from taugate.controllers.kube import check_reachable
 
     before = kube_double.request_count()
     assert check_reachable(kube_double.configuration)["gitVersion"].startswith("v1.")
@@ -146,7 +146,7 @@ def test_the_operator_refuses_a_liveness_url_kopf_cannot_serve_with_exit_2(tmp_p
 
 
 def test_the_charts_liveness_url_is_accepted():
-    from controllers.commands import liveness_problem
+    from taugate.controllers.commands import liveness_problem
 
     assert liveness_problem("http://0.0.0.0:8080/healthz") is None
 
@@ -212,7 +212,7 @@ def test_snapshot_export_refuses_an_output_that_is_not_a_regular_file(tmp_path, 
 
 
 def test_the_atomic_export_write_never_renames_over_a_fifo(tmp_path):
-    from controllers.export import write_atomically
+    from taugate.controllers.export import write_atomically
 
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)

@@ -13,7 +13,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from controllers.crds import CRD_KINDS, build_crd, render_crds, stale_crds, write_crds
+from taugate.controllers.crds import CRD_KINDS, build_crd, render_crds, stale_crds, write_crds
 from taugate.cli import main
 from tests.controllers.schema_compat import example_instance, widening_problems
 from tests.crdschema import translate

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import copy
 
-from controllers.crds import CRD_KINDS, build_crd
-from controllers.kube import Kube
-from controllers.taucluster import reconcile_cluster
-from controllers.tauquotarequest import reconcile_quota_request
-from controllers.tauworkspace import FINALIZER, reconcile_workspace
+from taugate.controllers.crds import CRD_KINDS, build_crd
+from taugate.controllers.kube import Kube
+from taugate.controllers.taucluster import reconcile_cluster
+from taugate.controllers.tauquotarequest import reconcile_quota_request
+from taugate.controllers.tauworkspace import FINALIZER, reconcile_workspace
 from taugate import labels
 from taugate.models import TauCluster
 from taugate.profiles import profile_set_hash

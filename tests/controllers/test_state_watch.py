@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from controllers.kube import Kube
-from controllers.state_watch import WatchStateProvider, usable_objects
+from taugate.controllers.kube import Kube
+from taugate.controllers.state_watch import WatchStateProvider, usable_objects
 from tests.controllers.conftest import pick
 from tests.kubedouble import KubeDouble
 
@@ -42,13 +42,13 @@ async def _until(predicate, timeout: float = 10.0, what: str = "condition"):
 
 @pytest.fixture
 def engine(settings):
-    from webhook.policy import load_policy_engine
+    from taugate.webhook.engines import load_policy_engine
 
     return load_policy_engine(settings.policy_dir)
 
 
 def _admit(classifier, provider, settings, engine):
-    from webhook.review import admit
+    from taugate.webhook.review import admit
 
     return admit(copy.deepcopy(classifier), state=provider.state, settings=settings, engine=engine, namespace="vision")
 

@@ -82,7 +82,7 @@ def test_an_approved_requests_spec_is_frozen_for_researchers(settings):
 
 
 def test_the_webhook_denies_a_researchers_approval_with_a_message_naming_the_admins(settings, small_cluster):
-    from webhook.review import review_response, validate_tau
+    from taugate.webhook.review import review_response, validate_tau
 
     state = build_state(small_cluster, settings)
     request = _req(_qr({labels.APPROVED: "true"}), RESEARCHER, "UPDATE", _qr())

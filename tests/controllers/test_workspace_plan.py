@@ -7,8 +7,8 @@ import copy
 
 import pytest
 
-from controllers import resources as R
-from controllers.tauworkspace import (FINALIZER, WorkspaceObservation, observe_workspace, plan_workspace,
+from taugate.controllers import resources as R
+from taugate.controllers.tauworkspace import (FINALIZER, WorkspaceObservation, observe_workspace, plan_workspace,
                                       reconcile_workspace)
 from taugate import labels
 from tests.controllers.conftest import pick, without

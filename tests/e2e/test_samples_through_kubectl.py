@@ -12,7 +12,7 @@ import pytest
 
 from tests.e2e.workloads import (QUEUE, RUN_ID, WORKSPACE, WORKSPACE_QUEUE, admitted_problems, into_workspace,
                                  pod_templates, sample_workloads)
-from webhook.review import admit
+from taugate.webhook.review import admit
 
 SAMPLES = sample_workloads()
 

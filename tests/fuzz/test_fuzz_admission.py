@@ -37,8 +37,8 @@ from taugate.snapshot import load_snapshot
 from tests.paths import DATA, EXAMPLE_CLUSTER, KUBERAY_SAMPLES, KUEUE_EXAMPLES
 from tests.server.https import SERVICE_NAME, admission_review, check_response, client_context, workload_request
 from tests.server.process import serve, startup_lines
-from webhook import review
-from webhook.commands import load_engine
+from taugate.webhook import review
+from taugate.webhook.commands import load_engine
 
 WORKLOAD_KINDS = {"RayJob", "RayCluster", "Job"}
 SCALE = float(os.environ.get("TAUGATE_FUZZ_SCALE", "1"))

@@ -10,14 +10,14 @@ import pytest
 
 from taugate import labels
 from tests.install.chart import CHART, chart, crds
-from webhook.routes import ROUTES
+from taugate.webhook.routes import ROUTES
 
 
 def _generated() -> dict[str, str]:
     try:
-        module = importlib.import_module("controllers.crds")
+        module = importlib.import_module("taugate.controllers.crds")
     except ModuleNotFoundError as e:
-        if e.name != "controllers.crds":
+        if e.name != "taugate.controllers.crds":
             raise
         pytest.skip("controllers.crds is not in this checkout")
     return module.render_crds()

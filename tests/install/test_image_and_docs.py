@@ -38,10 +38,12 @@ def test_the_image_installs_every_package_and_the_policy_library_as_a_non_root_u
     steps = _dockerfile()
     assert steps[0] == ("FROM", "python:3.11-slim")
     copied = {shlex.split(args)[0].rstrip("/") for op, args in steps if op == "COPY"}
-    packages = set(PYPROJECT["tool"]["setuptools"]["packages"])
-    assert packages | {"pyproject.toml", "policies"} <= copied
-    for package in packages:
-        assert (REPO / package / "__init__.py").is_file()
+    setuptools = PYPROJECT["tool"]["setuptools"]
+    folders = {setuptools["package-dir"].get(package, package) for package in setuptools["packages"]}
+    assert folders == {"taugate", "webhook", "controllers", "certs"}
+    assert folders | {"pyproject.toml", "policies"} <= copied
+    for folder in folders:
+        assert (REPO / folder / "__init__.py").is_file()
     ignored = {line.strip().rstrip("/") for line in (REPO / ".dockerignore").read_text().splitlines()
                if line.strip() and not line.startswith("#")}
     assert not (copied & ignored), "the Dockerfile copies something .dockerignore leaves out"

@@ -8,8 +8,8 @@ from pathlib import PurePosixPath
 
 import pytest
 
-from controllers.evidence import Signer
-from controllers.recorder_config import RecorderConfig
+from taugate.controllers.evidence import Signer
+from taugate.controllers.recorder_config import RecorderConfig
 from tests.install.chart import find, objects, one, pod_spec
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from controllers.resources import STATE_RESOURCES
+from taugate.controllers.resources import STATE_RESOURCES
 from taugate import labels
 from tests.install.chart import NAMESPACE, allowed, crds, find, hook_events, objects, one, pod_spec, rules_of
 

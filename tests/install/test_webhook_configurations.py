@@ -14,7 +14,7 @@ from taugate.settings import Settings
 from tests.install.chart import (
     NAMESPACE, REPO, find, namespace_labels, objects, one, pod_spec, routes_file, selector_matches,
 )
-from webhook.routes import ROUTES
+from taugate.webhook.routes import ROUTES
 
 CONFIG_KINDS = {"mutating": "MutatingWebhookConfiguration", "validating": "ValidatingWebhookConfiguration"}
 WORKLOAD_RESOURCES = {"rayjobs", "rayclusters", "jobs"}

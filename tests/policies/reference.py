@@ -17,8 +17,8 @@ import threading
 from aiohttp import web
 from opa_bindings import OpaEngine, OpaError, OpaUndefinedError
 
-from webhook.decision import Violation
-from webhook.policy import PolicySet
+from taugate.webhook.decision import Violation
+from taugate.webhook.policy import PolicySet
 
 
 class OpaLibraryEngine:

@@ -10,11 +10,12 @@ import pytest
 import yaml
 
 from tests.policies.conftest import IMAGE_CLASSIFIER, POLICIES
-from webhook.decision import Violation
-from webhook.policy import (
-    PolicyError, RecordingEngine, load_enforcement, load_policy_engine, read_policy_set,
+from taugate.webhook.decision import Violation
+from taugate.webhook.policy import (
+    PolicyError, RecordingEngine, load_enforcement, read_policy_set,
 )
-from webhook.review import admit
+from taugate.webhook.engines import load_policy_engine
+from taugate.webhook.review import admit
 
 
 def image_classifier(workers: int = 4, gpus: int = 1) -> dict:
@@ -160,7 +161,7 @@ def test_unknown_backend_and_missing_opa_url_are_clear_errors():
 
 
 def test_a_runtime_error_in_a_policy_raises_policy_evaluation_error(policy_copy, example_state, settings):
-    from webhook.policy import PolicyEvaluationError
+    from taugate.webhook.policy import PolicyEvaluationError
 
     target = policy_copy / "head-without-gpu" / "policy.rego"
     # Two values for one rule only when the object has a generateName: the policy's own tests

@@ -9,7 +9,7 @@ import time
 from prometheus_client import REGISTRY
 
 from tests.policies.test_engine import image_classifier_input
-from webhook.policy import load_policy_engine
+from taugate.webhook.engines import load_policy_engine
 
 LIMIT_RULE = "\tallowed := input.cluster.queue.gpu.max\n"
 

@@ -7,8 +7,9 @@ import pytest
 from tests.policies.conftest import POLICIES
 from tests.policies.reference import OpaStandIn
 from tests.policies.test_hot_reload import tighten_queue_limit, wait_for
-from webhook.policy import PolicyError, PolicyEvaluationError, RecordingEngine, load_policy_engine
-from webhook.policy_commands import run_policy_tests
+from taugate.webhook.policy import PolicyError, PolicyEvaluationError, RecordingEngine
+from taugate.webhook.engines import load_policy_engine
+from taugate.webhook.policy_commands import run_policy_tests
 
 
 @pytest.fixture
@@ -24,7 +25,7 @@ def sample_inputs():
     inputs = []
 
     def factory(ps):
-        from webhook.policy import EmbeddedPolicyEngine, PolicyStore
+        from taugate.webhook.policy import EmbeddedPolicyEngine, PolicyStore
 
         rec = RecordingEngine(EmbeddedPolicyEngine(PolicyStore(POLICIES)))
         inputs.append(rec)

@@ -9,8 +9,8 @@ import shutil
 import pytest
 
 from tests.policies.conftest import EXAMPLE_CLUSTER, POLICIES
-from webhook.policy import read_policy_set
-from webhook.policy_commands import add_commands, run_policy_tests, sample_files
+from taugate.webhook.policy import read_policy_set
+from taugate.webhook.policy_commands import add_commands, run_policy_tests, sample_files
 
 EXPECTED_POLICIES = {
     "gpu-per-pod-fits-node", "gpu-per-pod-within-profile", "gpu-class-matches-profile", "gpu-total-fits-queue",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from controllers.commands import _recorder_config
+from taugate.controllers.commands import _recorder_config
 from taugate.cli import main
 
 

@@ -10,8 +10,8 @@ import json
 
 import pytest
 
-from controllers import recorder_commands
-from controllers.evidence import EVENTS_FILE, EVIDENCE_FILE, EvidenceStore, Signer
+from taugate.controllers import recorder_commands
+from taugate.controllers.evidence import EVENTS_FILE, EVIDENCE_FILE, EvidenceStore, Signer
 from taugate.cli import kubectl_plugin
 from tests.recorder import objects as o
 from tests.recorder.test_evidence import _record

@@ -14,10 +14,10 @@ import jsonschema
 import kmock
 import pytest
 
-from controllers import recorder_commands
-from controllers.crds import CRD_KINDS, openapi_schema
-from controllers.evidence import EVENTS_FILE, EVIDENCE_FILE, Signer, verify_record
-from controllers.recorder_config import RecorderConfig
+from taugate.controllers import recorder_commands
+from taugate.controllers.crds import CRD_KINDS, openapi_schema
+from taugate.controllers.evidence import EVENTS_FILE, EVIDENCE_FILE, Signer, verify_record
+from taugate.controllers.recorder_config import RecorderConfig
 from taugate.settings import Settings
 from tests.crdschema import translate
 from tests.kubedouble import KubeDouble
@@ -346,8 +346,8 @@ def test_the_signing_key_can_come_from_a_secret(kube, key):
 
     import kubernetes.client
 
-    from controllers.evidence import EvidenceError
-    from controllers.recorder import Recorder
+    from taugate.controllers.evidence import EvidenceError
+    from taugate.controllers.recorder import Recorder
 
     with kube.api_client() as api:
         kubernetes.client.CoreV1Api(api).create_namespaced_secret("taugate-system", {
@@ -362,7 +362,7 @@ def test_the_signing_key_can_come_from_a_secret(kube, key):
 
 
 def test_the_taugate_command_line_carries_the_recorder_commands(config, key, tmp_path, capsys):
-    from controllers.evidence import EvidenceStore
+    from taugate.controllers.evidence import EvidenceStore
     from taugate.cli import main
 
     store = EvidenceStore(config.evidence_root, key)

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 import kubernetes_validate
 import pytest
 
-from controllers import run_conditions as rc
+from taugate.controllers import run_conditions as rc
 from taugate.settings import Settings
 from tests.crdschema import crd_errors
 from tests.recorder import objects as o

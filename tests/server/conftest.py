@@ -7,11 +7,11 @@ import pytest
 import pytest_asyncio
 import yaml
 
-from certs import store
-from certs.serving import ServingTLS
+from taugate.certs import store
+from taugate.certs.serving import ServingTLS
 from tests.paths import DATA, K8S_API
 from tests.server.https import AdmissionClient
-from webhook import server as srv
+from taugate.webhook import server as srv
 
 from tests.paths import EXAMPLE_CLUSTER, EXAMPLE_RAYJOB, REPO  # noqa: F401  (imported by the tests here)
 

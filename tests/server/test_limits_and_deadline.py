@@ -14,7 +14,7 @@ import pytest
 
 from taugate.settings import Settings
 from tests.server.https import SERVICE_NAME, admission_review, apply, check_response, client_context, workload_request
-from webhook.server import READ_GRACE_SECONDS
+from taugate.webhook.server import READ_GRACE_SECONDS
 
 GARBAGE = [
     pytest.param(b"", "not JSON", id="empty"),

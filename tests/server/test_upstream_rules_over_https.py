@@ -12,7 +12,7 @@ from taugate.settings import Settings
 from tests import upstream_manifests as m
 from tests.paths import POLICIES
 from tests.server.https import admission_review, apply, check_response, patch_of, workload_request
-from webhook import server as srv
+from taugate.webhook import server as srv
 
 
 async def _mutate(gate, request):
