@@ -359,6 +359,12 @@ def build_registry(ctl: Controller, cfg: kubernetes.client.Configuration) -> kop
         if ctl.changed("ResourceFlavor", type, dict(body)):
             ctl.enqueue(CLUSTER_KEY)
 
+    @kopf.on.event(R.WORKLOAD_PRIORITY_CLASSES.group, R.WORKLOAD_PRIORITY_CLASSES.version,
+                   R.WORKLOAD_PRIORITY_CLASSES.plural, registry=registry)
+    def _priority_class(type: str | None, body: kopf.Body, **_: Any) -> None:
+        if ctl.changed("WorkloadPriorityClass", type, dict(body)):
+            ctl.enqueue(CLUSTER_KEY)
+
     return registry
 
 

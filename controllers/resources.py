@@ -54,12 +54,14 @@ ROLE_BINDINGS = Resource("rbac.authorization.k8s.io", "v1", "rolebindings", "Rol
 LOCAL_QUEUES = Resource("kueue.x-k8s.io", "v1beta2", "localqueues", "LocalQueue", True)
 CLUSTER_QUEUES = Resource("kueue.x-k8s.io", "v1beta2", "clusterqueues", "ClusterQueue", False)
 RESOURCE_FLAVORS = Resource("kueue.x-k8s.io", "v1beta2", "resourceflavors", "ResourceFlavor", False)
+WORKLOAD_PRIORITY_CLASSES = Resource("kueue.x-k8s.io", "v1beta2", "workloadpriorityclasses", "WorkloadPriorityClass", False)
 TAU_CLUSTERS = Resource(labels.GROUP, labels.VERSION, "clusters", "TauCluster", False)
 TAU_WORKSPACES = Resource(labels.GROUP, labels.VERSION, "workspaces", "TauWorkspace", True)
 TAU_QUOTA_REQUESTS = Resource(labels.GROUP, labels.VERSION, "quotarequests", "TauQuotaRequest", True)
 
 # The objects a ClusterState is built from (taugate.snapshot.build_state), in snapshot order.
-STATE_RESOURCES = (TAU_CLUSTERS, TAU_WORKSPACES, NODES, LOCAL_QUEUES, CLUSTER_QUEUES, RESOURCE_FLAVORS)
+STATE_RESOURCES = (TAU_CLUSTERS, TAU_WORKSPACES, NODES, LOCAL_QUEUES, CLUSTER_QUEUES, RESOURCE_FLAVORS,
+                   WORKLOAD_PRIORITY_CLASSES)
 
 CLUSTER_NAME = "cluster"  # the TauCluster singleton
 

@@ -4,7 +4,7 @@ Desired state (``plan_cluster``, pure, over plain dicts):
 
 - every profile of ``spec.workloadProfiles`` resolved with ``taugate.profiles.resolve_profile``
   (its LocalQueue, ClusterQueue and ResourceFlavors exist and agree; its GPU class is on some
-  node) into ``status.workloadProfiles.profiles`` with conditions, and ``profileSetHash`` =
+  node; its Kueue WorkloadPriorityClass exists) into ``status.workloadProfiles.profiles`` with conditions, and ``profileSetHash`` =
   ``taugate.profiles.profile_set_hash`` (the hash the admission webhook checks, so a stale status
   fails closed there);
 - ``status.gpuInventory``: ``taugate.snapshot.summarise_gpu_classes`` over the Nodes;
@@ -38,14 +38,16 @@ from taugate.snapshot import rule_matches, summarise_gpu_classes
 
 @dataclass(frozen=True)
 class ClusterObservation:
-    """What the controller read: the TauCluster and every Node, LocalQueue, ClusterQueue and
-    ResourceFlavor (plain API dicts)."""
+    """What the controller read: the TauCluster and every Node, LocalQueue, ClusterQueue,
+    ResourceFlavor and WorkloadPriorityClass (plain API dicts; ``priority_classes`` None when
+    they were not read, and then profiles are not checked against them)."""
 
     cluster: dict
     nodes: list[dict] = field(default_factory=list)
     local_queues: list[dict] = field(default_factory=list)
     cluster_queues: list[dict] = field(default_factory=list)
     flavors: list[dict] = field(default_factory=list)
+    priority_classes: list[dict] | None = None
 
 
 @dataclass(frozen=True)
@@ -139,13 +141,14 @@ def plan_cluster(obs: ClusterObservation, settings: Settings, now: str | None = 
     lqs = {(R.namespace_of(lq) or "default", R.name_of(lq)): lq for lq in obs.local_queues}
     cqs = {R.name_of(cq): cq for cq in obs.cluster_queues}
     rfs = {R.name_of(rf): rf for rf in obs.flavors}
+    wpcs = None if obs.priority_classes is None else {R.name_of(c) for c in obs.priority_classes}
 
     old_profiles = {p.get("name"): p for p in ((old_status.get("workloadProfiles") or {}).get("profiles") or [])
                     if isinstance(p, dict)}
     resolved = []
     for p in spec.workload_profiles:
         rp = resolve_profile(p, local_queues=lqs, cluster_queues=cqs, flavors=rfs, gpu_classes=set(inventory),
-                             now=now, gpu_class_label=settings.gpu_class_label)
+                             now=now, gpu_class_label=settings.gpu_class_label, workload_priority_classes=wpcs)
         wire = rp.model_dump(by_alias=True, exclude_none=True, mode="json")
         wire["conditions"] = carry_transition_times(wire.get("conditions") or [],
                                                     (old_profiles.get(p.name) or {}).get("conditions"))
@@ -214,7 +217,8 @@ def observe_cluster(kube: Any, name: str = R.CLUSTER_NAME) -> ClusterObservation
     if cluster is None:
         return None
     return ClusterObservation(cluster=cluster, nodes=kube.list(R.NODES), local_queues=kube.list(R.LOCAL_QUEUES),
-                              cluster_queues=kube.list(R.CLUSTER_QUEUES), flavors=kube.list(R.RESOURCE_FLAVORS))
+                              cluster_queues=kube.list(R.CLUSTER_QUEUES), flavors=kube.list(R.RESOURCE_FLAVORS),
+                              priority_classes=kube.list(R.WORKLOAD_PRIORITY_CLASSES))
 
 
 def reconcile_cluster(kube: Any, settings: Settings, *, name: str = R.CLUSTER_NAME,

@@ -79,7 +79,8 @@ def _flavors_match(profile: WorkloadProfile, cq: str, gpu_flavors: list[dict], f
 
 def resolve_profile(profile: WorkloadProfile, *, local_queues: dict[tuple[str, str], dict],
                     cluster_queues: dict[str, dict], flavors: dict[str, dict],
-                    gpu_classes: set[str], now: str, gpu_class_label: str = labels.GPU_CLASS) -> ResolvedProfile:
+                    gpu_classes: set[str], now: str, gpu_class_label: str = labels.GPU_CLASS,
+                    workload_priority_classes: set[str] | None = None) -> ResolvedProfile:
     """Resolve one profile against observed Kueue objects and GPU classes (pure).
 
     Ready is True when some LocalQueue named ``defaultLocalQueue`` exists, its ClusterQueue
@@ -87,12 +88,19 @@ def resolve_profile(profile: WorkloadProfile, *, local_queues: dict[tuple[str, s
     (a profile with ``gpusPerWorker > 0`` needs a ClusterQueue resource group covering
     ``nvidia.com/gpu``, and one of its GPU flavors must match the profile's node selector and GPU
     class as Kueue matches them, ``_flavors_match``), and (for
-    a profile with ``gpuClass``) at least one node carries that class. ``local_queues`` is keyed
+    a profile with ``gpuClass``) at least one node carries that class, and the Kueue
+    WorkloadPriorityClass named by ``priorities.workloadPriorityClassName`` exists. The last rule is
+    Kueue's: the job reconciler builds a Workload only after it reads that class
+    (kueue v0.17 ``pkg/controller/jobframework/reconciler.go`` ``ExtractPriority`` ->
+    ``pkg/util/priority/priority.go`` ``GetPriorityFromWorkloadPriorityClass``, a plain ``Get``),
+    so a job naming a missing class stays suspended with no Workload until the class exists.
+    ``workload_priority_classes``: the names of the WorkloadPriorityClasses in the cluster, or
+    None when they are not known (the rule is then not checked). ``local_queues`` is keyed
     by (namespace, name); ``now`` is an RFC 3339 timestamp for ``lastTransitionTime``.
 
     Conditions: ``Ready`` first (the summary, every problem in its message), then
     ``QueueResolved`` (LocalQueue and ClusterQueue found), ``FlavorsResolved`` (flavors found and
-    agree) and ``GpuClassAvailable``.
+    agree), ``GpuClassAvailable`` and ``PriorityClassFound``.
     """
     queue_problems: list[str] = []
     flavor_problems: list[str] = []
@@ -121,15 +129,25 @@ def resolve_profile(profile: WorkloadProfile, *, local_queues: dict[tuple[str, s
             flavor_problems.append(f"ResourceFlavor {rf!r} not found")
     if profile.gpu_class and profile.gpu_class not in gpu_classes:
         class_problems.append(f"no node has GPU class {profile.gpu_class!r}")
-    problems = queue_problems + flavor_problems + class_problems
+    priority_problems: list[str] = []
+    wpc = profile.priorities.workload_priority_class_name
+    if wpc and workload_priority_classes is not None and wpc not in workload_priority_classes:
+        priority_problems.append(
+            f"WorkloadPriorityClass {wpc!r} (priorities.workloadPriorityClassName) not found: Kueue creates no "
+            f"Workload for a job that names it, so the job would stay suspended; create it "
+            f"(kubectl get workloadpriorityclasses.kueue.x-k8s.io)")
+    problems = queue_problems + flavor_problems + class_problems + priority_problems
     conditions = [
-        _condition("Ready", problems, "Resolved", "Unresolved", "queue, flavors and GPU class found", now),
+        _condition("Ready", problems, "Resolved", "Unresolved", "queue, flavors, GPU class and priority class found", now),
         _condition("QueueResolved", queue_problems, "QueueFound", "QueueNotFound",
                    f"LocalQueue {profile.default_local_queue!r} and its ClusterQueue found", now),
         _condition("FlavorsResolved", flavor_problems, "FlavorsAgree", "FlavorsDisagree",
                    "every ResourceFlavor exists and agrees with the profile", now),
         _condition("GpuClassAvailable", class_problems, "GpuClassFound", "GpuClassMissing",
                    f"nodes with GPU class {profile.gpu_class!r} found" if profile.gpu_class else "no GPU class required", now),
+        _condition("PriorityClassFound", priority_problems, "PriorityClassFound", "PriorityClassMissing",
+                   f"WorkloadPriorityClass {wpc!r} found" if wpc and workload_priority_classes is not None
+                   else "no WorkloadPriorityClass required" if not wpc else "WorkloadPriorityClasses not observed", now),
     ]
     return ResolvedProfile(**profile.model_dump(), conditions=conditions, cluster_queues=cqs,
                            resource_flavors=sorted(rfs), local_queues=lqs)

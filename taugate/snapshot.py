@@ -6,7 +6,8 @@ resolved profiles, workspaces by target namespace, Kueue LocalQueues / ClusterQu
 ResourceFlavors, and a per-GPU-class summary of the nodes.
 
 Snapshot file format: a multi-document YAML (or a ``kind: List``) holding TauCluster,
-TauWorkspace, Node, LocalQueue, ClusterQueue and ResourceFlavor objects; other kinds are
+TauWorkspace, Node, LocalQueue, ClusterQueue, ResourceFlavor and WorkloadPriorityClass objects (a
+profile whose WorkloadPriorityClass the snapshot lacks is not Ready); other kinds are
 ignored. ``load_snapshot`` raises ``SnapshotError`` with a one-line reason on bad input.
 """
 
@@ -60,6 +61,7 @@ _SHAPES: dict[str, dict] = {
     "ResourceFlavor": {"metadata!": _META,
                        "spec": {"nodeLabels": _LABELS, "nodeTaints": [_TAINT], "tolerations": [_TOLERATION],
                                 "topologyName": "string"}},
+    "WorkloadPriorityClass": {"metadata!": _META},
 }
 
 MAX_QUANTITY = Decimal(2**63 - 1)
@@ -389,6 +391,7 @@ def build_state(objects: Iterable[dict], settings: Settings | None = None, *, ge
     lqs: dict[tuple[str, str], dict] = {}
     cqs: dict[str, dict] = {}
     rfs: dict[str, dict] = {}
+    wpcs: set[str] = set()
     for obj in objects:
         if not isinstance(obj, dict):
             raise SnapshotError(f"{source}: expected Kubernetes objects, found {type(obj).__name__}")
@@ -435,6 +438,8 @@ def build_state(objects: Iterable[dict], settings: Settings | None = None, *, ge
             cqs[name] = obj
         elif kind == "ResourceFlavor":
             rfs[name] = obj
+        elif kind == "WorkloadPriorityClass":
+            wpcs.add(name)
     rules = cluster.spec.nodes.label_rules if cluster and cluster.spec.nodes else []
     gpu_classes = summarise_gpu_classes(nodes, settings, rules)
     problem: str | None = None
@@ -448,7 +453,7 @@ def build_state(objects: Iterable[dict], settings: Settings | None = None, *, ge
         if status is None or not status.profiles:
             now = _now()
             profiles = {p.name: resolve_profile(p, local_queues=lqs, cluster_queues=cqs, flavors=rfs,
-                                                gpu_classes=set(gpu_classes), now=now)
+                                                gpu_classes=set(gpu_classes), now=now, workload_priority_classes=wpcs)
                         for p in cluster.spec.workload_profiles}
         else:
             profiles = {p.name: p for p in status.profiles}

@@ -16,7 +16,7 @@ What the harness adds to kmock (kmock's gaps)
     - Discovery: every resource taugate touches is declared (``RESOURCES``): core (namespaces,
       nodes, serviceaccounts, persistentvolumeclaims, configmaps, pods, events), RBAC
       (rolebindings, clusterroles), CustomResourceDefinitions (kopf looks them up), Kueue
-      ``kueue.x-k8s.io/v1beta2`` (localqueues, clusterqueues, resourceflavors, workloads: Kueue v0.17's storage version), KubeRay
+      ``kueue.x-k8s.io/v1beta2`` (localqueues, clusterqueues, resourceflavors, workloadpriorityclasses, workloads: Kueue v0.17's storage version), KubeRay
       ``ray.io/v1`` (rayjobs, rayclusters), ``batch/v1`` jobs, and ``tau.azure.com/v1alpha1``
       (clusters, workspaces, quotarequests, tauruns), each with its kind and scope, and
       ``status`` as a subresource for the custom resources.
@@ -113,6 +113,7 @@ RESOURCES: tuple[tuple[str, str, bool], ...] = (
     ("kueue.x-k8s.io/v1beta2/localqueues", "LocalQueue", True),
     ("kueue.x-k8s.io/v1beta2/clusterqueues", "ClusterQueue", False),
     ("kueue.x-k8s.io/v1beta2/resourceflavors", "ResourceFlavor", False),
+    ("kueue.x-k8s.io/v1beta2/workloadpriorityclasses", "WorkloadPriorityClass", False),
     ("kueue.x-k8s.io/v1beta2/workloads", "Workload", True),
     ("ray.io/v1/rayjobs", "RayJob", True),
     ("ray.io/v1/rayclusters", "RayCluster", True),

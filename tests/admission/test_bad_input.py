@@ -244,6 +244,19 @@ def test_a_profile_made_for_the_shape_but_not_ready_is_named_with_its_reason(tmp
     assert "'h100-1gpu', which is not Ready" in msg and "ghost-queue" in msg and "fix:" in msg
 
 
+def test_a_profile_whose_workload_priority_class_is_missing_is_named_with_the_class_to_create(tmp_path, classifier, settings):
+    # Kueue builds no Workload for a job naming a missing WorkloadPriorityClass (kueue v0.17
+    # jobframework ExtractPriority): without this denial the RayJob would sit suspended forever.
+    def no_priority_class(docs):
+        docs[:] = [d for d in docs if d["kind"] != "WorkloadPriorityClass"]
+    state = load_snapshot(_snapshot(tmp_path, no_priority_class), settings)
+    d = mutate(request_for(classifier, namespace="vision"), state, settings)
+    assert not d.allowed
+    msg = d.violations[0].message
+    assert "'h100-1gpu', which is not Ready (WorkloadPriorityClass 'tau-train-default'" in msg
+    assert "Kueue creates no Workload for a job that names it" in msg and "cpu-small" in msg
+
+
 def test_a_denial_under_the_workspace_default_profile_says_why_that_profile_applies(classifier, state, settings, engine):
     res = classifier["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]["resources"]
     res["requests"]["nvidia.com/gpu"] = res["limits"]["nvidia.com/gpu"] = "2"

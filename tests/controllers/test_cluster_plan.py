@@ -20,7 +20,8 @@ NOW, LATER = "2026-11-29T10:00:00Z", "2026-11-29T11:00:00Z"
 def _obs(objects: list[dict]) -> ClusterObservation:
     by = lambda kind: [o for o in objects if o["kind"] == kind]  # noqa: E731
     return ClusterObservation(cluster=pick(objects, "TauCluster"), nodes=by("Node"), local_queues=by("LocalQueue"),
-                              cluster_queues=by("ClusterQueue"), flavors=by("ResourceFlavor"))
+                              cluster_queues=by("ClusterQueue"), flavors=by("ResourceFlavor"),
+                              priority_classes=by("WorkloadPriorityClass"))
 
 
 def _profile(status: dict, name: str) -> dict:
@@ -40,7 +41,8 @@ def test_the_example_cluster_resolves_every_profile_with_the_hash_admission_chec
     assert status["workloadProfiles"]["observed"] == status["workloadProfiles"]["ready"] == 5
     h100 = _profile(status, "h100-8gpu")
     assert h100["clusterQueues"] == ["vision-cq"] and h100["resourceFlavors"] == ["cpu", "h100"]
-    assert {c["type"] for c in h100["conditions"]} == {"Ready", "QueueResolved", "FlavorsResolved", "GpuClassAvailable"}
+    assert {c["type"] for c in h100["conditions"]} == {"Ready", "QueueResolved", "FlavorsResolved", "GpuClassAvailable",
+                                                     "PriorityClassFound"}
     # The status round-trips through the model and admission accepts the profile set as current.
     with_status = dict(pick(example_objects, "TauCluster"), status=status)
     TauCluster.model_validate(with_status)
@@ -65,6 +67,25 @@ def test_a_profile_whose_local_queue_is_missing_is_not_ready_and_says_which(exam
     assert plan.status["phase"] == "Degraded"
     assert "a100-4gpu" in _cond(plan.status["conditions"], "ProfilesResolved")["message"]
     assert plan.status["workloadProfiles"]["ready"] == 4
+
+
+def test_a_profile_whose_workload_priority_class_is_missing_is_not_ready_and_admission_says_so(example_objects, settings):
+    # Kueue builds no Workload for a job naming a missing WorkloadPriorityClass (jobframework
+    # ExtractPriority): the job would sit suspended, so the profile is not Ready.
+    objects = without(example_objects, "WorkloadPriorityClass", "tau-train-default")
+    plan = plan_cluster(_obs(objects), settings, NOW)
+    h100 = _profile(plan.status, "h100-8gpu")
+    missing = _cond(h100["conditions"], "PriorityClassFound")
+    assert missing["status"] == "False" and missing["reason"] == "PriorityClassMissing"
+    assert "WorkloadPriorityClass 'tau-train-default' (priorities.workloadPriorityClassName) not found" in missing["message"]
+    assert _cond(h100["conditions"], "Ready")["status"] == "False"
+    assert _profile(plan.status, "cpu-small")["conditions"][0]["status"] == "True"  # it names no class
+    assert plan.status["phase"] == "Degraded" and plan.status["workloadProfiles"]["ready"] == 1
+    state = build_state([dict(pick(objects, "TauCluster"), status=plan.status),
+                         *[o for o in objects if o["kind"] != "TauCluster"]], settings)
+    assert not state.profiles["h100-8gpu"].is_ready()
+    assert _cond(_profile(plan_cluster(_obs(example_objects), settings, LATER).status, "h100-8gpu")["conditions"],
+                 "PriorityClassFound")["status"] == "True"
 
 
 def test_a_gpu_flavor_that_pins_another_class_disagrees_with_the_profile(example_objects, settings):

@@ -23,10 +23,10 @@ SYS = "tau-platform"
 
 def _vision_only(example_objects: list[dict]) -> list[dict]:
     """The vision workspace's slice of the example: TauCluster, workspace, its queues and flavors,
-    and two healthy H100 nodes."""
+    the profiles' WorkloadPriorityClass and two healthy H100 nodes."""
     keep = {("TauCluster", "cluster"), ("TauWorkspace", "vision"), ("LocalQueue", "vision-queue"),
             ("ClusterQueue", "vision-cq"), ("ResourceFlavor", "h100"), ("ResourceFlavor", "cpu"),
-            ("Node", "aks-h100-0"), ("Node", "aks-h100-1")}
+            ("WorkloadPriorityClass", "tau-train-default"), ("Node", "aks-h100-0"), ("Node", "aks-h100-1")}
     return [o for o in example_objects if (o["kind"], o["metadata"]["name"]) in keep]
 
 
@@ -173,4 +173,4 @@ def test_an_invalid_workspace_or_a_second_claim_on_a_namespace_is_left_out(examp
     assert any("namespace 'vision' already belongs to TauWorkspace vision" in s for s in skipped)
     assert len(skipped) == 4
     assert {o["kind"] for o in kept} == {"TauCluster", "TauWorkspace", "Node", "LocalQueue", "ClusterQueue",
-                                         "ResourceFlavor"}
+                                         "ResourceFlavor", "WorkloadPriorityClass"}

@@ -246,7 +246,7 @@ def install(cp: ControlPlane, workdir: Path, *, record: bool = False, node_annot
     for n in nodes:
         n["metadata"].setdefault("annotations", {}).update(node_annotations or {})
     cp.apply_objects([d for d in platform_objects if d["kind"] in ("TauCluster", "TauWorkspace", "ResourceFlavor",
-                                                                   "ClusterQueue", "Node")],
+                                                                   "ClusterQueue", "WorkloadPriorityClass", "Node")],
                      "--server-side", "--field-manager=platform-team")
     for n in nodes:  # a Node's status is its kubelet's to write: set it through /status as one would
         cp.kubectl("patch", "node", n["metadata"]["name"], "--subresource=status", "--type=merge",

@@ -26,9 +26,7 @@ with its recorder on.
 5. taugate (``platform.install``) with the recorder on and every example Node annotated
    ``kwok.x-k8s.io/node: fake``;
 6. what the platform team has beside ``examples/cluster.yaml`` in a real cluster (``platform_extras``):
-   the Kueue WorkloadPriorityClasses its workload profiles name (Kueue creates no Workload for a
-   job whose ``kueue.x-k8s.io/priority-class`` names a missing one: "WorkloadPriorityClass
-   ... not found"), a PersistentVolume for each workspace's data PVC (the CSI driver's job: no
+   a PersistentVolume for each workspace's data PVC (the CSI driver's job: no
    pod of a run schedules while ``/data`` is unbound), and the Node that fails its GPU check
    cordoned (kube-scheduler knows nothing of Node Problem Detector conditions and binds pods
    to such a node; a remediation controller or the on-call cordons it).
@@ -274,15 +272,11 @@ def _example() -> list[dict]:
 
 
 def platform_extras() -> list[dict]:
-    """The WorkloadPriorityClasses the example's workload profiles name (value 100) and a
-    PersistentVolume bound to each TauWorkspace's data PVC (``<workspace>-data``, the size,
-    storage class and ReadWriteMany of ``spec.dataVolume``)."""
-    docs = _example()
-    names = sorted({p["priorities"]["workloadPriorityClassName"] for d in docs if d["kind"] == "TauCluster"
-                    for p in d["spec"]["workloadProfiles"] if (p.get("priorities") or {}).get("workloadPriorityClassName")})
-    out: list[dict] = [{"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass", "metadata": {"name": n},
-                        "value": 100, "description": "taugate workload profiles' default priority"} for n in names]
-    for d in docs:
+    """A PersistentVolume bound to each TauWorkspace's data PVC (``<workspace>-data``, the size,
+    storage class and ReadWriteMany of ``spec.dataVolume``). (The profiles' WorkloadPriorityClass
+    is in ``examples/cluster.yaml``: without it the profiles are not Ready.)"""
+    out: list[dict] = []
+    for d in _example():
         if d["kind"] != "TauWorkspace" or not d["spec"].get("dataVolume"):
             continue
         ns, vol = d["spec"]["target"]["namespace"], d["spec"]["dataVolume"]

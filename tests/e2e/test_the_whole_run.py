@@ -120,6 +120,10 @@ def test_kubectl_get_tauruns_shows_the_run_admitted_scheduled_and_gpu_healthy(wh
     row = whole_stack.wait_for("the TauRun to show Admitted, Scheduled and GPUHealthy True", lambda: (
         r := _taurun_columns(cp, run_id)) and all(r.get(c) == "True" for c in ("ADMITTED", "SCHEDULED", "GPUHEALTHY")) and r, 180)
     assert row["NAME"] == run_id
+    run = cp.get_json("taurun", run_id, "-n", WORKSPACE)
+    at = {t: _cond(run, t)["lastTransitionTime"] for t in ("Admitted", "Scheduled", "GPUHealthy")}
+    print("TauRun conditions of the RayJob, in order:", sorted(at.items(), key=lambda kv: kv[1]))
+    assert at["Admitted"] <= at["Scheduled"], at
 
 
 def test_an_npd_gpu_condition_on_a_run_node_turns_gpu_healthy_false_and_the_healthy_capacity_policy_warns(
@@ -178,6 +182,14 @@ def test_a_batch_job_runs_to_completion_and_its_taurun_is_completed_released_and
         r := cp.get_json("taurun", run_id, "-n", WORKSPACE)) and all(
         _cond(r, t).get("status") == "True" for t in ("Completed", "QuotaReleased", "GPUsReleased")) and r, 180)
     assert _cond(run, "Admitted")["status"] == "True" and _cond(run, "Scheduled")["status"] == "True"
+    # The six states in the order the recorder saw them (lastTransitionTime, RFC 3339 seconds):
+    # quota and GPUs are released only once the Job has completed, and nothing ran before Kueue
+    # admitted it.
+    at = {t: _cond(run, t)["lastTransitionTime"] for t in
+          ("Admitted", "Scheduled", "GPUHealthy", "Completed", "QuotaReleased", "GPUsReleased")}
+    print("TauRun conditions of the batch Job, in order:", sorted(at.items(), key=lambda kv: kv[1]))
+    assert at["Admitted"] <= at["Scheduled"] <= at["Completed"] <= at["QuotaReleased"], at
+    assert at["Completed"] <= at["GPUsReleased"], at
     pub = plat.signing_key.with_suffix(".pub.pem")
     verify = ("evidence", "verify", run_id, f"--evidence-root={plat.evidence_root}", f"--public-key={pub}")
     whole_stack.wait_for("the evidence record to verify", lambda: _taugate(*verify).returncode == 0, 60)
