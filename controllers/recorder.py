@@ -6,9 +6,17 @@ Runs in the operator process (kopf). It watches, read-only:
   controller is a RayJob is KubeRay's submitter, part of the RayJob's run, not a run itself);
 - Kueue Workloads, matched to a run through the ``kueue.x-k8s.io/job-uid`` label or their owner
   reference (never by rebuilding Kueue's name hash);
-- Pods with the run-id label (their termination records are kept as soon as they are seen, so
-  a failure reason survives the pod's deletion);
+- RayClusters and KubeRay's submitter Jobs with the run-id label, and Pods with the run-id label
+  (their termination records are kept as soon as they are seen, so a failure reason survives the
+  pod's deletion); a child or pod joins its run only through its controller ownerReference
+  chain to the run's root object, and a run is bound to its first root object's uid
+  (``controllers/run_membership.py``), so a copied run-id label joins nothing;
 - Nodes (conditions only, for ``GPUHealthy``).
+
+The root object's admission record (``tau.azure.com/admission``) is kept as evidence only when
+it verifies (``taugate.record``: signed with ``TAUGATE_ADMISSION_KEY``, bound to that object);
+otherwise the evidence says why it is not trusted, and the workspace, profile and queue come from
+the labels the webhook pins.
 
 and writes only two things: the ``TauRun`` (namespace of the run, named by run-id) and the
 evidence directory (``controllers/evidence.py``). Every decision is
@@ -35,11 +43,13 @@ import kubernetes.client
 from kubernetes.client.rest import ApiException
 
 from taugate.controllers import run_conditions as rc
+from taugate.controllers import run_membership as members
 from taugate.controllers.evidence import EvidenceError, EvidenceStore, Signer
 from taugate.controllers.kube import Kube, KubeError
 from taugate.controllers.resources import Resource
 from taugate.controllers.recorder_config import FilesystemProbe, RecorderConfig, RunProbe
 from taugate import labels
+from taugate import record as admission_record
 from taugate.settings import Settings
 
 log = logging.getLogger("taugate.recorder")
@@ -57,26 +67,30 @@ def _now() -> datetime:
 # pure helpers for the admission record and the admitted object
 
 
-def parse_admission_record(obj: dict) -> dict:
-    """The webhook's record of what it changed and why, read tolerantly.
+def parse_admission_record(obj: dict, key: bytes | None = None) -> dict:
+    """The webhook's record of what it changed and why, kept only when it can be trusted.
 
     The annotation ``tau.azure.com/admission`` holds JSON ``{"profile", "profileSetHash",
-    "workspace", "queue", "changes": [...], "policyDigest", "decisions": [...]}``; missing keys
-    fall back to the object's labels (``tau.azure.com/workload-profile``,
-    ``tau.azure.com/workload-profile-set-hash``, ``tau.azure.com/workspace``,
-    ``kueue.x-k8s.io/queue-name``). Unparsable JSON is kept as ``raw`` with an ``error``.
+    "workspace", "queue", "changes": [...], "policyDigest", "decisions": [...], "object",
+    "runId", "signature"}``. When ``taugate.record.verify`` trusts it (signed with ``key``, bound
+    to ``obj``) it is returned with ``"trusted": true``; otherwise only ``{"trusted": false,
+    "untrusted": <why>, "claimed": <the annotation, at most 4 KiB>}`` (nothing of it is used).
+    Either way, missing keys fall back to the labels the webhook pins on the object
+    (``tau.azure.com/workload-profile``, ``tau.azure.com/workload-profile-set-hash``,
+    ``tau.azure.com/workspace``, ``kueue.x-k8s.io/queue-name``).
     """
     meta = obj.get("metadata") or {}
     lbl = meta.get("labels") or {}
     raw = (meta.get("annotations") or {}).get(labels.ADMISSION_RECORD)
     rec: dict[str, Any] = {}
     if isinstance(raw, str) and raw.strip():
-        try:
-            parsed = json.loads(raw)
-        except ValueError as e:
-            rec = {"raw": raw[:4096], "error": f"annotation {labels.ADMISSION_RECORD} is not JSON: {e}"}
+        check = admission_record.verify(admission_record.decode(raw), obj, key)
+        if check.trusted:
+            rec = {**json.loads(raw), "trusted": True}
         else:
-            rec = parsed if isinstance(parsed, dict) else {"raw": raw[:4096], "error": "not a JSON object"}
+            rec = {"trusted": False, "untrusted": check.reason, "claimed": raw[:4096]}
+    else:
+        rec = {"trusted": False, "untrusted": f"the object carries no {labels.ADMISSION_RECORD} annotation"}
     for key, label in (("profile", labels.WORKLOAD_PROFILE), ("profileSetHash", labels.PROFILE_SET_HASH),
                        ("workspace", labels.WORKSPACE), ("queue", labels.KUEUE_QUEUE_NAME)):
         if not isinstance(rec.get(key), str) or not rec.get(key):
@@ -181,8 +195,10 @@ class RunEntry:
 
     run_id: str
     namespace: str
-    owner_uid: str | None = None
-    pending_failures: dict[str, dict] = field(default_factory=dict)
+    owner_uid: str | None = None  # the root object the run is bound to (run_membership)
+    member_uids: set[str] = field(default_factory=set)  # the root and its children, as ever seen
+    pending_failures: dict[str, tuple[dict, str | None]] = field(default_factory=dict)  # key -> (failure, pod's controller uid)
+    ignored: set[str] = field(default_factory=set)  # uids of intruders already logged
     progress: rc.ProgressState | None = None
     progress_loaded: bool = False
     artifacts: rc.ArtifactListing | None = None
@@ -199,7 +215,7 @@ class Snapshot:
     owner: dict | None
     pods: list[dict]
     workloads: list[dict]
-    pending_failures: dict[str, dict]
+    pending_failures: dict[str, dict]  # the run's own (pod controller among its members)
     nodes: dict[str, dict]
     workload_names: list[str]
 
@@ -209,8 +225,10 @@ IX_RAYJOBS = "recorder_rayjobs"      # run-id -> RayJob
 IX_JOBS = "recorder_jobs"            # run-id -> Job (not KubeRay's submitter Job)
 IX_WORKLOADS = "recorder_workloads"  # owner uid -> Kueue Workload
 IX_PODS = "recorder_pods"            # run-id -> Pod
+IX_CLUSTERS = "recorder_rayclusters"  # run-id -> RayCluster (KubeRay's, for a RayJob)
+IX_CHILD_JOBS = "recorder_child_jobs"  # run-id -> Job owned by a controller (KubeRay's submitter)
 IX_NODES = "recorder_nodes"          # node name -> Node (name, labels, conditions)
-INDEX_IDS = (IX_RAYJOBS, IX_JOBS, IX_WORKLOADS, IX_PODS, IX_NODES)
+INDEX_IDS = (IX_RAYJOBS, IX_JOBS, IX_WORKLOADS, IX_PODS, IX_NODES, IX_CLUSTERS, IX_CHILD_JOBS)
 
 
 class Recorder:
@@ -297,6 +315,7 @@ class Recorder:
 
         present = {labels.RUN_ID: kopf.PRESENT}
         not_child = lambda body, **_: not _is_child_job(dict(body))  # noqa: E731
+        child = lambda body, **_: _is_child_job(dict(body))  # noqa: E731
 
         def by_run_id(body: Any, **_: Any) -> dict | None:
             rid = _run_id(dict(body))
@@ -311,6 +330,8 @@ class Recorder:
              lambda body, **_: ({uid: dict(body)} if (uid := rc.workload_owner_uid(dict(body))) else None),
              self.observe_workload),
             (IX_PODS, ("", "v1", "pods"), {"labels": present}, by_run_id, self.observe_pod),
+            (IX_CLUSTERS, ("ray.io", "v1", "rayclusters"), {"labels": present}, by_run_id, self.observe_child),
+            (IX_CHILD_JOBS, ("batch", "v1", "jobs"), {"labels": present, "when": child}, by_run_id, self.observe_child),
             (IX_NODES, ("", "v1", "nodes"), {},
              lambda body, **_: {_name(dict(body)): _trim_node(dict(body))}, self.observe_node),
         )
@@ -377,12 +398,19 @@ class Recorder:
         rid = _run_id(obj)
         if rid is None or (obj.get("kind") == "Job" and _is_child_job(obj)):
             return
-        e = self._entry(rid, _ns(obj))
+        self._entry(rid, _ns(obj))
         uid = _uid(obj)
         if uid:
-            e.owner_uid = uid
-            self.by_uid[uid] = rid
+            self.by_uid[uid] = rid  # for its Workloads' events; binding is the reconcile's
         self.mark(rid)
+
+    def observe_child(self, event_type: str | None, obj: dict) -> None:
+        """A RayCluster or KubeRay submitter Job event: its run is marked (membership is decided
+        on reconcile, from the ownerReference chain)."""
+        rid = _run_id(obj)
+        if rid is not None:
+            self._entry(rid, _ns(obj))
+            self.mark(rid)
 
     def observe_workload(self, event_type: str | None, obj: dict) -> None:
         """A Kueue Workload event: the run of its owner (known once the owner was seen) is marked."""
@@ -399,7 +427,7 @@ class Recorder:
             return
         e = self._entry(rid, _ns(obj))
         for f in rc.pod_terminations(obj):
-            e.pending_failures.setdefault(f["key"], f)
+            e.pending_failures.setdefault(f["key"], (f, members.controller_uid(obj)))
         self.mark(rid)
 
     def observe_node(self, event_type: str | None, obj: dict) -> None:
@@ -419,19 +447,30 @@ class Recorder:
     def snapshot(self, e: RunEntry) -> Snapshot:
         """The run's objects from kopf's indices (call on the event loop)."""
         ix = self.indices
-        owners = [o for k in (IX_RAYJOBS, IX_JOBS) if k in ix for o in ix[k].get(e.run_id, ())]
-        owners.sort(key=lambda o: str((o.get("metadata") or {}).get("creationTimestamp") or ""))
-        owner = owners[-1] if owners else None
-        uid = (_uid(owner) if owner else None) or e.owner_uid
+        roots = [o for k in (IX_RAYJOBS, IX_JOBS) if k in ix for o in ix[k].get(e.run_id, ())]
+        owner, intruders = members.choose_owner(roots, e.owner_uid)
+        if owner is not None and e.owner_uid is None:
+            e.owner_uid = _uid(owner)  # the run is bound to its first root (the worker checks the evidence)
+        uid = e.owner_uid
+        children = [o for k in (IX_CLUSTERS, IX_CHILD_JOBS) if k in ix for o in ix[k].get(e.run_id, ())]
+        e.member_uids |= members.members(uid, children)
+        pods, strays = members.run_pods(ix[IX_PODS].get(e.run_id, ()) if IX_PODS in ix else (), frozenset(e.member_uids))
+        for other in [*intruders, *strays]:
+            other_uid = _uid(other) or ""
+            if other_uid not in e.ignored:
+                e.ignored.add(other_uid)
+                log.warning("run %s: %s %s/%s (uid %s) carries the run-id but is not the run's (bound to uid %s); "
+                            "it is not recorded", e.run_id, other.get("kind") or "Pod", _ns(other), _name(other),
+                            other_uid, uid)
         workloads = list(ix[IX_WORKLOADS].get(uid, ())) if IX_WORKLOADS in ix and uid else []
-        pods = list(ix[IX_PODS].get(e.run_id, ())) if IX_PODS in ix else []
         nodes: dict[str, dict] = {}
         if IX_NODES in ix:
             for n in {(p.get("spec") or {}).get("nodeName") for p in pods} - {None}:
                 found = list(ix[IX_NODES].get(n, ()))
                 if found:
                     nodes[n] = found[0]
-        return Snapshot(owner=owner, pods=pods, workloads=workloads, pending_failures=dict(e.pending_failures),
+        failures = {k: f for k, (f, ctl) in e.pending_failures.items() if ctl in e.member_uids}
+        return Snapshot(owner=owner, pods=pods, workloads=workloads, pending_failures=failures,
                         nodes=nodes, workload_names=sorted(_name(w) for w in workloads))
 
     # -- the worker ----------------------------------------------------------------------------
@@ -465,19 +504,27 @@ class Recorder:
         if e is None or e.final:
             return
         snap = self.snapshot(e)
-        await asyncio.to_thread(self._reconcile_sync, e, snap)
+        if await asyncio.to_thread(self._reconcile_sync, e, snap):
+            await asyncio.to_thread(self._reconcile_sync, e, self.snapshot(e))  # rebound to the evidence's root
 
     # -- the reconcile step (runs in a worker thread; one run at a time) ------------------------
-    def _reconcile_sync(self, e: RunEntry, snap: "Snapshot") -> None:
+    def _reconcile_sync(self, e: RunEntry, snap: "Snapshot") -> bool:
+        """Reconcile one run from ``snap``; True when the snapshot was taken for the wrong root
+        (the evidence binds the run to another uid) and must be taken again."""
         now = self.clock()
         rec = self.store.load(e.run_id)
         if not rec.has("run"):
             if snap.owner is None:
-                return  # nothing to record until the run's object is seen
+                return False  # nothing to record until the run's object is seen
         state = rec.state()
+        bound = (state.get("object") or {}).get("uid") if isinstance(state.get("object"), dict) else None
+        if bound and bound != e.owner_uid:
+            # after a restart: the evidence says which root the run is bound to; look again
+            e.owner_uid, e.member_uids = bound, set()
+            return True
         if state.get("final"):
             e.final = True
-            return
+            return False
         if not e.progress_loaded:
             e.progress_loaded = True
             try:
@@ -491,7 +538,10 @@ class Recorder:
         t = rc.format_micro(now)
 
         if not rec.has("run") and owner is not None:
-            adm = parse_admission_record(owner)
+            adm = parse_admission_record(owner, self.settings.admission_key_bytes())
+            if not adm.get("trusted"):
+                log.warning("run %s: the admission record of %s %s/%s is not trusted: %s", e.run_id, owner.get("kind"),
+                            _ns(owner), _name(owner), adm.get("untrusted"))
             items.append(("run", {
                 "runId": e.run_id, "namespace": e.namespace, "object": rc.object_ref(owner),
                 "admittedObject": trimmed_object(owner), "admission": adm,
@@ -506,7 +556,8 @@ class Recorder:
         failures = [x for x in state.get("failures") or []] + new_failures
 
         # progress: metrics file first, pod logs otherwise
-        workspace = (state.get("workspace") or (parse_admission_record(owner).get("workspace") if owner else None))
+        workspace = (state.get("workspace") or
+                     (parse_admission_record(owner, self.settings.admission_key_bytes()).get("workspace") if owner else None))
         sample = None
         try:
             sample = self.probe.metrics(e.namespace, e.run_id, workspace)
@@ -558,6 +609,7 @@ class Recorder:
         if state.get("final"):
             e.final = True
             self.store.forget(e.run_id)  # nothing more will be written: free the cached log
+        return False
 
     def _log_sample(self, e: RunEntry, pods: list[dict]) -> rc.ProgressSample | None:
         """Progress from pod logs: the Ray head pod, else a Job's pods (first running one)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 # Node Problem Detector conditions that mean a GPU node is unhealthy when their status is "True"
@@ -53,6 +53,10 @@ class Settings(BaseSettings):
       request, or after an answer) is closed after this many seconds. The API server's webhook
       client keeps idle connections for 90 s (``IdleConnTimeout`` of k8s.io/apimachinery's
       ``SetTransportDefaults``) and opens a new one when it finds one closed.
+    - ``admission_key``: the secret that signs the admission record (``taugate.record``); the
+      webhook signs with it and the operator's recorder verifies with it, so both need the same
+      value (the chart fills ``TAUGATE_ADMISSION_KEY`` from one Secret). Unset, records are
+      unsigned and the recorder trusts none of them.
     - ``policy_dir``: the Rego policy library (default: ``policies/`` of this checkout; set
       ``TAUGATE_POLICY_DIR`` in an image).
     """
@@ -83,3 +87,9 @@ class Settings(BaseSettings):
         "system:kube-controller-manager",
     )
     kueue_elastic_jobs: bool = False
+    admission_key: SecretStr | None = None
+
+    def admission_key_bytes(self) -> bytes | None:
+        """``admission_key`` as bytes (UTF-8), or None when unset or empty."""
+        value = self.admission_key.get_secret_value() if self.admission_key is not None else ""
+        return value.encode() if value else None

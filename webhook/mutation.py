@@ -18,6 +18,7 @@ from typing import Any, Callable
 import orjson
 
 from taugate import labels
+from taugate import record as admission_record
 from taugate.adapters import PodTemplate, WorkloadAdapter
 from taugate.settings import Settings
 from taugate.snapshot import ClusterState
@@ -263,13 +264,23 @@ def place_templates(edits: Edits, templates: list[PodTemplate], res: Resolution,
             _mount_data(edits, pod_spec, t.path + ("spec",), claim)
 
 
-def annotate(edits: Edits, record: dict) -> None:
-    """Write ``record`` as the ``tau.azure.com/admission`` annotation (compact JSON, sorted keys)
-    for the recorder. Call it only when something else changed, so reinvocation stays a no-op."""
+def annotate(edits: Edits, record: dict, key: bytes | None, namespace: str | None) -> None:
+    """Write ``record`` as the ``tau.azure.com/admission`` annotation for the recorder, bound to
+    ``edits.doc`` and signed with ``key`` (``taugate.record.sign``; compact JSON, sorted keys),
+    when something else changed or the record the object carries is not one taugate signed for
+    it (a user's forgery, or none); reinvocation on our own output stays a no-op."""
     meta = edits.container(edits.doc, (), "metadata", dict)
+    notes = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
+    if not edits.changed and key is not None:
+        here = edits.doc if namespace is None else {
+            **edits.doc, "metadata": {**meta, "namespace": meta.get("namespace") or namespace}}
+        if admission_record.verify(admission_record.decode(notes.get(labels.ADMISSION_RECORD)), here, key).trusted:
+            return
+    elif not edits.changed:
+        return
     notes = edits.container(meta, ("metadata",), "annotations", dict)
     edits.set(notes, ("metadata", "annotations"), labels.ADMISSION_RECORD,
-              orjson.dumps(record, option=orjson.OPT_SORT_KEYS).decode())
+              admission_record.encode(admission_record.sign(record, edits.doc, key, namespace)))
 
 
 # Object labels taugate sets at CREATE that a user UPDATE may neither remove nor change: they say

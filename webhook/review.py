@@ -207,8 +207,8 @@ def mutate(request: dict, state: ClusterState, settings: Settings, engine: Engin
             return Decision.deny(res, obj=obj)
         queued = subject.adapter.queued(obj)
         edits = mutation.edit_create(doc, subject.adapter, subject.templates, res, state, settings)
-        if edits.changed:
-            mutation.annotate(edits, _record(res, state, engine, queued))
+        mutation.annotate(edits, _record(res, state, engine, queued), settings.admission_key_bytes(),
+                          request.get("namespace"))
         if res.note:
             warnings.append(res.note)
     patch = edits.patch() if edits is not None else None

@@ -100,13 +100,22 @@ def _container(objects: list[dict], deployment: str) -> dict:
     return dep["spec"]["template"]["spec"]["containers"][0]
 
 
-def _env(container: dict, overrides: dict[str, str]) -> dict[str, str]:
+def _env(cp: ControlPlane, container: dict, overrides: dict[str, str]) -> dict[str, str]:
+    """The container's environment as the kubelet resolves it: values, the pod's namespace, and
+    Secret keys read from the release namespace (``secretKeyRef``); then ``overrides``."""
     env = {}
     for e in container.get("env") or []:
+        source = e.get("valueFrom") or {}
         if "value" in e:
             env[e["name"]] = str(e["value"])
-        elif (e.get("valueFrom") or {}).get("fieldRef", {}).get("fieldPath") == "metadata.namespace":
+        elif source.get("fieldRef", {}).get("fieldPath") == "metadata.namespace":
             env[e["name"]] = NAMESPACE
+        elif "secretKeyRef" in source:
+            ref = source["secretKeyRef"]
+            secret = cp.get_json("secret", ref["name"], "-n", NAMESPACE)
+            env[e["name"]] = base64.b64decode(secret["data"][ref["key"]]).decode()
+        else:
+            raise AssertionError(f"the chart sets {e['name']} from {source}, which this harness cannot resolve")
     env.update(overrides)
     return env
 
@@ -156,7 +165,7 @@ class Platform:
                 args.append("--shutdown-delay=0")
             else:
                 args.append(a)
-        p = start_process("taugate-serve", _taugate(*args), self.workdir, env=_env(c, {}), cwd=REPO)
+        p = start_process("taugate-serve", _taugate(*args), self.workdir, env=_env(self.cp, c, {}), cwd=REPO)
         self.webhook = p
         import ssl
         import urllib.request
@@ -199,7 +208,7 @@ class Platform:
                                         f"--public-out={self.signing_key.with_suffix('.pub.pem')}"),
                                check=True, capture_output=True, cwd=REPO)
             overrides["TAUGATE_RECORDER_SIGNING_KEY_FILE"] = str(self.signing_key)
-        env = _env(c, overrides)
+        env = _env(self.cp, c, overrides)
         self.operator = start_process("taugate-operator", _taugate(*args), self.workdir, env=env, cwd=REPO)
         return self.operator
 

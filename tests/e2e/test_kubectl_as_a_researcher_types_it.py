@@ -4,14 +4,18 @@ the denials and warnings as kubectl prints them."""
 
 from __future__ import annotations
 
+import base64
 import json
 
 import yaml
+
+from taugate import record
 
 from tests.e2e.workloads import GPU_CLASS_SELECTOR, QUEUE, RUN_ID, WORKSPACE, admitted_problems, into_workspace
 from tests.paths import REPO
 
 EXAMPLE = yaml.safe_load((REPO / "examples" / "rayjob-image-classifier.yaml").read_text())
+ADMISSION = "tau.azure.com/admission"
 NINE_GPUS = yaml.safe_load((REPO / "examples" / "rayjob-nine-gpus.yaml").read_text())
 
 
@@ -187,3 +191,27 @@ def test_a_researchers_raycluster_claiming_a_rayjob_owner_is_queued_as_top_level
     assert created["metadata"]["labels"][QUEUE] == "vision-queue"
     assert created["spec"]["suspend"] is True
     assert created["metadata"]["labels"]["tau.azure.com/workspace"] == WORKSPACE
+
+
+def _admission_key(cp) -> bytes:
+    """The chart's generated admission key, as the webhook and the operator read it."""
+    secret = cp.get_json("secret", "taugate-admission-key", "-n", "taugate-system")
+    return base64.b64decode(secret["data"]["key"])
+
+
+def test_a_forged_admission_record_is_replaced_and_an_edited_one_restored_with_taugates_signed_record(platform):
+    cp = platform.cp
+    researcher = cp.user_kubeconfig("mallory", ("vision-researchers",))
+    obj = _rayjob("forges-its-record")
+    claim = {"workspace": "nlp", "profile": "a100-4gpu", "signature": "hmac-sha256:" + "0" * 64}
+    obj["metadata"].setdefault("annotations", {})[ADMISSION] = json.dumps(claim)
+    cp.kubectl("create", "-f", "-", input=json.dumps(obj), kubeconfig=researcher)
+    stored = cp.get_json("rayjob", "forges-its-record", "-n", WORKSPACE)
+    rec = json.loads(stored["metadata"]["annotations"][ADMISSION])
+    assert rec["workspace"] == WORKSPACE and rec["object"]["name"] == "forges-its-record"
+    assert record.verify(rec, stored, _admission_key(cp)).trusted
+    # An UPDATE that rewrites the record gets taugate's back.
+    cp.kubectl("annotate", "rayjob", "forges-its-record", "-n", WORKSPACE, "--overwrite",
+               f"{ADMISSION}={json.dumps(claim)}", kubeconfig=researcher)
+    again = cp.get_json("rayjob", "forges-its-record", "-n", WORKSPACE)
+    assert json.loads(again["metadata"]["annotations"][ADMISSION]) == rec

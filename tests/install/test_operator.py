@@ -3,6 +3,8 @@ restarts and an Ed25519 signing key it can load, configured through settings tha
 
 from __future__ import annotations
 
+from taugate.settings import Settings
+
 import base64
 from pathlib import PurePosixPath
 
@@ -58,7 +60,33 @@ def test_an_existing_key_and_claim_are_used_instead_of_created():
     volumes = {v["name"]: v for v in spec["volumes"]}
     assert volumes["evidence-key"]["secret"]["secretName"] == "platform-evidence-key"
     assert volumes["evidence"]["persistentVolumeClaim"]["claimName"] == "audit"
-    assert find(objs, "Secret") == [] and find(objs, "PersistentVolumeClaim") == []
+    assert [o["metadata"]["name"] for o in find(objs, "Secret")] == ["taugate-admission-key"]
+    assert find(objs, "PersistentVolumeClaim") == []
+
+
+def _env_var(container: dict, name: str) -> dict:
+    return next(e for e in container["env"] if e["name"] == name)
+
+
+def test_the_webhook_and_the_operator_share_one_generated_admission_key(default_objects, monkeypatch):
+    _, operator = _operator(default_objects)
+    webhook = find(default_objects, "Deployment")
+    webhook = next(d for d in webhook if d["metadata"]["name"].endswith("-webhook"))["spec"]["template"]["spec"]["containers"][0]
+    refs = [_env_var(c, "TAUGATE_ADMISSION_KEY")["valueFrom"]["secretKeyRef"] for c in (operator, webhook)]
+    assert refs[0] == refs[1] == {"name": "taugate-admission-key", "key": "key"}
+    secret = one(default_objects, "Secret", "taugate-admission-key")
+    key = base64.b64decode(secret["data"]["key"])
+    assert len(key) == 64 and secret["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    # The settings both processes load read it.
+    monkeypatch.setenv("TAUGATE_ADMISSION_KEY", key.decode())
+    assert Settings().admission_key_bytes() == key
+
+
+def test_an_existing_admission_key_secret_is_used_instead_of_created():
+    objs = objects({"webhook": {"admissionKey": {"existingSecret": "platform-admission-key"}}})
+    _, operator = _operator(objs)
+    assert _env_var(operator, "TAUGATE_ADMISSION_KEY")["valueFrom"]["secretKeyRef"]["name"] == "platform-admission-key"
+    assert "taugate-admission-key" not in [o["metadata"]["name"] for o in find(objs, "Secret")]
 
 
 @pytest.mark.parametrize("data_claim", ["", "workspace-data"])

@@ -16,6 +16,7 @@ import json
 import yaml
 
 from taugate import labels
+from taugate import record as admission_record_signing
 from tests.paths import DATA, IMAGE_CLASSIFIER, KUEUE_CRDS, KUEUE_JOB
 
 RAYJOB_SAMPLE = IMAGE_CLASSIFIER
@@ -25,6 +26,8 @@ WORKLOAD_CRD = KUEUE_CRDS / "kueue.x-k8s.io_workloads.yaml"
 RUN_ID = "5f0c2a9b7d1e4c3a8b6f0d12"
 NS = "team-a"
 T0 = "2026-11-29T10:00:00Z"
+ADMISSION_KEY = "test-admission-key-shared-by-webhook-and-operator"
+"""The ``TAUGATE_ADMISSION_KEY`` the records below are signed with (``Settings(admission_key=...)``)."""
 
 
 def admission_record(**overrides) -> dict:
@@ -41,14 +44,18 @@ def admission_record(**overrides) -> dict:
 
 
 def rayjob(name: str = "train-resnet", run_id: str = RUN_ID, uid: str = "b1f2c3d4-0000-4000-8000-00000000aa01",
-           record: dict | None = None, workers: int = 4) -> dict:
+           record: dict | None = None, workers: int = 4, created: str = T0) -> dict:
+    """The RayJob as stored after taugate's webhook: ``record`` is written as the annotation as
+    given; without one, the webhook's record, signed with ``ADMISSION_KEY`` and bound to it."""
     obj = yaml.safe_load(RAYJOB_SAMPLE.read_text())
     obj["metadata"] = {
-        "name": name, "namespace": NS, "uid": uid, "creationTimestamp": T0,
+        "name": name, "namespace": NS, "uid": uid, "creationTimestamp": created,
         "labels": {labels.RUN_ID: run_id, labels.MANAGED_BY: labels.MANAGED_BY_VALUE, labels.WORKSPACE: "team-a",
                    labels.WORKLOAD_PROFILE: "a100-4x", labels.KUEUE_QUEUE_NAME: "team-a-queue"},
-        "annotations": {labels.ADMISSION_RECORD: json.dumps(record if record is not None else admission_record())},
     }
+    if record is None:
+        record = admission_record_signing.sign(admission_record(), obj, ADMISSION_KEY.encode())
+    obj["metadata"]["annotations"] = {labels.ADMISSION_RECORD: json.dumps(record)}
     obj["spec"]["suspend"] = True
     obj["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["replicas"] = workers
     obj["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["minReplicas"] = workers
@@ -158,7 +165,7 @@ def pod(owner: dict, role: str, index: int = 0, *, node: str | None = None, phas
                      "labels": {labels.RUN_ID: meta["labels"][labels.RUN_ID], "ray.io/cluster": cluster,
                                 "ray.io/node-type": role, "ray.io/group": "headgroup" if role == "head" else "gpu-group"},
                      "ownerReferences": [{"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": cluster,
-                                          "uid": "rc-uid", "controller": True}]},
+                                          "uid": f"rc-{meta['uid']}", "controller": True}]},
         "spec": {"containers": [{"name": container, "image": "rayproject/ray:2.46.0"}], "restartPolicy": "Always"},
         "status": {"phase": phase, "conditions": []},
     }
@@ -186,6 +193,20 @@ def pod(owner: dict, role: str, index: int = 0, *, node: str | None = None, phas
         p["status"]["reason"] = pod_reason
         p["status"]["message"] = "The node was low on resource: memory."
     return p
+
+
+def raycluster(owner: dict) -> dict:
+    """The RayCluster KubeRay makes for RayJob ``owner`` (controller ownerReference to it, the
+    run-id taugate's webhook gives children), the owner of ``pod(owner, ...)``'s pods."""
+    meta = owner["metadata"]
+    name = f"{meta['name']}-raycluster-x7k2p"
+    return {"apiVersion": "ray.io/v1", "kind": "RayCluster",
+            "metadata": {"name": name, "namespace": meta["namespace"], "uid": f"rc-{meta['uid']}",
+                         "labels": {labels.RUN_ID: meta["labels"][labels.RUN_ID], "ray.io/originated-from-crd": "RayJob",
+                                    "ray.io/originated-from-cr-name": meta["name"]},
+                         "ownerReferences": [{"apiVersion": "ray.io/v1", "kind": "RayJob", "name": meta["name"],
+                                              "uid": meta["uid"], "controller": True, "blockOwnerDeletion": True}]},
+            "spec": copy.deepcopy(owner["spec"]["rayClusterSpec"])}
 
 
 def oom(finished: str = "2026-11-29T10:20:00Z") -> dict:

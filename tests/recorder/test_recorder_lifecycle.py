@@ -24,6 +24,7 @@ from tests.kubedouble import KubeDouble
 from tests.recorder import objects as o
 
 RUN = o.RUN_ID
+SETTINGS = Settings(admission_key=o.ADMISSION_KEY)  # the webhook's and the operator's shared key
 TAURUN_SCHEMA = jsonschema.Draft7Validator(translate(openapi_schema(next(k for k in CRD_KINDS if k.kind == "TauRun"))))
 
 
@@ -117,7 +118,7 @@ def test_a_scripted_lifecycle_moves_the_taurun_through_the_states_in_order_and_l
         kube, config, key, tmp_path, capsys):
     rj = o.rayjob(workers=1)
     kube.apply([o.node("gpu-node-1")])
-    with kube.operator(Settings(), recorder=config, resync_seconds=60):
+    with kube.operator(SETTINGS, recorder=config, resync_seconds=60):
         kube.apply([rj])
         c = wait_state(kube, "Admitted", "Unknown", "WorkloadNotFound")
         assert c["source"] == {"kind": "RayJob", "name": "train-resnet", "namespace": o.NS}
@@ -133,7 +134,7 @@ def test_a_scripted_lifecycle_moves_the_taurun_through_the_states_in_order_and_l
         assert c["source"] == {"kind": "Workload", "name": wl["metadata"]["name"], "namespace": o.NS}
         assert conditions(kube)["Scheduled"]["reason"] == "PodsNotCreated"
 
-        kube.apply(pods_of(rj))
+        kube.apply([o.raycluster(rj), *pods_of(rj)])
         c = wait_state(kube, "Scheduled", "True", "AllPodsBound")
         assert c["source"]["kind"] == "Pod" and "2/2" in c["message"]
         g = wait_state(kube, "GPUHealthy", "True")
@@ -204,10 +205,10 @@ def test_an_oom_killed_worker_keeps_the_failure_reason_after_its_pods_are_gone(k
     rj = o.rayjob(workers=1)
     wl = o.workload(rj, "pending", by_label=False)  # matched through the owner reference
     kube.apply([o.node("gpu-node-1"), rj, wl])
-    with kube.operator(Settings(), recorder=config, resync_seconds=60):
+    with kube.operator(SETTINGS, recorder=config, resync_seconds=60):
         wait_state(kube, "Admitted", "False", "Pending")
         admit(kube, rj, wl)
-        kube.apply(pods_of(rj))
+        kube.apply([o.raycluster(rj), *pods_of(rj)])
         wait_state(kube, "Scheduled", "True")
         worker = o.pod(rj, "worker", 0, node="gpu-node-1", phase="Running", last_terminated=o.oom())
         kube.patch("v1", "Pod", worker["metadata"]["name"], {"status": worker["status"]}, o.NS)
@@ -234,8 +235,8 @@ def test_a_run_whose_metrics_stop_advancing_shows_progressing_false_stalled(kube
     config = config.model_copy(update={"stall_seconds": 1.0})
     rj = o.rayjob(workers=1)
     wl = o.workload(rj, "admitted")
-    kube.apply([o.node("gpu-node-1"), rj, wl, *pods_of(rj)])
-    with kube.operator(Settings(), recorder=config, resync_seconds=60):
+    kube.apply([o.node("gpu-node-1"), rj, wl, o.raycluster(rj), *pods_of(rj)])
+    with kube.operator(SETTINGS, recorder=config, resync_seconds=60):
         write_metrics(config, range(0, 5))
         wait_state(kube, "Progressing", "True", "MetricsAdvancing")
         write_metrics(config, range(5, 8))  # still advancing...
@@ -254,8 +255,8 @@ def test_progress_is_read_from_pod_log_lines_when_there_is_no_metrics_file(kube,
     rj = o.rayjob(workers=1)
     log = {"text": "INFO Ray Train: starting\n"}
     kube.call(lambda: kube.emulator[kmock.subresource("log")] << (lambda: log["text"]))
-    kube.apply([o.node("gpu-node-1"), rj, o.workload(rj, "admitted"), *pods_of(rj)])
-    with kube.operator(Settings(), recorder=config, resync_seconds=60):
+    kube.apply([o.node("gpu-node-1"), rj, o.workload(rj, "admitted"), o.raycluster(rj), *pods_of(rj)])
+    with kube.operator(SETTINGS, recorder=config, resync_seconds=60):
         wait_state(kube, "Scheduled", "True")
         assert conditions(kube)["Progressing"]["status"] == "Unknown"
         log["text"] += "step=10 loss=2.3\nstep=20 loss=2.1\n"
@@ -265,8 +266,8 @@ def test_progress_is_read_from_pod_log_lines_when_there_is_no_metrics_file(kube,
 
 def test_a_gpu_fault_on_a_run_node_turns_gpu_healthy_false_with_the_node_as_source(kube, config):
     rj = o.rayjob(workers=1)
-    kube.apply([o.node("gpu-node-1"), rj, o.workload(rj, "admitted"), *pods_of(rj)])
-    with kube.operator(Settings(), recorder=config, resync_seconds=60):
+    kube.apply([o.node("gpu-node-1"), rj, o.workload(rj, "admitted"), o.raycluster(rj), *pods_of(rj)])
+    with kube.operator(SETTINGS, recorder=config, resync_seconds=60):
         wait_state(kube, "GPUHealthy", "True")
         sick = o.node("gpu-node-1", gpu_condition="GpuXid")
         kube.patch("v1", "Node", "gpu-node-1", {"status": sick["status"]})
@@ -278,10 +279,10 @@ def test_killing_the_recorder_mid_run_and_starting_it_again_leaves_one_consisten
     rj = o.rayjob(workers=1)
     wl = o.workload(rj, "pending")
     kube.apply([o.node("gpu-node-1"), rj, wl])
-    with kube.operator(Settings(), recorder=config, resync_seconds=60):
+    with kube.operator(SETTINGS, recorder=config, resync_seconds=60):
         wait_state(kube, "Admitted", "False", "Pending")
         admit(kube, rj, wl)
-        kube.apply(pods_of(rj))
+        kube.apply([o.raycluster(rj), *pods_of(rj)])
         wait_state(kube, "Scheduled", "True")
         write_metrics(config, range(0, 3))
         wait_state(kube, "Progressing", "True")
@@ -296,7 +297,7 @@ def test_killing_the_recorder_mid_run_and_starting_it_again_leaves_one_consisten
     out = run_dir(config) / "outputs"
     out.mkdir(parents=True)
     (out / "index.json").write_text(json.dumps({"artifacts": [{"name": "model", "path": "model.pt"}]}))
-    with kube.operator(Settings(), recorder=config, resync_seconds=60):
+    with kube.operator(SETTINGS, recorder=config, resync_seconds=60):
         wait_state(kube, "Completed", "True")
         wait_state(kube, "ArtifactSaved", "True", "IndexWritten")
         kube.patch("kueue.x-k8s.io/v1beta2", "Workload", wl["metadata"]["name"],
@@ -326,7 +327,7 @@ def test_a_batch_job_run_is_recorded_and_kuberays_submitter_job_joins_its_rayjob
     now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     kube.apply([o.node("cpu-node-1"), job, o.job_workload(job, admitted=True), rj, submitter,
                 o.job_pod(job, node="cpu-node-1", phase="Running", scheduled_at=now)])
-    with kube.operator(Settings(), recorder=config, resync_seconds=60):
+    with kube.operator(SETTINGS, recorder=config, resync_seconds=60):
         c = wait_state(kube, "Scheduled", "True", run_id=rid)
         assert c["source"]["name"].startswith("eval-batch-0")
         assert wait_state(kube, "Admitted", "True", run_id=rid)["source"]["name"] == "job-eval-batch-8c1d2"

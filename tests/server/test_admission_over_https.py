@@ -136,7 +136,8 @@ async def test_a_rayjob_with_generate_name_and_no_labels_gets_a_patch_that_yield
 
 
 def _masked(ops: list[dict]) -> str:
-    return RUN_ID.sub("RUN-ID", re.sub(r'"[0-9a-f]{24}"', '"RUN-ID"', json.dumps(ops, sort_keys=True)))
+    # the run-id, also inside the admission record's JSON
+    return RUN_ID.sub("RUN-ID", re.sub(r'(?<![0-9a-f])[0-9a-f]{24}(?![0-9a-f])', 'RUN-ID', json.dumps(ops, sort_keys=True)))
 
 
 async def test_a_dry_run_request_gets_the_same_answer(gate, rayjob):

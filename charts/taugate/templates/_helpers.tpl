@@ -28,6 +28,9 @@
 {{- define "taugate.evidenceKeySecretName" -}}
 {{- .Values.operator.evidence.signingKey.existingSecret | default (printf "%s-evidence-key" (include "taugate.fullname" .)) -}}
 {{- end -}}
+{{- define "taugate.admissionKeySecretName" -}}
+{{- .Values.webhook.admissionKey.existingSecret | default (printf "%s-admission-key" (include "taugate.fullname" .)) -}}
+{{- end -}}
 {{- define "taugate.evidenceClaimName" -}}
 {{- .Values.operator.evidence.persistence.existingClaim | default (printf "%s-evidence" (include "taugate.fullname" .)) -}}
 {{- end -}}
@@ -109,6 +112,11 @@ app.kubernetes.io/component: {{ .component }}
   value: {{ append .Values.platformAdmins.groups "system:masters" | uniq | toJson | quote }}
 - name: TAUGATE_ADMISSION_DEADLINE_SECONDS
   value: {{ .Values.webhook.admissionDeadlineSeconds | quote }}
+- name: TAUGATE_ADMISSION_KEY
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "taugate.admissionKeySecretName" . }}
+      key: key
 - name: POD_NAMESPACE
   valueFrom:
     fieldRef:

@@ -1,0 +1,82 @@
+"""Which objects belong to a run (pure functions over plain API dicts).
+
+A run-id is a label, and anyone who can create a workload can write a label: a client may choose
+the run-id of another run (taugate keeps a valid client-chosen run-id on CREATE, as TauGrid's
+CLI sets its own). So the recorder does not take the label's word for membership:
+
+- a run is bound to one root object (a RayJob or a Job no controller owns), the first one seen:
+  the uid in the run's evidence, else the oldest root carrying the run-id (``choose_owner``);
+  any other root with the same run-id is an intruder, recorded as such and never followed;
+- a pod, RayCluster or Job belongs to the run only through its controller ownerReference chain
+  back to that root (``members``): KubeRay's RayCluster and submitter Job are owned by the
+  RayJob (ray-operator v1.5 ``rayjob_controller.go`` sets the controller reference on both),
+  their pods by them; a batch Job's pods by the Job (kube-controller-manager's job controller).
+  A pod that only copies the label does not join.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+
+def uid_of(obj: Mapping[str, Any]) -> str | None:
+    """``metadata.uid``, or None."""
+    meta = obj.get("metadata")
+    uid = meta.get("uid") if isinstance(meta, Mapping) else None
+    return str(uid) if uid else None
+
+
+def controller_uid(obj: Mapping[str, Any]) -> str | None:
+    """The uid of ``obj``'s controller ownerReference (``controller: true``), or None."""
+    meta = obj.get("metadata")
+    for ref in (meta.get("ownerReferences") if isinstance(meta, Mapping) else None) or []:
+        if isinstance(ref, Mapping) and ref.get("controller") is True and ref.get("uid"):
+            return str(ref["uid"])
+    return None
+
+
+def _created(obj: Mapping[str, Any]) -> tuple[str, str]:
+    meta = obj.get("metadata")
+    meta = meta if isinstance(meta, Mapping) else {}
+    return str(meta.get("creationTimestamp") or ""), str(meta.get("uid") or "")
+
+
+def choose_owner(roots: Iterable[Mapping[str, Any]], bound_uid: str | None) -> tuple[dict | None, list[dict]]:
+    """The run's root object and the intruders: ``roots`` are the RayJobs and Jobs carrying the
+    run-id. With ``bound_uid`` (the run is already bound) the root is the one with that uid (None
+    when it is gone: the run's owner was deleted); otherwise the oldest (creationTimestamp, then
+    uid). Every other root is an intruder."""
+    ordered = sorted((dict(r) for r in roots), key=_created)
+    if bound_uid is None:
+        return (ordered[0], ordered[1:]) if ordered else (None, [])
+    owner = next((r for r in ordered if uid_of(r) == bound_uid), None)
+    return owner, [r for r in ordered if uid_of(r) != bound_uid]
+
+
+def members(root_uid: str | None, children: Iterable[Mapping[str, Any]]) -> frozenset[str]:
+    """The uids of the run: the root and every child (RayCluster, KubeRay's submitter Job) whose
+    controller chain reaches it. ``children`` are the candidates carrying the run-id."""
+    if root_uid is None:
+        return frozenset()
+    found = {root_uid}
+    pending = [dict(c) for c in children]
+    grew = True
+    while grew:
+        grew = False
+        for c in list(pending):
+            uid = uid_of(c)
+            if uid and controller_uid(c) in found:
+                found.add(uid)
+                pending.remove(c)
+                grew = True
+    return frozenset(found)
+
+
+def run_pods(pods: Iterable[Mapping[str, Any]], uids: frozenset[str]) -> tuple[list[dict], list[dict]]:
+    """``pods`` split into (the run's pods: controller owner among ``uids``, the others)."""
+    mine: list[dict] = []
+    others: list[dict] = []
+    for p in pods:
+        (mine if controller_uid(p) in uids else others).append(dict(p))
+    return mine, others

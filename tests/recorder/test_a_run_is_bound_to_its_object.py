@@ -1,0 +1,97 @@
+"""A run-id is a label anyone can copy: the recorder binds a run to its first root object's uid and
+follows children and pods only through their controller ownerReference chain, and it keeps an
+admission record as evidence only when the record verifies (``controllers/run_membership.py``,
+``taugate.record``). Each attack below would otherwise write into another run's evidence."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from taugate.controllers.evidence import EVIDENCE_FILE, verify_record
+from tests.recorder import objects as o
+from tests.recorder.test_recorder_lifecycle import (
+    RUN, SETTINGS, config, conditions, key, kube, pods_of, taurun, wait_state,  # noqa: F401 (fixtures)
+)
+
+LATER = "2026-11-29T10:05:00Z"
+
+
+def _evidence(config) -> dict:
+    return json.loads((Path(config.evidence_root) / RUN / EVIDENCE_FILE).read_text())
+
+
+def test_a_second_rayjob_that_copies_the_run_id_does_not_join_the_run(kube, config):
+    rj = o.rayjob(workers=1)
+    kube.apply([o.node("gpu-node-1"), rj, o.workload(rj, "admitted")])
+    with kube.operator(SETTINGS, recorder=config, resync_seconds=60):
+        wait_state(kube, "Admitted", "True")
+        # Another team's RayJob, created later with the same run-id (its own record is valid for
+        # itself), whose worker is OOM-killed on another node.
+        copycat = o.rayjob(name="copycat", uid="b1f2c3d4-0000-4000-8000-00000000bb02", workers=1, created=LATER)
+        oom = o.pod(copycat, "worker", 0, node="gpu-node-2", phase="Running", last_terminated=o.oom())
+        kube.apply([o.node("gpu-node-2"), copycat, o.raycluster(copycat), oom])
+        # The run's own pods come after, so once they show, the copycat's were seen too.
+        kube.apply([o.raycluster(rj), *pods_of(rj)])
+        wait_state(kube, "Scheduled", "True")
+        status = taurun(kube)
+        assert status["spec"]["object"]["uid"] == rj["metadata"]["uid"]
+        assert status["status"].get("failures", []) == [] and status["status"]["nodes"] == ["gpu-node-1"]
+    doc = _evidence(config)
+    assert doc["object"]["name"] == "train-resnet" and doc["failures"] == []
+    assert verify_record(Path(config.evidence_root) / RUN).ok
+
+
+def test_the_run_stays_bound_to_its_object_after_a_restart_and_the_objects_deletion(kube, config):
+    rj = o.rayjob(workers=1)
+    kube.apply([o.node("gpu-node-1"), rj, o.workload(rj, "admitted")])
+    with kube.operator(SETTINGS, recorder=config, resync_seconds=60):
+        wait_state(kube, "Admitted", "True")
+    kube.delete("ray.io/v1", "RayJob", rj["metadata"]["name"], o.NS)
+    # Created while the operator was down, older-looking than nothing: after the restart the
+    # evidence, not the index, says which object the run is.
+    copycat = o.rayjob(name="copycat", uid="b1f2c3d4-0000-4000-8000-00000000bb02", workers=1, created=LATER)
+    kube.apply([copycat])
+    with kube.operator(SETTINGS, recorder=config, resync_seconds=60):
+        # deleted before it finished: the run ends Failed/Deleted (run_conditions.RunView.owner_deleted)
+        wait_state(kube, "Failed", "True", "Deleted")
+        assert taurun(kube)["spec"]["object"]["uid"] == rj["metadata"]["uid"]
+    assert _evidence(config)["object"]["uid"] == rj["metadata"]["uid"]
+
+
+def test_a_pod_that_only_copies_the_run_id_label_joins_nothing(kube, config):
+    rj = o.rayjob(workers=1)
+    stray = o.pod(rj, "worker", 7, node="gpu-node-2", phase="Running", last_terminated=o.oom())
+    stray["metadata"].update(name="not-a-ray-pod", uid="pod-stray")
+    del stray["metadata"]["ownerReferences"]  # a bare pod (kubectl run) with the run's label
+    kube.apply([o.node("gpu-node-1"), o.node("gpu-node-2"), rj, o.workload(rj, "admitted"), stray,
+                o.raycluster(rj), *pods_of(rj)])
+    with kube.operator(SETTINGS, recorder=config, resync_seconds=60):
+        wait_state(kube, "Scheduled", "True")
+        assert taurun(kube)["status"]["nodes"] == ["gpu-node-1"]
+        assert taurun(kube)["status"].get("failures", []) == []
+    assert _evidence(config)["failures"] == []
+
+
+def test_a_forged_admission_record_is_kept_only_as_an_untrusted_claim(kube, config):
+    forged = o.admission_record(workspace="other-team", profile="h100-8x-premium")  # unsigned
+    rj = o.rayjob(workers=1, record=forged)
+    kube.apply([o.node("gpu-node-1"), rj, o.workload(rj, "admitted")])
+    with kube.operator(SETTINGS, recorder=config, resync_seconds=60):
+        wait_state(kube, "Admitted", "True")
+        assert taurun(kube)["spec"]["workspace"] == "team-a" and taurun(kube)["spec"]["profile"] == "a100-4x"
+    doc = _evidence(config)
+    assert doc["admission"]["trusted"] is False and "not signed" in doc["admission"]["untrusted"]
+    assert "other-team" in doc["admission"]["claimed"] and "policyDigest" not in doc["admission"]
+    assert doc["workspace"] == "team-a" and doc["profile"] == "a100-4x"  # the labels the webhook pins
+
+
+def test_a_record_copied_from_another_object_is_not_trusted(kube, config):
+    other = o.rayjob(name="someone-else")
+    stolen = json.loads(other["metadata"]["annotations"]["tau.azure.com/admission"])
+    rj = o.rayjob(workers=1, record=stolen)
+    kube.apply([o.node("gpu-node-1"), rj, o.workload(rj, "admitted")])
+    with kube.operator(SETTINGS, recorder=config, resync_seconds=60):
+        wait_state(kube, "Admitted", "True")
+    adm = _evidence(config)["admission"]
+    assert adm["trusted"] is False and "made for RayJob 'someone-else'" in adm["untrusted"]
