@@ -120,6 +120,9 @@ async def test_32_concurrent_reviews_of_7_8_mib_keep_memory_under_the_charts_lim
         if r.status == 200:
             check_response(r.body, uid)
             answered += 1
+        elif r.status == 408:  # on a loaded machine one client process may not send 250 MB in 2 + 1 s
+            assert "request body not received within 3 s" in r.body["error"], r.text
+            busy += 1
         else:
             assert r.status == 429, (r.status, r.text)
             assert "too many large admission requests in flight" in r.body["error"] and "retry" in r.body["error"]
