@@ -13,6 +13,7 @@ import sys
 import pytest
 import yaml
 
+from taugate.controllers.evidence import EVIDENCE_FILE
 from tests.e2e.stack import USERS
 from tests.e2e.workloads import QUEUE, RUN_ID
 from tests.paths import EXAMPLE_RAYJOB, REPO
@@ -193,6 +194,9 @@ def test_a_batch_job_runs_to_completion_and_its_taurun_is_completed_released_and
     pub = plat.signing_key.with_suffix(".pub.pem")
     verify = ("evidence", "verify", run_id, f"--evidence-root={plat.evidence_root}", f"--public-key={pub}")
     whole_stack.wait_for("the evidence record to verify", lambda: _taugate(*verify).returncode == 0, 60)
+    # The webhook's admission record, signed with the chart's admission key, is kept as trusted.
+    admission = json.loads((plat.evidence_root / run_id / EVIDENCE_FILE).read_text())["admission"]
+    assert admission["trusted"] is True and admission["object"]["name"] == "one-gpu-step", admission
     cp.kubectl("delete", "job", "one-gpu-step", "-n", WORKSPACE, "--cascade=foreground", "--wait=true", timeout=120)
     again = _taugate(*verify)
     assert again.returncode == 0, again.stdout + again.stderr
