@@ -4,7 +4,7 @@
 The export lists the TauCluster, TauWorkspaces, Nodes, LocalQueues, ClusterQueues and
 ResourceFlavors once, drops server bookkeeping (managedFields, uid, resourceVersion,
 creationTimestamp, generation, ownerReferences, kopf annotations) and trims Nodes to what
-admission reads, leaves out what admission could not use (``state_watch.usable_objects``), and
+admission reads, leaves out what admission could not use (``taugate.state_objects.usable_objects``), and
 checks that the result loads with ``taugate.snapshot.build_state`` before anything is written.
 """
 
@@ -18,10 +18,10 @@ from typing import Any
 import yaml
 
 from taugate.controllers import resources as R
-from taugate.controllers.state_watch import trim, usable_objects
 from taugate.files import write_atomic
 from taugate.settings import Settings
 from taugate.snapshot import build_state
+from taugate.state_objects import trim, usable_objects
 
 _SERVER_FIELDS = ("uid", "resourceVersion", "creationTimestamp", "generation", "ownerReferences",
                   "managedFields", "selfLink", "deletionGracePeriodSeconds")

@@ -38,8 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _wire(parser: argparse.ArgumentParser) -> None:
     """Cross-part wiring, here because the parts never import each other: ``taugate serve``
     (webhook) gets its TLS from ``certs.serving.serving_tls`` (``args.tls_factory``) and, with
-    ``--in-cluster``, its cluster state from ``controllers.state_watch.WatchStateProvider``
-    (``args.state_provider_factory``)."""
+    ``--in-cluster``, its cluster state from ``webhook.state_watch.WatchStateProvider`` reading
+    through the controllers' API client ``controllers.kube.Kube`` (``args.state_provider_factory``)."""
     try:
         from taugate.certs.serving import serving_tls
     except ModuleNotFoundError as e:
@@ -47,15 +47,15 @@ def _wire(parser: argparse.ArgumentParser) -> None:
             raise
     else:
         parser.set_defaults(tls_factory=serving_tls)
-    if importlib.util.find_spec("taugate.controllers.state_watch") is not None:
+    if importlib.util.find_spec("taugate.controllers") is not None:
         parser.set_defaults(state_provider_factory=_watch_state_provider)
 
 
 def _watch_state_provider(settings, kubeconfig: str | None = None):
     """A watch-based ``StateProvider``: the pod's service account, or ``kubeconfig`` when given.
-    Raises ``controllers.kube.KubeConfigError`` (a ``ValueError``) without a usable configuration."""
+    Raises ``taugate.kubeaccess.KubeConfigError`` (a ``ValueError``) without a usable configuration."""
     from taugate.controllers.kube import Kube, load_configuration
-    from taugate.controllers.state_watch import WatchStateProvider
+    from taugate.webhook.state_watch import WatchStateProvider
 
     cfg = load_configuration(in_cluster=kubeconfig is None, kubeconfig=kubeconfig)
     return WatchStateProvider(Kube.from_configuration(cfg), settings)

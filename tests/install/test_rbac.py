@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from taugate.controllers.resources import STATE_RESOURCES
 from taugate import labels
+from taugate.state_objects import STATE_RESOURCES
 from tests.install.chart import NAMESPACE, allowed, crds, find, hook_events, objects, one, pod_spec, rules_of
 
-# The kinds the webhook's in-cluster state provider (controllers/state_watch.py) lists and
+# The kinds the webhook's in-cluster state provider (webhook/state_watch.py) lists and
 # watches: those a ClusterState is built from.
 STATE_KINDS = {(r.group, r.plural) for r in STATE_RESOURCES}
 WRITE_VERBS = ("create", "update", "patch", "delete", "deletecollection")
