@@ -37,10 +37,10 @@ import kubernetes.client
 import urllib3.exceptions
 from kubernetes.client.exceptions import ApiException
 
+from taugate import labels
 from taugate.certs import bundle
 from taugate.certs.bundle import CertSet, CertStatus
 from taugate.certs.pki import DEFAULT_SERVING_DAYS, CertError, service_dns_names
-from taugate import labels
 from taugate.kubeaccess import connection_reason, kubeconfig_problem
 
 MERGE_PATCH = "application/merge-patch+json"
@@ -50,18 +50,18 @@ DEFAULT_SWITCH_AFTER = _dt.timedelta(minutes=10)
 
 
 def _now() -> _dt.datetime:
-    return _dt.datetime.now(_dt.timezone.utc)
+    return _dt.datetime.now(_dt.UTC)
 
 
 def _stamp(t: _dt.datetime) -> str:
-    return t.astimezone(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return t.astimezone(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _parse_stamp(text: str | None) -> _dt.datetime | None:
     if not text:
         return None
     try:
-        return _dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=_dt.timezone.utc)
+        return _dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=_dt.UTC)
     except ValueError:
         return None
 
@@ -178,7 +178,8 @@ def sync(api: kubernetes.client.ApiClient, *, secret: str, namespace: str, servi
         data: dict[str, Any] = _encode(p.certs)
         for name in bundle.ITEMS:
             data.setdefault(name, None)  # merge patch: null removes ca-next.key
-        meta: dict[str, Any] = {"annotations": {labels.CA_PUBLISHED_AT: _stamp(p.published_at) if p.published_at else None}}
+        meta: dict[str,
+                   Any] = {"annotations": {labels.CA_PUBLISHED_AT: _stamp(p.published_at) if p.published_at else None}}
         rv = (stored.get("metadata") or {}).get("resourceVersion")
         if rv:
             meta["resourceVersion"] = rv

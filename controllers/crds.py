@@ -183,19 +183,7 @@ class _Converter:
             extra = {k: v for k, v in schema.items() if k not in ("$ref",)}
             return self._object(target, name or "", extra)
         if "anyOf" in schema:
-            options = _strip_null(schema.pop("anyOf"))
-            types = sorted(o.get("type") for o in options if len(o) == 1 and "type" in o)
-            if types == ["integer", "string"] and len(options) == 2:
-                out = {"x-kubernetes-int-or-string": True,
-                       "anyOf": [{"type": "integer"}, {"type": "string"}]}
-                return self._common(schema, out)
-            if len(options) == 1:
-                merged = dict(options[0])
-                for key in ("description", "default"):
-                    if key in schema and key not in merged:
-                        merged[key] = schema[key]
-                return self.convert(merged, owner, prop)
-            raise CrdGenerationError(f"union {options!r} at {'.'.join(self.where)} has no structural equivalent")
+            return self._union(schema, owner, prop)
         t = schema.get("type")
         if t == "object":
             if "properties" in schema:
@@ -205,34 +193,59 @@ class _Converter:
                 return self._common(schema, {"type": "object", "x-kubernetes-preserve-unknown-fields": True})
             return self._common(schema, {"type": "object", "additionalProperties": self.convert(add)})
         if t == "array":
-            items = self.convert(schema.get("items") or {})
-            out = {"type": "array", "items": items}
-            for key in ("minItems", "maxItems"):
-                if key in schema:
-                    out[key] = schema[key]
-            lt = LIST_TYPES.get((owner or "", prop or ""))
-            if lt is None and self.ref_name(schema.get("items") or {}) == "Condition":
-                lt = (_MAP, ("type",))
-            if lt is not None:
-                out["x-kubernetes-list-type"] = lt[0]
-                if lt[0] == _MAP:
-                    out["x-kubernetes-list-map-keys"] = list(lt[1])
-            return self._common(schema, out)
+            return self._array(schema, owner, prop)
         if "const" in schema:
             return self._common(schema, {"type": _json_type(schema["const"]), "enum": [schema["const"]]})
         if t in ("string", "integer", "number", "boolean"):
-            out: dict[str, Any] = {"type": t}
-            for key in ("enum", "pattern", "minLength", "maxLength", "minimum", "maximum", "format"):
-                if key in schema:
-                    out[key] = schema[key]
-            for key, bound in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
-                if key in schema and not isinstance(schema[key], bool):
-                    out[bound] = schema[key]
-                    out[key] = True
-            return self._common(schema, out)
+            return self._scalar(schema, t)
         if not schema or set(schema) <= {"title", "description", "default"}:
             return self._common(schema, {"x-kubernetes-preserve-unknown-fields": True})
         raise CrdGenerationError(f"unsupported schema {schema!r} at {'.'.join(self.where)}")
+
+    def _union(self, schema: dict, owner: str | None, prop: str | None) -> dict:
+        """``anyOf``: int-or-string, or one option besides null (an optional field)."""
+        options = _strip_null(schema.pop("anyOf"))
+        types = sorted(o.get("type") for o in options if len(o) == 1 and "type" in o)
+        if types == ["integer", "string"] and len(options) == 2:
+            out = {"x-kubernetes-int-or-string": True,
+                   "anyOf": [{"type": "integer"}, {"type": "string"}]}
+            return self._common(schema, out)
+        if len(options) == 1:
+            merged = dict(options[0])
+            for key in ("description", "default"):
+                if key in schema and key not in merged:
+                    merged[key] = schema[key]
+            return self.convert(merged, owner, prop)
+        raise CrdGenerationError(f"union {options!r} at {'.'.join(self.where)} has no structural equivalent")
+
+    def _array(self, schema: dict, owner: str | None, prop: str | None) -> dict:
+        """An array, with its list type (``LIST_TYPES``; conditions are a map keyed by ``type``)."""
+        items = self.convert(schema.get("items") or {})
+        out = {"type": "array", "items": items}
+        for key in ("minItems", "maxItems"):
+            if key in schema:
+                out[key] = schema[key]
+        lt = LIST_TYPES.get((owner or "", prop or ""))
+        if lt is None and self.ref_name(schema.get("items") or {}) == "Condition":
+            lt = (_MAP, ("type",))
+        if lt is not None:
+            out["x-kubernetes-list-type"] = lt[0]
+            if lt[0] == _MAP:
+                out["x-kubernetes-list-map-keys"] = list(lt[1])
+        return self._common(schema, out)
+
+    def _scalar(self, schema: dict, t: str) -> dict:
+        """A string, integer, number or boolean with its constraints (an exclusive bound as
+        ``minimum`` + ``exclusiveMinimum: true``, the OpenAPI v3.0 form Kubernetes takes)."""
+        out: dict[str, Any] = {"type": t}
+        for key in ("enum", "pattern", "minLength", "maxLength", "minimum", "maximum", "format"):
+            if key in schema:
+                out[key] = schema[key]
+        for key, bound in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
+            if key in schema and not isinstance(schema[key], bool):
+                out[bound] = schema[key]
+                out[key] = True
+        return self._common(schema, out)
 
     def _common(self, src: dict, out: dict) -> dict:
         if src.get("description"):

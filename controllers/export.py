@@ -37,7 +37,8 @@ def clean(obj: dict, res: R.Resource) -> dict:
         meta["annotations"] = ann
     else:
         meta.pop("annotations", None)
-    out = {"apiVersion": obj.get("apiVersion") or res.api_version, "kind": obj.get("kind") or res.kind, "metadata": meta}
+    out = {"apiVersion": obj.get("apiVersion") or res.api_version, "kind": obj.get("kind") or res.kind,
+           "metadata": meta}
     out.update({k: v for k, v in obj.items() if k not in ("apiVersion", "kind", "metadata")})
     return out
 
@@ -53,7 +54,7 @@ def collect(kube: Any) -> list[dict]:
 
 def render(objects: list[dict], source: str, skipped: list[str]) -> str:
     """The snapshot file text: a header comment, then one YAML document per object."""
-    when = _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    when = _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
     header = [f"# taugate cluster snapshot exported from {source} at {when} by `taugate snapshot export`.",
               "# Read it with `taugate admit -f OBJECT.yaml --cluster FILE` or `taugate serve --cluster FILE`."]
     header += [f"# left out: {line}" for line in skipped]
@@ -61,7 +62,8 @@ def render(objects: list[dict], source: str, skipped: list[str]) -> str:
     return "\n".join(header) + "\n" + body
 
 
-def export_snapshot(kube: Any, settings: Settings | None = None, *, source: str = "the cluster") -> tuple[str, list[str]]:
+def export_snapshot(kube: Any, settings: Settings | None = None, *, source: str = "the cluster") -> tuple[str,
+                                                                                                          list[str]]:
     """(snapshot text, what was left out and why). Raises ``taugate.snapshot.SnapshotError`` if the
     result would not load (a bug: the objects were already filtered)."""
     settings = settings or Settings()

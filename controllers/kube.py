@@ -7,8 +7,9 @@ the same shape ``taugate.snapshot.build_state`` and the pure reconcile functions
 are JSON merge patches (RFC 7386), never PUT, so a field another controller owns is left alone.
 
 Errors (``taugate.kubeaccess``, shared with the webhook's state watch): ``KubeError`` carries the
-HTTP status and a one-line message (the API's ``Status.message``); ``KubeUnreachable`` (a ``KubeError`` with status 0) says the server was not reached, in the one
-form every command prints: ``cannot reach the Kubernetes API at URL: reason``. ``check_reachable``
+HTTP status and a one-line message (the API's ``Status.message``); ``KubeUnreachable`` (a
+``KubeError`` with status 0) says the server was not reached, in the one form every command prints:
+``cannot reach the Kubernetes API at URL: reason``. ``check_reachable``
 is the commands' quick preflight (one ``GET /version``, no retries, a short timeout), so a wrong
 or unreachable server fails in one line before anything starts (kopf would retry for a minute).
 """
@@ -160,7 +161,7 @@ class Kube:
         self._lock = threading.Lock()
 
     @classmethod
-    def from_configuration(cls, cfg: kubernetes.client.Configuration, **kwargs: Any) -> "Kube":
+    def from_configuration(cls, cfg: kubernetes.client.Configuration, **kwargs: Any) -> Kube:
         return cls(ApiClient(cfg), **kwargs)
 
     def close(self) -> None:
@@ -181,15 +182,18 @@ class Kube:
             resp = self.api.call_api(method_, url, header_params=hdrs, body=data,
                                      _request_timeout=timeout or self.request_timeout)
         except ApiException as e:
-            raise KubeError(e.status or 0, _error_message(e.status or 0, e.body, f"{method} {path}: {e.reason}")) from None
+            raise KubeError(e.status or 0, _error_message(e.status or 0, e.body,
+                                                          f"{method} {path}: {e.reason}")) from None
         except urllib3.exceptions.HTTPError as e:  # refused, timed out, DNS, TLS
             raise KubeUnreachable(self.api.configuration.host, connection_reason(e)) from None
         except Exception as e:
-            raise KubeError(0, f"{method} {path}: {e.__class__.__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
+            first = str(e).splitlines()[0] if str(e) else ""
+            raise KubeError(0, f"{method} {path}: {e.__class__.__name__}: {first}") from None
         if resp.status >= 400:
             body_bytes = resp.read()
             raise (WatchExpired if resp.status == 410 else KubeError)(
-                resp.status, _error_message(resp.status, body_bytes, f"{method} {path}: HTTP {resp.status} {resp.reason}"))
+                resp.status, _error_message(resp.status, body_bytes,
+                                            f"{method} {path}: HTTP {resp.status} {resp.reason}"))
         return resp
 
     def _json(self, method: str, path: str, **kwargs: Any) -> Any:

@@ -24,7 +24,6 @@ from taugate.state_objects import (
     TAU_WORKSPACES,
 )
 
-
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", False)
 SERVICE_ACCOUNTS = Resource("", "v1", "serviceaccounts", "ServiceAccount", True)
 PVCS = Resource("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", True)

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import importlib.util
+import os
 import sys
 
 PARTS = ("taugate.webhook.commands", "taugate.controllers.commands", "taugate.certs.commands")
@@ -21,7 +21,8 @@ PARTS = ("taugate.webhook.commands", "taugate.controllers.commands", "taugate.ce
 
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser, with every part's subcommands registered."""
-    parser = argparse.ArgumentParser(prog="taugate", description="Server-side admission for GPU workloads on Kubernetes.")
+    parser = argparse.ArgumentParser(prog="taugate",
+                                     description="Server-side admission for GPU workloads on Kubernetes.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in PARTS:
         try:

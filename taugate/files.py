@@ -3,6 +3,7 @@ evidence records, exported snapshots)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from pathlib import Path
@@ -26,10 +27,8 @@ def write_atomic(path: str | Path, data: bytes, mode: int = 0o644, *, make_paren
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-        except FileNotFoundError:
-            pass
         raise
     dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
     try:

@@ -91,7 +91,8 @@ class WorkloadProfile(TauModel):
 
 
 # A Kubernetes resource quantity (apimachinery ``resource.Quantity`` syntax, as in TauGrid's CRDs).
-QUANTITY_PATTERN = r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+QUANTITY_PATTERN = (r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
+                    r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$")
 
 
 class WorkspaceDefaults(TauModel):
@@ -180,10 +181,7 @@ class ResolvedProfile(WorkloadProfile):
 
     def is_ready(self) -> bool:
         """True when the profile's ``Ready`` condition is ``True``."""
-        for c in self.conditions:  # a loop: admission asks this on every request
-            if c.type == "Ready" and c.status == "True":
-                return True
-        return False
+        return any(c.type == "Ready" and c.status == "True" for c in self.conditions)
 
 
 class ProfileSetStatus(TauModel):

@@ -14,6 +14,7 @@ v1beta1 objects, whose ClusterQueue names its cohort ``cohort``).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from decimal import Decimal
 from typing import Any
 
@@ -33,7 +34,8 @@ _SHAPES: dict[str, dict] = {
                         "conditions": [{"type!": "string", "status!": "string"}]}},
     "LocalQueue": {"metadata!": _META, "spec!": {"clusterQueue!": "string"}},
     "ClusterQueue": {"metadata!": _META,
-                     "spec": {"cohort": "string", "cohortName": "string", "namespaceSelector": _SELECTOR, "queueingStrategy": "string",
+                     "spec": {"cohort": "string", "cohortName": "string", "namespaceSelector": _SELECTOR,
+                              "queueingStrategy": "string",
                               "resourceGroups": [{"coveredResources": ["string"], "flavors": [{
                                   "name!": "string", "resources": [{
                                       "name!": "string", "nominalQuota": "quantity", "borrowingLimit": "quantity",
@@ -50,44 +52,54 @@ MAX_QUANTITY = Decimal(2**63 - 1)
 _JSON_TYPES = {"string": str, "boolean": bool}
 
 
-def _shape_problem(value: Any, schema: Any, path: tuple) -> tuple[tuple, str] | None:
+Problem = tuple[tuple[str | int, ...], str]
+"""Where (a path of keys and indices) and what."""
+
+
+def _shape_problem(value: Any, schema: Any, path: tuple[str | int, ...]) -> Problem | None:
     if isinstance(schema, str):
-        if schema == "any":
-            return None
-        if schema == "quantity":
-            q = quantity(value) if isinstance(value, (str, int, float)) and not isinstance(value, bool) else None
-            if q is None or not q.is_finite() or q < 0 or q > MAX_QUANTITY:
-                return path, (f"is {json_type(value)} ({_shown(value)}); it must be a Kubernetes quantity from 0 to "
-                              f"{MAX_QUANTITY} (e.g. 8, 500m, 64Gi)")
-            return None
-        if type(value) is not _JSON_TYPES[schema]:
-            return path, f"is {json_type(value)} ({_shown(value)}); it must be a {schema}"
-        return None
+        return _type_problem(value, schema, path)
     if isinstance(schema, list):
         if type(value) is not list:
             return path, f"is {json_type(value)} ({_shown(value)}); it must be an array"
-        for i, item in enumerate(value):
-            found = _shape_problem(item, schema[0], path + (i,))
-            if found:
-                return found
-        return None
+        return _first(_shape_problem(item, schema[0], (*path, i)) for i, item in enumerate(value))
     if type(value) is not dict:
         return path, f"is {json_type(value)} ({_shown(value)}); it must be an object"
     every = schema.get("*")
     if every is not None:
-        for k, v in value.items():
-            found = _shape_problem(v, every, path + (k,))
-            if found:
-                return found
+        return _first(_shape_problem(v, every, (*path, k)) for k, v in value.items())
+    return _fields_problem(value, schema, path)
+
+
+def _first(problems: Iterable[Problem | None]) -> Problem | None:
+    return next((p for p in problems if p), None)
+
+
+def _type_problem(value: Any, schema: str, path: tuple[str | int, ...]) -> Problem | None:
+    """A scalar type name: "any", "quantity" (0 to ``MAX_QUANTITY``), "string", "boolean"."""
+    if schema == "any":
         return None
+    if schema == "quantity":
+        q = quantity(value) if isinstance(value, (str, int, float)) and not isinstance(value, bool) else None
+        if q is None or not q.is_finite() or q < 0 or q > MAX_QUANTITY:
+            return path, (f"is {json_type(value)} ({_shown(value)}); it must be a Kubernetes quantity from 0 to "
+                          f"{MAX_QUANTITY} (e.g. 8, 500m, 64Gi)")
+        return None
+    if type(value) is not _JSON_TYPES[schema]:
+        return path, f"is {json_type(value)} ({_shown(value)}); it must be a {schema}"
+    return None
+
+
+def _fields_problem(value: dict[str, Any], schema: dict[str, Any], path: tuple[str | int, ...]) -> Problem | None:
+    """An object's listed fields, in schema order; a name ending in "!" is required."""
     for name, sub in schema.items():
         key = name.rstrip("!")
         v = value.get(key)
         if v is None:
             if name.endswith("!"):
-                return path + (key,), "is missing; it is required"
+                return (*path, key), "is missing; it is required"
             continue
-        found = _shape_problem(v, sub, path + (key,))
+        found = _shape_problem(v, sub, (*path, key))
         if found:
             return found
     return None

@@ -21,7 +21,6 @@ from taugate.adapters import PodTemplate, field_path, is_sidecar
 from taugate.models import ResolvedProfile, TauWorkspace
 from taugate.snapshot import ClusterState
 
-
 # Annotations never shown to policies: a full copy of the object (input size drives evaluation
 # cost) and taugate's own admission record (derived from the decision being made).
 _HIDDEN_ANNOTATIONS = frozenset({"kubectl.kubernetes.io/last-applied-configuration", labels.ADMISSION_RECORD})
@@ -135,8 +134,9 @@ def build_policy_input(*, obj: dict, templates: list[PodTemplate], operation: st
     holds its ClusterQueue's flavor quotas (GPUs for ``nvidia.com/gpu``: nominal, borrowingLimit
     or null, usage) plus ``gpu``, the ``nvidia.com/gpu`` quota for the profile's GPU class with
     ``max``, what Kueue can ever admit; null when the LocalQueue is unknown. The profile leaves
-    out how it was resolved (conditions, applicability, queues, flavors, description). Per pod template: ``replicas`` (pods now), ``maxReplicas`` (pods the KubeRay
-    autoscaler may reach), ``gpusPerPod`` and each container's ``gpus`` (whole devices: limit,
+    out how it was resolved (conditions, applicability, queues, flavors, description). Per pod
+    template: ``replicas`` (pods now), ``maxReplicas`` (pods the KubeRay autoscaler may reach),
+    ``gpusPerPod`` and each container's ``gpus`` (whole devices: limit,
     else request, as Kubernetes defaults an extended resource's request to its limit; native
     sidecars add to the main containers, KEP-753), ``minReplicas`` (the fewest pods Kueue may admit
     it with: a Job's ``kueue.x-k8s.io/job-min-parallelism``, else ``replicas``), ``migPerPod``
@@ -225,8 +225,11 @@ def _gpu_quota(quotas: tuple, state: ClusterState, gpu_class: str | None, gpu_cl
     Flavors: the ClusterQueue's ``nvidia.com/gpu`` flavors whose ResourceFlavor ``nodeLabels``
     name the class, else all of its ``nvidia.com/gpu`` flavors; the numbers are ``_quota_of``."""
     gpu = [q for q in quotas if q.resource == labels.GPU_RESOURCE]
-    chosen = [q for q in gpu if gpu_class is not None and
-              (((state.flavors.get(q.flavor) or {}).get("spec") or {}).get("nodeLabels") or {}).get(gpu_class_label) == gpu_class]
+    def node_labels(flavor: str) -> dict[str, Any]:
+        found = ((state.flavors.get(flavor) or {}).get("spec") or {}).get("nodeLabels")
+        return found if isinstance(found, dict) else {}
+
+    chosen = [q for q in gpu if gpu_class is not None and node_labels(q.flavor).get(gpu_class_label) == gpu_class]
     return _quota_of(chosen or gpu)
 
 

@@ -27,7 +27,8 @@ def profile_set_hash(profiles: list[WorkloadProfile]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def _condition(type_: str, problems: list[str], ok_reason: str, bad_reason: str, ok_message: str, now: str) -> Condition:
+def _condition(type_: str, problems: list[str], ok_reason: str, bad_reason: str, ok_message: str,
+               now: str) -> Condition:
     return Condition(type=type_, status="False" if problems else "True", reason=bad_reason if problems else ok_reason,
                      message="; ".join(problems) or ok_message, last_transition_time=now)
 
@@ -129,7 +130,8 @@ def resolve_profile(profile: WorkloadProfile, *, local_queues: dict[tuple[str, s
         _condition("FlavorsResolved", flavor_problems, "FlavorsAgree", "FlavorsDisagree",
                    "every ResourceFlavor exists and agrees with the profile", now),
         _condition("GpuClassAvailable", class_problems, "GpuClassFound", "GpuClassMissing",
-                   f"nodes with GPU class {profile.gpu_class!r} found" if profile.gpu_class else "no GPU class required", now),
+                   f"nodes with GPU class {profile.gpu_class!r} found" if profile.gpu_class
+                   else "no GPU class required", now),
     ]
     return ResolvedProfile(**profile.model_dump(), conditions=conditions, cluster_queues=cqs,
                            resource_flavors=sorted(rfs), local_queues=lqs)

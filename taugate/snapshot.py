@@ -13,10 +13,11 @@ ignored. ``load_snapshot`` raises ``SnapshotError`` with a one-line reason on ba
 from __future__ import annotations
 
 import datetime as _dt
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path as _Path
-from typing import Any, Iterable
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -196,7 +197,8 @@ def node_problems(node: dict, settings: Settings) -> tuple[str, ...]:
     return tuple(out)
 
 
-def summarise_gpu_classes(nodes: Iterable[dict], settings: Settings, rules: Iterable[Any] = ()) -> dict[str, GpuClassSummary]:
+def summarise_gpu_classes(nodes: Iterable[dict], settings: Settings, rules: Iterable[Any] = ()) -> dict[str,
+                                                                                                        GpuClassSummary]:
     """Per GPU class summary of nodes with allocatable ``nvidia.com/gpu`` > 0 (pure)."""
     rules = list(rules)
     acc: dict[str, dict[str, Any]] = {}
@@ -263,13 +265,14 @@ def cluster_queue_quotas(cq: dict) -> tuple[FlavorQuota, ...]:
         for fl in group.get("flavors") or []:
             for r in fl.get("resources") or []:
                 out.append(FlavorQuota(fl.get("name"), r.get("name"), quantity(r.get("nominalQuota")) or Decimal(0),
-                                       quantity(r.get("borrowingLimit")) if r.get("borrowingLimit") is not None else None,
+                                       (quantity(r.get("borrowingLimit")) if r.get("borrowingLimit") is not None
+                                        else None),
                                        usage.get((fl.get("name"), r.get("name")), Decimal(0)), cohort))
     return tuple(out)
 
 
 def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    return _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
 def build_state(objects: Iterable[dict], settings: Settings | None = None, *, generation: int = 0,
@@ -285,79 +288,13 @@ def build_state(objects: Iterable[dict], settings: Settings | None = None, *, ge
     for Kubernetes and Kueue objects whose fields have the wrong type.
     """
     settings = settings or Settings()
-    cluster: TauCluster | None = None
-    workspaces: dict[str, TauWorkspace] = {}
-    nodes: list[dict] = []
-    lqs: dict[tuple[str, str], dict] = {}
-    cqs: dict[str, dict] = {}
-    rfs: dict[str, dict] = {}
+    found = _Objects()
     for obj in objects:
-        if not isinstance(obj, dict):
-            raise SnapshotError(f"{source}: expected Kubernetes objects, found {type(obj).__name__}")
-        kind = obj.get("kind")
-        meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
-        name = meta.get("name")
-        if check_shapes:
-            if not isinstance(kind, str) or not isinstance(obj.get("apiVersion"), str):
-                raise SnapshotError(f"{source}: an object's kind and apiVersion must be strings (kind is "
-                                    f"{json_type(kind)}, apiVersion is {json_type(obj.get('apiVersion'))})")
-            problem = shape_error(obj)
-            if problem is None and kind in ("TauCluster", "TauWorkspace"):
-                if not isinstance(obj.get("metadata"), dict) or not isinstance(name, str):
-                    problem = "metadata.name: must be a string"
-                else:
-                    problem = json_problem(obj)
-            if problem:
-                raise SnapshotError(f"{source}: {kind} {name!r}: {problem}")
-        try:
-            if kind == "TauCluster":
-                if name != "cluster":
-                    if strict:
-                        raise SnapshotError(f"{source}: TauCluster {name!r}: the TauCluster is a singleton named 'cluster'")
-                    continue
-                if strict and cluster is not None:
-                    raise SnapshotError(f"{source}: a second TauCluster; a snapshot holds exactly one, named 'cluster'")
-                cluster = TauCluster.model_validate(obj, strict=check_shapes or None)
-            elif kind == "TauWorkspace":
-                ws = TauWorkspace.model_validate(obj, strict=check_shapes or None)
-                other = workspaces.get(ws.target_namespace)
-                if other is not None:
-                    raise SnapshotError(f"{source}: TauWorkspaces {other.metadata.name!r} and {ws.metadata.name!r} "
-                                        f"both target namespace {ws.target_namespace!r}")
-                workspaces[ws.target_namespace] = ws
-        except ValidationError as e:
-            err = e.errors()[0]
-            loc = ".".join(str(p) for p in err["loc"])
-            raise SnapshotError(f"{source}: {kind} {name!r}: {loc}: {err['msg']}") from None
-        if kind == "Node":
-            nodes.append(obj)
-        elif kind == "LocalQueue":
-            lqs[(meta.get("namespace") or "default", name)] = obj
-        elif kind == "ClusterQueue":
-            cqs[name] = obj
-        elif kind == "ResourceFlavor":
-            rfs[name] = obj
+        found.take(obj, source=source, strict=strict, check_shapes=check_shapes)
+    cluster, lqs, cqs, rfs = found.cluster, found.local_queues, found.cluster_queues, found.flavors
     rules = cluster.spec.nodes.label_rules if cluster and cluster.spec.nodes else []
-    gpu_classes = summarise_gpu_classes(nodes, settings, rules)
-    problem: str | None = None
-    profiles: dict[str, ResolvedProfile] = {}
-    set_hash = ""
-    if cluster is None:
-        problem = "no TauCluster named 'cluster' is known, so no workload profile can be resolved"
-    else:
-        set_hash = profile_set_hash(cluster.spec.workload_profiles)
-        status = cluster.status.workload_profiles if cluster.status else None
-        if status is None or not status.profiles:
-            now = _now()
-            profiles = {p.name: resolve_profile(p, local_queues=lqs, cluster_queues=cqs, flavors=rfs,
-                                                gpu_classes=set(gpu_classes), now=now)
-                        for p in cluster.spec.workload_profiles}
-        else:
-            profiles = {p.name: p for p in status.profiles}
-            if status.profile_set_hash != set_hash:
-                problem = (f"the TauCluster profile set is stale: status.workloadProfiles.profileSetHash is "
-                           f"{status.profile_set_hash!r} but spec hashes to {set_hash!r}; wait for the taugate "
-                           f"operator to reconcile the TauCluster")
+    gpu_classes = summarise_gpu_classes(found.nodes, settings, rules)
+    profiles, set_hash, problem = _profiles(cluster, lqs, cqs, rfs, gpu_classes)
     quotas: dict[tuple[str, str], tuple[FlavorQuota, ...]] = {}
     for (ns, n), lq in lqs.items():
         cq = cqs.get((lq.get("spec") or {}).get("clusterQueue"))
@@ -366,14 +303,113 @@ def build_state(objects: Iterable[dict], settings: Settings | None = None, *, ge
     default_queue = cluster.spec.workspace_defaults.default_queue if cluster else "jobqueue"
     lanes = frozenset(lane for p in profiles.values() for lane in p.applicability.lanes)
     applicable = {}
-    for ws in workspaces.values():
+    for ws in found.workspaces.values():
         team = ws.spec.team_ref.name if ws.spec.team_ref else None
         for lane in (*lanes, ""):
             applicable[(ws.target_namespace, lane)] = tuple(
                 p for p in profiles.values() if is_applicable(p, namespace=ws.target_namespace, team=team, lane=lane))
-    return ClusterState(cluster, profiles, set_hash, problem, workspaces, lqs, cqs, rfs, gpu_classes,
+    return ClusterState(cluster, profiles, set_hash, problem, found.workspaces, lqs, cqs, rfs, gpu_classes,
                         quotas, default_queue, generation, applicable, lanes,
-                        summarise_mig_resources(nodes, settings))
+                        summarise_mig_resources(found.nodes, settings))
+
+
+def _check_shape(obj: dict[str, Any], source: str) -> None:
+    """Raise ``SnapshotError`` when a Kubernetes or Kueue object's fields have the wrong type
+    (``taugate.object_shapes``) or a TauCluster/TauWorkspace is not plain JSON."""
+    kind = obj.get("kind")
+    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    name = meta.get("name")
+    if not isinstance(kind, str) or not isinstance(obj.get("apiVersion"), str):
+        raise SnapshotError(f"{source}: an object's kind and apiVersion must be strings (kind is "
+                            f"{json_type(kind)}, apiVersion is {json_type(obj.get('apiVersion'))})")
+    problem = shape_error(obj)
+    if problem is None and kind in ("TauCluster", "TauWorkspace"):
+        if not isinstance(obj.get("metadata"), dict) or not isinstance(name, str):
+            problem = "metadata.name: must be a string"
+        else:
+            problem = json_problem(obj)
+    if problem:
+        raise SnapshotError(f"{source}: {kind} {name!r}: {problem}")
+
+
+@dataclass
+class _Objects:
+    """The objects ``build_state`` reads, sorted by kind as they are taken."""
+
+    cluster: TauCluster | None = None
+    workspaces: dict[str, TauWorkspace] = field(default_factory=dict)
+    nodes: list[dict[str, Any]] = field(default_factory=list)
+    local_queues: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    cluster_queues: dict[str, dict[str, Any]] = field(default_factory=dict)
+    flavors: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def take(self, obj: Any, *, source: str, strict: bool, check_shapes: bool) -> None:
+        """Add one object (other kinds are ignored); raises ``SnapshotError`` as ``build_state`` says."""
+        if not isinstance(obj, dict):
+            raise SnapshotError(f"{source}: expected Kubernetes objects, found {type(obj).__name__}")
+        kind = obj.get("kind")
+        meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+        name = meta.get("name")
+        if check_shapes:
+            _check_shape(obj, source)
+        try:
+            if kind == "TauCluster":
+                self._take_cluster(obj, name, source=source, strict=strict, check_shapes=check_shapes)
+            elif kind == "TauWorkspace":
+                self._take_workspace(obj, source=source, check_shapes=check_shapes)
+        except ValidationError as e:
+            err = e.errors()[0]
+            loc = ".".join(str(p) for p in err["loc"])
+            raise SnapshotError(f"{source}: {kind} {name!r}: {loc}: {err['msg']}") from None
+        if kind == "Node":
+            self.nodes.append(obj)
+        elif kind == "LocalQueue":
+            self.local_queues[(meta.get("namespace") or "default", name)] = obj
+        elif kind == "ClusterQueue":
+            self.cluster_queues[name] = obj
+        elif kind == "ResourceFlavor":
+            self.flavors[name] = obj
+
+    def _take_cluster(self, obj: dict[str, Any], name: Any, *, source: str, strict: bool, check_shapes: bool) -> None:
+        if name != "cluster":
+            if strict:
+                raise SnapshotError(f"{source}: TauCluster {name!r}: "
+                                    "the TauCluster is a singleton named 'cluster'")
+            return
+        if strict and self.cluster is not None:
+            raise SnapshotError(f"{source}: a second TauCluster; a snapshot holds exactly one, named 'cluster'")
+        self.cluster = TauCluster.model_validate(obj, strict=check_shapes or None)
+
+    def _take_workspace(self, obj: dict[str, Any], *, source: str, check_shapes: bool) -> None:
+        ws = TauWorkspace.model_validate(obj, strict=check_shapes or None)
+        other = self.workspaces.get(ws.target_namespace)
+        if other is not None:
+            raise SnapshotError(f"{source}: TauWorkspaces {other.metadata.name!r} and {ws.metadata.name!r} "
+                                f"both target namespace {ws.target_namespace!r}")
+        self.workspaces[ws.target_namespace] = ws
+
+
+def _profiles(cluster: TauCluster | None, lqs: dict[tuple[str, str], dict[str, Any]],
+              cqs: dict[str, dict[str, Any]], rfs: dict[str, dict[str, Any]],
+              gpu_classes: dict[str, GpuClassSummary]) -> tuple[dict[str, ResolvedProfile], str, str | None]:
+    """The resolved profiles by name, the profile set hash, and why admission must fail closed
+    (no TauCluster, or a status resolved for another spec) or None. Without a status (an offline
+    snapshot) the profiles are resolved here with the controller's own function."""
+    if cluster is None:
+        return {}, "", "no TauCluster named 'cluster' is known, so no workload profile can be resolved"
+    set_hash = profile_set_hash(cluster.spec.workload_profiles)
+    status = cluster.status.workload_profiles if cluster.status else None
+    if status is None or not status.profiles:
+        now = _now()
+        return ({p.name: resolve_profile(p, local_queues=lqs, cluster_queues=cqs, flavors=rfs,
+                                         gpu_classes=set(gpu_classes), now=now)
+                 for p in cluster.spec.workload_profiles}, set_hash, None)
+    problem = None
+    if status.profile_set_hash != set_hash:
+        problem = (f"the TauCluster profile set is stale: status.workloadProfiles.profileSetHash is "
+                   f"{status.profile_set_hash!r} but spec hashes to {set_hash!r}; wait for the taugate "
+                   f"operator to reconcile the TauCluster")
+    return {p.name: p for p in status.profiles}, set_hash, problem
 
 
 def read_objects(path: str | _Path) -> list[dict]:
@@ -397,7 +433,8 @@ def read_objects(path: str | _Path) -> list[dict]:
         if str(doc.get("kind") or "").endswith("List") and isinstance(doc.get("items"), list):
             for j, item in enumerate(doc["items"]):
                 if not isinstance(item, dict):
-                    raise SnapshotError(f"{name}: document {i + 1}: items[{j}] is {json_type(item)}, not a Kubernetes object")
+                    raise SnapshotError(f"{name}: document {i + 1}: items[{j}] is {json_type(item)}, "
+                                        "not a Kubernetes object")
                 out.append(item)
         else:
             out.append(doc)

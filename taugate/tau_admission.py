@@ -132,12 +132,12 @@ def _quota_request(request: dict, settings: Settings) -> list[dict[str, str]]:
             "quota-approval", "metadata.annotations",
             f"{user.get('username') or 'this user'} {', '.join(verbs)}, but only platform admins may approve or "
             f"reject a TauQuotaRequest: {who_may_approve(settings)}; ask one of them to review it"))
-    if old is not None and not admin and old_ann.get(labels.APPROVED, "").lower() == "true":
-        if (obj.get("spec") or {}) != (old.get("spec") or {}):
-            out.append(_violation(
-                "quota-approval", "spec",
-                f"the request was approved as it is; only {who_may_approve(settings)} may change an approved "
-                f"request's spec; create a new TauQuotaRequest for a different amount"))
+    approved = old is not None and old_ann.get(labels.APPROVED, "").lower() == "true"
+    if approved and not admin and (obj.get("spec") or {}) != ((old or {}).get("spec") or {}):
+        out.append(_violation(
+            "quota-approval", "spec",
+            f"the request was approved as it is; only {who_may_approve(settings)} may change an approved "
+            f"request's spec; create a new TauQuotaRequest for a different amount"))
     return out
 
 
@@ -153,7 +153,8 @@ def _workspace(request: dict, settings: Settings, state: Any) -> list[dict[str, 
         out.append(_violation("workspace-namespace", "spec.target.namespace", refusal))
     if state is not None:
         other = state.workspaces.get(ns)
-        if other is not None and (other.metadata.name, other.metadata.namespace) != (ws.metadata.name, ws.metadata.namespace):
+        if other is not None and (other.metadata.name, other.metadata.namespace) != (ws.metadata.name,
+                                                                                     ws.metadata.namespace):
             out.append(_violation("workspace-namespace", "spec.target.namespace",
                                   f"namespace {ns!r} belongs to TauWorkspace {other.metadata.name!r}; "
                                   f"one namespace serves one workspace"))

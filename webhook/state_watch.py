@@ -24,6 +24,7 @@ reads ``provider.state`` with no API call per request. It satisfies the webhook 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import threading
@@ -116,16 +117,12 @@ class WatchStateProvider:
         """Stop the watches (their open streams are shut down) and the rebuild task."""
         self._stopping.set()
         for resp in list(self._responses.values()):
-            try:
+            with contextlib.suppress(Exception):  # already closed
                 resp.shutdown()
-            except Exception:  # already closed
-                pass
         if self._task is not None:
             self._task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-            except asyncio.CancelledError:
-                pass
             self._task = None
         threads, self._threads = self._threads, []
         await asyncio.to_thread(lambda: [t.join(5) for t in threads])
@@ -136,7 +133,7 @@ class WatchStateProvider:
             raise RuntimeError("start() the provider first")
         try:
             await asyncio.wait_for(self._ready.wait(), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return False
         return True
 
@@ -151,10 +148,8 @@ class WatchStateProvider:
     def _post(self, fn: Any, *args: Any) -> None:
         loop = self._loop
         if loop is not None and not loop.is_closed():
-            try:
+            with contextlib.suppress(RuntimeError):  # loop closed while stopping
                 loop.call_soon_threadsafe(fn, *args)
-            except RuntimeError:  # loop closed while stopping
-                pass
 
     def _watch_loop(self, res: Resource) -> None:
         backoff = 1.0

@@ -14,9 +14,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from taugate.webhook.review import admit, mutate, request_for
 from tests.crdschema import crd_errors
 from tests.paths import DATA, KUBERAY, KUBERAY_SAMPLES, KUEUE, KUEUE_EXAMPLES, RAYCLUSTER_CRD, RAYJOB_CRD
-from taugate.webhook.review import admit, mutate, request_for
 
 CRDS = {
     "RayJob": RAYJOB_CRD,

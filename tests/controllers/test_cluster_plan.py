@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import copy
 
+from taugate import labels
 from taugate.controllers import resources as R
 from taugate.controllers.taucluster import ClusterObservation, plan_cluster, reconcile_cluster
-from taugate.snapshot import rule_matches
-from taugate import labels
 from taugate.models import NodeLabelRule, TauCluster
 from taugate.profiles import profile_set_hash
-from taugate.snapshot import build_state
+from taugate.snapshot import build_state, rule_matches
 from tests.controllers.conftest import pick, without
 from tests.controllers.memstore import MemKube, MemStore
 

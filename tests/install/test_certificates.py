@@ -64,7 +64,8 @@ def test_self_signed_certificates_exist_before_the_webhook_pods_and_reach_the_co
 def test_the_renewal_cronjob_runs_the_same_command_as_the_hooks(default_objects):
     cron = one(default_objects, "CronJob", "taugate-certs")
     assert cron["spec"]["concurrencyPolicy"] == "Forbid"
-    assert pod_spec(cron)["containers"][0]["args"] == pod_spec(one(default_objects, "Job", "taugate-certs-hook"))["containers"][0]["args"]
+    assert pod_spec(cron)["containers"][0]["args"] == pod_spec(one(default_objects, "Job",
+                                                                   "taugate-certs-hook"))["containers"][0]["args"]
     assert pod_spec(cron)["serviceAccountName"] == "taugate-certs"  # a permanent account: hook RBAC is gone by then
 
 
@@ -88,7 +89,8 @@ def test_cert_manager_issues_the_secret_the_webhook_mounts_for_the_service_name(
     assert SERVICE_DNS in certificate["spec"]["dnsNames"]
     # The chain the chart creates: self-signed root -> CA Certificate -> CA Issuer -> serving certificate.
     ca_issuer = one(objs, "Issuer", certificate["spec"]["issuerRef"]["name"])
-    ca_certificate = next(c for c in find(objs, "Certificate") if c["spec"]["secretName"] == ca_issuer["spec"]["ca"]["secretName"])
+    ca_secret = ca_issuer["spec"]["ca"]["secretName"]
+    ca_certificate = next(c for c in find(objs, "Certificate") if c["spec"]["secretName"] == ca_secret)
     assert ca_certificate["spec"]["isCA"] is True
     assert "selfSigned" in one(objs, "Issuer", ca_certificate["spec"]["issuerRef"]["name"])["spec"]
     # No certificate Jobs in this mode: only the uninstall cleanup hook remains.
@@ -98,4 +100,5 @@ def test_cert_manager_issues_the_secret_the_webhook_mounts_for_the_service_name(
 
 def test_cert_manager_can_use_an_existing_cluster_issuer(rendered):
     certificate = one(rendered["cert-manager-cluster-issuer"], "Certificate")
-    assert certificate["spec"]["issuerRef"] == {"group": "cert-manager.io", "kind": "ClusterIssuer", "name": "platform-ca"}
+    assert certificate["spec"]["issuerRef"] == {"group": "cert-manager.io", "kind": "ClusterIssuer",
+                                                "name": "platform-ca"}

@@ -9,8 +9,8 @@ import importlib
 import pytest
 
 from taugate import labels
-from tests.install.chart import CHART, chart, crds
 from taugate.webhook.routes import ROUTES
+from tests.install.chart import CHART, chart, crds
 
 
 def _generated() -> dict[str, str]:

@@ -76,7 +76,8 @@ def test_the_operator_may_manage_every_custom_resource_the_chart_installs(defaul
 
 @pytest.mark.parametrize("service_account, may", [
     ("taugate-certs-hook", {("get", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "taugate", None),
-                            ("patch", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "taugate", None),
+                            ("patch", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "taugate",
+                             None),
                             ("create", "", "secrets", None, NAMESPACE),
                             ("update", "", "secrets", "taugate-webhook-tls", NAMESPACE)}),
     ("taugate-certs", {("patch", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "taugate", None),
@@ -90,7 +91,8 @@ def test_hook_accounts_reach_only_taugates_own_secret_and_configurations(default
     for verb, group, resource, name, namespace in may:
         assert allowed(granted, verb, group, resource, name, namespace), (verb, resource, name)
     for verb in ("get", "patch", "delete"):
-        assert not allowed(granted, verb, "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "kueue-mutating")
+        assert not allowed(granted, verb, "admissionregistration.k8s.io", "mutatingwebhookconfigurations",
+                           "kueue-mutating")
         assert not allowed(granted, verb, "", "secrets", "some-other-secret", NAMESPACE)
     assert not allowed(granted, "list", "", "secrets", namespace=NAMESPACE)
     assert not allowed(granted, "create", "", "secrets", namespace="kube-system")
@@ -104,11 +106,13 @@ def test_hook_jobs_get_their_rbac_before_they_run_and_clean_it_up(default_object
         weight = int(job["metadata"]["annotations"]["helm.sh/hook-weight"])
         support = [o for o in default_objects if o["metadata"]["name"] == sa and o is not job
                    and o["kind"] in ("ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding")]
-        assert {o["kind"] for o in support} == {"ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"}
+        assert {o["kind"] for o in support} == {"ServiceAccount", "Role", "RoleBinding", "ClusterRole",
+                                                "ClusterRoleBinding"}
         for o in support + [job]:
             annotations = o["metadata"]["annotations"]
             assert hook_events(o) == events, o["metadata"]["name"]
-            assert set(annotations["helm.sh/hook-delete-policy"].split(",")) == {"before-hook-creation", "hook-succeeded"}
+            assert set(annotations["helm.sh/hook-delete-policy"].split(",")) == {"before-hook-creation",
+                                                                                 "hook-succeeded"}
             if o is not job:
                 assert int(annotations["helm.sh/hook-weight"]) < weight
 

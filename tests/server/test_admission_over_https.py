@@ -12,11 +12,11 @@ import re
 import pytest
 
 from taugate import labels
+from taugate.webhook.routes import ROUTES
 from tests.crdschema import crd_errors
 from tests.paths import RAYJOB_CRD
 from tests.server.conftest import APISERVER_REQUESTS, K8S_API_TESTDATA, K8S_DOCS
 from tests.server.https import RESPONSE_KEYS, admission_review, apply, check_response, patch_of, workload_request
-from taugate.webhook.routes import ROUTES
 
 RUN_ID = re.compile(r"^[0-9a-f]{24}$")
 
