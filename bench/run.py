@@ -101,6 +101,8 @@ def rss_mb(pid: int) -> float:
 
 def _ms(text: str) -> float:
     m = re.match(r"([\d.]+)(us|ms|s)", text)
+    if m is None:
+        raise ValueError(f"not a wrk duration: {text!r}")
     value, unit = float(m.group(1)), m.group(2)
     return value / 1000 if unit == "us" else value if unit == "ms" else value * 1000
 
@@ -135,7 +137,8 @@ class Server:
             self.ready_s = wait_ready(port, ready_path, timeout)
         except RuntimeError:
             self.stop()
-            raise RuntimeError(f"{cmd[0]} did not start: {self.proc.stderr.read().decode()[-2000:]}") from None
+            stderr = self.proc.stderr.read().decode() if self.proc.stderr else ""
+            raise RuntimeError(f"{cmd[0]} did not start: {stderr[-2000:]}") from None
 
     def stop(self) -> None:
         if self.proc.poll() is None:

@@ -160,7 +160,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
     except kube.KubeAccessError as e:
         return _fail("sync", str(e), 1)
     except urllib3.exceptions.HTTPError as e:  # the server went away after the preflight
-        return _fail("sync", kube.unreachable(api.configuration.host, e), 1)
+        return _fail("sync", str(kube.unreachable(api.configuration.host, e)), 1)
     except ApiException as e:
         return _fail("sync", f"API error {e.status} {e.reason}", 1)
     for line in result.actions:

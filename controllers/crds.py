@@ -57,7 +57,7 @@ class CrdKind:
     model: type[BaseModel]
     short_names: tuple[str, ...] = ()
     categories: tuple[str, ...] = ("tau",)
-    printer_columns: tuple[dict[str, str], ...] = ()
+    printer_columns: tuple[dict[str, Any], ...] = ()
     group: str = labels.GROUP
     version: str = labels.VERSION
 
@@ -72,7 +72,7 @@ class CrdKind:
         return f"{self.group}_{self.plural}.yaml"
 
 
-_AGE = {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
+_AGE: dict[str, Any] = {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
 
 CRD_KINDS: list[CrdKind] = [
     CrdKind("TauCluster", "clusters", "cluster", "Cluster", TauCluster, ("tc",), printer_columns=(
@@ -205,7 +205,7 @@ class _Converter:
     def _union(self, schema: dict, owner: str | None, prop: str | None) -> dict:
         """``anyOf``: int-or-string, or one option besides null (an optional field)."""
         options = _strip_null(schema.pop("anyOf"))
-        types = sorted(o.get("type") for o in options if len(o) == 1 and "type" in o)
+        types = sorted(str(o["type"]) for o in options if len(o) == 1 and "type" in o)
         if types == ["integer", "string"] and len(options) == 2:
             out = {"x-kubernetes-int-or-string": True,
                    "anyOf": [{"type": "integer"}, {"type": "string"}]}

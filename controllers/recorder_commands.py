@@ -132,7 +132,7 @@ def _load_kube(args: argparse.Namespace) -> Any:
 
 def _find_taurun(args: argparse.Namespace) -> dict:
     import kubernetes.client
-    from kubernetes.client.rest import ApiException
+    from kubernetes.client import ApiException
     from urllib3.exceptions import HTTPError
 
     from taugate import labels
@@ -148,7 +148,8 @@ def _find_taurun(args: argparse.Namespace) -> dict:
             raise EvidenceError(f"cannot list TauRuns: {e.status} {e.reason}") from None
         except (HTTPError, OSError) as e:
             raise EvidenceError(f"cannot reach the Kubernetes API: {e}") from None
-    runs = [r for r in (items or {}).get("items") or [] if isinstance(r, dict)]
+    listed = items if isinstance(items, dict) else {}
+    runs = [r for r in listed.get("items") or [] if isinstance(r, dict)]
     if args.namespace:
         runs = [r for r in runs if (r.get("metadata") or {}).get("namespace") in (args.namespace, None)]
     by_id = [r for r in runs if (r.get("metadata") or {}).get("name") == args.run]
@@ -210,10 +211,10 @@ def _from_evidence(root: Path, run: str) -> tuple[dict | None, OpenedRecord]:
         matches = []
         for rid in store.run_ids():
             try:
-                doc = store.read_document(rid)
+                stored = store.read_document(rid)
             except EvidenceError:
                 continue  # a broken record names no object
-            if _doc_field(doc.get("object"), "name") == run:
+            if _doc_field(stored.get("object"), "name") == run:
                 matches.append(rid)
         if len(matches) != 1:
             raise EvidenceError(f"{root}: {'no' if not matches else 'more than one'} evidence record for {run!r}")
@@ -222,8 +223,8 @@ def _from_evidence(root: Path, run: str) -> tuple[dict | None, OpenedRecord]:
     doc = rec.doc
     if doc is None:
         return None, rec
-    conds = [{k: v for k, v in c.items() if k != "recordedAt"} for c in _l(doc.get("conditions")) if isinstance(c,
-                                                                                                                dict)]
+    conds = [{k: v for k, v in c.items() if k != "recordedAt"}
+             for c in _l(doc.get("conditions")) if isinstance(c, dict)]
     run_id = doc.get("runId") if isinstance(doc.get("runId"), str) else run
     return ({"metadata": {"name": run_id, "namespace": doc.get("namespace")},
              "spec": {"runId": doc.get("runId"), "object": _d(doc.get("object")), "workspace": doc.get("workspace"),

@@ -128,13 +128,12 @@ def plan_quota_request(obs: QuotaObservation, settings: Settings, now: str | Non
     except ValidationError as e:
         err = e.errors()[0]
         msg = f"the TauQuotaRequest does not match the TauGrid schema: {'.'.join(map(str, err['loc']))}: {err['msg']}"
-        status = {"conditions": carry_transition_times([condition("Reviewed", False, "InvalidSpec", msg, now,
-                                                                  generation)],
-                                                       old.get("conditions"))}
-        patch = owned_patch(old, status)
+        invalid = {"conditions": carry_transition_times(
+            [condition("Reviewed", False, "InvalidSpec", msg, now, generation)], old.get("conditions"))}
+        patch = owned_patch(old, invalid)
         if patch:
             actions.append(Action("patch", R.TAU_QUOTA_REQUESTS, name, ns, {"status": patch}, subresource="status"))
-        return QuotaPlan(actions, status)
+        return QuotaPlan(actions, invalid)
 
     spec = model.spec
     phase, reviewer = decide_phase(R.annotations_of(req))

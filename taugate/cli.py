@@ -15,6 +15,11 @@ import importlib
 import importlib.util
 import os
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from taugate.settings import Settings
+    from taugate.webhook.state_watch import WatchStateProvider
 
 PARTS = ("taugate.webhook.commands", "taugate.controllers.commands", "taugate.certs.commands")
 
@@ -52,7 +57,7 @@ def _wire(parser: argparse.ArgumentParser) -> None:
         parser.set_defaults(state_provider_factory=_watch_state_provider)
 
 
-def _watch_state_provider(settings, kubeconfig: str | None = None):
+def _watch_state_provider(settings: Settings, kubeconfig: str | None = None) -> WatchStateProvider:
     """A watch-based ``StateProvider``: the pod's service account, or ``kubeconfig`` when given.
     Raises ``taugate.kubeaccess.KubeConfigError`` (a ``ValueError``) without a usable configuration."""
     from taugate.controllers.kube import Kube, load_configuration

@@ -27,7 +27,7 @@ _TOLERATION = {"key": "string", "operator": "string", "value": "string", "effect
 _SELECTOR = {"matchLabels": _LABELS, "matchExpressions": [{"key!": "string", "operator!": "string",
                                                            "values": ["string"]}]}
 _USAGE = [{"name!": "string", "resources": [{"name!": "string", "total": "quantity", "borrowed": "quantity"}]}]
-_SHAPES: dict[str, dict] = {
+_SHAPES: dict[str, dict[str, Any]] = {
     "Node": {"metadata!": _META,
              "spec": {"unschedulable": "boolean", "taints": [_TAINT]},
              "status": {"allocatable": {"*": "quantity"}, "capacity": {"*": "quantity"},
@@ -110,11 +110,12 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def shape_error(obj: dict) -> str | None:
+def shape_error(obj: dict[str, Any]) -> str | None:
     """The first type problem of a Node, LocalQueue, ClusterQueue or ResourceFlavor, as
     ``field: problem`` (a Kubernetes field path); None when it has the shape cluster state
     reads (``_SHAPES``), and for other kinds."""
-    schema = _SHAPES.get(obj.get("kind"))
+    kind = obj.get("kind")
+    schema = _SHAPES.get(kind) if isinstance(kind, str) else None
     found = _shape_problem(obj, schema, ()) if schema else None
     if found is None:
         return None

@@ -37,7 +37,7 @@ def _whole(value: Any) -> int:
     return n if n == value else n + 1
 
 
-def _group_at(obj: dict, path: tuple) -> dict:
+def _group_at(obj: dict[str, Any], path: tuple[Any, ...]) -> dict[str, Any]:
     cur: Any = obj
     for part in path:
         if isinstance(cur, dict) and isinstance(part, str):
@@ -49,14 +49,19 @@ def _group_at(obj: dict, path: tuple) -> dict:
     return cur if isinstance(cur, dict) else {}
 
 
-def _autoscaling(obj: dict) -> bool:
-    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+def _mapping(value: Any) -> dict[str, Any]:
+    """``value`` when it is a JSON object, else an empty one."""
+    return value if isinstance(value, dict) else {}
+
+
+def _autoscaling(obj: dict[str, Any]) -> bool:
+    spec = _mapping(obj.get("spec"))
     if obj.get("kind") == "RayJob":
-        spec = spec.get("rayClusterSpec") if isinstance(spec.get("rayClusterSpec"), dict) else {}
+        spec = _mapping(spec.get("rayClusterSpec"))
     return spec.get("enableInTreeAutoscaling") is True
 
 
-def _replica_fields(obj: dict, t: PodTemplate, autoscaling: bool) -> tuple[str | None, int]:
+def _replica_fields(obj: dict[str, Any], t: PodTemplate, autoscaling: bool) -> tuple[str | None, int]:
     """Where a template's pod count is set and the most pods it may scale to.
 
     KubeRay: a worker group's ``replicas`` (x ``numOfHosts``); with ``enableInTreeAutoscaling``
@@ -70,7 +75,8 @@ def _replica_fields(obj: dict, t: PodTemplate, autoscaling: bool) -> tuple[str |
     most = t.replicas
     max_replicas = group.get("maxReplicas")
     if autoscaling and isinstance(max_replicas, int) and not isinstance(max_replicas, bool):
-        hosts = group.get("numOfHosts") if isinstance(group.get("numOfHosts"), int) else 1
+        given = group.get("numOfHosts")
+        hosts = given if isinstance(given, int) else 1
         most = max(most, max_replicas * max(hosts, 1))
     return field_path(t.group_path + ("replicas",)), most
 
@@ -87,12 +93,12 @@ def _without_nulls(value: Any) -> Any:
         return [_without_nulls(v) for v in value if v is not None]
     return value
 
-def _template_input(t: PodTemplate, obj: dict | None = None, autoscaling: bool = False) -> dict[str, Any]:
+def _template_input(t: PodTemplate, obj: dict[str, Any] | None = None, autoscaling: bool = False) -> dict[str, Any]:
     spec = t.spec
-    gpus = {(g.kind, g.index): g.effective for g in t.gpus()}
+    gpus: dict[tuple[str, int], Any] = {(g.kind, g.index): g.effective for g in t.gpus()}
     containers = []
     for kind, i, c in t.containers():
-        res = c.get("resources") if isinstance(c.get("resources"), dict) else {}
+        res = _mapping(c.get("resources"))
         containers.append({
             "name": c.get("name"),
             "kind": kind,
@@ -123,8 +129,8 @@ def _template_input(t: PodTemplate, obj: dict | None = None, autoscaling: bool =
     }
 
 
-def build_policy_input(*, obj: dict, templates: list[PodTemplate], operation: str,
-                       user_info: dict | None, namespace: str | None,
+def build_policy_input(*, obj: dict[str, Any], templates: list[PodTemplate], operation: str,
+                       user_info: dict[str, Any] | None, namespace: str | None,
                        workspace: TauWorkspace | None, profile: ResolvedProfile | None,
                        queue: str | None, state: ClusterState, gpu_class_label: str) -> dict[str, Any]:
     """Build the ``input`` document every policy evaluates (shape: ``policies/input.schema.json``).
@@ -219,7 +225,8 @@ def _workers(pod_templates: list[dict[str, Any]]) -> dict[str, int]:
             "gpuPods": sum(t["replicas"] for t in gpu), "maxGpuPods": sum(t["maxReplicas"] for t in gpu)}
 
 
-def _gpu_quota(quotas: tuple, state: ClusterState, gpu_class: str | None, gpu_class_label: str) -> dict[str, Any]:
+def _gpu_quota(quotas: tuple[Any, ...], state: ClusterState, gpu_class: str | None,
+               gpu_class_label: str) -> dict[str, Any]:
     """The ``nvidia.com/gpu`` quota a workload of GPU class ``gpu_class`` can draw on.
 
     Flavors: the ClusterQueue's ``nvidia.com/gpu`` flavors whose ResourceFlavor ``nodeLabels``
@@ -233,7 +240,7 @@ def _gpu_quota(quotas: tuple, state: ClusterState, gpu_class: str | None, gpu_cl
     return _quota_of(chosen or gpu)
 
 
-def _quota_of(chosen: list) -> dict[str, Any]:
+def _quota_of(chosen: list[Any]) -> dict[str, Any]:
     """One resource's quota over the flavors ``chosen`` (``FlavorQuota``s of a ClusterQueue):
     ``nominal``, ``borrowingLimit`` (null when a flavor has none), ``usage`` and ``max``, what
     Kueue can ever admit (Kueue ClusterQueue quota rules): the sum of ``nominalQuota +
@@ -247,7 +254,10 @@ def _quota_of(chosen: list) -> dict[str, Any]:
             most = None if most is None else most + q.nominal
         else:
             most = None
-    num = lambda d: int(d) if d == d.to_integral_value() else float(d)  # noqa: E731
+
+    def num(d: Decimal) -> int | float:
+        return int(d) if d == d.to_integral_value() else float(d)
+
     return {"flavors": [q.flavor for q in chosen],
             "nominal": num(sum((q.nominal for q in chosen), Decimal(0))),
             "borrowingLimit": None if any(q.borrowing_limit is None for q in chosen)

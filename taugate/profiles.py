@@ -33,9 +33,9 @@ def _condition(type_: str, problems: list[str], ok_reason: str, bad_reason: str,
                      message="; ".join(problems) or ok_message, last_transition_time=now)
 
 
-def _gpu_flavors(cq: dict) -> list[dict]:
+def _gpu_flavors(cq: dict[str, Any]) -> list[dict[str, Any]]:
     """The flavors of a ClusterQueue's resource groups that cover ``nvidia.com/gpu``."""
-    out = []
+    out: list[dict[str, Any]] = []
     for group in (cq.get("spec") or {}).get("resourceGroups") or []:
         if labels.GPU_RESOURCE in (group.get("coveredResources") or []):
             out.extend(group.get("flavors") or [])
@@ -51,8 +51,8 @@ def placement_selector(profile: WorkloadProfile, gpu_class_label: str = labels.G
     return wanted
 
 
-def _flavors_match(profile: WorkloadProfile, cq: str, gpu_flavors: list[dict], flavors: dict[str, dict],
-                   gpu_class_label: str) -> list[str]:
+def _flavors_match(profile: WorkloadProfile, cq: str, gpu_flavors: list[dict[str, Any]],
+                   flavors: dict[str, dict[str, Any]], gpu_class_label: str) -> list[str]:
     """Kueue's flavor assignment for the profile's GPU pods: a ResourceFlavor fits a pod set when
     the pod's node selector matches the flavor's ``nodeLabels`` on the keys that any flavor of
     the resource group labels (kueue v0.17 ``pkg/scheduler/flavorassigner/flavorassigner.go``
@@ -61,7 +61,7 @@ def _flavors_match(profile: WorkloadProfile, cq: str, gpu_flavors: list[dict], f
     (``placement_selector``), Kueue never finds a flavor and every workload of the profile stays
     Pending forever: that is a problem (one line naming each flavor and the contradiction)."""
     wanted = placement_selector(profile, gpu_class_label)
-    known = [fl.get("name") for fl in gpu_flavors if fl.get("name") in flavors]
+    known: list[str] = [fl["name"] for fl in gpu_flavors if fl.get("name") in flavors]
     if not wanted or not known:
         return []
     node_labels = {n: ((flavors[n].get("spec") or {}).get("nodeLabels") or {}) for n in known}
@@ -78,8 +78,8 @@ def _flavors_match(profile: WorkloadProfile, cq: str, gpu_flavors: list[dict], f
             f"never finds a flavor and its workloads stay Pending: {shown}"]
 
 
-def resolve_profile(profile: WorkloadProfile, *, local_queues: dict[tuple[str, str], dict],
-                    cluster_queues: dict[str, dict], flavors: dict[str, dict],
+def resolve_profile(profile: WorkloadProfile, *, local_queues: dict[tuple[str, str], dict[str, Any]],
+                    cluster_queues: dict[str, dict[str, Any]], flavors: dict[str, dict[str, Any]],
                     gpu_classes: set[str], now: str, gpu_class_label: str = labels.GPU_CLASS) -> ResolvedProfile:
     """Resolve one profile against observed Kueue objects and GPU classes (pure).
 

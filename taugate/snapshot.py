@@ -122,9 +122,9 @@ class ClusterState:
     profile_set_hash: str
     profile_set_problem: str | None
     workspaces: dict[str, TauWorkspace]
-    local_queues: dict[tuple[str, str], dict]
-    cluster_queues: dict[str, dict]
-    flavors: dict[str, dict]
+    local_queues: dict[tuple[str, str], dict[str, Any]]
+    cluster_queues: dict[str, dict[str, Any]]
+    flavors: dict[str, dict[str, Any]]
     gpu_classes: dict[str, GpuClassSummary]
     queue_quotas: dict[tuple[str, str], tuple[FlavorQuota, ...]]
     default_queue: str = "jobqueue"
@@ -169,20 +169,22 @@ def rule_matches(rule: Any, node_labels: dict[str, str]) -> bool:
     return bool((vm is not None and vm in vm_sizes) or (product is not None and product in products))
 
 
-def node_gpu_class(node: dict, settings: Settings, rules: Iterable[Any] = ()) -> str | None:
+def node_gpu_class(node: dict[str, Any], settings: Settings, rules: Iterable[Any] = ()) -> str | None:
     """A node's GPU class: its ``settings.gpu_class_label`` label, else the value the first
     matching TauCluster node label rule (``rule_matches``) gives that label, so the class is
     known before the operator has labelled the node."""
     node_labels = (node.get("metadata") or {}).get("labels") or {}
     if settings.gpu_class_label in node_labels:
-        return node_labels[settings.gpu_class_label]
+        labelled: str = node_labels[settings.gpu_class_label]
+        return labelled
     for rule in rules:
         if settings.gpu_class_label in rule.labels and rule_matches(rule, node_labels):
-            return rule.labels[settings.gpu_class_label]
+            ruled: str = rule.labels[settings.gpu_class_label]
+            return ruled
     return None
 
 
-def node_problems(node: dict, settings: Settings) -> tuple[str, ...]:
+def node_problems(node: dict[str, Any], settings: Settings) -> tuple[str, ...]:
     """Why a node is unhealthy: NPD GPU conditions that are ``True``, and ``NotReady``."""
     out = []
     for cond in (node.get("status") or {}).get("conditions") or []:
@@ -197,7 +199,7 @@ def node_problems(node: dict, settings: Settings) -> tuple[str, ...]:
     return tuple(out)
 
 
-def summarise_gpu_classes(nodes: Iterable[dict], settings: Settings, rules: Iterable[Any] = ()) -> dict[str,
+def summarise_gpu_classes(nodes: Iterable[dict[str, Any]], settings: Settings, rules: Iterable[Any] = ()) -> dict[str,
                                                                                                         GpuClassSummary]:
     """Per GPU class summary of nodes with allocatable ``nvidia.com/gpu`` > 0 (pure)."""
     rules = list(rules)
@@ -228,7 +230,7 @@ def summarise_gpu_classes(nodes: Iterable[dict], settings: Settings, rules: Iter
             for cls, a in sorted(acc.items())}
 
 
-def summarise_mig_resources(nodes: Iterable[dict], settings: Settings) -> dict[str, MigSummary]:
+def summarise_mig_resources(nodes: Iterable[dict[str, Any]], settings: Settings) -> dict[str, MigSummary]:
     """Per MIG slice resource (allocatable ``nvidia.com/mig-*`` > 0), the nodes offering it (pure)."""
     acc: dict[str, list[int]] = {}
     for node in nodes:
@@ -251,7 +253,7 @@ def summarise_mig_resources(nodes: Iterable[dict], settings: Settings) -> dict[s
     return {name: MigSummary(name, *a) for name, a in sorted(acc.items())}
 
 
-def cluster_queue_quotas(cq: dict) -> tuple[FlavorQuota, ...]:
+def cluster_queue_quotas(cq: dict[str, Any]) -> tuple[FlavorQuota, ...]:
     """Every (flavor, resource) quota of a Kueue ClusterQueue with its current usage. The cohort
     is ``spec.cohortName`` (kueue.x-k8s.io/v1beta2) or ``spec.cohort`` (v1beta1, in snapshots)."""
     spec, status = cq.get("spec") or {}, cq.get("status") or {}
@@ -275,7 +277,7 @@ def _now() -> str:
     return _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
-def build_state(objects: Iterable[dict], settings: Settings | None = None, *, generation: int = 0,
+def build_state(objects: Iterable[dict[str, Any]], settings: Settings | None = None, *, generation: int = 0,
                 source: str = "snapshot", strict: bool = False, check_shapes: bool = False) -> ClusterState:
     """Build a ``ClusterState`` from plain objects (pure apart from reading the clock).
 
@@ -297,7 +299,8 @@ def build_state(objects: Iterable[dict], settings: Settings | None = None, *, ge
     profiles, set_hash, problem = _profiles(cluster, lqs, cqs, rfs, gpu_classes)
     quotas: dict[tuple[str, str], tuple[FlavorQuota, ...]] = {}
     for (ns, n), lq in lqs.items():
-        cq = cqs.get((lq.get("spec") or {}).get("clusterQueue"))
+        cq_name = (lq.get("spec") or {}).get("clusterQueue")
+        cq = cqs.get(cq_name) if isinstance(cq_name, str) else None
         if cq is not None:
             quotas[(ns, n)] = cluster_queue_quotas(cq)
     default_queue = cluster.spec.workspace_defaults.default_queue if cluster else "jobqueue"
@@ -317,7 +320,7 @@ def _check_shape(obj: dict[str, Any], source: str) -> None:
     """Raise ``SnapshotError`` when a Kubernetes or Kueue object's fields have the wrong type
     (``taugate.object_shapes``) or a TauCluster/TauWorkspace is not plain JSON."""
     kind = obj.get("kind")
-    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    meta = found if isinstance(found := obj.get("metadata"), dict) else {}
     name = meta.get("name")
     if not isinstance(kind, str) or not isinstance(obj.get("apiVersion"), str):
         raise SnapshotError(f"{source}: an object's kind and apiVersion must be strings (kind is "
@@ -348,8 +351,8 @@ class _Objects:
         if not isinstance(obj, dict):
             raise SnapshotError(f"{source}: expected Kubernetes objects, found {type(obj).__name__}")
         kind = obj.get("kind")
-        meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
-        name = meta.get("name")
+        meta = found if isinstance(found := obj.get("metadata"), dict) else {}
+        name: Any = meta.get("name")  # a string once shapes are checked; watched objects always have one
         if check_shapes:
             _check_shape(obj, source)
         try:
@@ -412,7 +415,7 @@ def _profiles(cluster: TauCluster | None, lqs: dict[tuple[str, str], dict[str, A
     return {p.name: p for p in status.profiles}, set_hash, problem
 
 
-def read_objects(path: str | _Path) -> list[dict]:
+def read_objects(path: str | _Path) -> list[dict[str, Any]]:
     """Every object in a YAML or JSON file (``-``: standard input): multi-document YAML, a JSON
     array, ``kind: List`` expanded. Read with ``taugate.files``: at most ``MAX_INPUT_BYTES``,
     duplicate keys refused with their line, YAML aliases bounded.
@@ -424,7 +427,7 @@ def read_objects(path: str | _Path) -> list[dict]:
         docs = load_documents(read_limited(path), name)
     except InputError as e:
         raise SnapshotError(str(e)) from None
-    out: list[dict] = []
+    out: list[dict[str, Any]] = []
     for i, doc in enumerate(docs):
         if doc is None:
             continue

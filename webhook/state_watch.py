@@ -125,7 +125,12 @@ class WatchStateProvider:
                 await self._task
             self._task = None
         threads, self._threads = self._threads, []
-        await asyncio.to_thread(lambda: [t.join(5) for t in threads])
+
+        def join_all() -> None:
+            for t in threads:
+                t.join(5)
+
+        await asyncio.to_thread(join_all)
 
     async def wait_ready(self, timeout: float | None = None) -> bool:
         """Wait until ``ready`` (True) or ``timeout`` seconds pass (False)."""
