@@ -17,8 +17,9 @@ histogram). A probe before and after measures how much of the server's core the 
 takes away (``stall_probe``), and the report counts how often the null webhook, the floor,
 missed the p99 targets itself.
 
-Writes ``bench/results/latest.json`` and ``bench/results/latest.md`` (the Markdown table the
-README quotes; ``--quick`` writes ``quick.json`` and ``quick.md`` instead) and prints the table.
+Writes ``bench/results/latest.json`` and ``bench/results/latest.md`` (the Markdown table that
+docs/performance.md quotes; ``--quick`` writes ``quick.json`` and ``quick.md`` instead) and prints
+the table.
 Exit 0 when it ran (targets missed are reported, not hidden), 2 when it could not run.
 """
 
@@ -466,7 +467,7 @@ def main() -> int:
                                                                             "value": f"{worst:+.0%}"}
     result["targets"] = targets
     RESULTS.mkdir(exist_ok=True)
-    name = "quick" if a.quick else "latest"  # a quick look never replaces the full run the README quotes
+    name = "quick" if a.quick else "latest"  # a quick look never replaces the full run docs/performance.md quotes
     (RESULTS / f"{name}.json").write_text(json.dumps(result, indent=2))
     md = markdown(result)
     (RESULTS / f"{name}.md").write_text(md)
