@@ -22,11 +22,10 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
 from functools import lru_cache
-from typing import Any, Literal, Protocol
+from decimal import Decimal, InvalidOperation
+from typing import Any, Iterator, Literal, Protocol
 
 from kubernetes.utils.quantity import parse_quantity
 
@@ -263,7 +262,7 @@ class PodTemplate:
 
     @classmethod
     def of(cls, role: Role, group: str, path: Path, group_path: Path, replicas: int, template: dict,
-           ray_start_params: dict, min_replicas: int | None = None) -> PodTemplate:
+           ray_start_params: dict, min_replicas: int | None = None) -> "PodTemplate":
         """The pod template ``template`` (at ``path``), its GPU demand read once;
         ``min_replicas`` defaults to ``replicas``."""
         spec = _pod_spec(template)
