@@ -62,8 +62,8 @@ def render(objects: list[dict], source: str, skipped: list[str]) -> str:
     return "\n".join(header) + "\n" + body
 
 
-def export_snapshot(kube: Any, settings: Settings | None = None, *, source: str = "the cluster") -> tuple[str,
-                                                                                                          list[str]]:
+def export_snapshot(kube: Any, settings: Settings | None = None, *,
+                    source: str = "the cluster") -> tuple[str, list[str]]:
     """(snapshot text, what was left out and why). Raises ``taugate.snapshot.SnapshotError`` if the
     result would not load (a bug: the objects were already filtered)."""
     settings = settings or Settings()

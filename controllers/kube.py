@@ -182,8 +182,8 @@ class Kube:
             resp = self.api.call_api(method_, url, header_params=hdrs, body=data,
                                      _request_timeout=timeout or self.request_timeout)
         except ApiException as e:
-            raise KubeError(e.status or 0, _error_message(e.status or 0, e.body,
-                                                          f"{method} {path}: {e.reason}")) from None
+            raise KubeError(e.status or 0,
+                            _error_message(e.status or 0, e.body, f"{method} {path}: {e.reason}")) from None
         except urllib3.exceptions.HTTPError as e:  # refused, timed out, DNS, TLS
             raise KubeUnreachable(self.api.configuration.host, connection_reason(e)) from None
         except Exception as e:

@@ -272,8 +272,8 @@ def render_status(run: dict) -> str:
     lines.append("")
     rows = []
     for i, t in enumerate(rc.STATE_ORDER, 1):
-        c = by.get(t) or (by.get(rc.FAILED) if t == rc.COMPLETED else None) or {"type": t, "status": "Unknown",
-                                                                                "reason": "NotObserved"}
+        unobserved = {"type": t, "status": "Unknown", "reason": "NotObserved"}
+        c = by.get(t) or (by.get(rc.FAILED) if t == rc.COMPLETED else None) or unobserved
         rows.append((str(i), c))
     for t in rc.RELEASE_TYPES:
         if t in by:

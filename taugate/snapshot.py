@@ -199,8 +199,8 @@ def node_problems(node: dict[str, Any], settings: Settings) -> tuple[str, ...]:
     return tuple(out)
 
 
-def summarise_gpu_classes(nodes: Iterable[dict[str, Any]], settings: Settings, rules: Iterable[Any] = ()) -> dict[str,
-                                                                                                        GpuClassSummary]:
+def summarise_gpu_classes(nodes: Iterable[dict[str, Any]], settings: Settings,
+                          rules: Iterable[Any] = ()) -> dict[str, GpuClassSummary]:
     """Per GPU class summary of nodes with allocatable ``nvidia.com/gpu`` > 0 (pure)."""
     rules = list(rules)
     acc: dict[str, dict[str, Any]] = {}

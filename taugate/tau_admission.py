@@ -153,8 +153,8 @@ def _workspace(request: dict[str, Any], settings: Settings, state: Any) -> list[
         out.append(_violation("workspace-namespace", "spec.target.namespace", refusal))
     if state is not None:
         other = state.workspaces.get(ns)
-        if other is not None and (other.metadata.name, other.metadata.namespace) != (ws.metadata.name,
-                                                                                     ws.metadata.namespace):
+        this = (ws.metadata.name, ws.metadata.namespace)
+        if other is not None and (other.metadata.name, other.metadata.namespace) != this:
             out.append(_violation("workspace-namespace", "spec.target.namespace",
                                   f"namespace {ns!r} belongs to TauWorkspace {other.metadata.name!r}; "
                                   f"one namespace serves one workspace"))

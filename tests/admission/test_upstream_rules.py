@@ -274,8 +274,8 @@ def test_a_fixed_size_profile_refuses_a_job_that_kueue_may_start_with_fewer_work
     assert code == 0, err
 
 
-@pytest.mark.parametrize("minimum,says", [("12", '"should be between 0 and 11"'), ("five",
-                                                                                   '"should be between 0 and 11"'),
+@pytest.mark.parametrize("minimum,says", [("12", '"should be between 0 and 11"'),
+                                          ("five", '"should be between 0 and 11"'),
                                           ("0", "allowed: a whole number from 1 to 11")])
 def test_a_partial_admission_annotation_kueue_would_reject_is_denied_in_kueues_words(tmp_path, capsys, minimum, says):
     code, _, err = cli(tmp_path, capsys, m.partial_job(12, 12, minimum=minimum))

@@ -87,8 +87,8 @@ def test_a_first_sync_creates_the_tls_secret_and_sets_every_caBundle_and_a_secon
     result = _sync(api)
     assert result.actions[0] == "created a CA and a serving certificate for taugate-webhook.taugate-system.svc"
     secret = _secret(api)
-    assert secret["type"] == "kubernetes.io/tls" and sorted(secret["data"]) == ["ca.crt", "ca.key", "tls.crt",
-                                                                                "tls.key"]
+    assert secret["type"] == "kubernetes.io/tls"
+    assert sorted(secret["data"]) == ["ca.crt", "ca.key", "tls.crt", "tls.key"]
     assert secret["metadata"]["labels"] == {labels.MANAGED_BY: "taugate"}
     leaf = load_certificates(_item(secret, "tls.crt"))[0]
     assert result.status.hosts == ["taugate-webhook", "taugate-webhook.taugate-system",

@@ -55,8 +55,10 @@ def test_snapshot_export_writes_the_live_state_that_admit_reads(kube_double, sma
     assert exported.gpu_classes == original.gpu_classes
     assert exported.queue_quotas == original.queue_quotas
     assert sorted(exported.workspaces) == sorted(original.workspaces) == ["nlp", "vision"]
-    assert {n: p.is_ready() for n, p in exported.profiles.items()} == {n: p.is_ready() for n,
-                                                                       p in original.profiles.items()}
+    def readiness(state):
+        return {n: p.is_ready() for n, p in state.profiles.items()}
+
+    assert readiness(exported) == readiness(original)
 
     capsys.readouterr()
     assert main(["admit", "-f", str(IMAGE_CLASSIFIER), "--cluster", str(out), "-n", "vision"]) == 0

@@ -292,8 +292,8 @@ class ControlPlane:
                 raise ControlPlaneError(f"{p.name} has exited (code {p.popen.returncode}); last lines:\n{p.tail()}")
 
     def kubectl(self, *args: str, input: str | bytes | None = None, kubeconfig: Path | None = None,
-                check: bool = True, timeout: float = 60, env: dict[str,
-                                                                   str] | None = None) -> subprocess.CompletedProcess:
+                check: bool = True, timeout: float = 60,
+                env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
         """Run the built kubectl as a user types it (text in and out; ``env`` adds variables such
         as ``KUBE_EDITOR``). ``check`` raises ``ControlPlaneError`` with stderr on a non-zero exit."""
         if isinstance(input, bytes):

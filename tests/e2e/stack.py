@@ -77,8 +77,8 @@ AUDIT_POLICY = {
     "rules": [
         # What Kueue and KubeRay write to the objects taugate's webhooks see, with the request
         # and the webhooks' patch annotations (patch.webhook.admission.k8s.io needs Request).
-        {"level": "Request", "users": [USERS["kueue"], USERS["kuberay-operator"]], "verbs": ["create", "update",
-                                                                                             "patch"],
+        {"level": "Request", "users": [USERS["kueue"], USERS["kuberay-operator"]],
+         "verbs": ["create", "update", "patch"],
          "resources": [{"group": "ray.io", "resources": ["rayjobs", "rayclusters"]},
                        {"group": "batch", "resources": ["jobs"]}]},
         {"level": "None"},

@@ -60,9 +60,8 @@ def test_every_crd_taugate_installs_or_reads_is_established_and_served(platform)
 def test_every_release_object_of_the_chart_is_stored_by_the_api_server(platform):
     objects = release_objects(platform.cp, rendered_chart())
     assert len(objects) > 10
-    got = json.loads(platform.cp.kubectl("get", "-f", "-", "-o", "json",
-                                         input=json.dumps({"apiVersion": "v1", "kind": "List",
-                                                           "items": objects})).stdout)
+    listed = json.dumps({"apiVersion": "v1", "kind": "List", "items": objects})
+    got = json.loads(platform.cp.kubectl("get", "-f", "-", "-o", "json", input=listed).stdout)
     stored = {(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]) for o in got["items"]}
     assert stored == {(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]) for o in objects}
 

@@ -58,10 +58,13 @@ def test_with_taugate_down_a_workspace_rayjob_fails_as_the_runbook_says_and_ever
                                                 (platform.cert_dir / "ca.crt").read_bytes()), "--server-side",
                          "--field-manager=helm", "--force-conflicts")
         cp.kubectl("delete", "job", "while-down", "-n", WORKSPACE, "--ignore-not-found")
-    platform.wait_for("taugate to mutate again", lambda: RUN_ID in json.loads(cp.kubectl(
-        "create", "--dry-run=server", "-o", "json", "-f", "-", input=json.dumps(into_workspace(EXAMPLE,
-                                                                                               name="back"))).stdout)[
-        "metadata"]["labels"], 60)
+
+    def mutated_again() -> bool:
+        probe = json.dumps(into_workspace(EXAMPLE, name="back"))
+        created = cp.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", input=probe)
+        return RUN_ID in json.loads(created.stdout)["metadata"]["labels"]
+
+    platform.wait_for("taugate to mutate again", mutated_again, 60)
 
 
 def _set_ca_bundle(cp, bundle: bytes) -> None:
@@ -116,8 +119,11 @@ def test_the_charts_uninstall_hook_removes_both_webhook_configurations(platform)
     cp = platform.cp
     values = {"fullnameOverride": "uninstall-check"}
     objects = rendered_chart(values)
-    hook_rbac = [o for o in objects if "pre-delete" in ((o["metadata"].get("annotations") or {}).get("helm.sh/hook",
-                                                                                                     ""))
+
+    def pre_delete(o: dict) -> bool:
+        return "pre-delete" in (o["metadata"].get("annotations") or {}).get("helm.sh/hook", "")
+
+    hook_rbac = [o for o in objects if pre_delete(o)
                  and o["kind"] in ("ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding")]
     assert {o["kind"] for o in hook_rbac} >= {"ServiceAccount", "ClusterRole", "ClusterRoleBinding"}
     for o in hook_rbac:

@@ -120,9 +120,12 @@ def test_kueue_admits_the_rayjob_kuberay_runs_it_and_the_scheduler_puts_gpu_work
 def test_kubectl_get_tauruns_shows_the_run_admitted_scheduled_and_gpu_healthy(whole_stack, classifier):
     cp = whole_stack.cp
     run_id = classifier["metadata"]["labels"][RUN_ID]
-    row = whole_stack.wait_for("the TauRun to show Admitted, Scheduled and GPUHealthy True", lambda: (
-        r := _taurun_columns(cp, run_id)) and all(r.get(c) == "True" for c in ("ADMITTED", "SCHEDULED",
-                                                                               "GPUHEALTHY")) and r, 180)
+
+    def all_true() -> dict[str, str] | None:
+        r = _taurun_columns(cp, run_id)
+        return r if r and all(r.get(c) == "True" for c in ("ADMITTED", "SCHEDULED", "GPUHEALTHY")) else None
+
+    row = whole_stack.wait_for("the TauRun to show Admitted, Scheduled and GPUHealthy True", all_true, 180)
     assert row["NAME"] == run_id
 
 
@@ -142,10 +145,11 @@ def test_an_npd_gpu_condition_on_a_run_node_turns_gpu_healthy_false_and_the_heal
     cp.kubectl("patch", "node", node, "--subresource=status", "--type=strategic", "-p",
                json.dumps({"status": {"conditions": [ecc]}}))
     try:
-        run = whole_stack.wait_for("GPUHealthy False on the TauRun", lambda: (
-            r := cp.get_json("taurun", run_id, "-n", WORKSPACE)) and _cond(r,
-                                                                           "GPUHealthy").get("status") == "False" and r,
-                                   120)
+        def gpu_unhealthy() -> dict | None:
+            r = cp.get_json("taurun", run_id, "-n", WORKSPACE)
+            return r if r and _cond(r, "GPUHealthy").get("status") == "False" else None
+
+        run = whole_stack.wait_for("GPUHealthy False on the TauRun", gpu_unhealthy, 120)
         gpu = _cond(run, "GPUHealthy")
         assert gpu["reason"] == "GpuEcc" and node in gpu["message"], gpu
         assert _taurun_columns(cp, run_id)["GPUHEALTHY"] == "False"
@@ -202,10 +206,14 @@ def test_a_second_rayjob_over_the_cluster_queue_waits_suspended_and_its_taurun_s
         _apply(cp, _rayjob(name, profile_workers=2, gpus_per_worker=8))
     whole_stack.wait_for("Kueue to admit big-a", lambda: (w := _workload_of(cp, "RayJob", "big-a")) and _cond(
         w, "Admitted").get("status") == "True", 180)
-    wl = whole_stack.wait_for("Kueue to leave big-b pending for quota", lambda: (w := _workload_of(cp, "RayJob",
-                                                                                                   "big-b")) and _cond(
-        w, "QuotaReserved").get("status") == "False" and "insufficient" in _cond(w, "QuotaReserved").get("message",
-                                                                                                         "") and w, 180)
+
+    def pending_for_quota() -> dict | None:
+        w = _workload_of(cp, "RayJob", "big-b")
+        reserved = _cond(w, "QuotaReserved") if w else {}
+        waits = reserved.get("status") == "False" and "insufficient" in reserved.get("message", "")
+        return w if w and waits else None
+
+    wl = whole_stack.wait_for("Kueue to leave big-b pending for quota", pending_for_quota, 180)
     assert "nvidia.com/gpu" in _cond(wl, "QuotaReserved")["message"]
     assert cp.get_json("rayjob", "big-b", "-n", WORKSPACE)["spec"]["suspend"] is True
     run_id = cp.get_json("rayjob", "big-b", "-n", WORKSPACE)["metadata"]["labels"][RUN_ID]
@@ -229,9 +237,9 @@ IMMUTABLE = {"jobs": ("/spec/selector", "/spec/completionMode", "/spec/completio
 
 
 def test_every_update_kueue_and_kuberay_send_passes_taugate_with_no_patch_under_an_immutable_field(whole_stack):
+    senders = (USERS["kueue"], USERS["kuberay-operator"])
     events = [e for e in whole_stack.cp.audit_events() if e.get("stage") == "ResponseComplete"
-              and e["user"]["username"] in (USERS["kueue"], USERS["kuberay-operator"]) and e["verb"] in ("update",
-                                                                                                         "patch")]
+              and e["user"]["username"] in senders and e["verb"] in ("update", "patch")]
     counts: dict[tuple[str, str, str], int] = {}
     refused, bad_patches, patched = [], [], []
     seen_by_taugate = 0  # the API server records every mutating webhook it called on the request
@@ -245,8 +253,8 @@ def test_every_update_kueue_and_kuberay_send_passes_taugate_with_no_patch_under_
         if code >= 400 and "taugate" in msg:
             refused.append((key, msg))
         for k, v in (e.get("annotations") or {}).items():
-            if k.startswith("mutation.webhook.admission.k8s.io/") and "taugate" in json.loads(v).get("configuration",
-                                                                                                     ""):
+            called = k.startswith("mutation.webhook.admission.k8s.io/")
+            if called and "taugate" in json.loads(v).get("configuration", ""):
                 seen_by_taugate += 1
             if not k.startswith("patch.webhook.admission.k8s.io/"):
                 continue
@@ -257,8 +265,8 @@ def test_every_update_kueue_and_kuberay_send_passes_taugate_with_no_patch_under_
             for op in p["patch"]:
                 if any(op["path"].startswith(f) for f in IMMUTABLE.get(e["objectRef"]["resource"], ())):
                     bad_patches.append((key, op))
-    print("UPDATE/PATCH by Kueue and KubeRay seen by the API server:", json.dumps({"/".join(k): n for k,
-                                                                                   n in sorted(counts.items())}))
+    print("UPDATE/PATCH by Kueue and KubeRay seen by the API server:",
+          json.dumps({"/".join(k): n for k, n in sorted(counts.items())}))
     print("taugate's mutating webhook called on", seen_by_taugate, "of them; it patched", len(patched), patched[:5])
     assert sum(n for (u, _, _), n in counts.items() if u == USERS["kueue"]) > 0
     assert sum(n for (u, _, _), n in counts.items() if u == USERS["kuberay-operator"]) > 0

@@ -67,8 +67,8 @@ HOT = ("replicas", "minReplicas", "maxReplicas", "numOfHosts", "parallelism", "c
 
 EDGES = ["1", "0", "-1", "-5", "1m", "0.5", "1e30", "8Gi", "h100", "NaN", "2147483648", "", " 1", "true"]
 leaves = st.one_of(
-    st.none(), st.booleans(), st.integers(-(2**63), 2**64 - 1), st.sampled_from([2**31 - 1, 2**31, 2**63 - 1, 2**63,
-                                                                                 -1]),
+    st.none(), st.booleans(), st.integers(-(2**63), 2**64 - 1),
+    st.sampled_from([2**31 - 1, 2**31, 2**63 - 1, 2**63, -1]),
     st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=12), st.sampled_from(EDGES))
 values = st.recursive(leaves, lambda inner: st.one_of(st.lists(inner, max_size=3),
                                                       st.dictionaries(st.text(max_size=8), inner, max_size=3)),

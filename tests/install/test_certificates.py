@@ -65,8 +65,8 @@ def test_self_signed_certificates_exist_before_the_webhook_pods_and_reach_the_co
 def test_the_renewal_cronjob_runs_the_same_command_as_the_hooks(default_objects):
     cron = one(default_objects, "CronJob", "taugate-certs")
     assert cron["spec"]["concurrencyPolicy"] == "Forbid"
-    assert pod_spec(cron)["containers"][0]["args"] == pod_spec(one(default_objects, "Job",
-                                                                   "taugate-certs-hook"))["containers"][0]["args"]
+    hook = one(default_objects, "Job", "taugate-certs-hook")
+    assert pod_spec(cron)["containers"][0]["args"] == pod_spec(hook)["containers"][0]["args"]
     assert pod_spec(cron)["serviceAccountName"] == "taugate-certs"  # a permanent account: hook RBAC is gone by then
 
 

@@ -193,8 +193,8 @@ def test_the_webhook_sources_add_the_api_server_cidrs_extra_sources_and_metrics_
     monitoring = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
     eks = {"ipBlock": {"cidr": "192.168.0.0/19"}}
     sources = _webhook_sources(objects({"networkPolicy": {
-        "apiServer": {"cidrs": ["10.1.0.10/32", "0.0.0.0/0"]}, "apiServerSources": [eks],
-                                                          "metricsFrom": [monitoring]}}))
+        "apiServer": {"cidrs": ["10.1.0.10/32", "0.0.0.0/0"]},
+        "apiServerSources": [eks], "metricsFrom": [monitoring]}}))
     assert sources[1:] == [{"ipBlock": {"cidr": "10.1.0.10/32"}}, eks, monitoring]
 
 

@@ -93,8 +93,8 @@ def test_the_certificate_hook_gives_the_api_server_a_ca_that_verifies_the_webhoo
     second = _run(job, kubeconfig)  # post-install
     assert second.returncode == 0, second.stderr
 
-    served = x509.load_pem_x509_certificate(base64.b64decode(core.read_namespaced_secret("taugate-webhook-tls",
-                                                                                         NAMESPACE).data["tls.crt"]))
+    secret = core.read_namespaced_secret("taugate-webhook-tls", NAMESPACE)
+    served = x509.load_pem_x509_certificate(base64.b64decode(secret.data["tls.crt"]))
     webhooks = (adm.read_mutating_webhook_configuration("taugate").webhooks
                 + adm.read_validating_webhook_configuration("taugate").webhooks)
     assert len(webhooks) == 3

@@ -110,8 +110,8 @@ def test_hook_jobs_get_their_rbac_before_they_run_and_clean_it_up(default_object
         for o in support + [job]:
             annotations = o["metadata"]["annotations"]
             assert hook_events(o) == events, o["metadata"]["name"]
-            assert set(annotations["helm.sh/hook-delete-policy"].split(",")) == {"before-hook-creation",
-                                                                                 "hook-succeeded"}
+            policy = set(annotations["helm.sh/hook-delete-policy"].split(","))
+            assert policy == {"before-hook-creation", "hook-succeeded"}
             if o is not job:
                 assert int(annotations["helm.sh/hook-weight"]) < weight
 

@@ -115,8 +115,8 @@ def test_workload_webhooks_see_workspace_namespaces_and_the_tau_webhook_the_syst
 def test_match_conditions_skip_exactly_taugates_operator(default_objects):
     operator = one(default_objects, "Deployment", "taugate-operator")
     operator_user = f"system:serviceaccount:{NAMESPACE}:{pod_spec(operator)['serviceAccountName']}"
-    webhook_env = {e["name"]: e.get("value") for e in pod_spec(one(default_objects, "Deployment",
-                                                                   "taugate-webhook"))["containers"][0]["env"]}
+    deployment = one(default_objects, "Deployment", "taugate-webhook")
+    webhook_env = {e["name"]: e.get("value") for e in pod_spec(deployment)["containers"][0]["env"]}
     assert webhook_env["TAUGATE_SERVICE_ACCOUNT"] == operator_user  # the server's own guard clause agrees
     for name, (_, w) in _webhooks(default_objects).items():
         for condition in w["matchConditions"]:

@@ -254,8 +254,8 @@ def job_workload(owner: dict, admitted: bool) -> dict:
           "status": {"conditions": []}}
     if admitted:
         wl["status"]["admission"] = {"clusterQueue": "cpu-cq", "podSetAssignments": [
-            {"name": "main", "count": owner["spec"]["parallelism"], "flavors": {"cpu": "default",
-                                                                                "memory": "default"}}]}
+            {"name": "main", "count": owner["spec"]["parallelism"],
+             "flavors": {"cpu": "default", "memory": "default"}}]}
         wl["status"]["conditions"] = [_cond("QuotaReserved", "True", "QuotaReserved",
                                             "Quota reserved in ClusterQueue cpu-cq", T0),
                                       _cond("Admitted", "True", "Admitted", "The workload is admitted", T0)]

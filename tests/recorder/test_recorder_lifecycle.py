@@ -166,8 +166,8 @@ def test_a_scripted_lifecycle_moves_the_taurun_through_the_states_in_order_and_l
         kube.wait_for(lambda: taurun(kube)["status"]["evidence"]["final"], message="final evidence")
 
         tr = taurun(kube)
-        assert tr["status"]["phase"] == "Succeeded" and tr["status"]["stage"] == "Done", json.dumps(tr["status"],
-                                                                                                    indent=1)
+        shown = json.dumps(tr["status"], indent=1)
+        assert tr["status"]["phase"] == "Succeeded" and tr["status"]["stage"] == "Done", shown
         assert conditions(kube)["Scheduled"]["status"] == "True"  # kept after the pods are gone
         assert tr["spec"]["object"]["uid"] == rj["metadata"]["uid"] and tr["spec"]["profile"] == "a100-4x"
         assert schema_errors(tr) == []
@@ -313,8 +313,8 @@ def test_killing_the_recorder_mid_run_and_starting_it_again_leaves_one_consisten
     tl = timeline(config)
     keys = [(c["type"], c["status"], c["reason"]) for c in tl]
     assert len(keys) == len(set(keys)), f"recorded twice: {keys}"
-    assert [k for k in keys if k[0] == "Admitted"] == [("Admitted", "False", "Pending"), ("Admitted", "True",
-                                                                                          "Admitted")]
+    assert [k for k in keys if k[0] == "Admitted"] == [("Admitted", "False", "Pending"),
+                                                       ("Admitted", "True", "Admitted")]
     doc = json.loads((d / EVIDENCE_FILE).read_text())
     assert sum(1 for line in after.splitlines() if json.loads(line)["kind"] == "run") == 1
     assert {(c["type"], c["status"], c["reason"]) for c in doc["conditions"]} == \

@@ -306,8 +306,8 @@ def test_transition_times_change_only_with_the_status_and_transitions_are_report
 def test_a_finished_run_keeps_its_states_after_its_pods_and_workload_are_deleted():
     rj = o.rayjob_status(o.rayjob(), "Running", "RUNNING")
     wl = o.workload(rj, "admitted")
-    pods = [o.pod(rj, "head", node="n1", phase="Running")] + [o.pod(rj, "worker", i, node="n1",
-                                                                    phase="Running") for i in range(4)]
+    pods = [o.pod(rj, "head", node="n1", phase="Running"),
+            *(o.pod(rj, "worker", i, node="n1", phase="Running") for i in range(4))]
     nodes = {"n1": o.node("n1")}
     c1, _ = rc.derive(_view(owner=rj, workloads=[wl], pods=pods, nodes=nodes), [], NOW, OPTS)
     assert _by_type(c1)["Scheduled"]["status"] == "True" and _by_type(c1)["GPUHealthy"]["status"] == "True"

@@ -80,8 +80,8 @@ async def start_serve():
     started: list[Served] = []
 
     async def start(**env: str) -> Served:
-        proc = serve("--cluster", str(EXAMPLE_CLUSTER), "--port", "0", env={f"TAUGATE_{k.upper()}": v for k,
-                                                                            v in env.items()})
+        proc = serve("--cluster", str(EXAMPLE_CLUSTER), "--port", "0",
+                     env={f"TAUGATE_{k.upper()}": v for k, v in env.items()})
         port, ca = await startup_lines(proc)
         s = Served(proc, port, ca)
         started.append(s)

@@ -115,8 +115,8 @@ async def test_the_default_deadline_is_shorter_than_the_webhook_timeout(gate):
     assert gate.server.settings.admission_deadline_seconds == 2.0 < 3
 
 
-async def _post_in_two_parts(h, cert_dir, body: bytes, *, first: int, pause: float, send_rest: bool) -> tuple[int,
-                                                                                                              bytes]:
+async def _post_in_two_parts(h, cert_dir, body: bytes, *, first: int, pause: float,
+                             send_rest: bool) -> tuple[int, bytes]:
     """POST ``body`` to /mutate over TLS: the headers and ``first`` bytes, then after ``pause``
     seconds the rest (or nothing); the HTTP status and body of the answer."""
     reader, writer = await asyncio.open_connection("127.0.0.1", h.running.port,

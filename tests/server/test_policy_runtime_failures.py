@@ -121,8 +121,8 @@ async def test_a_failing_policy_enforced_as_warn_only_warns(library, start_serve
     r = await gate.post("/validate", admission_review(req))
     resp = check_response(r.body, req["uid"])
     assert any(w.startswith("[priority-class-prefix]") and "the policy failed" in w for w in resp.get("warnings", []))
-    assert all("[priority-class-prefix]" not in line for line in (resp.get("status") or {}).get("message",
-                                                                                                "").splitlines())
+    message = (resp.get("status") or {}).get("message", "")
+    assert all("[priority-class-prefix]" not in line for line in message.splitlines())
 
 
 def test_admit_reports_the_failure_in_one_line_and_exits_1(library, tmp_path, capsys):
