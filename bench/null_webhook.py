@@ -39,7 +39,10 @@ def main() -> None:
     ctx.load_cert_chain(args.cert_dir / "tls.crt", args.cert_dir / "tls.key")
     app = web.Application(client_max_size=8 * 1024 * 1024)
     app.router.add_post("/{path:.*}", review)
-    app.router.add_get("/healthz", lambda r: web.Response(text="ok"))
+    async def healthz(_: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    app.router.add_get("/healthz", healthz)
     web.run_app(app, host="127.0.0.1", port=args.port, ssl_context=ctx, print=None, access_log=None)
 
 

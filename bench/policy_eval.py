@@ -24,6 +24,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -33,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 from taugate.settings import Settings  # noqa: E402
 from taugate.snapshot import load_snapshot  # noqa: E402
 from taugate.webhook.engines import load_policy_engine  # noqa: E402
+from taugate.webhook.policy import EmbeddedPolicyEngine  # noqa: E402
 from taugate.webhook.review import admit  # noqa: E402
 from tests.paths import IMAGE_CLASSIFIER as SAMPLE  # noqa: E402  (KubeRay's GPU RayJob, from its Go module)
 
@@ -85,10 +87,11 @@ def main(argv: list[str] | None = None) -> int:
     settings = Settings()
     state = load_snapshot(ROOT / "examples" / "cluster.yaml", settings)
     engine = load_policy_engine(ROOT / "policies")
+    assert isinstance(engine, EmbeddedPolicyEngine)  # what this measures: the in-process engine
     sample = yaml.safe_load(SAMPLE.read_text())
     cases = {"rayjob 4 workers x 1 GPU (allowed)": sample,
              "rayjob 16 workers x 4 GPUs (denied)": scaled(sample, 16, 4)}
-    report = {"policies": len(engine.store.current.policies), "digest": engine.digest[:12],
+    report: dict[str, Any] = {"policies": len(engine.store.current.policies), "digest": engine.digest[:12],
               "load_average": os.getloadavg()[0], "cases": {}}
     for name, obj in cases.items():
         rec = Recorder(engine)

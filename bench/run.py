@@ -7,8 +7,9 @@ It starts the real ``taugate serve`` (TLS, mutate + validate with the policy lib
 null webhook (``bench/null_webhook.py``: same aiohttp + TLS stack, parses the review, answers
 allowed) each pinned to core 0, and drives them one after the other with ``wrk`` pinned to core
 1 (installed with apt-get if missing), over loopback, each run bounded by ``--duration``.
-Workloads come from KubeRay's and Kueue's samples in their pinned Go modules (``bench/workloads.py``). Then the RayJob rows against a
-generated 5,000-node / 300-profile / 500-workspace snapshot (``bench/scale.py``), each run
+Workloads come from KubeRay's and Kueue's samples in their pinned Go modules
+(``bench/workloads.py``). Then the RayJob rows against a generated 5,000-node / 300-profile /
+500-workspace snapshot (``bench/scale.py``), each run
 alternating with one against the small-snapshot server (the p99 comparison is the median of the
 per-pair ratios), with the server's resident memory and the snapshot load time. Every taugate
 run also reports taugate's own handler p99 (its ``taugate_admission_duration_seconds``
@@ -16,16 +17,17 @@ histogram). A probe before and after measures how much of the server's core the 
 takes away (``stall_probe``), and the report counts how often the null webhook, the floor,
 missed the p99 targets itself.
 
-Writes ``bench/results/latest.json`` and ``bench/results/latest.md`` (the Markdown table the
-README quotes; ``--quick`` writes ``quick.json`` and ``quick.md`` instead) and prints the table.
+Writes ``bench/results/latest.json`` and ``bench/results/latest.md`` (the Markdown table that
+docs/performance.md quotes; ``--quick`` writes ``quick.json`` and ``quick.md`` instead) and prints
+the table.
 Exit 0 when it ran (targets missed are reported, not hidden), 2 when it could not run.
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
 import datetime as _dt
+import functools
 import json
 import os
 import platform
@@ -100,6 +102,8 @@ def rss_mb(pid: int) -> float:
 
 def _ms(text: str) -> float:
     m = re.match(r"([\d.]+)(us|ms|s)", text)
+    if m is None:
+        raise ValueError(f"not a wrk duration: {text!r}")
     value, unit = float(m.group(1)), m.group(2)
     return value / 1000 if unit == "us" else value if unit == "ms" else value * 1000
 
@@ -134,7 +138,8 @@ class Server:
             self.ready_s = wait_ready(port, ready_path, timeout)
         except RuntimeError:
             self.stop()
-            raise RuntimeError(f"{cmd[0]} did not start: {self.proc.stderr.read().decode()[-2000:]}")
+            stderr = self.proc.stderr.read().decode() if self.proc.stderr else ""
+            raise RuntimeError(f"{cmd[0]} did not start: {stderr[-2000:]}") from None
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -247,7 +252,7 @@ def decision_us(states: dict, rows, settings: Settings) -> dict:
         # As the server decides: a mutation edits the review it has just parsed, in place.
         decide = functools.partial(review.mutate, in_place=True) if path == "/mutate" else review.validate
         for label, state in states.items():
-            def once():
+            def once(body=body, decide=decide, state=state) -> bytes:
                 rev = review.parse_review(body)
                 return orjson.dumps(review.review_response(rev, decide(rev["request"], state, settings, engine)))
             for _ in range(100):
@@ -292,9 +297,10 @@ def bench_rows(wrk: str, rows, conns, duration, tmp: Path, script: Path, taugate
                    "ratio": round(sorted(ratios)[len(ratios) // 2], 3) if ratios else None,
                    "p99_ratio": round(sorted(p99_ratios)[len(p99_ratios) // 2], 3) if p99_ratios else None}
             out.append(row)
+            versus = (f" | {other} {n['rps']:8.0f} req/s p99 {n['p99_ms']:.2f} ms | ratio {row['ratio']:.2f}"
+                      if n else "")
             print(f"  {name:28} {path:10} c={c:<3} taugate {t['rps']:8.0f} req/s p50 {t['p50_ms']:.2f} p99 "
-                  f"{t['p99_ms']:.2f} ms (handler p99 {_bound(t.get('handler_p99_ms'))} ms)" + (f" | {other} {n['rps']:8.0f} req/s p99 {n['p99_ms']:.2f} ms | "
-                                             f"ratio {row['ratio']:.2f}" if n else ""), flush=True)
+                  f"{t['p99_ms']:.2f} ms (handler p99 {_bound(t.get('handler_p99_ms'))} ms){versus}", flush=True)
     return out
 
 
@@ -365,7 +371,8 @@ def markdown(result: dict) -> str:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--duration", type=float, default=3.0, help="seconds per wrk run")
-    p.add_argument("--repeat", type=int, default=5, help="runs per row and server (median reported; the ratio is the median of the per-pair ratios)")
+    p.add_argument("--repeat", type=int, default=5,
+                   help="runs per row and server (median reported; the ratio is the median of the per-pair ratios)")
     p.add_argument("--scale-repeat", type=int, default=5,
                    help="pairs of runs per scale row (a p99 ratio needs more pairs than a throughput ratio)")
     p.add_argument("--connections", default="1,16,64")
@@ -389,7 +396,7 @@ def main() -> int:
     state = load_snapshot(small, settings)
     rows = workloads.build(state, settings)
     servers: list[Server] = []
-    result: dict = {"date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+    result: dict = {"date": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
                     "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
                     "duration_s": a.duration, "repeat": a.repeat, "loop": a.loop}
     result["stall_probe"] = {"before": stall_probe()}
@@ -442,10 +449,13 @@ def main() -> int:
     by_c = {r["connections"]: r for r in key}
     targets = {}
     if 16 in by_c:
-        targets["throughput >= 0.35 x null at 16 conns"] = {"met": by_c[16]["ratio"] >= 0.35, "value": by_c[16]["ratio"]}
-        targets["p99 <= 10 ms at 16 conns"] = {"met": by_c[16]["taugate"]["p99_ms"] <= 10, "value": by_c[16]["taugate"]["p99_ms"]}
+        ratio = by_c[16]["ratio"]
+        targets["throughput >= 0.35 x null at 16 conns"] = {"met": ratio >= 0.35, "value": ratio}
+        targets["p99 <= 10 ms at 16 conns"] = {"met": by_c[16]["taugate"]["p99_ms"] <= 10,
+                                               "value": by_c[16]["taugate"]["p99_ms"]}
     if 64 in by_c:
-        targets["p99 <= 40 ms at 64 conns"] = {"met": by_c[64]["taugate"]["p99_ms"] <= 40, "value": by_c[64]["taugate"]["p99_ms"]}
+        targets["p99 <= 40 ms at 64 conns"] = {"met": by_c[64]["taugate"]["p99_ms"] <= 40,
+                                               "value": by_c[64]["taugate"]["p99_ms"]}
     sc = result["scale"]
     targets["RSS <= 250 MB at 5,000 nodes"] = {"met": sc["rss_mb_loaded"] <= 250, "value": round(sc["rss_mb_loaded"])}
     # The issue's subject: the GPU RayJob CREATE on /mutate at 16 (and 64) connections. The
@@ -457,7 +467,7 @@ def main() -> int:
                                                                             "value": f"{worst:+.0%}"}
     result["targets"] = targets
     RESULTS.mkdir(exist_ok=True)
-    name = "quick" if a.quick else "latest"  # a quick look never replaces the full run the README quotes
+    name = "quick" if a.quick else "latest"  # a quick look never replaces the full run docs/performance.md quotes
     (RESULTS / f"{name}.json").write_text(json.dumps(result, indent=2))
     md = markdown(result)
     (RESULTS / f"{name}.md").write_text(md)

@@ -18,9 +18,9 @@ import yaml
 
 from taugate.settings import Settings
 from taugate.snapshot import ClusterState
+from taugate.webhook.review import mutate, request_for
 from tests.paths import IMAGE_CLASSIFIER as CLASSIFIER
 from tests.paths import KUBERAY_SAMPLES, KUEUE_JOB
-from taugate.webhook.review import mutate, request_for
 
 RAYCLUSTER = KUBERAY_SAMPLES / "ray-cluster.complete.yaml"
 

@@ -28,8 +28,8 @@ Every function here is pure (bytes in, bytes out; the clock only through ``now``
 from __future__ import annotations
 
 import datetime as _dt
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Callable
 
 from cryptography import x509
 
@@ -76,7 +76,7 @@ class CertSet:
         return out
 
     @classmethod
-    def from_items(cls, items: dict[str, bytes | None], where: Callable[[str], str] = str) -> "CertSet":
+    def from_items(cls, items: dict[str, bytes | None], where: Callable[[str], str] = str) -> CertSet:
         """From item name -> bytes; ``CertError`` naming the first missing required item."""
         for name in (CA_BUNDLE, CA_KEY, TLS_CERT, TLS_KEY):
             if not items.get(name):

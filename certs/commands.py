@@ -28,6 +28,7 @@ import argparse
 import datetime as _dt
 import sys
 
+from taugate import argtypes
 from taugate.certs import store
 from taugate.certs.pki import (
     DEFAULT_CA_DAYS,
@@ -38,7 +39,6 @@ from taugate.certs.pki import (
     check_validity,
     name_problem,
 )
-from taugate import argtypes
 
 
 def _days(text: str) -> int:
@@ -92,7 +92,7 @@ def cmd_rotate(args: argparse.Namespace) -> int:
         _check_options(args, days=("--ca-days", "--days", "--if-expiring-within"), pair=args.step == "all")
         st = store.inspect(args.dir)
         if args.if_expiring_within is not None and args.step in ("all", "publish") and st.pending is None:
-            left = st.expires - _dt.datetime.now(_dt.timezone.utc)
+            left = st.expires - _dt.datetime.now(_dt.UTC)
             if left > _dt.timedelta(days=args.if_expiring_within):
                 print(f"{args.dir}: nothing to do, certificates are valid for {left.days} more days")
                 return 0
@@ -160,7 +160,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
     except kube.KubeAccessError as e:
         return _fail("sync", str(e), 1)
     except urllib3.exceptions.HTTPError as e:  # the server went away after the preflight
-        return _fail("sync", kube.unreachable(api.configuration.host, e), 1)
+        return _fail("sync", str(kube.unreachable(api.configuration.host, e)), 1)
     except ApiException as e:
         return _fail("sync", f"API error {e.status} {e.reason}", 1)
     for line in result.actions:

@@ -37,10 +37,10 @@ import kubernetes.client
 import urllib3.exceptions
 from kubernetes.client.exceptions import ApiException
 
+from taugate import labels
 from taugate.certs import bundle
 from taugate.certs.bundle import CertSet, CertStatus
 from taugate.certs.pki import DEFAULT_SERVING_DAYS, CertError, service_dns_names
-from taugate import labels
 from taugate.kubeaccess import connection_reason, kubeconfig_problem
 
 MERGE_PATCH = "application/merge-patch+json"
@@ -50,18 +50,18 @@ DEFAULT_SWITCH_AFTER = _dt.timedelta(minutes=10)
 
 
 def _now() -> _dt.datetime:
-    return _dt.datetime.now(_dt.timezone.utc)
+    return _dt.datetime.now(_dt.UTC)
 
 
 def _stamp(t: _dt.datetime) -> str:
-    return t.astimezone(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return t.astimezone(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _parse_stamp(text: str | None) -> _dt.datetime | None:
     if not text:
         return None
     try:
-        return _dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=_dt.timezone.utc)
+        return _dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=_dt.UTC)
     except ValueError:
         return None
 
@@ -145,7 +145,7 @@ def _decode(secret: dict, where) -> tuple[dict[str, bytes | None], _dt.datetime 
     return items, _parse_stamp(annotations.get(labels.CA_PUBLISHED_AT))
 
 
-def _encode(cs: CertSet) -> dict[str, str]:
+def _encode(cs: CertSet) -> dict[str, bytes | str]:
     return {k: base64.b64encode(v).decode() for k, v in cs.items().items()}
 
 
@@ -169,16 +169,18 @@ def sync(api: kubernetes.client.ApiClient, *, secret: str, namespace: str, servi
              renew_before=renew_before, switch_after=switch_after, now=now, where=where)
     result.actions += p.actions
     if stored is None:
-        body = {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
-                "metadata": {"name": secret, "namespace": namespace,
-                             "labels": {labels.MANAGED_BY: labels.MANAGED_BY_VALUE}},
-                "data": _encode(p.certs)}
+        body = kubernetes.client.V1Secret(
+            api_version="v1", kind="Secret", type="kubernetes.io/tls",
+            metadata=kubernetes.client.V1ObjectMeta(name=secret, namespace=namespace,
+                                                    labels={labels.MANAGED_BY: labels.MANAGED_BY_VALUE}),
+            data=_encode(p.certs))
         core.create_namespaced_secret(namespace, body)
     elif p.changed:
         data: dict[str, Any] = _encode(p.certs)
-        for name in bundle.ITEMS:
-            data.setdefault(name, None)  # merge patch: null removes ca-next.key
-        meta: dict[str, Any] = {"annotations": {labels.CA_PUBLISHED_AT: _stamp(p.published_at) if p.published_at else None}}
+        for item in bundle.ITEMS:
+            data.setdefault(item, None)  # merge patch: null removes ca-next.key
+        published = _stamp(p.published_at) if p.published_at else None
+        meta: dict[str, Any] = {"annotations": {labels.CA_PUBLISHED_AT: published}}
         rv = (stored.get("metadata") or {}).get("resourceVersion")
         if rv:
             meta["resourceVersion"] = rv

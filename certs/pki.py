@@ -113,7 +113,7 @@ def service_dns_names(service: str, namespace: str) -> list[str]:
 
 
 def _now() -> _dt.datetime:
-    return _dt.datetime.now(_dt.timezone.utc)
+    return _dt.datetime.now(_dt.UTC)
 
 
 def _new_key() -> ec.EllipticCurvePrivateKey:

@@ -18,10 +18,10 @@ import fcntl
 import os
 import shutil
 import time
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
 
 from taugate.certs import bundle
 from taugate.certs.bundle import (
@@ -45,7 +45,6 @@ from taugate.certs.pki import (
     service_dns_names,
 )
 from taugate.files import write_atomic  # noqa: F401  (re-exported: certs.store.write_atomic)
-
 
 LOCK = ".lock"
 
@@ -118,10 +117,8 @@ def write_set(directory: Path, new: CertSet, old: CertSet | None = None) -> None
         if name in after and after[name] != before.get(name):
             write_atomic(directory / name, after[name], 0o600 if name in _KEYS else 0o644)
     if CA_NEXT_KEY not in after:
-        try:
+        with suppress(FileNotFoundError):
             (directory / CA_NEXT_KEY).unlink()
-        except FileNotFoundError:
-            pass
 
 
 def inspect(directory: str | Path) -> CertDirStatus:

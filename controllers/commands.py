@@ -89,7 +89,8 @@ def output_problem(output: str) -> str | None:
     if real.is_symlink():
         return f"{output}: the symbolic link cannot be resolved (a loop?)"
     if real.exists() and not real.is_file():
-        return f"{output}: exists and is not a regular file" + (f" ({real})" if str(real) != os.path.abspath(output) else "")
+        shown = f" ({real})" if str(real) != os.path.abspath(output) else ""
+        return f"{output}: exists and is not a regular file{shown}"
     if not real.parent.is_dir():
         return f"{output}: the directory does not exist"
     return None
@@ -263,8 +264,10 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     onoff.add_argument("--record", dest="record", action="store_true", default=None,
                        help="run the recorder (default: on when a signing key is configured)")
     onoff.add_argument("--no-record", dest="record", action="store_false", help="do not run the recorder")
-    rec.add_argument("--evidence-root", type=Path, help="directory of per-run evidence (TAUGATE_RECORDER_EVIDENCE_ROOT)")
-    rec.add_argument("--data-root", type=Path, help="where workspace data volumes are mounted (TAUGATE_RECORDER_DATA_ROOT)")
+    rec.add_argument("--evidence-root", type=Path,
+                     help="directory of per-run evidence (TAUGATE_RECORDER_EVIDENCE_ROOT)")
+    rec.add_argument("--data-root", type=Path,
+                     help="where workspace data volumes are mounted (TAUGATE_RECORDER_DATA_ROOT)")
     rec.add_argument("--signing-key-file", type=Path, help="Ed25519 PEM key that signs evidence")
     rec.add_argument("--signing-key-secret", metavar="NS/NAME[/KEY]", help="the same key from a Secret")
     p.set_defaults(func=run_operator_command)

@@ -17,7 +17,7 @@ _REASON = re.compile(r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
 
 def now_rfc3339() -> str:
     """The current UTC time as RFC 3339 with seconds (``2026-11-29T10:00:00Z``)."""
-    return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    return _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
 def condition(type_: str, ok: bool | None, reason: str, message: str, now: str,

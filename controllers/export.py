@@ -4,7 +4,7 @@
 The export lists the TauCluster, TauWorkspaces, Nodes, LocalQueues, ClusterQueues and
 ResourceFlavors once, drops server bookkeeping (managedFields, uid, resourceVersion,
 creationTimestamp, generation, ownerReferences, kopf annotations) and trims Nodes to what
-admission reads, leaves out what admission could not use (``state_watch.usable_objects``), and
+admission reads, leaves out what admission could not use (``taugate.state_objects.usable_objects``), and
 checks that the result loads with ``taugate.snapshot.build_state`` before anything is written.
 """
 
@@ -18,10 +18,10 @@ from typing import Any
 import yaml
 
 from taugate.controllers import resources as R
-from taugate.controllers.state_watch import trim, usable_objects
 from taugate.files import write_atomic
 from taugate.settings import Settings
 from taugate.snapshot import build_state
+from taugate.state_objects import trim, usable_objects
 
 _SERVER_FIELDS = ("uid", "resourceVersion", "creationTimestamp", "generation", "ownerReferences",
                   "managedFields", "selfLink", "deletionGracePeriodSeconds")
@@ -37,7 +37,8 @@ def clean(obj: dict, res: R.Resource) -> dict:
         meta["annotations"] = ann
     else:
         meta.pop("annotations", None)
-    out = {"apiVersion": obj.get("apiVersion") or res.api_version, "kind": obj.get("kind") or res.kind, "metadata": meta}
+    out = {"apiVersion": obj.get("apiVersion") or res.api_version, "kind": obj.get("kind") or res.kind,
+           "metadata": meta}
     out.update({k: v for k, v in obj.items() if k not in ("apiVersion", "kind", "metadata")})
     return out
 
@@ -53,7 +54,7 @@ def collect(kube: Any) -> list[dict]:
 
 def render(objects: list[dict], source: str, skipped: list[str]) -> str:
     """The snapshot file text: a header comment, then one YAML document per object."""
-    when = _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    when = _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
     header = [f"# taugate cluster snapshot exported from {source} at {when} by `taugate snapshot export`.",
               "# Read it with `taugate admit -f OBJECT.yaml --cluster FILE` or `taugate serve --cluster FILE`."]
     header += [f"# left out: {line}" for line in skipped]
@@ -61,7 +62,8 @@ def render(objects: list[dict], source: str, skipped: list[str]) -> str:
     return "\n".join(header) + "\n" + body
 
 
-def export_snapshot(kube: Any, settings: Settings | None = None, *, source: str = "the cluster") -> tuple[str, list[str]]:
+def export_snapshot(kube: Any, settings: Settings | None = None, *,
+                    source: str = "the cluster") -> tuple[str, list[str]]:
     """(snapshot text, what was left out and why). Raises ``taugate.snapshot.SnapshotError`` if the
     result would not load (a bug: the objects were already filtered)."""
     settings = settings or Settings()

@@ -1,4 +1,4 @@
-"""Kubernetes API I/O for the controllers, the state watcher and ``taugate snapshot export``.
+"""Kubernetes API I/O for the controllers, the webhook's state watch and ``taugate snapshot export``.
 
 Everything that talks to the API server goes through ``Kube``, a thin layer over the official
 ``kubernetes`` client's ``ApiClient`` (its configuration, authentication, TLS and connection
@@ -6,9 +6,10 @@ pool) that reads and writes objects as plain JSON dicts, exactly as the API serv
 the same shape ``taugate.snapshot.build_state`` and the pure reconcile functions take). Writes
 are JSON merge patches (RFC 7386), never PUT, so a field another controller owns is left alone.
 
-Errors: ``KubeError`` carries the HTTP status and a one-line message (the API's ``Status.message``);
-``KubeUnreachable`` (a ``KubeError`` with status 0) says the server was not reached, in the one
-form every command prints: ``cannot reach the Kubernetes API at URL: reason``. ``check_reachable``
+Errors (``taugate.kubeaccess``, shared with the webhook's state watch): ``KubeError`` carries the
+HTTP status and a one-line message (the API's ``Status.message``); ``KubeUnreachable`` (a
+``KubeError`` with status 0) says the server was not reached, in the one form every command prints:
+``cannot reach the Kubernetes API at URL: reason``. ``check_reachable``
 is the commands' quick preflight (one ``GET /version``, no retries, a short timeout), so a wrong
 or unreachable server fails in one line before anything starts (kopf would retry for a minute).
 """
@@ -30,37 +31,21 @@ import yaml
 from kubernetes.client import ApiClient, ApiException
 
 from taugate.controllers.resources import Action, Resource
-from taugate.kubeaccess import connection_reason, kubeconfig_problem
+from taugate.kubeaccess import (
+    KubeConfigError,
+    KubeError,
+    KubeUnreachable,
+    WatchExpired,
+    connection_reason,
+    kubeconfig_problem,
+)
+
+__all__ = ["Kube", "KubeConfigError", "KubeError", "KubeUnreachable", "WatchExpired", "check_reachable",
+           "execute_plan", "load_configuration"]
 
 log = logging.getLogger("taugate.kube")
 
 MERGE_PATCH = "application/merge-patch+json"
-
-
-class KubeError(RuntimeError):
-    """An API error: ``status`` is the HTTP status (0 when the server was not reached)."""
-
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
-        self.status = status
-
-
-class WatchExpired(KubeError):
-    """The watch's resourceVersion is too old (HTTP 410 Gone): list again, then watch."""
-
-
-class KubeUnreachable(KubeError):
-    """The API server at ``host`` was not reached (refused, timed out, name not resolved, TLS
-    failed); ``reason`` says which. Its message is ``cannot reach the Kubernetes API at HOST: REASON``."""
-
-    def __init__(self, host: str, reason: str):
-        super().__init__(0, f"cannot reach the Kubernetes API at {host}: {reason}")
-        self.host = host
-        self.reason = reason
-
-
-class KubeConfigError(ValueError):
-    """No usable client configuration (one line: which file or source, and why)."""
 
 
 def load_configuration(*, in_cluster: bool = False, kubeconfig: str | None = None,
@@ -176,7 +161,7 @@ class Kube:
         self._lock = threading.Lock()
 
     @classmethod
-    def from_configuration(cls, cfg: kubernetes.client.Configuration, **kwargs: Any) -> "Kube":
+    def from_configuration(cls, cfg: kubernetes.client.Configuration, **kwargs: Any) -> Kube:
         return cls(ApiClient(cfg), **kwargs)
 
     def close(self) -> None:
@@ -197,15 +182,18 @@ class Kube:
             resp = self.api.call_api(method_, url, header_params=hdrs, body=data,
                                      _request_timeout=timeout or self.request_timeout)
         except ApiException as e:
-            raise KubeError(e.status or 0, _error_message(e.status or 0, e.body, f"{method} {path}: {e.reason}")) from None
+            raise KubeError(e.status or 0,
+                            _error_message(e.status or 0, e.body, f"{method} {path}: {e.reason}")) from None
         except urllib3.exceptions.HTTPError as e:  # refused, timed out, DNS, TLS
             raise KubeUnreachable(self.api.configuration.host, connection_reason(e)) from None
         except Exception as e:
-            raise KubeError(0, f"{method} {path}: {e.__class__.__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
+            first = str(e).splitlines()[0] if str(e) else ""
+            raise KubeError(0, f"{method} {path}: {e.__class__.__name__}: {first}") from None
         if resp.status >= 400:
             body_bytes = resp.read()
             raise (WatchExpired if resp.status == 410 else KubeError)(
-                resp.status, _error_message(resp.status, body_bytes, f"{method} {path}: HTTP {resp.status} {resp.reason}"))
+                resp.status, _error_message(resp.status, body_bytes,
+                                            f"{method} {path}: HTTP {resp.status} {resp.reason}"))
         return resp
 
     def _json(self, method: str, path: str, **kwargs: Any) -> Any:

@@ -26,6 +26,7 @@ chart installs the CRDs first; restart after installing Kueue later).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import threading
@@ -38,12 +39,12 @@ import kopf
 import kubernetes.client
 from pydantic import ValidationError
 
+from taugate import labels
 from taugate.controllers import resources as R
 from taugate.controllers.kube import Kube, KubeError
 from taugate.controllers.taucluster import reconcile_cluster
 from taugate.controllers.tauquotarequest import reconcile_quota_request
 from taugate.controllers.tauworkspace import reconcile_workspace
-from taugate import labels
 from taugate.models import TauWorkspace
 from taugate.settings import Settings
 
@@ -100,10 +101,8 @@ class WorkQueue:
             ready = sorted((t, k) for k, t in self._due.items() if t <= now) if self._due else []
             if not ready:
                 timeout = (min(self._due.values()) - now) if self._due else None
-                try:
+                with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), timeout)
-                except asyncio.TimeoutError:
-                    pass
                 continue
             _, key = ready[0]
             del self._due[key]
@@ -245,10 +244,8 @@ class Controller:
         task, self.task = self.task, None
         if task is not None:
             task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await task
-            except asyncio.CancelledError:
-                pass
 
 
 def relevant(kind: str, body: dict) -> Any:
@@ -285,7 +282,15 @@ def connection_info(cfg: kubernetes.client.Configuration) -> kopf.ConnectionInfo
 def build_registry(ctl: Controller, cfg: kubernetes.client.Configuration) -> kopf.OperatorRegistry:
     """The kopf registry: login, settings, and the ``on.event`` handlers that feed ``ctl``."""
     registry = kopf.OperatorRegistry()
-    system_ns = ctl.settings.system_namespace
+    _register_lifecycle(registry, ctl, cfg)
+    _register_events(registry, ctl)
+    _register_inventory_events(registry, ctl)
+    return registry
+
+
+def _register_lifecycle(registry: kopf.OperatorRegistry, ctl: Controller,
+                        cfg: kubernetes.client.Configuration) -> None:
+    """Login with ``cfg``, kopf's settings, and the reconcile worker started and stopped with kopf."""
     opts = ctl.options
 
     @kopf.on.login(registry=registry)
@@ -317,6 +322,12 @@ def build_registry(ctl: Controller, cfg: kubernetes.client.Configuration) -> kop
     async def _stop_worker(**_: Any) -> None:
         await ctl.stop()
 
+
+def _register_events(registry: kopf.OperatorRegistry, ctl: Controller) -> None:
+    """The ``on.event`` handlers of taugate's own kinds: each change that matters enqueues the
+    reconcile it needs."""
+    system_ns = ctl.settings.system_namespace
+
     def in_system_namespace(namespace: str | None, **_: Any) -> bool:
         return namespace == system_ns
 
@@ -338,6 +349,10 @@ def build_registry(ctl: Controller, cfg: kubernetes.client.Configuration) -> kop
     def _quota(type: str | None, body: kopf.Body, **_: Any) -> None:
         if ctl.changed("TauQuotaRequest", type, dict(body)):
             ctl.on_quota_request(type, dict(body))
+
+
+def _register_inventory_events(registry: kopf.OperatorRegistry, ctl: Controller) -> None:
+    """Nodes, LocalQueues, ClusterQueues and ResourceFlavors: what profiles are resolved against."""
 
     @kopf.on.event("", "v1", "nodes", registry=registry)
     def _node(type: str | None, body: kopf.Body, **_: Any) -> None:
@@ -365,7 +380,6 @@ def build_registry(ctl: Controller, cfg: kubernetes.client.Configuration) -> kop
         if ctl.changed("WorkloadPriorityClass", type, dict(body)):
             ctl.enqueue(CLUSTER_KEY)
 
-    return registry
 
 
 async def run_operator(cfg: kubernetes.client.Configuration, settings: Settings | None = None,

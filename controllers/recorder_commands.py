@@ -26,13 +26,22 @@ import argparse
 import json
 import os
 import sys
-from pathlib import Path
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from pathlib import Path
+from typing import Any
 
 from taugate.controllers import run_conditions as rc
-from taugate.controllers.evidence import (EVIDENCE_FILE, EvidenceError, EvidenceStore, Signer, Verification, check_run_id,
-                                  load_public_key, verify_record)
+from taugate.controllers.evidence import (
+    EVIDENCE_FILE,
+    EvidenceError,
+    EvidenceStore,
+    Signer,
+    Verification,
+    check_run_id,
+    load_public_key,
+    verify_record,
+)
 
 _LABELS = {rc.COMPLETED: "Completed", rc.FAILED: "Failed"}
 
@@ -65,12 +74,14 @@ def add_commands(subparsers: Any) -> None:
     sub = ev.add_subparsers(dest="evidence_command", metavar="ACTION")
     show = sub.add_parser("show", help="print a run's evidence record")
     show.add_argument("run", metavar="RUN", help="run-id (24 lowercase hex)")
-    show.add_argument("--evidence-root", type=Path, default=None, help="evidence root (default $TAUGATE_RECORDER_EVIDENCE_ROOT)")
+    show.add_argument("--evidence-root", type=Path, default=None,
+                      help="evidence root (default $TAUGATE_RECORDER_EVIDENCE_ROOT)")
     show.add_argument("--json", action="store_true", help="print evidence.json as is")
     show.set_defaults(func=cmd_evidence_show)
     ver = sub.add_parser("verify", help="check the hash chain and the signature; exit 1 on tampering")
     ver.add_argument("run", metavar="RUN", help="run-id (24 lowercase hex)")
-    ver.add_argument("--evidence-root", type=Path, default=None, help="evidence root (default $TAUGATE_RECORDER_EVIDENCE_ROOT)")
+    ver.add_argument("--evidence-root", type=Path, default=None,
+                     help="evidence root (default $TAUGATE_RECORDER_EVIDENCE_ROOT)")
     ver.add_argument("--public-key", type=Path, help="the recorder's Ed25519 public key (PEM) to pin the signer")
     ver.set_defaults(func=cmd_evidence_verify)
     key = sub.add_parser("keygen", help="write a new Ed25519 evidence signing key (PKCS#8 PEM)")
@@ -95,7 +106,8 @@ def _load_kube(args: argparse.Namespace) -> Any:
         if not Path(args.kubeconfig).expanduser().is_file():
             raise EvidenceError(f"{args.kubeconfig}: no such kubeconfig file")
     else:
-        paths = [Path(p).expanduser() for p in env.split(os.pathsep) if p] if env else [Path("~/.kube/config").expanduser()]
+        paths = ([Path(p).expanduser() for p in env.split(os.pathsep) if p] if env
+                 else [Path("~/.kube/config").expanduser()])
         where = f"$KUBECONFIG={env}" if env else str(paths[0])
         found = any(p.is_file() for p in paths)
     if not found and not os.environ.get("KUBERNETES_SERVICE_HOST"):
@@ -120,7 +132,7 @@ def _load_kube(args: argparse.Namespace) -> Any:
 
 def _find_taurun(args: argparse.Namespace) -> dict:
     import kubernetes.client
-    from kubernetes.client.rest import ApiException
+    from kubernetes.client import ApiException
     from urllib3.exceptions import HTTPError
 
     from taugate import labels
@@ -136,7 +148,8 @@ def _find_taurun(args: argparse.Namespace) -> dict:
             raise EvidenceError(f"cannot list TauRuns: {e.status} {e.reason}") from None
         except (HTTPError, OSError) as e:
             raise EvidenceError(f"cannot reach the Kubernetes API: {e}") from None
-    runs = [r for r in (items or {}).get("items") or [] if isinstance(r, dict)]
+    listed = items if isinstance(items, dict) else {}
+    runs = [r for r in listed.get("items") or [] if isinstance(r, dict)]
     if args.namespace:
         runs = [r for r in runs if (r.get("metadata") or {}).get("namespace") in (args.namespace, None)]
     by_id = [r for r in runs if (r.get("metadata") or {}).get("name") == args.run]
@@ -198,10 +211,10 @@ def _from_evidence(root: Path, run: str) -> tuple[dict | None, OpenedRecord]:
         matches = []
         for rid in store.run_ids():
             try:
-                doc = store.read_document(rid)
+                stored = store.read_document(rid)
             except EvidenceError:
                 continue  # a broken record names no object
-            if _doc_field(doc.get("object"), "name") == run:
+            if _doc_field(stored.get("object"), "name") == run:
                 matches.append(rid)
         if len(matches) != 1:
             raise EvidenceError(f"{root}: {'no' if not matches else 'more than one'} evidence record for {run!r}")
@@ -210,7 +223,8 @@ def _from_evidence(root: Path, run: str) -> tuple[dict | None, OpenedRecord]:
     doc = rec.doc
     if doc is None:
         return None, rec
-    conds = [{k: v for k, v in c.items() if k != "recordedAt"} for c in _l(doc.get("conditions")) if isinstance(c, dict)]
+    conds = [{k: v for k, v in c.items() if k != "recordedAt"}
+             for c in _l(doc.get("conditions")) if isinstance(c, dict)]
     run_id = doc.get("runId") if isinstance(doc.get("runId"), str) else run
     return ({"metadata": {"name": run_id, "namespace": doc.get("namespace")},
              "spec": {"runId": doc.get("runId"), "object": _d(doc.get("object")), "workspace": doc.get("workspace"),
@@ -258,7 +272,8 @@ def render_status(run: dict) -> str:
     lines.append("")
     rows = []
     for i, t in enumerate(rc.STATE_ORDER, 1):
-        c = by.get(t) or (by.get(rc.FAILED) if t == rc.COMPLETED else None) or {"type": t, "status": "Unknown", "reason": "NotObserved"}
+        unobserved = {"type": t, "status": "Unknown", "reason": "NotObserved"}
+        c = by.get(t) or (by.get(rc.FAILED) if t == rc.COMPLETED else None) or unobserved
         rows.append((str(i), c))
     for t in rc.RELEASE_TYPES:
         if t in by:
@@ -329,7 +344,8 @@ def render_evidence(doc: dict) -> str:
     wrong type (an edited or corrupt record) is shown as it is or skipped, never an error."""
     obj = _d(doc.get("object"))
     adm = _d(doc.get("admission"))
-    out = [f"Run {doc.get('runId')}  {obj.get('kind')} {doc.get('namespace')}/{obj.get('name')} (uid {obj.get('uid', '?')})",
+    out = [f"Run {doc.get('runId')}  {obj.get('kind')} {doc.get('namespace')}/{obj.get('name')} "
+           f"(uid {obj.get('uid', '?')})",
            f"  phase {doc.get('phase')}  final {'yes' if doc.get('final') else 'no'}"]
     for k in ("workspace", "queue", "profile", "profileSetHash"):
         if doc.get(k):
@@ -348,8 +364,8 @@ def render_evidence(doc: dict) -> str:
     for c in _l(doc.get("timeline")):
         c = _d(c)
         src = _src(c.get("source"))
-        out.append(f"  {_s(c.get('recordedAt')):<28}{_s(c.get('type')):<14}{_s(c.get('status')):<8}{_s(c.get('reason')):<22}"
-                   f"{_s(c.get('message'))}" + (f"  [{src}]" if src else ""))
+        out.append(f"  {_s(c.get('recordedAt')):<28}{_s(c.get('type')):<14}{_s(c.get('status')):<8}"
+                   f"{_s(c.get('reason')):<22}{_s(c.get('message'))}" + (f"  [{src}]" if src else ""))
     if _l(doc.get("failures")):
         out.append("Failures:")
         out.extend(f"  - {_failure(f)}" for f in doc["failures"])
@@ -358,7 +374,8 @@ def render_evidence(doc: dict) -> str:
         out.append(f"Artifacts under {art.get('root')}:" + (" (index present)" if art.get("index") else ""))
         for f in _l(art.get("files")):
             f = _d(f)
-            out.append(f"  - {f.get('path')}  {f.get('size')} bytes" + (f"  sha256 {f['sha256']}" if f.get("sha256") else ""))
+            digest = f"  sha256 {f['sha256']}" if f.get("sha256") else ""
+            out.append(f"  - {f.get('path')}  {f.get('size')} bytes{digest}")
     ev = _d(doc.get("events"))
     sig = _d(doc.get("signature"))
     out.append(f"Events: {ev.get('count')}  head {ev.get('head')}")

@@ -77,7 +77,8 @@ class RunProbe(Protocol):
         """The run's metrics so far, or None when there are none."""
         ...
 
-    def artifacts(self, namespace: str, run_id: str, workspace: str | None = None, *, with_hashes: bool = False) -> ArtifactListing | None:
+    def artifacts(self, namespace: str, run_id: str, workspace: str | None = None, *,
+                  with_hashes: bool = False) -> ArtifactListing | None:
         """What is under the run's output path (None when the probe cannot tell); SHA-256 of each
         file only ``with_hashes``."""
         ...
@@ -158,7 +159,8 @@ class FilesystemProbe:
             self._hashes[key] = h.hexdigest()
         return self._hashes[key]
 
-    def artifacts(self, namespace: str, run_id: str, workspace: str | None = None, *, with_hashes: bool = False) -> ArtifactListing | None:
+    def artifacts(self, namespace: str, run_id: str, workspace: str | None = None, *,
+                  with_hashes: bool = False) -> ArtifactListing | None:
         """The artifact index (first of ``index_files`` that parses) and the files under the
         output path (hidden files, e.g. a writer's temporary file, are skipped; at most
         ``MAX_FILES``)."""
@@ -166,44 +168,50 @@ class FilesystemProbe:
         if d is None:
             return None
         out = d / self.config.output_dir
-        index = None
+        if not out.is_dir():
+            return ArtifactListing(str(out), None, ())
+        return ArtifactListing(str(out), self._index(out), tuple(self._files(out, with_hashes)))
+
+    def _index(self, out: Path) -> dict | None:
+        """The first of ``index_files`` under ``out`` that parses as a JSON object or list, as
+        ``{"file": name, "artifacts": [...]}``; None without one."""
+        for name in self.config.index_files:
+            p = out / name
+            if not p.is_file():
+                continue
+            try:
+                parsed = json.loads(p.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                continue
+            if isinstance(parsed, list):
+                parsed = {"artifacts": parsed}
+            if isinstance(parsed, dict):
+                listed = parsed.get("artifacts")
+                return {"file": name, "artifacts": listed if isinstance(listed, list) else []}
+        return None
+
+    def _files(self, out: Path, with_hashes: bool) -> list[dict]:
+        """The files under ``out`` (sorted walk; hidden files skipped; at most ``MAX_FILES``)."""
         files: list[dict] = []
-        if out.is_dir():
-            for name in self.config.index_files:
-                p = out / name
-                if p.is_file():
+        for dirpath, dirnames, filenames in os.walk(out):
+            dirnames.sort()
+            for fn in sorted(filenames):
+                if fn.startswith("."):
+                    continue  # temp files of writers in progress
+                p = Path(dirpath) / fn
+                try:
+                    st = p.stat()
+                except OSError:
+                    continue
+                entry: dict = {"path": str(p.relative_to(out)), "size": st.st_size}
+                if with_hashes:
                     try:
-                        parsed = json.loads(p.read_text(encoding="utf-8"))
-                    except (OSError, ValueError):
-                        continue
-                    if isinstance(parsed, dict):
-                        index = parsed
-                    elif isinstance(parsed, list):
-                        index = {"artifacts": parsed}
-                    if index is not None:
-                        index = {"file": name, "artifacts": index.get("artifacts") if isinstance(index.get("artifacts"), list) else []}
-                        break
-            for dirpath, dirnames, filenames in os.walk(out):
-                dirnames.sort()
-                for fn in sorted(filenames):
-                    if fn.startswith("."):
-                        continue  # temp files of writers in progress
-                    p = Path(dirpath) / fn
-                    try:
-                        st = p.stat()
+                        digest = self._sha256(p, st.st_size, st.st_mtime_ns)
                     except OSError:
-                        continue
-                    entry = {"path": str(p.relative_to(out)), "size": st.st_size}
-                    if with_hashes:
-                        try:
-                            digest = self._sha256(p, st.st_size, st.st_mtime_ns)
-                        except OSError:
-                            digest = None
-                        if digest:
-                            entry["sha256"] = digest
-                    files.append(entry)
-                    if len(files) >= self.MAX_FILES:
-                        break
+                        digest = None
+                    if digest:
+                        entry["sha256"] = digest
+                files.append(entry)
                 if len(files) >= self.MAX_FILES:
-                    break
-        return ArtifactListing(str(out), index, tuple(files))
+                    return files
+        return files

@@ -4,7 +4,8 @@ Desired state (``plan_cluster``, pure, over plain dicts):
 
 - every profile of ``spec.workloadProfiles`` resolved with ``taugate.profiles.resolve_profile``
   (its LocalQueue, ClusterQueue and ResourceFlavors exist and agree; its GPU class is on some
-  node; its Kueue WorkloadPriorityClass exists) into ``status.workloadProfiles.profiles`` with conditions, and ``profileSetHash`` =
+  node; its Kueue WorkloadPriorityClass exists) into ``status.workloadProfiles.profiles`` with
+  conditions, and ``profileSetHash`` =
   ``taugate.profiles.profile_set_hash`` (the hash the admission webhook checks, so a stale status
   fails closed there);
 - ``status.gpuInventory``: ``taugate.snapshot.summarise_gpu_classes`` over the Nodes;

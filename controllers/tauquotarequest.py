@@ -26,12 +26,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from taugate import labels
+from taugate.adapters import quantity
 from taugate.controllers import resources as R
 from taugate.controllers.conditions import carry_transition_times, condition, now_rfc3339, owned_patch
 from taugate.controllers.kube import execute_plan
 from taugate.controllers.resources import Action
-from taugate import labels
-from taugate.adapters import quantity
 from taugate.models import TauCluster, TauQuotaRequest, TauWorkspace
 from taugate.settings import Settings
 
@@ -83,10 +83,12 @@ def _pick_target(cq: dict, resource: str, flavor: str | None) -> tuple[str, str]
     if len(on) == 1:
         return on[0], resource
     if len(on) > 1:
-        return f"ClusterQueue {R.name_of(cq)!r} covers {resource!r} on several flavors ({', '.join(on)}); set spec.flavor"
+        return (f"ClusterQueue {R.name_of(cq)!r} covers {resource!r} on several flavors ({', '.join(on)}); "
+                "set spec.flavor")
     if resource in flavors and (resource, labels.GPU_RESOURCE) in entries:
         return resource, labels.GPU_RESOURCE
-    return f"ClusterQueue {R.name_of(cq)!r} has no quota for {resource!r} (flavors: {', '.join(sorted(flavors)) or 'none'})"
+    return (f"ClusterQueue {R.name_of(cq)!r} has no quota for {resource!r} "
+            f"(flavors: {', '.join(sorted(flavors)) or 'none'})")
 
 
 def _with_nominal(cq: dict, flavor: str, resource: str, value: Any) -> list[dict]:
@@ -126,12 +128,12 @@ def plan_quota_request(obs: QuotaObservation, settings: Settings, now: str | Non
     except ValidationError as e:
         err = e.errors()[0]
         msg = f"the TauQuotaRequest does not match the TauGrid schema: {'.'.join(map(str, err['loc']))}: {err['msg']}"
-        status = {"conditions": carry_transition_times([condition("Reviewed", False, "InvalidSpec", msg, now, generation)],
-                                                       old.get("conditions"))}
-        patch = owned_patch(old, status)
+        invalid = {"conditions": carry_transition_times(
+            [condition("Reviewed", False, "InvalidSpec", msg, now, generation)], old.get("conditions"))}
+        patch = owned_patch(old, invalid)
         if patch:
             actions.append(Action("patch", R.TAU_QUOTA_REQUESTS, name, ns, {"status": patch}, subresource="status"))
-        return QuotaPlan(actions, status)
+        return QuotaPlan(actions, invalid)
 
     spec = model.spec
     phase, reviewer = decide_phase(R.annotations_of(req))
@@ -140,7 +142,8 @@ def plan_quota_request(obs: QuotaObservation, settings: Settings, now: str | Non
         status["reviewedBy"] = reviewer
     if phase == "Approved":
         status["approvedBy"] = reviewer or "unknown"
-        status["decision"] = f"approved by {reviewer or 'a platform admin'}: {spec.requested} {spec.resource} for workspace {spec.workspace}"
+        status["decision"] = (f"approved by {reviewer or 'a platform admin'}: {spec.requested} {spec.resource} "
+                              f"for workspace {spec.workspace}")
         reviewed = condition("Reviewed", True, "Approved", status["decision"], now, generation)
     elif phase == "Rejected":
         status["decision"] = f"rejected by {reviewer or 'a platform admin'}"
@@ -155,7 +158,8 @@ def plan_quota_request(obs: QuotaObservation, settings: Settings, now: str | Non
     previous_change = old.get("quotaChange") if isinstance(old.get("quotaChange"), dict) else None
     if mode != "Apply":
         conds.append(condition("QuotaApplied", False, "ReportOnly",
-                               "mutationMode ReportOnly: taugate records the decision; a platform admin changes the quota",
+                               "mutationMode ReportOnly: taugate records the decision; "
+                               "a platform admin changes the quota",
                                now, generation))
     elif previous_change is not None:
         status["quotaChange"] = previous_change  # applied once; kept as the record
@@ -212,7 +216,8 @@ def _apply(obs: QuotaObservation, spec: Any, status: dict, actions: list[Action]
         status["quotaChange"] = {"clusterQueue": cq_name, "flavor": flavor, "resource": resource,
                                  "before": before, "after": before}
         return condition("QuotaApplied", True, "AlreadySatisfied",
-                         f"ClusterQueue {cq_name!r} {flavor}/{resource} nominalQuota is already {before} >= {spec.requested}",
+                         f"ClusterQueue {cq_name!r} {flavor}/{resource} nominalQuota is already "
+                         f"{before} >= {spec.requested}",
                          now, generation)
     if not allowed:
         return fail("Forbidden", f"the API refused the operator's patch of ClusterQueue {cq_name!r} (RBAC); enable the "
@@ -243,7 +248,8 @@ def observe_quota_request(kube: Any, namespace: str, name: str) -> QuotaObservat
     if ws is not None:
         try:
             model = TauWorkspace.model_validate(ws)
-            default = TauCluster.model_validate(cluster).spec.workspace_defaults.default_queue if cluster else "jobqueue"
+            default = (TauCluster.model_validate(cluster).spec.workspace_defaults.default_queue if cluster
+                       else "jobqueue")
             lq = kube.get(R.LOCAL_QUEUES, model.local_queue(default), model.target_namespace)
         except ValidationError:
             lq = None

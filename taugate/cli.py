@@ -12,16 +12,22 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import importlib.util
+import os
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from taugate.settings import Settings
+    from taugate.webhook.state_watch import WatchStateProvider
 
 PARTS = ("taugate.webhook.commands", "taugate.controllers.commands", "taugate.certs.commands")
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser, with every part's subcommands registered."""
-    parser = argparse.ArgumentParser(prog="taugate", description="Server-side admission for GPU workloads on Kubernetes.")
+    parser = argparse.ArgumentParser(prog="taugate",
+                                     description="Server-side admission for GPU workloads on Kubernetes.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in PARTS:
         try:
@@ -38,8 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _wire(parser: argparse.ArgumentParser) -> None:
     """Cross-part wiring, here because the parts never import each other: ``taugate serve``
     (webhook) gets its TLS from ``certs.serving.serving_tls`` (``args.tls_factory``) and, with
-    ``--in-cluster``, its cluster state from ``controllers.state_watch.WatchStateProvider``
-    (``args.state_provider_factory``)."""
+    ``--in-cluster``, its cluster state from ``webhook.state_watch.WatchStateProvider`` reading
+    through the controllers' API client ``controllers.kube.Kube`` (``args.state_provider_factory``)."""
     try:
         from taugate.certs.serving import serving_tls
     except ModuleNotFoundError as e:
@@ -47,15 +53,15 @@ def _wire(parser: argparse.ArgumentParser) -> None:
             raise
     else:
         parser.set_defaults(tls_factory=serving_tls)
-    if importlib.util.find_spec("taugate.controllers.state_watch") is not None:
+    if importlib.util.find_spec("taugate.controllers") is not None:
         parser.set_defaults(state_provider_factory=_watch_state_provider)
 
 
-def _watch_state_provider(settings, kubeconfig: str | None = None):
+def _watch_state_provider(settings: Settings, kubeconfig: str | None = None) -> WatchStateProvider:
     """A watch-based ``StateProvider``: the pod's service account, or ``kubeconfig`` when given.
-    Raises ``controllers.kube.KubeConfigError`` (a ``ValueError``) without a usable configuration."""
+    Raises ``taugate.kubeaccess.KubeConfigError`` (a ``ValueError``) without a usable configuration."""
     from taugate.controllers.kube import Kube, load_configuration
-    from taugate.controllers.state_watch import WatchStateProvider
+    from taugate.webhook.state_watch import WatchStateProvider
 
     cfg = load_configuration(in_cluster=kubeconfig is None, kubeconfig=kubeconfig)
     return WatchStateProvider(Kube.from_configuration(cfg), settings)

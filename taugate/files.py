@@ -3,9 +3,14 @@ evidence records, exported snapshots)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import yaml
 
 
 def write_atomic(path: str | Path, data: bytes, mode: int = 0o644, *, make_parents: bool = False) -> None:
@@ -26,10 +31,8 @@ def write_atomic(path: str | Path, data: bytes, mode: int = 0o644, *, make_paren
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-        except FileNotFoundError:
-            pass
         raise
     dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -95,22 +98,23 @@ def expand_paths(paths: list[str]) -> list[str]:
     return out
 
 
-def _loader_base():
+def _loader_base() -> type[yaml.SafeLoader]:
     import yaml
 
-    return getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser: ~10x faster
+    base: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser: ~10x faster
+    return base
 
 
-def _strict_loader():
+def _strict_loader() -> type[yaml.SafeLoader]:
     """A YAML safe loader that refuses duplicate mapping keys, naming both lines (kubectl's
     sigs.k8s.io/yaml rejects them: ``mapping key "x" already defined``). Merge keys (``<<``)
     may still be overridden, as YAML 1.1 specifies."""
     import yaml
 
-    class StrictLoader(_loader_base()):  # type: ignore[misc]
-        def construct_mapping(self, node, deep=False):
+    class StrictLoader(_loader_base()):  # type: ignore[misc]  # a base chosen at run time (libyaml or not)
+        def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
             if isinstance(node, yaml.MappingNode):
-                seen: dict = {}
+                seen: dict[Any, int] = {}
                 for key_node, _ in node.value:
                     if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
                         continue
@@ -121,19 +125,20 @@ def _strict_loader():
                             None, None, f"duplicate key {key!r} (also at line {seen[key]}); kubectl rejects "
                                         f"duplicate keys", key_node.start_mark)
                     seen[key] = line
-            return super().construct_mapping(node, deep=deep)
+            mapping: dict[Any, Any] = super().construct_mapping(node, deep=deep)
+            return mapping
 
     return StrictLoader
 
 
-_LOADER = None
+_LOADER: type[yaml.SafeLoader] | None = None
 
 
 class _TooManyAliasValues(Exception):
     pass
 
 
-def _alias_values(doc, limit: int) -> int:
+def _alias_values(doc: Any, limit: int) -> int:
     """How many values YAML aliases add to ``doc`` (a mapping or sequence shared by aliases
     counts once more, whole, at every further appearance). Raises ``_TooManyAliasValues``
     past ``limit`` and ``RecursionError`` for a document that contains itself."""
@@ -141,7 +146,7 @@ def _alias_values(doc, limit: int) -> int:
     active: set[int] = set()
     extra = 0
 
-    def size(v) -> int:
+    def size(v: Any) -> int:
         nonlocal extra
         if not isinstance(v, (dict, list)):
             return 1
@@ -163,7 +168,7 @@ def _alias_values(doc, limit: int) -> int:
     return extra
 
 
-def load_documents(data: bytes, name: str) -> list:
+def load_documents(data: bytes, name: str) -> list[Any]:
     """The documents of a YAML or JSON input (``name`` is used in errors). JSON (``{`` or ``[``
     first) is read with orjson; YAML with a safe loader that refuses duplicate keys, and whose
     aliases may add at most ``MAX_ALIAS_VALUES`` values (billion laughs) and never make a

@@ -1,14 +1,104 @@
-"""Kubernetes client access problems, explained in one line: shared by every part that talks to
-the API server (controllers, certs), so every command names a missing kubeconfig and an
-unreachable API server the same way."""
+"""Kubernetes API access shared by every part that talks to the API server (webhook, controllers,
+certs): REST resources (``Resource``), object metadata accessors, the API errors (``KubeError``
+and its kinds), and connection problems explained in one line, so every command names a missing
+kubeconfig and an unreachable API server the same way. The HTTP client itself is
+``taugate.controllers.kube.Kube``; the webhook's state watch takes it through a protocol.
+"""
 
 from __future__ import annotations
 
 import os
 import socket
 import ssl
+from dataclasses import dataclass
+from typing import Any
 
 import urllib3
+
+
+@dataclass(frozen=True)
+class Resource:
+    """A REST resource: ``group`` ('' for core), ``version``, ``plural``, ``kind``, ``namespaced``."""
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool
+
+    @property
+    def api_version(self) -> str:
+        """``group/version``, or ``version`` alone for the core group (``v1``)."""
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    def path(self, namespace: str | None = None, name: str | None = None, subresource: str | None = None) -> str:
+        """The REST path (Kubernetes API conventions): ``/api/v1/...`` for core, ``/apis/G/V/...``
+        otherwise; a namespaced resource without ``namespace`` addresses all namespaces."""
+        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        if self.namespaced and namespace:
+            base += f"/namespaces/{namespace}"
+        base += f"/{self.plural}"
+        if name:
+            base += f"/{name}"
+            if subresource:
+                base += f"/{subresource}"
+        return base
+
+    def __str__(self) -> str:
+        return f"{self.plural}.{self.group or 'core'}"
+
+
+def meta(obj: dict[str, Any] | None) -> dict[str, Any]:
+    """``obj.metadata`` or an empty dict (never None)."""
+    found = (obj or {}).get("metadata")
+    return found if isinstance(found, dict) else {}
+
+
+def name_of(obj: dict[str, Any] | None) -> str:
+    """``metadata.name``, or '' without one."""
+    return str(meta(obj).get("name") or "")
+
+
+def namespace_of(obj: dict[str, Any] | None) -> str | None:
+    """``metadata.namespace``, or None for a cluster-scoped object."""
+    found = meta(obj).get("namespace")
+    return None if found is None else str(found)
+
+
+def labels_of(obj: dict[str, Any] | None) -> dict[str, str]:
+    """A copy of ``metadata.labels`` (empty without any)."""
+    return dict(meta(obj).get("labels") or {})
+
+
+def annotations_of(obj: dict[str, Any] | None) -> dict[str, str]:
+    """A copy of ``metadata.annotations`` (empty without any)."""
+    return dict(meta(obj).get("annotations") or {})
+
+
+class KubeError(RuntimeError):
+    """An API error: ``status`` is the HTTP status (0 when the server was not reached)."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+class WatchExpired(KubeError):
+    """The watch's resourceVersion is too old (HTTP 410 Gone): list again, then watch."""
+
+
+class KubeUnreachable(KubeError):
+    """The API server at ``host`` was not reached (refused, timed out, name not resolved, TLS
+    failed); ``reason`` says which. Its message is ``cannot reach the Kubernetes API at HOST: REASON``."""
+
+    def __init__(self, host: str, reason: str):
+        super().__init__(0, f"cannot reach the Kubernetes API at {host}: {reason}")
+        self.host = host
+        self.reason = reason
+
+
+class KubeConfigError(ValueError):
+    """No usable client configuration (one line: which file or source, and why)."""
 
 
 def connection_reason(exc: BaseException) -> str:

@@ -1,6 +1,6 @@
 """Every label and annotation key taugate reads or writes, in one place.
 
-Keys under ``tau.azure.com`` are the TauGrid API contract (see DESIGN.md section 1); the
+Keys under ``tau.azure.com`` are the TauGrid API contract (ARCHITECTURE.md section 1); the
 ``kueue.x-k8s.io`` keys are Kueue's own (``kueue.x-k8s.io/queue-name`` selects the LocalQueue,
 ``kueue.x-k8s.io/priority-class`` the WorkloadPriorityClass). taugate never writes
 ``app.kubernetes.io/*`` or ``ray.io/*`` keys.

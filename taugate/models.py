@@ -4,7 +4,7 @@ The field names are TauGrid's (``../shared/samples/taugrid``): a TauGrid object 
 unchanged, and fields taugate does not know are kept (``extra="allow"``), so nothing is lost on
 a round trip. taugate's additions are optional fields only: on a workload profile ``gpuClass``,
 ``nodeSelector``, ``tolerations`` and ``maxGpusPerPod``; on a workspace ``defaults.workloadProfile``
-and ``dataVolume``; and the TauRun kind, which is taugate's own.
+and ``dataVolume``; and the TauRun kind, which is taugate's own (``taugate.run_models``).
 
 Raises ``pydantic.ValidationError`` on objects that break the TauGrid schema (for example a
 profile without ``workerCount`` or with ``mode: sometimes``).
@@ -91,7 +91,8 @@ class WorkloadProfile(TauModel):
 
 
 # A Kubernetes resource quantity (apimachinery ``resource.Quantity`` syntax, as in TauGrid's CRDs).
-QUANTITY_PATTERN = r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+QUANTITY_PATTERN = (r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
+                    r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$")
 
 
 class WorkspaceDefaults(TauModel):
@@ -180,10 +181,7 @@ class ResolvedProfile(WorkloadProfile):
 
     def is_ready(self) -> bool:
         """True when the profile's ``Ready`` condition is ``True``."""
-        for c in self.conditions:  # a loop: admission asks this on every request
-            if c.type == "Ready" and c.status == "True":
-                return True
-        return False
+        return any(c.type == "Ready" and c.status == "True" for c in self.conditions)
 
 
 class ProfileSetStatus(TauModel):
@@ -439,120 +437,3 @@ class TauQuotaRequest(TauModel):
     metadata: ObjectMeta
     spec: TauQuotaRequestSpec
     status: TauQuotaRequestStatus | None = None
-
-
-# ---------------------------------------------------------------------------------------------
-# TauRun: taugate's own kind, one per run-id, written only by the recorder.
-
-
-class RunSource(TauModel):
-    """What proves a run condition: an object (``kind``, ``name``, ``namespace``), a file or
-    directory (``kind: File``/``Path`` with ``path``), or a pod's log (``container``)."""
-
-    kind: str | None = None
-    name: str | None = None
-    namespace: str | None = None
-    path: str | None = None
-    container: str | None = None
-
-
-class RunCondition(Condition):
-    """A run state: a ``metav1.Condition`` plus the ``source`` object it was read from."""
-
-    source: RunSource | None = None
-
-
-class RunObjectRef(TauModel):
-    """The run's own object: a KubeRay RayJob or a batch/v1 Job."""
-
-    api_version: str
-    kind: str
-    name: str
-    namespace: str | None = None
-    uid: str | None = None
-
-
-class TauRunSpec(TauModel):
-    """What the run is: its run-id (24 lowercase hex, ``tau.azure.com/run-id``), object,
-    workspace, LocalQueue and workload profile (as the admission record and labels say)."""
-
-    run_id: str = Field(pattern=r"^[0-9a-f]{24}$")
-    object: RunObjectRef
-    workspace: str | None = None
-    queue: str | None = None
-    profile: str | None = None
-    profile_set_hash: str | None = None
-
-
-class RunFailure(TauModel):
-    """A pod termination record kept after the pod is gone (Kubernetes ContainerStateTerminated:
-    ``reason`` such as ``OOMKilled``, ``exitCode``; or a pod-level reason such as ``Evicted``)."""
-
-    key: str | None = None
-    pod: str
-    pod_uid: str | None = None
-    container: str | None = None
-    node: str | None = None
-    reason: str
-    exit_code: int | None = None
-    signal: int | None = None
-    message: str | None = None
-    started_at: str | None = None
-    finished_at: str | None = None
-
-
-class RunProgress(TauModel):
-    """Training progress as last read: metric ``records`` seen, largest ``step``, and the times
-    (RFC 3339 with microseconds) progress first and last advanced."""
-
-    source: RunSource | None = None
-    records: int = Field(default=0, ge=0)
-    step: float | None = None
-    last_advance_time: str | None = None
-    first_advance_time: str | None = None
-
-
-class RunArtifacts(TauModel):
-    """What the artifact probe found under the run's output path (``bytes`` is the total size)."""
-
-    root: str | None = None
-    index: bool = False
-    files: int = Field(default=0, ge=0)
-    bytes: int = Field(default=0, ge=0)
-
-
-class RunEvidenceRef(TauModel):
-    """Where the run's evidence record is and its signed head (SHA-256 of the last event line)."""
-
-    path: str | None = None
-    events: int = Field(default=0, ge=0)
-    head: str | None = None
-    key_id: str | None = None
-    final: bool = False
-
-
-class TauRunStatus(TauModel):
-    """The six run states (``conditions``, lifecycle order, then ``QuotaReleased`` and
-    ``GPUsReleased``), the ``stage`` a run that is not done is in, and what backs them."""
-
-    phase: Literal["Queued", "Scheduling", "Running", "Succeeded", "Failed"] | None = None
-    stage: str | None = None
-    reason: str | None = None
-    message: str | None = None
-    conditions: list[RunCondition] = Field(default_factory=list)
-    workload: str | None = None
-    nodes: list[str] = Field(default_factory=list)
-    failures: list[RunFailure] = Field(default_factory=list)
-    progress: RunProgress | None = None
-    artifacts: RunArtifacts | None = None
-    evidence: RunEvidenceRef | None = None
-
-
-class TauRun(TauModel):
-    """One run of a workspace (namespaced, named by run-id); written only by the recorder."""
-
-    api_version: str = "tau.azure.com/v1alpha1"
-    kind: Literal["TauRun"] = "TauRun"
-    metadata: ObjectMeta
-    spec: TauRunSpec
-    status: TauRunStatus | None = None

@@ -21,7 +21,6 @@ from taugate.adapters import PodTemplate, field_path, is_sidecar
 from taugate.models import ResolvedProfile, TauWorkspace
 from taugate.snapshot import ClusterState
 
-
 # Annotations never shown to policies: a full copy of the object (input size drives evaluation
 # cost) and taugate's own admission record (derived from the decision being made).
 _HIDDEN_ANNOTATIONS = frozenset({"kubectl.kubernetes.io/last-applied-configuration", labels.ADMISSION_RECORD})
@@ -38,7 +37,7 @@ def _whole(value: Any) -> int:
     return n if n == value else n + 1
 
 
-def _group_at(obj: dict, path: tuple) -> dict:
+def _group_at(obj: dict[str, Any], path: tuple[Any, ...]) -> dict[str, Any]:
     cur: Any = obj
     for part in path:
         if isinstance(cur, dict) and isinstance(part, str):
@@ -50,14 +49,19 @@ def _group_at(obj: dict, path: tuple) -> dict:
     return cur if isinstance(cur, dict) else {}
 
 
-def _autoscaling(obj: dict) -> bool:
-    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+def _mapping(value: Any) -> dict[str, Any]:
+    """``value`` when it is a JSON object, else an empty one."""
+    return value if isinstance(value, dict) else {}
+
+
+def _autoscaling(obj: dict[str, Any]) -> bool:
+    spec = _mapping(obj.get("spec"))
     if obj.get("kind") == "RayJob":
-        spec = spec.get("rayClusterSpec") if isinstance(spec.get("rayClusterSpec"), dict) else {}
+        spec = _mapping(spec.get("rayClusterSpec"))
     return spec.get("enableInTreeAutoscaling") is True
 
 
-def _replica_fields(obj: dict, t: PodTemplate, autoscaling: bool) -> tuple[str | None, int]:
+def _replica_fields(obj: dict[str, Any], t: PodTemplate, autoscaling: bool) -> tuple[str | None, int]:
     """Where a template's pod count is set and the most pods it may scale to.
 
     KubeRay: a worker group's ``replicas`` (x ``numOfHosts``); with ``enableInTreeAutoscaling``
@@ -71,7 +75,8 @@ def _replica_fields(obj: dict, t: PodTemplate, autoscaling: bool) -> tuple[str |
     most = t.replicas
     max_replicas = group.get("maxReplicas")
     if autoscaling and isinstance(max_replicas, int) and not isinstance(max_replicas, bool):
-        hosts = group.get("numOfHosts") if isinstance(group.get("numOfHosts"), int) else 1
+        given = group.get("numOfHosts")
+        hosts = given if isinstance(given, int) else 1
         most = max(most, max_replicas * max(hosts, 1))
     return field_path(t.group_path + ("replicas",)), most
 
@@ -88,12 +93,12 @@ def _without_nulls(value: Any) -> Any:
         return [_without_nulls(v) for v in value if v is not None]
     return value
 
-def _template_input(t: PodTemplate, obj: dict | None = None, autoscaling: bool = False) -> dict[str, Any]:
+def _template_input(t: PodTemplate, obj: dict[str, Any] | None = None, autoscaling: bool = False) -> dict[str, Any]:
     spec = t.spec
-    gpus = {(g.kind, g.index): g.effective for g in t.gpus()}
+    gpus: dict[tuple[str, int], Any] = {(g.kind, g.index): g.effective for g in t.gpus()}
     containers = []
     for kind, i, c in t.containers():
-        res = c.get("resources") if isinstance(c.get("resources"), dict) else {}
+        res = _mapping(c.get("resources"))
         containers.append({
             "name": c.get("name"),
             "kind": kind,
@@ -124,8 +129,8 @@ def _template_input(t: PodTemplate, obj: dict | None = None, autoscaling: bool =
     }
 
 
-def build_policy_input(*, obj: dict, templates: list[PodTemplate], operation: str,
-                       user_info: dict | None, namespace: str | None,
+def build_policy_input(*, obj: dict[str, Any], templates: list[PodTemplate], operation: str,
+                       user_info: dict[str, Any] | None, namespace: str | None,
                        workspace: TauWorkspace | None, profile: ResolvedProfile | None,
                        queue: str | None, state: ClusterState, gpu_class_label: str) -> dict[str, Any]:
     """Build the ``input`` document every policy evaluates (shape: ``policies/input.schema.json``).
@@ -135,8 +140,9 @@ def build_policy_input(*, obj: dict, templates: list[PodTemplate], operation: st
     holds its ClusterQueue's flavor quotas (GPUs for ``nvidia.com/gpu``: nominal, borrowingLimit
     or null, usage) plus ``gpu``, the ``nvidia.com/gpu`` quota for the profile's GPU class with
     ``max``, what Kueue can ever admit; null when the LocalQueue is unknown. The profile leaves
-    out how it was resolved (conditions, applicability, queues, flavors, description). Per pod template: ``replicas`` (pods now), ``maxReplicas`` (pods the KubeRay
-    autoscaler may reach), ``gpusPerPod`` and each container's ``gpus`` (whole devices: limit,
+    out how it was resolved (conditions, applicability, queues, flavors, description). Per pod
+    template: ``replicas`` (pods now), ``maxReplicas`` (pods the KubeRay autoscaler may reach),
+    ``gpusPerPod`` and each container's ``gpus`` (whole devices: limit,
     else request, as Kubernetes defaults an extended resource's request to its limit; native
     sidecars add to the main containers, KEP-753), ``minReplicas`` (the fewest pods Kueue may admit
     it with: a Job's ``kueue.x-k8s.io/job-min-parallelism``, else ``replicas``), ``migPerPod``
@@ -219,18 +225,22 @@ def _workers(pod_templates: list[dict[str, Any]]) -> dict[str, int]:
             "gpuPods": sum(t["replicas"] for t in gpu), "maxGpuPods": sum(t["maxReplicas"] for t in gpu)}
 
 
-def _gpu_quota(quotas: tuple, state: ClusterState, gpu_class: str | None, gpu_class_label: str) -> dict[str, Any]:
+def _gpu_quota(quotas: tuple[Any, ...], state: ClusterState, gpu_class: str | None,
+               gpu_class_label: str) -> dict[str, Any]:
     """The ``nvidia.com/gpu`` quota a workload of GPU class ``gpu_class`` can draw on.
 
     Flavors: the ClusterQueue's ``nvidia.com/gpu`` flavors whose ResourceFlavor ``nodeLabels``
     name the class, else all of its ``nvidia.com/gpu`` flavors; the numbers are ``_quota_of``."""
     gpu = [q for q in quotas if q.resource == labels.GPU_RESOURCE]
-    chosen = [q for q in gpu if gpu_class is not None and
-              (((state.flavors.get(q.flavor) or {}).get("spec") or {}).get("nodeLabels") or {}).get(gpu_class_label) == gpu_class]
+    def node_labels(flavor: str) -> dict[str, Any]:
+        found = ((state.flavors.get(flavor) or {}).get("spec") or {}).get("nodeLabels")
+        return found if isinstance(found, dict) else {}
+
+    chosen = [q for q in gpu if gpu_class is not None and node_labels(q.flavor).get(gpu_class_label) == gpu_class]
     return _quota_of(chosen or gpu)
 
 
-def _quota_of(chosen: list) -> dict[str, Any]:
+def _quota_of(chosen: list[Any]) -> dict[str, Any]:
     """One resource's quota over the flavors ``chosen`` (``FlavorQuota``s of a ClusterQueue):
     ``nominal``, ``borrowingLimit`` (null when a flavor has none), ``usage`` and ``max``, what
     Kueue can ever admit (Kueue ClusterQueue quota rules): the sum of ``nominalQuota +
@@ -244,7 +254,10 @@ def _quota_of(chosen: list) -> dict[str, Any]:
             most = None if most is None else most + q.nominal
         else:
             most = None
-    num = lambda d: int(d) if d == d.to_integral_value() else float(d)  # noqa: E731
+
+    def num(d: Decimal) -> int | float:
+        return int(d) if d == d.to_integral_value() else float(d)
+
     return {"flavors": [q.flavor for q in chosen],
             "nominal": num(sum((q.nominal for q in chosen), Decimal(0))),
             "borrowingLimit": None if any(q.borrowing_limit is None for q in chosen)

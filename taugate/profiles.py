@@ -27,14 +27,15 @@ def profile_set_hash(profiles: list[WorkloadProfile]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def _condition(type_: str, problems: list[str], ok_reason: str, bad_reason: str, ok_message: str, now: str) -> Condition:
+def _condition(type_: str, problems: list[str], ok_reason: str, bad_reason: str, ok_message: str,
+               now: str) -> Condition:
     return Condition(type=type_, status="False" if problems else "True", reason=bad_reason if problems else ok_reason,
                      message="; ".join(problems) or ok_message, last_transition_time=now)
 
 
-def _gpu_flavors(cq: dict) -> list[dict]:
+def _gpu_flavors(cq: dict[str, Any]) -> list[dict[str, Any]]:
     """The flavors of a ClusterQueue's resource groups that cover ``nvidia.com/gpu``."""
-    out = []
+    out: list[dict[str, Any]] = []
     for group in (cq.get("spec") or {}).get("resourceGroups") or []:
         if labels.GPU_RESOURCE in (group.get("coveredResources") or []):
             out.extend(group.get("flavors") or [])
@@ -50,8 +51,8 @@ def placement_selector(profile: WorkloadProfile, gpu_class_label: str = labels.G
     return wanted
 
 
-def _flavors_match(profile: WorkloadProfile, cq: str, gpu_flavors: list[dict], flavors: dict[str, dict],
-                   gpu_class_label: str) -> list[str]:
+def _flavors_match(profile: WorkloadProfile, cq: str, gpu_flavors: list[dict[str, Any]],
+                   flavors: dict[str, dict[str, Any]], gpu_class_label: str) -> list[str]:
     """Kueue's flavor assignment for the profile's GPU pods: a ResourceFlavor fits a pod set when
     the pod's node selector matches the flavor's ``nodeLabels`` on the keys that any flavor of
     the resource group labels (kueue v0.17 ``pkg/scheduler/flavorassigner/flavorassigner.go``
@@ -60,7 +61,7 @@ def _flavors_match(profile: WorkloadProfile, cq: str, gpu_flavors: list[dict], f
     (``placement_selector``), Kueue never finds a flavor and every workload of the profile stays
     Pending forever: that is a problem (one line naming each flavor and the contradiction)."""
     wanted = placement_selector(profile, gpu_class_label)
-    known = [fl.get("name") for fl in gpu_flavors if fl.get("name") in flavors]
+    known: list[str] = [fl["name"] for fl in gpu_flavors if fl.get("name") in flavors]
     if not wanted or not known:
         return []
     node_labels = {n: ((flavors[n].get("spec") or {}).get("nodeLabels") or {}) for n in known}
@@ -77,8 +78,8 @@ def _flavors_match(profile: WorkloadProfile, cq: str, gpu_flavors: list[dict], f
             f"never finds a flavor and its workloads stay Pending: {shown}"]
 
 
-def resolve_profile(profile: WorkloadProfile, *, local_queues: dict[tuple[str, str], dict],
-                    cluster_queues: dict[str, dict], flavors: dict[str, dict],
+def resolve_profile(profile: WorkloadProfile, *, local_queues: dict[tuple[str, str], dict[str, Any]],
+                    cluster_queues: dict[str, dict[str, Any]], flavors: dict[str, dict[str, Any]],
                     gpu_classes: set[str], now: str, gpu_class_label: str = labels.GPU_CLASS,
                     workload_priority_classes: set[str] | None = None) -> ResolvedProfile:
     """Resolve one profile against observed Kueue objects and GPU classes (pure).
@@ -138,19 +139,27 @@ def resolve_profile(profile: WorkloadProfile, *, local_queues: dict[tuple[str, s
             f"(kubectl get workloadpriorityclasses.kueue.x-k8s.io)")
     problems = queue_problems + flavor_problems + class_problems + priority_problems
     conditions = [
-        _condition("Ready", problems, "Resolved", "Unresolved", "queue, flavors, GPU class and priority class found", now),
+        _condition("Ready", problems, "Resolved", "Unresolved",
+                   "queue, flavors, GPU class and priority class found", now),
         _condition("QueueResolved", queue_problems, "QueueFound", "QueueNotFound",
                    f"LocalQueue {profile.default_local_queue!r} and its ClusterQueue found", now),
         _condition("FlavorsResolved", flavor_problems, "FlavorsAgree", "FlavorsDisagree",
                    "every ResourceFlavor exists and agrees with the profile", now),
         _condition("GpuClassAvailable", class_problems, "GpuClassFound", "GpuClassMissing",
-                   f"nodes with GPU class {profile.gpu_class!r} found" if profile.gpu_class else "no GPU class required", now),
+                   f"nodes with GPU class {profile.gpu_class!r} found" if profile.gpu_class
+                   else "no GPU class required", now),
         _condition("PriorityClassFound", priority_problems, "PriorityClassFound", "PriorityClassMissing",
-                   f"WorkloadPriorityClass {wpc!r} found" if wpc and workload_priority_classes is not None
-                   else "no WorkloadPriorityClass required" if not wpc else "WorkloadPriorityClasses not observed", now),
+                   _priority_class_found(wpc, workload_priority_classes), now),
     ]
     return ResolvedProfile(**profile.model_dump(), conditions=conditions, cluster_queues=cqs,
                            resource_flavors=sorted(rfs), local_queues=lqs)
+
+
+def _priority_class_found(wpc: str | None, known: set[str] | None) -> str:
+    """The message of a True ``PriorityClassFound`` condition."""
+    if not wpc:
+        return "no WorkloadPriorityClass required"
+    return f"WorkloadPriorityClass {wpc!r} found" if known is not None else "WorkloadPriorityClasses not observed"
 
 
 def is_applicable(profile: WorkloadProfile, *, namespace: str, team: str | None, lane: str) -> bool:

@@ -35,6 +35,10 @@ from taugate import labels
 SIGNATURE_PREFIX = "hmac-sha256:"
 
 
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
 def canonical(record: dict[str, Any]) -> bytes:
     """The bytes the signature covers: ``record`` without ``signature``, as JSON with sorted keys
     and no spaces. Raises ``TypeError`` for values JSON cannot hold."""
@@ -49,7 +53,7 @@ def binding_of(obj: dict[str, Any], namespace: str | None = None) -> dict[str, s
     """The ``object`` binding of ``obj`` as the webhook sees it at CREATE: namespace (``namespace``
     when the object names none, as the API server fills it from the request), kind, and name or,
     without one, generateName."""
-    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    meta = _dict(obj.get("metadata"))
     out = {"namespace": str(meta.get("namespace") or namespace or ""), "kind": str(obj.get("kind") or "")}
     if isinstance(meta.get("name"), str) and meta["name"]:
         out["name"] = meta["name"]
@@ -58,11 +62,12 @@ def binding_of(obj: dict[str, Any], namespace: str | None = None) -> dict[str, s
     return out
 
 
-def sign(record: dict[str, Any], obj: dict[str, Any], key: bytes | None, namespace: str | None = None) -> dict[str, Any]:
+def sign(record: dict[str, Any], obj: dict[str, Any], key: bytes | None,
+         namespace: str | None = None) -> dict[str, Any]:
     """``record`` bound to ``obj`` (its ``object`` binding and the run-id label ``obj`` carries)
     and, with a ``key``, signed. Without a key (``taugate admit`` offline) the record is bound but
     unsigned, and a recorder that holds a key will not trust it."""
-    run_id = ((obj.get("metadata") or {}).get("labels") or {}).get(labels.RUN_ID)
+    run_id = _dict(_dict(obj.get("metadata")).get("labels")).get(labels.RUN_ID)
     out = {**record, "object": binding_of(obj, namespace), "runId": run_id}
     if key:
         out["signature"] = _mac(out, key)
@@ -85,9 +90,10 @@ def verify(record: Any, obj: dict[str, Any], key: bytes | None) -> RecordCheck:
     same namespace and kind, same name (or, for a record made before the name was generated, a
     name that starts with the recorded ``generateName``, or no name yet and the same
     ``generateName``: the object still in admission), and the run-id label of ``obj``. ``obj``
-    must carry its namespace (the stored object does; in admission, fill it from the request).""" 
+    must carry its namespace (the stored object does; in admission, fill it from the request)."""
     if key is None:
-        return RecordCheck(False, "no admission key is configured (TAUGATE_ADMISSION_KEY), so no record can be verified")
+        return RecordCheck(False, "no admission key is configured (TAUGATE_ADMISSION_KEY), "
+                                  "so no record can be verified")
     if not isinstance(record, dict):
         return RecordCheck(False, "the record is not a JSON object")
     sig = record.get("signature")
@@ -99,8 +105,8 @@ def verify(record: Any, obj: dict[str, Any], key: bytes | None) -> RecordCheck:
         return RecordCheck(False, "the record holds values JSON cannot")
     if not hmac.compare_digest(sig, expected):
         return RecordCheck(False, "the record's signature does not match (edited, or signed with another key)")
-    bound = record.get("object") if isinstance(record.get("object"), dict) else {}
-    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    bound = _dict(record.get("object"))
+    meta = _dict(obj.get("metadata"))
     name = meta.get("name") if isinstance(meta.get("name"), str) else ""
     here = f"{obj.get('kind')} {meta.get('namespace')}/{name}"
     if bound.get("namespace") != meta.get("namespace") or bound.get("kind") != obj.get("kind"):
@@ -113,9 +119,10 @@ def verify(record: Any, obj: dict[str, Any], key: bytes | None) -> RecordCheck:
     if "name" not in bound and not (generated is not None and (at_admission or (name and name.startswith(generated)))):
         return RecordCheck(False, f"the record was made for a name generated from {bound.get('generateName')!r}, "
                                   f"not for {here}")
-    run_id = (meta.get("labels") or {}).get(labels.RUN_ID) if isinstance(meta.get("labels"), dict) else None
+    run_id = _dict(meta.get("labels")).get(labels.RUN_ID)
     if record.get("runId") != run_id:
-        return RecordCheck(False, f"the record is for run {record.get('runId')!r}, but {here} carries run-id {run_id!r}")
+        return RecordCheck(False, f"the record is for run {record.get('runId')!r}, "
+                                  f"but {here} carries run-id {run_id!r}")
     return RecordCheck(True)
 
 

@@ -14,119 +14,21 @@ ignored. ``load_snapshot`` raises ``SnapshotError`` with a one-line reason on ba
 from __future__ import annotations
 
 import datetime as _dt
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path as _Path
-from typing import Any, Iterable
+from typing import Any
 
 from pydantic import ValidationError
 
 from taugate import labels
-from taugate.adapters import MIG_PREFIX, field_path, json_problem, json_type, quantity
+from taugate.adapters import MIG_PREFIX, json_problem, json_type, quantity
 from taugate.files import InputError, load_documents, read_limited
 from taugate.models import ResolvedProfile, TauCluster, TauWorkspace
+from taugate.object_shapes import shape_error
 from taugate.profiles import is_applicable, profile_set_hash, resolve_profile
 from taugate.settings import Settings
-
-
-# The fields cluster state reads from Kubernetes and Kueue objects, and their types, as a small
-# schema language checked by ``shape_error`` (hand-rolled: jsonschema took ~0.5 ms a Node, 2.5 s
-# on a 5,000-node snapshot; this takes ~10 us). A schema is a type name ("string", "boolean",
-# "quantity": a non-negative Kubernetes quantity up to MAX_QUANTITY, "object", "any"), a list
-# ``[item schema]`` for an array, or a dict ``{field: schema}`` for an object whose listed
-# fields are checked when present (a trailing "!" on a field name: required); ``{"*": schema}``
-# checks every value of a map. Field types follow the Go API types: core/v1 Node, Kueue v1beta2
-# LocalQueue, ClusterQueue and ResourceFlavor (sigs.k8s.io/kueue apis/kueue/v1beta2; a snapshot may
-# still hold v1beta1 objects, whose ClusterQueue names its cohort ``cohort``).
-_LABELS = {"*": "string"}
-_META = {"name!": "string", "namespace": "string", "labels": _LABELS, "annotations": _LABELS}
-_TAINT = {"key!": "string", "value": "string", "effect": "string"}
-_TOLERATION = {"key": "string", "operator": "string", "value": "string", "effect": "string"}
-_SELECTOR = {"matchLabels": _LABELS, "matchExpressions": [{"key!": "string", "operator!": "string",
-                                                           "values": ["string"]}]}
-_USAGE = [{"name!": "string", "resources": [{"name!": "string", "total": "quantity", "borrowed": "quantity"}]}]
-_SHAPES: dict[str, dict] = {
-    "Node": {"metadata!": _META,
-             "spec": {"unschedulable": "boolean", "taints": [_TAINT]},
-             "status": {"allocatable": {"*": "quantity"}, "capacity": {"*": "quantity"},
-                        "conditions": [{"type!": "string", "status!": "string"}]}},
-    "LocalQueue": {"metadata!": _META, "spec!": {"clusterQueue!": "string"}},
-    "ClusterQueue": {"metadata!": _META,
-                     "spec": {"cohort": "string", "cohortName": "string", "namespaceSelector": _SELECTOR, "queueingStrategy": "string",
-                              "resourceGroups": [{"coveredResources": ["string"], "flavors": [{
-                                  "name!": "string", "resources": [{
-                                      "name!": "string", "nominalQuota": "quantity", "borrowingLimit": "quantity",
-                                      "lendingLimit": "quantity"}]}]}]},
-                     "status": {"flavorsUsage": _USAGE, "flavorsReservation": _USAGE}},
-    "ResourceFlavor": {"metadata!": _META,
-                       "spec": {"nodeLabels": _LABELS, "nodeTaints": [_TAINT], "tolerations": [_TOLERATION],
-                                "topologyName": "string"}},
-    "WorkloadPriorityClass": {"metadata!": _META},
-}
-
-MAX_QUANTITY = Decimal(2**63 - 1)
-"""The largest quantity a snapshot may hold (Kubernetes quantities are int64-backed)."""
-
-_JSON_TYPES = {"string": str, "boolean": bool}
-
-
-def _shape_problem(value: Any, schema: Any, path: tuple) -> tuple[tuple, str] | None:
-    if isinstance(schema, str):
-        if schema == "any":
-            return None
-        if schema == "quantity":
-            q = quantity(value) if isinstance(value, (str, int, float)) and not isinstance(value, bool) else None
-            if q is None or not q.is_finite() or q < 0 or q > MAX_QUANTITY:
-                return path, (f"is {json_type(value)} ({_shown(value)}); it must be a Kubernetes quantity from 0 to "
-                              f"{MAX_QUANTITY} (e.g. 8, 500m, 64Gi)")
-            return None
-        if type(value) is not _JSON_TYPES[schema]:
-            return path, f"is {json_type(value)} ({_shown(value)}); it must be a {schema}"
-        return None
-    if isinstance(schema, list):
-        if type(value) is not list:
-            return path, f"is {json_type(value)} ({_shown(value)}); it must be an array"
-        for i, item in enumerate(value):
-            found = _shape_problem(item, schema[0], path + (i,))
-            if found:
-                return found
-        return None
-    if type(value) is not dict:
-        return path, f"is {json_type(value)} ({_shown(value)}); it must be an object"
-    every = schema.get("*")
-    if every is not None:
-        for k, v in value.items():
-            found = _shape_problem(v, every, path + (k,))
-            if found:
-                return found
-        return None
-    for name, sub in schema.items():
-        key = name.rstrip("!")
-        v = value.get(key)
-        if v is None:
-            if name.endswith("!"):
-                return path + (key,), "is missing; it is required"
-            continue
-        found = _shape_problem(v, sub, path + (key,))
-        if found:
-            return found
-    return None
-
-
-def _shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def shape_error(obj: dict) -> str | None:
-    """The first type problem of a Node, LocalQueue, ClusterQueue or ResourceFlavor, as
-    ``field: problem`` (a Kubernetes field path); None when it has the shape cluster state
-    reads (``_SHAPES``), and for other kinds."""
-    schema = _SHAPES.get(obj.get("kind"))
-    found = _shape_problem(obj, schema, ()) if schema else None
-    if found is None:
-        return None
-    return f"{field_path(found[0]) or '(object)'}: {found[1]}"
 
 
 class SnapshotError(ValueError):
@@ -221,9 +123,9 @@ class ClusterState:
     profile_set_hash: str
     profile_set_problem: str | None
     workspaces: dict[str, TauWorkspace]
-    local_queues: dict[tuple[str, str], dict]
-    cluster_queues: dict[str, dict]
-    flavors: dict[str, dict]
+    local_queues: dict[tuple[str, str], dict[str, Any]]
+    cluster_queues: dict[str, dict[str, Any]]
+    flavors: dict[str, dict[str, Any]]
     gpu_classes: dict[str, GpuClassSummary]
     queue_quotas: dict[tuple[str, str], tuple[FlavorQuota, ...]]
     default_queue: str = "jobqueue"
@@ -268,20 +170,22 @@ def rule_matches(rule: Any, node_labels: dict[str, str]) -> bool:
     return bool((vm is not None and vm in vm_sizes) or (product is not None and product in products))
 
 
-def node_gpu_class(node: dict, settings: Settings, rules: Iterable[Any] = ()) -> str | None:
+def node_gpu_class(node: dict[str, Any], settings: Settings, rules: Iterable[Any] = ()) -> str | None:
     """A node's GPU class: its ``settings.gpu_class_label`` label, else the value the first
     matching TauCluster node label rule (``rule_matches``) gives that label, so the class is
     known before the operator has labelled the node."""
     node_labels = (node.get("metadata") or {}).get("labels") or {}
     if settings.gpu_class_label in node_labels:
-        return node_labels[settings.gpu_class_label]
+        labelled: str = node_labels[settings.gpu_class_label]
+        return labelled
     for rule in rules:
         if settings.gpu_class_label in rule.labels and rule_matches(rule, node_labels):
-            return rule.labels[settings.gpu_class_label]
+            ruled: str = rule.labels[settings.gpu_class_label]
+            return ruled
     return None
 
 
-def node_problems(node: dict, settings: Settings) -> tuple[str, ...]:
+def node_problems(node: dict[str, Any], settings: Settings) -> tuple[str, ...]:
     """Why a node is unhealthy: NPD GPU conditions that are ``True``, and ``NotReady``."""
     out = []
     for cond in (node.get("status") or {}).get("conditions") or []:
@@ -296,7 +200,8 @@ def node_problems(node: dict, settings: Settings) -> tuple[str, ...]:
     return tuple(out)
 
 
-def summarise_gpu_classes(nodes: Iterable[dict], settings: Settings, rules: Iterable[Any] = ()) -> dict[str, GpuClassSummary]:
+def summarise_gpu_classes(nodes: Iterable[dict[str, Any]], settings: Settings,
+                          rules: Iterable[Any] = ()) -> dict[str, GpuClassSummary]:
     """Per GPU class summary of nodes with allocatable ``nvidia.com/gpu`` > 0 (pure)."""
     rules = list(rules)
     acc: dict[str, dict[str, Any]] = {}
@@ -326,7 +231,7 @@ def summarise_gpu_classes(nodes: Iterable[dict], settings: Settings, rules: Iter
             for cls, a in sorted(acc.items())}
 
 
-def summarise_mig_resources(nodes: Iterable[dict], settings: Settings) -> dict[str, MigSummary]:
+def summarise_mig_resources(nodes: Iterable[dict[str, Any]], settings: Settings) -> dict[str, MigSummary]:
     """Per MIG slice resource (allocatable ``nvidia.com/mig-*`` > 0), the nodes offering it (pure)."""
     acc: dict[str, list[int]] = {}
     for node in nodes:
@@ -349,7 +254,7 @@ def summarise_mig_resources(nodes: Iterable[dict], settings: Settings) -> dict[s
     return {name: MigSummary(name, *a) for name, a in sorted(acc.items())}
 
 
-def cluster_queue_quotas(cq: dict) -> tuple[FlavorQuota, ...]:
+def cluster_queue_quotas(cq: dict[str, Any]) -> tuple[FlavorQuota, ...]:
     """Every (flavor, resource) quota of a Kueue ClusterQueue with its current usage. The cohort
     is ``spec.cohortName`` (kueue.x-k8s.io/v1beta2) or ``spec.cohort`` (v1beta1, in snapshots)."""
     spec, status = cq.get("spec") or {}, cq.get("status") or {}
@@ -363,16 +268,17 @@ def cluster_queue_quotas(cq: dict) -> tuple[FlavorQuota, ...]:
         for fl in group.get("flavors") or []:
             for r in fl.get("resources") or []:
                 out.append(FlavorQuota(fl.get("name"), r.get("name"), quantity(r.get("nominalQuota")) or Decimal(0),
-                                       quantity(r.get("borrowingLimit")) if r.get("borrowingLimit") is not None else None,
+                                       (quantity(r.get("borrowingLimit")) if r.get("borrowingLimit") is not None
+                                        else None),
                                        usage.get((fl.get("name"), r.get("name")), Decimal(0)), cohort))
     return tuple(out)
 
 
 def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    return _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
-def build_state(objects: Iterable[dict], settings: Settings | None = None, *, generation: int = 0,
+def build_state(objects: Iterable[dict[str, Any]], settings: Settings | None = None, *, generation: int = 0,
                 source: str = "snapshot", strict: bool = False, check_shapes: bool = False) -> ClusterState:
     """Build a ``ClusterState`` from plain objects (pure apart from reading the clock).
 
@@ -385,101 +291,137 @@ def build_state(objects: Iterable[dict], settings: Settings | None = None, *, ge
     for Kubernetes and Kueue objects whose fields have the wrong type.
     """
     settings = settings or Settings()
-    cluster: TauCluster | None = None
-    workspaces: dict[str, TauWorkspace] = {}
-    nodes: list[dict] = []
-    lqs: dict[tuple[str, str], dict] = {}
-    cqs: dict[str, dict] = {}
-    rfs: dict[str, dict] = {}
-    wpcs: set[str] = set()
+    found = _Objects()
     for obj in objects:
-        if not isinstance(obj, dict):
-            raise SnapshotError(f"{source}: expected Kubernetes objects, found {type(obj).__name__}")
-        kind = obj.get("kind")
-        meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
-        name = meta.get("name")
-        if check_shapes:
-            if not isinstance(kind, str) or not isinstance(obj.get("apiVersion"), str):
-                raise SnapshotError(f"{source}: an object's kind and apiVersion must be strings (kind is "
-                                    f"{json_type(kind)}, apiVersion is {json_type(obj.get('apiVersion'))})")
-            problem = shape_error(obj)
-            if problem is None and kind in ("TauCluster", "TauWorkspace"):
-                if not isinstance(obj.get("metadata"), dict) or not isinstance(name, str):
-                    problem = "metadata.name: must be a string"
-                else:
-                    problem = json_problem(obj)
-            if problem:
-                raise SnapshotError(f"{source}: {kind} {name!r}: {problem}")
-        try:
-            if kind == "TauCluster":
-                if name != "cluster":
-                    if strict:
-                        raise SnapshotError(f"{source}: TauCluster {name!r}: the TauCluster is a singleton named 'cluster'")
-                    continue
-                if strict and cluster is not None:
-                    raise SnapshotError(f"{source}: a second TauCluster; a snapshot holds exactly one, named 'cluster'")
-                cluster = TauCluster.model_validate(obj, strict=check_shapes or None)
-            elif kind == "TauWorkspace":
-                ws = TauWorkspace.model_validate(obj, strict=check_shapes or None)
-                other = workspaces.get(ws.target_namespace)
-                if other is not None:
-                    raise SnapshotError(f"{source}: TauWorkspaces {other.metadata.name!r} and {ws.metadata.name!r} "
-                                        f"both target namespace {ws.target_namespace!r}")
-                workspaces[ws.target_namespace] = ws
-        except ValidationError as e:
-            err = e.errors()[0]
-            loc = ".".join(str(p) for p in err["loc"])
-            raise SnapshotError(f"{source}: {kind} {name!r}: {loc}: {err['msg']}") from None
-        if kind == "Node":
-            nodes.append(obj)
-        elif kind == "LocalQueue":
-            lqs[(meta.get("namespace") or "default", name)] = obj
-        elif kind == "ClusterQueue":
-            cqs[name] = obj
-        elif kind == "ResourceFlavor":
-            rfs[name] = obj
-        elif kind == "WorkloadPriorityClass":
-            wpcs.add(name)
+        found.take(obj, source=source, strict=strict, check_shapes=check_shapes)
+    cluster, lqs, cqs, rfs = found.cluster, found.local_queues, found.cluster_queues, found.flavors
     rules = cluster.spec.nodes.label_rules if cluster and cluster.spec.nodes else []
-    gpu_classes = summarise_gpu_classes(nodes, settings, rules)
-    problem: str | None = None
-    profiles: dict[str, ResolvedProfile] = {}
-    set_hash = ""
-    if cluster is None:
-        problem = "no TauCluster named 'cluster' is known, so no workload profile can be resolved"
-    else:
-        set_hash = profile_set_hash(cluster.spec.workload_profiles)
-        status = cluster.status.workload_profiles if cluster.status else None
-        if status is None or not status.profiles:
-            now = _now()
-            profiles = {p.name: resolve_profile(p, local_queues=lqs, cluster_queues=cqs, flavors=rfs,
-                                                gpu_classes=set(gpu_classes), now=now, workload_priority_classes=wpcs)
-                        for p in cluster.spec.workload_profiles}
-        else:
-            profiles = {p.name: p for p in status.profiles}
-            if status.profile_set_hash != set_hash:
-                problem = (f"the TauCluster profile set is stale: status.workloadProfiles.profileSetHash is "
-                           f"{status.profile_set_hash!r} but spec hashes to {set_hash!r}; wait for the taugate "
-                           f"operator to reconcile the TauCluster")
+    gpu_classes = summarise_gpu_classes(found.nodes, settings, rules)
+    profiles, set_hash, problem = _profiles(cluster, lqs, cqs, rfs, gpu_classes, found.priority_classes)
     quotas: dict[tuple[str, str], tuple[FlavorQuota, ...]] = {}
     for (ns, n), lq in lqs.items():
-        cq = cqs.get((lq.get("spec") or {}).get("clusterQueue"))
+        cq_name = (lq.get("spec") or {}).get("clusterQueue")
+        cq = cqs.get(cq_name) if isinstance(cq_name, str) else None
         if cq is not None:
             quotas[(ns, n)] = cluster_queue_quotas(cq)
     default_queue = cluster.spec.workspace_defaults.default_queue if cluster else "jobqueue"
     lanes = frozenset(lane for p in profiles.values() for lane in p.applicability.lanes)
     applicable = {}
-    for ws in workspaces.values():
+    for ws in found.workspaces.values():
         team = ws.spec.team_ref.name if ws.spec.team_ref else None
         for lane in (*lanes, ""):
             applicable[(ws.target_namespace, lane)] = tuple(
                 p for p in profiles.values() if is_applicable(p, namespace=ws.target_namespace, team=team, lane=lane))
-    return ClusterState(cluster, profiles, set_hash, problem, workspaces, lqs, cqs, rfs, gpu_classes,
+    return ClusterState(cluster, profiles, set_hash, problem, found.workspaces, lqs, cqs, rfs, gpu_classes,
                         quotas, default_queue, generation, applicable, lanes,
-                        summarise_mig_resources(nodes, settings))
+                        summarise_mig_resources(found.nodes, settings))
 
 
-def read_objects(path: str | _Path) -> list[dict]:
+def _check_shape(obj: dict[str, Any], source: str) -> None:
+    """Raise ``SnapshotError`` when a Kubernetes or Kueue object's fields have the wrong type
+    (``taugate.object_shapes``) or a TauCluster/TauWorkspace is not plain JSON."""
+    kind = obj.get("kind")
+    meta = found if isinstance(found := obj.get("metadata"), dict) else {}
+    name = meta.get("name")
+    if not isinstance(kind, str) or not isinstance(obj.get("apiVersion"), str):
+        raise SnapshotError(f"{source}: an object's kind and apiVersion must be strings (kind is "
+                            f"{json_type(kind)}, apiVersion is {json_type(obj.get('apiVersion'))})")
+    problem = shape_error(obj)
+    if problem is None and kind in ("TauCluster", "TauWorkspace"):
+        if not isinstance(obj.get("metadata"), dict) or not isinstance(name, str):
+            problem = "metadata.name: must be a string"
+        else:
+            problem = json_problem(obj)
+    if problem:
+        raise SnapshotError(f"{source}: {kind} {name!r}: {problem}")
+
+
+@dataclass
+class _Objects:
+    """The objects ``build_state`` reads, sorted by kind as they are taken."""
+
+    cluster: TauCluster | None = None
+    workspaces: dict[str, TauWorkspace] = field(default_factory=dict)
+    nodes: list[dict[str, Any]] = field(default_factory=list)
+    local_queues: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    cluster_queues: dict[str, dict[str, Any]] = field(default_factory=dict)
+    flavors: dict[str, dict[str, Any]] = field(default_factory=dict)
+    priority_classes: set[str] = field(default_factory=set)  # WorkloadPriorityClass names
+
+    def take(self, obj: Any, *, source: str, strict: bool, check_shapes: bool) -> None:
+        """Add one object (other kinds are ignored); raises ``SnapshotError`` as ``build_state`` says."""
+        if not isinstance(obj, dict):
+            raise SnapshotError(f"{source}: expected Kubernetes objects, found {type(obj).__name__}")
+        kind = obj.get("kind")
+        meta = found if isinstance(found := obj.get("metadata"), dict) else {}
+        name: Any = meta.get("name")  # a string once shapes are checked; watched objects always have one
+        if check_shapes:
+            _check_shape(obj, source)
+        try:
+            if kind == "TauCluster":
+                self._take_cluster(obj, name, source=source, strict=strict, check_shapes=check_shapes)
+            elif kind == "TauWorkspace":
+                self._take_workspace(obj, source=source, check_shapes=check_shapes)
+        except ValidationError as e:
+            err = e.errors()[0]
+            loc = ".".join(str(p) for p in err["loc"])
+            raise SnapshotError(f"{source}: {kind} {name!r}: {loc}: {err['msg']}") from None
+        if kind == "Node":
+            self.nodes.append(obj)
+        elif kind == "LocalQueue":
+            self.local_queues[(meta.get("namespace") or "default", name)] = obj
+        elif kind == "ClusterQueue":
+            self.cluster_queues[name] = obj
+        elif kind == "ResourceFlavor":
+            self.flavors[name] = obj
+        elif kind == "WorkloadPriorityClass":
+            self.priority_classes.add(name)
+
+    def _take_cluster(self, obj: dict[str, Any], name: Any, *, source: str, strict: bool, check_shapes: bool) -> None:
+        if name != "cluster":
+            if strict:
+                raise SnapshotError(f"{source}: TauCluster {name!r}: "
+                                    "the TauCluster is a singleton named 'cluster'")
+            return
+        if strict and self.cluster is not None:
+            raise SnapshotError(f"{source}: a second TauCluster; a snapshot holds exactly one, named 'cluster'")
+        self.cluster = TauCluster.model_validate(obj, strict=check_shapes or None)
+
+    def _take_workspace(self, obj: dict[str, Any], *, source: str, check_shapes: bool) -> None:
+        ws = TauWorkspace.model_validate(obj, strict=check_shapes or None)
+        other = self.workspaces.get(ws.target_namespace)
+        if other is not None:
+            raise SnapshotError(f"{source}: TauWorkspaces {other.metadata.name!r} and {ws.metadata.name!r} "
+                                f"both target namespace {ws.target_namespace!r}")
+        self.workspaces[ws.target_namespace] = ws
+
+
+def _profiles(cluster: TauCluster | None, lqs: dict[tuple[str, str], dict[str, Any]],
+              cqs: dict[str, dict[str, Any]], rfs: dict[str, dict[str, Any]],
+              gpu_classes: dict[str, GpuClassSummary],
+              priority_classes: set[str]) -> tuple[dict[str, ResolvedProfile], str, str | None]:
+    """The resolved profiles by name, the profile set hash, and why admission must fail closed
+    (no TauCluster, or a status resolved for another spec) or None. Without a status (an offline
+    snapshot) the profiles are resolved here with the controller's own function."""
+    if cluster is None:
+        return {}, "", "no TauCluster named 'cluster' is known, so no workload profile can be resolved"
+    set_hash = profile_set_hash(cluster.spec.workload_profiles)
+    status = cluster.status.workload_profiles if cluster.status else None
+    if status is None or not status.profiles:
+        now = _now()
+        return ({p.name: resolve_profile(p, local_queues=lqs, cluster_queues=cqs, flavors=rfs,
+                                         gpu_classes=set(gpu_classes), now=now,
+                                         workload_priority_classes=priority_classes)
+                 for p in cluster.spec.workload_profiles}, set_hash, None)
+    problem = None
+    if status.profile_set_hash != set_hash:
+        problem = (f"the TauCluster profile set is stale: status.workloadProfiles.profileSetHash is "
+                   f"{status.profile_set_hash!r} but spec hashes to {set_hash!r}; wait for the taugate "
+                   f"operator to reconcile the TauCluster")
+    return {p.name: p for p in status.profiles}, set_hash, problem
+
+
+def read_objects(path: str | _Path) -> list[dict[str, Any]]:
     """Every object in a YAML or JSON file (``-``: standard input): multi-document YAML, a JSON
     array, ``kind: List`` expanded. Read with ``taugate.files``: at most ``MAX_INPUT_BYTES``,
     duplicate keys refused with their line, YAML aliases bounded.
@@ -491,7 +433,7 @@ def read_objects(path: str | _Path) -> list[dict]:
         docs = load_documents(read_limited(path), name)
     except InputError as e:
         raise SnapshotError(str(e)) from None
-    out: list[dict] = []
+    out: list[dict[str, Any]] = []
     for i, doc in enumerate(docs):
         if doc is None:
             continue
@@ -500,7 +442,8 @@ def read_objects(path: str | _Path) -> list[dict]:
         if str(doc.get("kind") or "").endswith("List") and isinstance(doc.get("items"), list):
             for j, item in enumerate(doc["items"]):
                 if not isinstance(item, dict):
-                    raise SnapshotError(f"{name}: document {i + 1}: items[{j}] is {json_type(item)}, not a Kubernetes object")
+                    raise SnapshotError(f"{name}: document {i + 1}: items[{j}] is {json_type(item)}, "
+                                        "not a Kubernetes object")
                 out.append(item)
         else:
             out.append(doc)

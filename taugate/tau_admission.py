@@ -71,7 +71,7 @@ def namespace_refusal(namespace: str, settings: Settings) -> str | None:
     return None
 
 
-def is_admin(user_info: dict | None, settings: Settings) -> bool:
+def is_admin(user_info: dict[str, Any] | None, settings: Settings) -> bool:
     """Is the requester a platform admin (a member of ``settings.admin_groups`` or one of
     ``settings.admin_users``)?"""
     user_info = user_info or {}
@@ -90,7 +90,7 @@ def who_may_approve(settings: Settings) -> str:
     return " or ".join(parts) or "nobody (no admin groups or users are configured)"
 
 
-def _schema_violations(model: type[BaseModel], obj: dict) -> list[dict[str, str]]:
+def _schema_violations(model: type[BaseModel], obj: dict[str, Any]) -> list[dict[str, str]]:
     try:
         model.model_validate(obj)
     except ValidationError as e:
@@ -111,7 +111,7 @@ def _annotations(obj: Any) -> dict[str, str]:
     return dict(((obj.get("metadata") or {}).get("annotations")) or {})
 
 
-def _quota_request(request: dict, settings: Settings) -> list[dict[str, str]]:
+def _quota_request(request: dict[str, Any], settings: Settings) -> list[dict[str, str]]:
     obj = request.get("object") or {}
     old = request.get("oldObject") if request.get("operation") == "UPDATE" else None
     out = _schema_violations(TauQuotaRequest, obj)
@@ -132,16 +132,16 @@ def _quota_request(request: dict, settings: Settings) -> list[dict[str, str]]:
             "quota-approval", "metadata.annotations",
             f"{user.get('username') or 'this user'} {', '.join(verbs)}, but only platform admins may approve or "
             f"reject a TauQuotaRequest: {who_may_approve(settings)}; ask one of them to review it"))
-    if old is not None and not admin and old_ann.get(labels.APPROVED, "").lower() == "true":
-        if (obj.get("spec") or {}) != (old.get("spec") or {}):
-            out.append(_violation(
-                "quota-approval", "spec",
-                f"the request was approved as it is; only {who_may_approve(settings)} may change an approved "
-                f"request's spec; create a new TauQuotaRequest for a different amount"))
+    approved = old is not None and old_ann.get(labels.APPROVED, "").lower() == "true"
+    if approved and not admin and (obj.get("spec") or {}) != ((old or {}).get("spec") or {}):
+        out.append(_violation(
+            "quota-approval", "spec",
+            f"the request was approved as it is; only {who_may_approve(settings)} may change an approved "
+            f"request's spec; create a new TauQuotaRequest for a different amount"))
     return out
 
 
-def _workspace(request: dict, settings: Settings, state: Any) -> list[dict[str, str]]:
+def _workspace(request: dict[str, Any], settings: Settings, state: Any) -> list[dict[str, str]]:
     obj = request.get("object") or {}
     out = _schema_violations(TauWorkspace, obj)
     if out:
@@ -153,7 +153,8 @@ def _workspace(request: dict, settings: Settings, state: Any) -> list[dict[str, 
         out.append(_violation("workspace-namespace", "spec.target.namespace", refusal))
     if state is not None:
         other = state.workspaces.get(ns)
-        if other is not None and (other.metadata.name, other.metadata.namespace) != (ws.metadata.name, ws.metadata.namespace):
+        this = (ws.metadata.name, ws.metadata.namespace)
+        if other is not None and (other.metadata.name, other.metadata.namespace) != this:
             out.append(_violation("workspace-namespace", "spec.target.namespace",
                                   f"namespace {ns!r} belongs to TauWorkspace {other.metadata.name!r}; "
                                   f"one namespace serves one workspace"))
@@ -184,7 +185,7 @@ def _workspace(request: dict, settings: Settings, state: Any) -> list[dict[str, 
     return out
 
 
-def _cluster(request: dict, settings: Settings) -> list[dict[str, str]]:
+def _cluster(request: dict[str, Any], settings: Settings) -> list[dict[str, str]]:
     obj = request.get("object") or {}
     out: list[dict[str, str]] = []
     name = (obj.get("metadata") or {}).get("name") or request.get("name")
@@ -237,7 +238,7 @@ def _cluster(request: dict, settings: Settings) -> list[dict[str, str]]:
     return out
 
 
-def validate_tau_object(request: dict, settings: Settings, state: Any = None) -> list[dict[str, str]]:
+def validate_tau_object(request: dict[str, Any], settings: Settings, state: Any = None) -> list[dict[str, str]]:
     """Every violation of the rules above in one AdmissionReview ``request`` (pure).
 
     Allowed untouched (empty list): subresource requests (``status``), DELETE and CONNECT, and

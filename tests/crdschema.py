@@ -11,12 +11,11 @@ field with a ``default`` is not required (the API server defaults before it vali
 from __future__ import annotations
 
 import copy
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import jsonschema
 import yaml
-
 
 
 def translate(schema: dict, *, top: bool = True) -> dict:
@@ -47,7 +46,7 @@ def translate(schema: dict, *, top: bool = True) -> dict:
     return s
 
 
-@lru_cache(maxsize=None)
+@cache
 def crd_validator(path: str, version: str = "v1") -> jsonschema.Draft7Validator:
     """A validator for the named version of the CRD in the file at ``path``."""
     crd = yaml.safe_load(Path(path).read_text())

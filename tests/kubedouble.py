@@ -16,8 +16,9 @@ What the harness adds to kmock (kmock's gaps)
     - Discovery: every resource taugate touches is declared (``RESOURCES``): core (namespaces,
       nodes, serviceaccounts, persistentvolumeclaims, configmaps, pods, events), RBAC
       (rolebindings, clusterroles), CustomResourceDefinitions (kopf looks them up), Kueue
-      ``kueue.x-k8s.io/v1beta2`` (localqueues, clusterqueues, resourceflavors, workloadpriorityclasses, workloads: Kueue v0.17's storage version), KubeRay
-      ``ray.io/v1`` (rayjobs, rayclusters), ``batch/v1`` jobs, and ``tau.azure.com/v1alpha1``
+      ``kueue.x-k8s.io/v1beta2`` (localqueues, clusterqueues, resourceflavors, workloadpriorityclasses, workloads:
+      Kueue v0.17's storage version), KubeRay ``ray.io/v1`` (rayjobs, rayclusters), ``batch/v1`` jobs, and
+      ``tau.azure.com/v1alpha1``
       (clusters, workspaces, quotarequests, tauruns), each with its kind and scope, and
       ``status`` as a subresource for the custom resources.
     - Shutdown drops open connections at once (watch streams never end by themselves), which
@@ -69,7 +70,7 @@ _ORIGINAL_PARSE_PATH = getattr(_kmock_parsing.parse_path, "__wrapped_original__"
 _NAMESPACE_SUBRESOURCES = {"status", "finalize"}
 
 
-def _parse_path_with_namespaces(path: str) -> "_kmock_parsing.ParsedPath":
+def _parse_path_with_namespaces(path: str) -> _kmock_parsing.ParsedPath:
     """kmock's parser, except that ``/api/v1/namespaces[/NAME[/status|/finalize]]`` addresses the
     cluster-scoped ``namespaces`` resource (Kubernetes core API rule: Namespace is cluster-scoped;
     ``/api/v1/namespaces/NAME/<plural>`` still addresses objects inside the namespace)."""
@@ -159,7 +160,7 @@ class KubeDouble:
         self.url = ""
 
     # -- lifecycle -------------------------------------------------------------------------
-    def __enter__(self) -> "KubeDouble":
+    def __enter__(self) -> KubeDouble:
         self._thread = threading.Thread(target=self._run, name="kmock-apiserver", daemon=True)
         self._thread.start()
         if not self._started.wait(10) or self._error is not None:
@@ -308,7 +309,7 @@ class KubeDouble:
 
     # -- the operator, in process ----------------------------------------------------------------
     @contextlib.contextmanager
-    def operator(self, settings: Any = None, **options: Any) -> Iterator["OperatorThread"]:
+    def operator(self, settings: Any = None, **options: Any) -> Iterator[OperatorThread]:
         """Run the taugate kopf operator against the double in a thread (stopped on exit).
 
         ``options`` go to ``controllers.operator.OperatorOptions`` (e.g. ``resync_seconds``,

@@ -68,7 +68,7 @@ def pinned(component: str, module: str | None = None) -> tuple[str, str]:
     raise UpstreamUnavailable(f"{directory / 'go.mod'} does not require {module}")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def module_dir(component: str, module: str | None = None) -> Path:
     """The directory of the module pinned for ``component`` (see ``pinned``), downloaded on first
     use and checked against the component's ``go.sum``; one ``go`` call per module and process.

@@ -14,6 +14,7 @@ import yaml
 from taugate import labels
 from taugate.snapshot import read_objects
 from tests.paths import DATA, EXAMPLE_CLUSTER, IMAGE_CLASSIFIER, KUBERAY_SAMPLES, KUEUE_JOB
+
 GPU = labels.GPU_RESOURCE
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 GC = "system:serviceaccount:kube-system:generic-garbage-collector"

@@ -40,7 +40,8 @@ def test_a_denial_exits_1_and_says_why_on_stderr(tmp_path, capsys):
     obj["metadata"]["labels"] = {labels.KUEUE_QUEUE_NAME: "nlp-queue"}
     f = tmp_path / "job.yaml"
     f.write_text(yaml.safe_dump(obj))
-    code, out, err = run(capsys, "admit", "-f", str(f), "--cluster", str(EXAMPLE_CLUSTER), "-n", "vision", "--no-policies")
+    code, out, err = run(capsys, "admit", "-f", str(f), "--cluster", str(EXAMPLE_CLUSTER), "-n", "vision",
+                         "--no-policies")
     assert code == 1 and out == ""
     assert "denied" in err and "allowed: vision-queue" in err
 

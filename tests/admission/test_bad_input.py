@@ -11,8 +11,8 @@ import yaml
 from taugate.adapters import RayJobAdapter
 from taugate.cli import main
 from taugate.snapshot import SnapshotError, load_snapshot
-from tests.admission.conftest import EXAMPLE_CLUSTER
 from taugate.webhook.review import ReviewError, admit, mutate, parse_review, request_for, validate
+from tests.admission.conftest import EXAMPLE_CLUSTER
 
 WORKER = ("spec", "rayClusterSpec", "workerGroupSpecs", 0)
 
@@ -35,10 +35,13 @@ MALFORMED = [
     pytest.param(("metadata",), "x", "metadata", id="metadata-a-string"),
     pytest.param(("spec",), "hello", "spec", id="spec-a-string"),
     pytest.param(("spec", "suspend"), "yes", "spec.suspend", id="suspend-a-string"),
-    pytest.param(WORKER + ("replicas",), "four", "spec.rayClusterSpec.workerGroupSpecs[0].replicas", id="replicas-four"),
-    pytest.param(WORKER + ("replicas",), -3, "spec.rayClusterSpec.workerGroupSpecs[0].replicas", id="replicas-negative"),
+    pytest.param(WORKER + ("replicas",), "four", "spec.rayClusterSpec.workerGroupSpecs[0].replicas",
+                 id="replicas-four"),
+    pytest.param(WORKER + ("replicas",), -3, "spec.rayClusterSpec.workerGroupSpecs[0].replicas",
+                 id="replicas-negative"),
     pytest.param(WORKER + ("numOfHosts",), "two", "spec.rayClusterSpec.workerGroupSpecs[0].numOfHosts", id="hosts"),
-    pytest.param(WORKER + ("rayStartParams",), "x", "spec.rayClusterSpec.workerGroupSpecs[0].rayStartParams", id="params"),
+    pytest.param(WORKER + ("rayStartParams",), "x", "spec.rayClusterSpec.workerGroupSpecs[0].rayStartParams",
+                 id="params"),
     pytest.param(WORKER + ("template",), "x", "spec.rayClusterSpec.workerGroupSpecs[0].template", id="template"),
     pytest.param(WORKER + ("template", "metadata"), "x", "spec.rayClusterSpec.workerGroupSpecs[0].template.metadata",
                  id="template-metadata"),
@@ -47,26 +50,33 @@ MALFORMED = [
     pytest.param(WORKER + ("template", "spec", "containers"), ["ray-worker"],
                  "spec.rayClusterSpec.workerGroupSpecs[0].template.spec.containers[0]", id="containers-strings"),
     pytest.param(C0 + ("resources", "requests", "cpu"), "lots",
-                 "spec.rayClusterSpec.workerGroupSpecs[0].template.spec.containers[0].resources.requests.cpu", id="cpu-lots"),
+                 "spec.rayClusterSpec.workerGroupSpecs[0].template.spec.containers[0].resources.requests.cpu",
+                 id="cpu-lots"),
     pytest.param(C0 + ("resources", "requests", "memory"), -1,
                  "spec.rayClusterSpec.workerGroupSpecs[0].template.spec.containers[0].resources.requests.memory",
                  id="memory-negative"),
     pytest.param(C0 + ("resources", "limits", "cpu"), True,
-                 "spec.rayClusterSpec.workerGroupSpecs[0].template.spec.containers[0].resources.limits.cpu", id="cpu-true"),
+                 "spec.rayClusterSpec.workerGroupSpecs[0].template.spec.containers[0].resources.limits.cpu",
+                 id="cpu-true"),
     # Found by fuzzing: these reached the policies (or arithmetic) and answered 500.
-    pytest.param(WORKER + ("template", "spec", "affinity"), {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [{"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In", "values": "h100"}]}]}}},
+    pytest.param(WORKER + ("template", "spec", "affinity"),
+                 {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In",
+                                                     "values": "h100"}]}]}}},
         f"{TEMPLATE}.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0]"
         f".matchExpressions[0].values", id="affinity-values-a-string"),
-    pytest.param(WORKER + ("template", "spec", "affinity"), {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+    pytest.param(WORKER + ("template", "spec", "affinity"),
+                 {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
         "nodeSelectorTerms": "gpu"}}},
         f"{TEMPLATE}.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms",
         id="affinity-terms-a-string"),
-    pytest.param(WORKER + ("template", "spec", "affinity"), {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+    pytest.param(WORKER + ("template", "spec", "affinity"),
+                 {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
         {"weight": "high", "preference": {"matchExpressions": []}}]}},
         f"{TEMPLATE}.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].weight",
         id="affinity-weight-a-string"),
-    pytest.param(WORKER + ("template", "spec", "tolerations"), "gpu", f"{TEMPLATE}.tolerations", id="tolerations-a-string"),
+    pytest.param(WORKER + ("template", "spec", "tolerations"), "gpu", f"{TEMPLATE}.tolerations",
+                 id="tolerations-a-string"),
     pytest.param(WORKER + ("template", "spec", "tolerations"), [{"key": 5, "operator": "Exists"}],
                  f"{TEMPLATE}.tolerations[0].key", id="toleration-key-a-number"),
     pytest.param(WORKER + ("template", "spec", "tolerations"), [{"key": "a", "effect": ["NoSchedule"]}],
@@ -74,7 +84,8 @@ MALFORMED = [
     pytest.param(WORKER + ("template", "spec", "tolerations"), [{"key": "a", "tolerationSeconds": 2**63}],
                  f"{TEMPLATE}.tolerations[0].tolerationSeconds", id="toleration-seconds-2-63"),
     pytest.param(WORKER + ("replicas",), 2**63, "spec.rayClusterSpec.workerGroupSpecs[0].replicas", id="replicas-2-63"),
-    pytest.param(WORKER + ("replicas",), 2**31, "spec.rayClusterSpec.workerGroupSpecs[0].replicas", id="replicas-above-int32"),
+    pytest.param(WORKER + ("replicas",), 2**31, "spec.rayClusterSpec.workerGroupSpecs[0].replicas",
+                 id="replicas-above-int32"),
     pytest.param(WORKER + ("maxReplicas",), 2**31, "spec.rayClusterSpec.workerGroupSpecs[0].maxReplicas",
                  id="max-replicas-above-int32"),
     pytest.param(WORKER + ("numOfHosts",), 2**31, "spec.rayClusterSpec.workerGroupSpecs[0].numOfHosts",
@@ -83,7 +94,8 @@ MALFORMED = [
 
 
 @pytest.mark.parametrize("path, value, field", MALFORMED)
-def test_a_malformed_workload_is_denied_by_both_webhooks_naming_the_field(classifier, state, settings, path, value, field):
+def test_a_malformed_workload_is_denied_by_both_webhooks_naming_the_field(classifier, state, settings, path, value,
+                                                                          field):
     obj = copy.deepcopy(classifier)
     _set(obj, path, value)
     for decide in (mutate, validate):
@@ -99,8 +111,7 @@ def test_gpu_counts_that_are_not_usable_numbers_are_denied_without_a_crash(class
     res["requests"]["nvidia.com/gpu"] = res["limits"]["nvidia.com/gpu"] = gpus
     d = admit(classifier, state=state, settings=settings, engine=engine, namespace="vision")
     assert not d.allowed
-    assert any('limits["nvidia.com/gpu"]' in v.field or "limits.nvidia.com/gpu" in v.field or "nvidia.com/gpu" in v.field
-               for v in d.violations), d.message
+    assert any("nvidia.com/gpu" in v.field for v in d.violations), d.message
     assert "True" not in d.message
 
 
@@ -189,8 +200,10 @@ def _snapshot(tmp_path, mutate_docs):
     (lambda d: [x if x["kind"] != "Node" else {**x, "status": {**x["status"], "conditions": ["Ready"]}} for x in d],
      "conditions"),
     (lambda d: [x if x["kind"] != "LocalQueue" else {**x, "spec": "x"} for x in d], "LocalQueue"),
-    (lambda d: [x if x["kind"] != "ClusterQueue" else {**x, "status": {"flavorsUsage": "x"}} for x in d], "flavorsUsage"),
-    (lambda d: [x if x["kind"] != "ClusterQueue" else {**x, "spec": {"resourceGroups": "x"}} for x in d], "resourceGroups"),
+    (lambda d: [x if x["kind"] != "ClusterQueue" else {**x, "status": {"flavorsUsage": "x"}} for x in d],
+     "flavorsUsage"),
+    (lambda d: [x if x["kind"] != "ClusterQueue" else {**x, "spec": {"resourceGroups": "x"}} for x in d],
+     "resourceGroups"),
 ])
 def test_a_broken_snapshot_is_one_error_naming_the_file_and_the_object(tmp_path, change, expected):
     f = _snapshot(tmp_path, change)
@@ -219,7 +232,8 @@ def test_numbers_beyond_64_bits_and_non_string_keys_are_handled(tmp_path, capsys
     f = tmp_path / "big.yaml"
     f.write_text(yaml.safe_dump(big))
     assert main(["admit", "-f", str(f), "--cluster", str(EXAMPLE_CLUSTER), "--no-policies"]) == 2
-    assert "spec.rayClusterSpec.workerGroupSpecs[0].replicas: 10000000000000000000000000 is outside the 64-bit integer range" in capsys.readouterr().err
+    assert ("spec.rayClusterSpec.workerGroupSpecs[0].replicas: 10000000000000000000000000 "
+            "is outside the 64-bit integer range") in capsys.readouterr().err
     keys = copy.deepcopy(classifier)
     keys["metadata"]["labels"] = {1: "one", 2.5: "half", None: "none"}
     f.write_text(yaml.safe_dump(keys))
@@ -244,7 +258,8 @@ def test_a_profile_made_for_the_shape_but_not_ready_is_named_with_its_reason(tmp
     assert "'h100-1gpu', which is not Ready" in msg and "ghost-queue" in msg and "fix:" in msg
 
 
-def test_a_profile_whose_workload_priority_class_is_missing_is_named_with_the_class_to_create(tmp_path, classifier, settings):
+def test_a_profile_whose_workload_priority_class_is_missing_is_named_with_the_class_to_create(tmp_path, classifier,
+                                                                                             settings):
     # Kueue builds no Workload for a job naming a missing WorkloadPriorityClass (kueue v0.17
     # jobframework ExtractPriority): without this denial the RayJob would sit suspended forever.
     def no_priority_class(docs):
@@ -257,7 +272,8 @@ def test_a_profile_whose_workload_priority_class_is_missing_is_named_with_the_cl
     assert "Kueue creates no Workload for a job that names it" in msg and "cpu-small" in msg
 
 
-def test_a_denial_under_the_workspace_default_profile_says_why_that_profile_applies(classifier, state, settings, engine):
+def test_a_denial_under_the_workspace_default_profile_says_why_that_profile_applies(classifier, state, settings,
+                                                                                    engine):
     res = classifier["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]["resources"]
     res["requests"]["nvidia.com/gpu"] = res["limits"]["nvidia.com/gpu"] = "2"
     d = admit(classifier, state=state, settings=settings, engine=engine, namespace="vision")
@@ -281,7 +297,8 @@ def test_a_problem_line_quoting_a_huge_value_is_cut_with_its_length():
 
     decision = Decision.deny([Violation("object-shape", "metadata.labels." + "x" * 5000, "is 7, not a string")])
     headline, line = decision.message.splitlines()
-    assert len(line) <= 1000 and line.endswith(f"... ({len('- [object-shape] metadata.labels.') + 5000 + 20} characters in all)")
+    assert len(line) <= 1000
+    assert line.endswith(f"... ({len('- [object-shape] metadata.labels.') + 5000 + 20} characters in all)")
 
 
 @pytest.mark.parametrize("parallelism", [2**31, 2**63])
@@ -317,7 +334,8 @@ def _nested(levels: int) -> dict:
 @pytest.mark.parametrize("levels", [130, 250])
 def test_an_object_nested_past_100_levels_is_denied_naming_the_path_never_a_500(classifier, state, settings, engine,
                                                                                 levels):
-    classifier["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]["affinity"] = {"podAffinity": _nested(levels)}
+    template = classifier["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]
+    template["spec"]["affinity"] = {"podAffinity": _nested(levels)}
     d = admit(classifier, state=state, settings=settings, engine=engine, namespace="vision")
     assert not d.allowed and d.code == 403, d.message
     [v] = d.violations

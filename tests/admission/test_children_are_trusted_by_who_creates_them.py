@@ -12,9 +12,9 @@ import jsonpatch
 import yaml
 
 from taugate import labels
+from taugate.webhook.review import admit, mutate, request_for, validate
 from tests import upstream_manifests as m
 from tests.paths import KUBERAY_SAMPLES
-from taugate.webhook.review import admit, mutate, request_for, validate
 
 OWNER = [{"apiVersion": "ray.io/v1", "kind": "RayJob", "name": "resnet", "uid": "3c1f6a0e-7a8b-4c2d-9e0f-1a2b3c4d5e6f",
           "controller": True, "blockOwnerDeletion": True}]

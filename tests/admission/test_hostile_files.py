@@ -76,7 +76,8 @@ def test_a_few_aliases_as_people_write_them_are_expanded(tmp_path, capsys):
 def test_an_endless_input_is_refused_after_the_size_limit(tmp_path):
     code, err, seconds, peak = admit_process("-f", "/dev/zero")
     assert code == 2
-    assert one_line(err) == "taugate: /dev/zero: larger than 128 MiB; taugate reads manifests and snapshots up to that size"
+    assert one_line(err) == ("taugate: /dev/zero: larger than 128 MiB; "
+                             "taugate reads manifests and snapshots up to that size")
     assert seconds < 15 and peak < 500, (seconds, peak)
 
 
@@ -89,7 +90,8 @@ def test_a_yaml_self_reference_is_refused(tmp_path, capsys):
 
 def test_a_duplicate_key_is_refused_naming_both_lines(tmp_path, capsys):
     f = tmp_path / "dup.yaml"
-    f.write_text("apiVersion: ray.io/v1\nkind: RayJob\nmetadata:\n  name: a\n  namespace: vision\n  name: b\nspec: {}\n")
+    f.write_text("apiVersion: ray.io/v1\nkind: RayJob\n"
+                 "metadata:\n  name: a\n  namespace: vision\n  name: b\nspec: {}\n")
     assert main(["admit", "-f", str(f), "--cluster", str(EXAMPLE_CLUSTER)]) == 2
     assert one_line(capsys.readouterr().err) == (
         f"taugate: {f}: invalid YAML at line 6: duplicate key 'name' (also at line 4); kubectl rejects duplicate keys")
@@ -122,7 +124,8 @@ def test_a_directory_is_read_recursively_like_kubectl(tmp_path, capsys):
     (tmp_path / "a" / "notes.txt").write_text("not a manifest")
     assert main(["admit", "-f", str(tmp_path), "--cluster", str(EXAMPLE_CLUSTER), "-o", "patch", "--no-policies"]) == 0
     files = [item["file"] for item in json.loads(capsys.readouterr().out)]
-    assert files == [str(tmp_path / "a" / "b" / "three.json"), str(tmp_path / "a" / "two.yml"), str(tmp_path / "one.yaml")]
+    assert files == [str(tmp_path / "a" / "b" / "three.json"), str(tmp_path / "a" / "two.yml"),
+                     str(tmp_path / "one.yaml")]
 
 
 def test_a_directory_without_manifests_or_a_missing_path_is_one_line(tmp_path, capsys):

@@ -10,8 +10,8 @@ import yaml
 
 from taugate import labels
 from taugate.snapshot import build_state, read_objects
-from tests.admission.conftest import EXAMPLE_CLUSTER
 from taugate.webhook.review import admit, mutate, request_for
+from tests.admission.conftest import EXAMPLE_CLUSTER
 
 WORKER = ("spec", "rayClusterSpec", "workerGroupSpecs", 0, "template")
 HEAD = ("spec", "rayClusterSpec", "headGroupSpec", "template")
@@ -99,8 +99,10 @@ def test_kuberays_submitter_job_and_raycluster_inherit_the_parents_run_id_and_no
                           "ownerReferences": [{"apiVersion": "ray.io/v1", "kind": "RayJob", "name": "rayjob-sample",
                                                "uid": "u1", "controller": True}]},
              "spec": {"template": {"spec": {"restartPolicy": "Never",
-                                            "containers": [{"name": "ray-job-submitter", "image": "rayproject/ray:2.9.0"}]}}}}
-    d, out = _mutated(child, state, settings, user_info={"username": "system:serviceaccount:ray-system:kuberay-operator"})
+                                            "containers": [{"name": "ray-job-submitter",
+                                                            "image": "rayproject/ray:2.9.0"}]}}}}
+    d, out = _mutated(child, state, settings,
+                      user_info={"username": "system:serviceaccount:ray-system:kuberay-operator"})
     assert out["spec"]["template"]["metadata"]["labels"] == {labels.RUN_ID: run_id}
     assert labels.KUEUE_QUEUE_NAME not in out["metadata"]["labels"]
     assert "suspend" not in out["spec"]
@@ -123,7 +125,8 @@ def test_on_update_the_run_id_is_kept_even_when_the_client_drops_it(classifier, 
 def test_subresources_deletes_and_taugates_own_requests_pass_untouched(classifier, state, settings):
     for kw in ({"operation": "DELETE"}, {"operation": "CONNECT"}):
         assert mutate(request_for(classifier, namespace="vision", **kw), state, settings).patch is None
-    status = {**request_for(classifier, namespace="vision", operation="UPDATE", old=classifier), "subResource": "status"}
+    status = {**request_for(classifier, namespace="vision", operation="UPDATE", old=classifier),
+              "subResource": "status"}
     assert mutate(status, state, settings).patch is None
     own = request_for(classifier, namespace="vision", user_info={"username": settings.service_account})
     assert mutate(own, state, settings).patch is None
@@ -224,7 +227,8 @@ def test_a_rayjob_with_its_own_submitter_or_another_submission_mode_keeps_it(cla
         {"name": "my-submitter", "image": "example/submit:1"}]}}
     _, out = _mutated(own, state, settings)
     assert [c["name"] for c in out["spec"]["submitterPodTemplate"]["spec"]["containers"]] == ["my-submitter"]
-    assert out["spec"]["submitterPodTemplate"]["metadata"]["labels"][labels.RUN_ID] == out["metadata"]["labels"][labels.RUN_ID]
+    submitter_labels = out["spec"]["submitterPodTemplate"]["metadata"]["labels"]
+    assert submitter_labels[labels.RUN_ID] == out["metadata"]["labels"][labels.RUN_ID]
     for mode in ("HTTPMode", "SidecarMode", "InteractiveMode"):
         other = copy.deepcopy(classifier)
         other["spec"]["submissionMode"] = mode

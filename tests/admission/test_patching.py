@@ -7,12 +7,11 @@ import copy
 import random
 
 import jsonpatch
-import pytest
 import yaml
 
-from tests.paths import KUBERAY_SAMPLES
 from taugate.webhook.mutation import deep_copy
 from taugate.webhook.patching import Edits, pointer
+from tests.paths import KUBERAY_SAMPLES
 
 DOCS = [d for p in sorted(KUBERAY_SAMPLES.glob("ray-*.yaml"))
         for d in yaml.safe_load_all(p.read_text()) if isinstance(d, dict)]

@@ -14,9 +14,10 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from taugate.webhook.decision import MAX_PROBLEMS_SHOWN
+from taugate.webhook.review import admit, mutate, request_for
 from tests.crdschema import crd_errors
 from tests.paths import DATA, KUBERAY, KUBERAY_SAMPLES, KUEUE, KUEUE_EXAMPLES, RAYCLUSTER_CRD, RAYJOB_CRD
-from taugate.webhook.review import admit, mutate, request_for
 
 CRDS = {
     "RayJob": RAYJOB_CRD,
@@ -149,7 +150,14 @@ def test_the_full_admission_of_a_real_sample_never_crashes_and_explains_every_de
     decision = admit(obj, state=state, settings=settings, engine=engine, namespace="vision")
     if decision.allowed:
         assert _schema_errors(decision.object) == []
-    else:
-        for v in decision.violations:
-            assert v.policy and v.message
-        assert decision.message.count("\n- ") == len(decision.violations) - 1 or decision.message
+        return
+    # The researcher reads the denial: a headline, then one "- [policy] field: message" line per
+    # violation (at most MAX_PROBLEMS_SHOWN, then how many more).
+    assert decision.violations, decision.message
+    lines = decision.message.splitlines()
+    shown = decision.violations[:MAX_PROBLEMS_SHOWN]
+    assert len(lines) == 1 + len(shown) + (len(decision.violations) > len(shown)), decision.message
+    for v, line in zip(shown, lines[1:], strict=False):
+        assert v.policy and v.message, v
+        assert line.startswith(f"- [{v.policy}] {v.field + ': ' if v.field else ''}"), line
+        assert v.message[:200] in line, (v.message, line)

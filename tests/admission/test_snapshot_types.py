@@ -7,15 +7,14 @@ from __future__ import annotations
 
 import copy
 import json
-from pathlib import Path
 
 import pytest
 import yaml
 
 from taugate.settings import Settings
 from taugate.snapshot import SnapshotError, load_snapshot
-from tests.paths import EXAMPLE_CLUSTER, EXAMPLE_RAYJOB
 from taugate.webhook.review import admit
+from tests.paths import EXAMPLE_CLUSTER, EXAMPLE_RAYJOB
 
 DOCS = [d for d in yaml.safe_load_all(EXAMPLE_CLUSTER.read_text()) if d]
 SETTINGS = Settings()

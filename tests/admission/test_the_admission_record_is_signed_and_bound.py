@@ -10,8 +10,7 @@ import json
 import jsonpatch
 import pytest
 
-from taugate import labels
-from taugate import record
+from taugate import labels, record
 from taugate.settings import Settings
 from taugate.webhook.review import mutate, request_for
 from tests import upstream_manifests as m
@@ -40,7 +39,8 @@ def test_the_webhooks_record_verifies_against_the_object_the_api_server_stores(s
     stored = _created(m.classifier(), state, keyed)
     rec = _record(stored)
     assert rec["signature"].startswith("hmac-sha256:") and rec["runId"] == stored["metadata"]["labels"][labels.RUN_ID]
-    assert rec["object"] == {"namespace": "vision", "kind": "RayJob", "generateName": "pytorch-image-classifier-"}  # named later
+    # named by the API server after admission
+    assert rec["object"] == {"namespace": "vision", "kind": "RayJob", "generateName": "pytorch-image-classifier-"}
     assert record.verify(rec, stored, KEY).trusted
 
 

@@ -11,8 +11,8 @@ import copy
 import jsonpatch
 
 from taugate import labels
-from tests import upstream_manifests as m
 from taugate.webhook.review import admit, mutate, request_for
+from tests import upstream_manifests as m
 
 GPU_CLASS = "tau.azure.com/gpu-class"
 
@@ -33,7 +33,8 @@ def test_a_server_side_apply_that_replaces_the_worker_groups_gets_the_profiles_p
     stored = _admitted(state, settings, engine)
     edited = copy.deepcopy(stored)
     # What the researcher's manifest holds for the atomic list: the worker group as written.
-    edited["spec"]["rayClusterSpec"]["workerGroupSpecs"] = copy.deepcopy(m.classifier()["spec"]["rayClusterSpec"]["workerGroupSpecs"])
+    as_written = m.classifier()["spec"]["rayClusterSpec"]["workerGroupSpecs"]
+    edited["spec"]["rayClusterSpec"]["workerGroupSpecs"] = copy.deepcopy(as_written)
     final = _update(edited, stored, state, settings)
     assert final["spec"]["rayClusterSpec"]["workerGroupSpecs"] == stored["spec"]["rayClusterSpec"]["workerGroupSpecs"]
 
@@ -70,7 +71,8 @@ def test_forged_or_removed_taugate_labels_and_admission_record_are_restored(stat
     final = _update(edited, stored, state, settings)
     for key in (labels.GPU_CLASS, labels.WORKLOAD_PROFILE, labels.WORKSPACE):
         assert final["metadata"]["labels"][key] == stored["metadata"]["labels"][key]
-    assert final["metadata"]["annotations"][labels.ADMISSION_RECORD] == stored["metadata"]["annotations"][labels.ADMISSION_RECORD]
+    record = labels.ADMISSION_RECORD
+    assert final["metadata"]["annotations"][record] == stored["metadata"]["annotations"][record]
 
 
 def test_a_removed_data_volume_is_mounted_again(state, settings, engine):

@@ -16,11 +16,10 @@ import yaml
 from taugate import labels
 from taugate.adapters import JobAdapter, RayJobAdapter, pod_request
 from taugate.cli import main
-from taugate.settings import Settings
 from taugate.snapshot import build_state, read_objects
+from taugate.webhook.review import admit, mutate, request_for, validate
 from tests import upstream_manifests as m
 from tests.paths import EXAMPLE_CLUSTER, POLICIES
-from taugate.webhook.review import admit, mutate, request_for, validate
 
 MIG_CLUSTER = POLICIES / "mig-slices-fit/samples/cluster.yaml"
 
@@ -275,7 +274,8 @@ def test_a_fixed_size_profile_refuses_a_job_that_kueue_may_start_with_fewer_work
     assert code == 0, err
 
 
-@pytest.mark.parametrize("minimum,says", [("12", '"should be between 0 and 11"'), ("five", '"should be between 0 and 11"'),
+@pytest.mark.parametrize("minimum,says", [("12", '"should be between 0 and 11"'),
+                                          ("five", '"should be between 0 and 11"'),
                                           ("0", "allowed: a whole number from 1 to 11")])
 def test_a_partial_admission_annotation_kueue_would_reject_is_denied_in_kueues_words(tmp_path, capsys, minimum, says):
     code, _, err = cli(tmp_path, capsys, m.partial_job(12, 12, minimum=minimum))

@@ -136,7 +136,8 @@ def test_sync_names_a_missing_kubeconfig_from_the_environment_outside_a_pod(tmp_
     missing = tmp_path / "env-kubeconfig"
     monkeypatch.setenv("KUBECONFIG", str(missing))
     code, err = _run(capsys, *SYNC)
-    assert code == 2 and err == f"taugate certs sync: {missing} (from $KUBECONFIG): the kubeconfig file does not exist\n"
+    assert code == 2
+    assert err == f"taugate certs sync: {missing} (from $KUBECONFIG): the kubeconfig file does not exist\n"
 
 
 def test_sync_against_an_unreachable_api_server_is_one_line_and_exit_1(tmp_path, capsys):

@@ -12,18 +12,18 @@ import kubernetes.client as k
 import pytest
 import yaml
 
+from taugate import labels
 from taugate.certs import kube as certs_kube
 from taugate.certs.pki import CertError, fingerprint, issued_by, load_certificates
-from taugate import labels
 from taugate.cli import main
-from tests.kubedouble import RESOURCES, KubeDouble
 from taugate.webhook.routes import ROUTES
+from tests.kubedouble import RESOURCES, KubeDouble
 
 NS, SECRET, SVC, CONFIG = "taugate-system", "taugate-webhook-tls", "taugate-webhook", "taugate"
 EXTRA = (("v1/secrets", "Secret", True),
          ("admissionregistration.k8s.io/v1/mutatingwebhookconfigurations", "MutatingWebhookConfiguration", False),
          ("admissionregistration.k8s.io/v1/validatingwebhookconfigurations", "ValidatingWebhookConfiguration", False))
-NOW = dt.datetime.now(dt.timezone.utc)
+NOW = dt.datetime.now(dt.UTC)
 
 
 @pytest.fixture
@@ -87,7 +87,8 @@ def test_a_first_sync_creates_the_tls_secret_and_sets_every_caBundle_and_a_secon
     result = _sync(api)
     assert result.actions[0] == "created a CA and a serving certificate for taugate-webhook.taugate-system.svc"
     secret = _secret(api)
-    assert secret["type"] == "kubernetes.io/tls" and sorted(secret["data"]) == ["ca.crt", "ca.key", "tls.crt", "tls.key"]
+    assert secret["type"] == "kubernetes.io/tls"
+    assert sorted(secret["data"]) == ["ca.crt", "ca.key", "tls.crt", "tls.key"]
     assert secret["metadata"]["labels"] == {labels.MANAGED_BY: "taugate"}
     leaf = load_certificates(_item(secret, "tls.crt"))[0]
     assert result.status.hosts == ["taugate-webhook", "taugate-webhook.taugate-system",

@@ -4,6 +4,7 @@ served, and the serving certificate is switched only after."""
 from __future__ import annotations
 
 import datetime as dt
+
 import pytest
 
 from taugate.certs import store
@@ -136,6 +137,6 @@ def test_the_certs_commands_generate_rotate_and_report_bad_input_in_one_line(tmp
 def test_a_certificate_due_within_the_window_is_rotated(tmp_path, taugate):
     d = tmp_path / "short"
     store.generate(d, service=SVC, namespace=NS, days=3)
-    assert store.inspect(d).expires - dt.datetime.now(dt.timezone.utc) < dt.timedelta(days=4)
+    assert store.inspect(d).expires - dt.datetime.now(dt.UTC) < dt.timedelta(days=4)
     r = taugate("certs", "rotate", "--dir", str(d), "--wait", "0", "--if-expiring-within", "30")
     assert r.returncode == 0 and "switch: done" in r.stdout, r.stderr

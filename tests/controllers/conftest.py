@@ -9,7 +9,6 @@ import pytest
 
 from taugate.snapshot import read_objects
 from tests.kubedouble import kube_double  # noqa: F401  (the API double fixture)
-
 from tests.paths import EXAMPLE_CLUSTER, IMAGE_CLASSIFIER, REPO  # noqa: F401  (imported by the tests here)
 
 SMALL_NODES = ("aks-h100-0", "aks-h100-3", "aks-a100-0")  # one healthy and one GpuXid-failing H100, one A100

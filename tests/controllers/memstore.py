@@ -69,7 +69,8 @@ class MemStore:
         return self.get(res.kind, name, namespace if res.namespaced else None)
 
     def kube_list(self, res: Resource, namespace: str | None = None) -> list[dict]:
-        return [o for o in self.all(res.kind) if namespace is None or (o.get("metadata") or {}).get("namespace") == namespace]
+        return [o for o in self.all(res.kind)
+                if namespace is None or (o.get("metadata") or {}).get("namespace") == namespace]
 
 
 class MemKube:

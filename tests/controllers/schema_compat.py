@@ -28,17 +28,21 @@ def _types(s: dict) -> set[str]:
 
 def widening_problems(theirs: dict, ours: dict, path: str = "") -> list[str]:
     """Places where ``ours`` is stricter than ``theirs`` (empty: ours accepts all theirs accepts)."""
-    out: list[str] = []
     here = path or "<root>"
     if ours.get("x-kubernetes-preserve-unknown-fields") and not ours.get("properties") and not ours.get("type"):
-        return out  # ours accepts any value here
+        return []  # ours accepts any value here
     their_types, our_types = _types(theirs), _types(ours)
     if their_types and our_types and not their_types <= our_types:
-        out.append(f"{here}: type {sorted(their_types)} is not accepted by ours {sorted(our_types)}")
-        return out
-    if "enum" in ours:
-        if "enum" not in theirs or not set(theirs["enum"]) <= set(ours["enum"]):
-            out.append(f"{here}: our enum {ours['enum']} is narrower than theirs {theirs.get('enum', 'any')}")
+        return [f"{here}: type {sorted(their_types)} is not accepted by ours {sorted(our_types)}"]
+    return _value_problems(theirs, ours, here) + _list_type_problems(theirs, ours, here) + \
+        _nested_problems(theirs, ours, path)
+
+
+def _value_problems(theirs: dict, ours: dict, here: str) -> list[str]:
+    """Enums, required fields, bounds, patterns, formats and CEL rules of one node."""
+    out: list[str] = []
+    if "enum" in ours and ("enum" not in theirs or not set(theirs["enum"]) <= set(ours["enum"])):
+        out.append(f"{here}: our enum {ours['enum']} is narrower than theirs {theirs.get('enum', 'any')}")
     missing_required = set(ours.get("required") or []) - set(theirs.get("required") or [])
     if missing_required:
         out.append(f"{here}: we require {sorted(missing_required)}, they do not")
@@ -56,13 +60,26 @@ def widening_problems(theirs: dict, ours: dict, path: str = "") -> list[str]:
     for rule in ours.get("x-kubernetes-validations") or []:
         if rule.get("rule") not in their_rules:
             out.append(f"{here}: our CEL rule {rule.get('rule')!r} is not one of theirs")
+    return out
+
+
+def _list_type_problems(theirs: dict, ours: dict, here: str) -> list[str]:
+    """A ``set`` or ``map`` list type of ours that theirs does not share (with the same keys)."""
     our_lt = ours.get("x-kubernetes-list-type")
-    if our_lt in ("set", "map"):
-        their_lt = theirs.get("x-kubernetes-list-type")
-        if their_lt != our_lt or (our_lt == "map" and sorted(theirs.get("x-kubernetes-list-map-keys") or [])
-                                  != sorted(ours.get("x-kubernetes-list-map-keys") or [])):
-            out.append(f"{here}: our list type {our_lt} {ours.get('x-kubernetes-list-map-keys', '')} "
-                       f"is stricter than theirs {their_lt}")
+    if our_lt not in ("set", "map"):
+        return []
+    their_lt = theirs.get("x-kubernetes-list-type")
+    if their_lt != our_lt or (our_lt == "map" and sorted(theirs.get("x-kubernetes-list-map-keys") or [])
+                              != sorted(ours.get("x-kubernetes-list-map-keys") or [])):
+        return [f"{here}: our list type {our_lt} {ours.get('x-kubernetes-list-map-keys', '')} "
+                f"is stricter than theirs {their_lt}"]
+    return []
+
+
+def _nested_problems(theirs: dict, ours: dict, path: str) -> list[str]:
+    """Properties, additionalProperties and items, compared recursively."""
+    out: list[str] = []
+    here = path or "<root>"
     their_props = theirs.get("properties") or {}
     our_props = ours.get("properties") or {}
     preserve = bool(ours.get("x-kubernetes-preserve-unknown-fields"))

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import copy
 
+from taugate import labels
 from taugate.controllers import resources as R
 from taugate.controllers.taucluster import ClusterObservation, plan_cluster, reconcile_cluster
-from taugate.snapshot import rule_matches
-from taugate import labels
 from taugate.models import NodeLabelRule, TauCluster
 from taugate.profiles import profile_set_hash
-from taugate.snapshot import build_state
+from taugate.snapshot import build_state, rule_matches
 from tests.controllers.conftest import pick, without
 from tests.controllers.memstore import MemKube, MemStore
 
@@ -69,7 +68,7 @@ def test_a_profile_whose_local_queue_is_missing_is_not_ready_and_says_which(exam
     assert plan.status["workloadProfiles"]["ready"] == 4
 
 
-def test_a_profile_whose_workload_priority_class_is_missing_is_not_ready_and_admission_says_so(example_objects, settings):
+def test_a_profile_whose_workload_priority_class_is_missing_is_not_ready(example_objects, settings):
     # Kueue builds no Workload for a job naming a missing WorkloadPriorityClass (jobframework
     # ExtractPriority): the job would sit suspended, so the profile is not Ready.
     objects = without(example_objects, "WorkloadPriorityClass", "tau-train-default")
@@ -77,7 +76,8 @@ def test_a_profile_whose_workload_priority_class_is_missing_is_not_ready_and_adm
     h100 = _profile(plan.status, "h100-8gpu")
     missing = _cond(h100["conditions"], "PriorityClassFound")
     assert missing["status"] == "False" and missing["reason"] == "PriorityClassMissing"
-    assert "WorkloadPriorityClass 'tau-train-default' (priorities.workloadPriorityClassName) not found" in missing["message"]
+    assert ("WorkloadPriorityClass 'tau-train-default' (priorities.workloadPriorityClassName) not found"
+            in missing["message"])
     assert _cond(h100["conditions"], "Ready")["status"] == "False"
     assert _profile(plan.status, "cpu-small")["conditions"][0]["status"] == "True"  # it names no class
     assert plan.status["phase"] == "Degraded" and plan.status["workloadProfiles"]["ready"] == 1

@@ -55,7 +55,10 @@ def test_snapshot_export_writes_the_live_state_that_admit_reads(kube_double, sma
     assert exported.gpu_classes == original.gpu_classes
     assert exported.queue_quotas == original.queue_quotas
     assert sorted(exported.workspaces) == sorted(original.workspaces) == ["nlp", "vision"]
-    assert {n: p.is_ready() for n, p in exported.profiles.items()} == {n: p.is_ready() for n, p in original.profiles.items()}
+    def readiness(state):
+        return {n: p.is_ready() for n, p in state.profiles.items()}
+
+    assert readiness(exported) == readiness(original)
 
     capsys.readouterr()
     assert main(["admit", "-f", str(IMAGE_CLASSIFIER), "--cluster", str(out), "-n", "vision"]) == 0
@@ -237,7 +240,8 @@ def test_a_missing_kubeconfig_from_the_environment_is_named_with_its_source(tmp_
     monkeypatch.setenv("HOME", str(tmp_path))
     assert main(["operator"]) == 2
     default = tmp_path / ".kube" / "config"
-    assert capsys.readouterr().err == f"taugate: {default} (from the default kubeconfig): the kubeconfig file does not exist\n"
+    assert capsys.readouterr().err == (f"taugate: {default} (from the default kubeconfig): "
+                                       "the kubeconfig file does not exist\n")
 
 
 def test_a_kubeconfig_from_the_environment_is_read_when_it_is_set_after_start(kube_double, small_cluster,

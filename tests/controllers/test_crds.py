@@ -13,8 +13,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from taugate.controllers.crds import CRD_KINDS, build_crd, render_crds, stale_crds, write_crds
 from taugate.cli import main
+from taugate.controllers.crds import CRD_KINDS, build_crd, render_crds, stale_crds, write_crds
 from tests.controllers.schema_compat import example_instance, widening_problems
 from tests.crdschema import translate
 from tests.paths import TAUGRID
@@ -99,7 +99,8 @@ def _taugrid_samples() -> list[dict]:
     for path in sorted((TAUGRID / "samples").glob("*.yaml")):
         docs += [d for d in yaml.safe_load_all(path.read_text()) if d]
     smoke = yaml.safe_load((TAUGRID / "kind-smoke/taucluster-profiles.yaml").read_text())
-    docs.append({"apiVersion": "tau.azure.com/v1alpha1", "kind": "TauCluster", "metadata": {"name": "cluster"}, **smoke})
+    docs.append({"apiVersion": "tau.azure.com/v1alpha1", "kind": "TauCluster", "metadata": {"name": "cluster"},
+                 **smoke})
     return docs
 
 

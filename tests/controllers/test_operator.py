@@ -6,19 +6,19 @@ from __future__ import annotations
 
 import copy
 
+import jsonschema
+
+from taugate import labels
 from taugate.controllers.crds import CRD_KINDS, build_crd
 from taugate.controllers.kube import Kube
 from taugate.controllers.taucluster import reconcile_cluster
 from taugate.controllers.tauquotarequest import reconcile_quota_request
 from taugate.controllers.tauworkspace import FINALIZER, reconcile_workspace
-from taugate import labels
 from taugate.models import TauCluster
 from taugate.profiles import profile_set_hash
 from taugate.tau_admission import validate_tau_object
 from tests.controllers.conftest import pick, without
 from tests.crdschema import translate
-
-import jsonschema
 
 TAU = "tau.azure.com/v1alpha1"
 KUEUE = "kueue.x-k8s.io/v1beta2"
@@ -75,7 +75,8 @@ def test_the_example_cluster_yields_ready_workspaces_and_deleting_one_keeps_its_
             assert FINALIZER in stored["metadata"]["finalizers"]
             assert _valid_under_our_crd(stored) == []
         assert _valid_under_our_crd(cluster) == []
-        assert labels.MANAGED_BY not in (kd.get(KUEUE, "LocalQueue", "vision-queue", "vision")["metadata"].get("labels") or {})
+        assert labels.MANAGED_BY not in (kd.get(KUEUE, "LocalQueue", "vision-queue",
+                                                "vision")["metadata"].get("labels") or {})
 
         # A second reconcile of unchanged objects writes nothing.
         before = kd.request_count()
@@ -137,7 +138,8 @@ def test_an_admin_approved_apply_request_raises_the_cluster_queue_and_a_research
         assert [v["policy"] for v in denied] == ["quota-approval"]  # the API server would refuse the researcher
         assert validate_tau_object({**review, "userInfo": ADMIN}, settings) == []
 
-        kd.patch(TAU, "TauQuotaRequest", "nlp-burst", {"metadata": {"annotations": approved["metadata"]["annotations"]}},
+        kd.patch(TAU, "TauQuotaRequest", "nlp-burst",
+                 {"metadata": {"annotations": approved["metadata"]["annotations"]}},
                  SYS)
         kd.wait_for(lambda: status().get("phase") == "Approved" and status().get("quotaChange"), message="Approved")
         assert _a100_nominal(kd) == 24

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from taugate import labels
 from taugate.controllers import resources as R
 from taugate.controllers.tauquotarequest import decide_phase, reconcile_quota_request
-from taugate import labels
 from tests.controllers.conftest import pick
 from tests.controllers.memstore import MemKube, MemStore
 from tests.paths import TAUGRID

@@ -12,7 +12,8 @@ import time
 import pytest
 
 from taugate.controllers.kube import Kube
-from taugate.controllers.state_watch import WatchStateProvider, usable_objects
+from taugate.state_objects import usable_objects
+from taugate.webhook.state_watch import WatchStateProvider
 from tests.controllers.conftest import pick
 from tests.kubedouble import KubeDouble
 

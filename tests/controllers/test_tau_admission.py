@@ -70,7 +70,8 @@ def test_a_researcher_cannot_remove_or_change_a_review(settings, old_ann, new_an
 
 def test_a_researcher_may_create_a_request_without_approval_annotations_but_not_with_them(settings):
     assert validate_tau_object(_req(_qr(), RESEARCHER), settings) == []
-    assert _policies(validate_tau_object(_req(_qr({labels.APPROVED: "true"}), RESEARCHER), settings)) == {"quota-approval"}
+    assert _policies(validate_tau_object(_req(_qr({labels.APPROVED: "true"}), RESEARCHER),
+                                         settings)) == {"quota-approval"}
 
 
 def test_an_approved_requests_spec_is_frozen_for_researchers(settings):

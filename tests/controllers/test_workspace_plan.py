@@ -7,10 +7,15 @@ import copy
 
 import pytest
 
-from taugate.controllers import resources as R
-from taugate.controllers.tauworkspace import (FINALIZER, WorkspaceObservation, observe_workspace, plan_workspace,
-                                      reconcile_workspace)
 from taugate import labels
+from taugate.controllers import resources as R
+from taugate.controllers.tauworkspace import (
+    FINALIZER,
+    WorkspaceObservation,
+    observe_workspace,
+    plan_workspace,
+    reconcile_workspace,
+)
 from tests.controllers.conftest import pick, without
 from tests.controllers.memstore import MemKube, MemStore
 
@@ -173,7 +178,8 @@ def test_a_foreign_role_binding_of_the_same_name_is_left_alone_and_reported(smal
 def test_an_invalid_workspace_is_reported_in_status(small_cluster, settings):
     pick(small_cluster, "TauWorkspace", "vision")["spec"]["role"] = "superuser"
     plan = reconcile_workspace(MemKube(_store(small_cluster)), settings, SYS, "vision", now=NOW)
-    assert _cond(plan.status, "SpecValid")["reason"] == "InvalidSpec" and "role" in _cond(plan.status, "SpecValid")["message"]
+    spec_valid = _cond(plan.status, "SpecValid")
+    assert spec_valid["reason"] == "InvalidSpec" and "role" in spec_valid["message"]
     assert not _created(plan)
 
 
@@ -189,9 +195,11 @@ def test_deleting_a_workspace_removes_what_taugate_made_and_keeps_namespace_and_
     store.put(ws)
     plan = reconcile_workspace(kube, settings, SYS, "nlp", now=LATER)
     deleted = {(a.resource.kind, a.name) for a in plan.actions if a.verb == "delete"}
-    assert deleted == {("LocalQueue", "nlp-queue"), ("RoleBinding", "tau-researcher"), ("ServiceAccount", "tau-workload")}
+    assert deleted == {("LocalQueue", "nlp-queue"), ("RoleBinding", "tau-researcher"),
+                       ("ServiceAccount", "tau-workload")}
     assert plan.actions[-1].body == {"metadata": {"finalizers": []}}  # the finalizer goes last
-    assert store.get("Namespace", "nlp") is not None and store.get("PersistentVolumeClaim", "nlp-data", "nlp") is not None
+    assert store.get("Namespace", "nlp") is not None
+    assert store.get("PersistentVolumeClaim", "nlp-data", "nlp") is not None
     assert labels.WORKSPACE not in store.get("Namespace", "nlp")["metadata"]["labels"]  # the claim is released
     # the other workspace is untouched
     assert store.get("RoleBinding", "tau-researcher", "vision") is not None

@@ -13,8 +13,8 @@ import pytest
 
 from tests.e2e import stack
 from tests.e2e.controlplane import ControlPlane, build
-from tests.e2e.stack import Stack
 from tests.e2e.platform import Platform, install
+from tests.e2e.stack import Stack
 
 
 @pytest.fixture(scope="session")

@@ -21,9 +21,10 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import yaml
 
@@ -109,13 +110,10 @@ def start_process(name: str, argv: list[str], workdir: Path, env: dict[str, str]
     """Start ``argv`` with its output in ``workdir/<name>.log``, in its own process group, killed
     if the test process dies."""
     log = workdir / f"{name}.log"
-    fh = open(log, "ab")
-    try:
+    with open(log, "ab") as fh:  # the child keeps its own descriptor
         popen = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                  start_new_session=True, preexec_fn=_die_with_parent,
                                  env={**os.environ, **_NO_PROXY, **(env or {})}, cwd=cwd)
-    finally:
-        fh.close()
     return Process(name, popen, log)
 
 
@@ -138,7 +136,8 @@ def wait_until(what: str, check, timeout: float, *, processes: Iterable[Process]
             last = e
         if time.monotonic() > deadline:
             logs = "\n".join(f"--- {p.log}:\n{p.tail(12)}" for p in processes)
-            raise ControlPlaneError(f"timed out after {timeout:.0f} s waiting for {what} (last error: {last!r})\n{logs}")
+            raise ControlPlaneError(f"timed out after {timeout:.0f} s waiting for {what} "
+                                    f"(last error: {last!r})\n{logs}")
         time.sleep(interval)
 
 
@@ -192,7 +191,7 @@ class ControlPlane:
         raise ControlPlaneError(f"no {name} binary in {sorted(map(str, self.bin_dirs.values()))}")
 
     def start(self, *, controller_manager: bool = True, scheduler: bool = True,
-              node_lifecycle: bool = False, audit_policy: dict | None = None) -> "ControlPlane":
+              node_lifecycle: bool = False, audit_policy: dict | None = None) -> ControlPlane:
         """Start every component (see the class docstring). ``node_lifecycle`` turns on the
         controller-manager's node-lifecycle-controller: only for Nodes that something heartbeats
         (kwok in ``tests/e2e/stack.py``); without a kubelet it taints every Node unreachable after
@@ -214,8 +213,10 @@ class ControlPlane:
         etcd_port, etcd_peer, self.port = free_port(), free_port(), free_port()
         etcd = start_process("etcd", [
             self.binary("etcd"), f"--data-dir={self.workdir / 'etcd'}", "--name=e2e",
-            f"--listen-client-urls=http://{LOOPBACK}:{etcd_port}", f"--advertise-client-urls=http://{LOOPBACK}:{etcd_port}",
-            f"--listen-peer-urls=http://{LOOPBACK}:{etcd_peer}", f"--initial-advertise-peer-urls=http://{LOOPBACK}:{etcd_peer}",
+            f"--listen-client-urls=http://{LOOPBACK}:{etcd_port}",
+                                      f"--advertise-client-urls=http://{LOOPBACK}:{etcd_port}",
+            f"--listen-peer-urls=http://{LOOPBACK}:{etcd_peer}",
+                                      f"--initial-advertise-peer-urls=http://{LOOPBACK}:{etcd_peer}",
             f"--initial-cluster=e2e=http://{LOOPBACK}:{etcd_peer}", "--unsafe-no-fsync=true", "--log-level=warn",
             "--quota-backend-bytes=2147483648"], self.workdir)
         self.processes.append(etcd)
@@ -233,7 +234,8 @@ class ControlPlane:
             f"--tls-private-key-file={certs / 'apiserver.key'}", f"--client-ca-file={certs / 'ca.crt'}",
             f"--service-cluster-ip-range={SERVICE_CIDR}", "--allow-privileged=true", "--authorization-mode=RBAC",
             f"--service-account-issuer=https://{LOOPBACK}:{self.port}", f"--service-account-key-file={sa_pub}",
-            f"--service-account-signing-key-file={sa_key}", "--endpoint-reconciler-type=none", "--profiling=false", "--v=1"], self.workdir)
+            f"--service-account-signing-key-file={sa_key}", "--endpoint-reconciler-type=none", "--profiling=false",
+                                                     "--v=1"], self.workdir)
         self.processes.append(apiserver)
         ctx = self.ssl_context(certs)
         wait_until("kube-apiserver /readyz", lambda: _http_ok(f"{self.server}/readyz", ctx), 120,
@@ -250,7 +252,8 @@ class ControlPlane:
                 "--controllers=*" if node_lifecycle else "--controllers=*,-node-lifecycle-controller",
                 "--concurrent-gc-syncs=5", "--v=1"], self.workdir))
             wait_until("the default ServiceAccount (controller-manager)",
-                       lambda: self.kubectl("get", "serviceaccount", "default", "-n", "default", check=False).returncode == 0,
+                       lambda: self.kubectl("get", "serviceaccount", "default", "-n", "default",
+                                            check=False).returncode == 0,
                        90, processes=self.processes, interval=0.5)
         if scheduler:
             self.processes.append(start_process("kube-scheduler", [
@@ -289,7 +292,8 @@ class ControlPlane:
                 raise ControlPlaneError(f"{p.name} has exited (code {p.popen.returncode}); last lines:\n{p.tail()}")
 
     def kubectl(self, *args: str, input: str | bytes | None = None, kubeconfig: Path | None = None,
-                check: bool = True, timeout: float = 60, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+                check: bool = True, timeout: float = 60,
+                env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
         """Run the built kubectl as a user types it (text in and out; ``env`` adds variables such
         as ``KUBE_EDITOR``). ``check`` raises ``ControlPlaneError`` with stderr on a non-zero exit."""
         if isinstance(input, bytes):

@@ -30,7 +30,7 @@ class CA:
     def __init__(self, common_name: str = "taugate-e2e-ca") -> None:
         self.key = ec.generate_private_key(ec.SECP256R1())
         name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-        now = dt.datetime.now(dt.timezone.utc)
+        now = dt.datetime.now(dt.UTC)
         self.cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
                      .public_key(self.key.public_key()).serial_number(x509.random_serial_number())
                      .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=1))
@@ -53,8 +53,9 @@ class CA:
         key = ec.generate_private_key(ec.SECP256R1())
         attrs = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in organizations]
         attrs.append(x509.NameAttribute(NameOID.COMMON_NAME, common_name))
-        now = dt.datetime.now(dt.timezone.utc)
-        usages = ([ExtendedKeyUsageOID.SERVER_AUTH] if server_hosts else []) + ([ExtendedKeyUsageOID.CLIENT_AUTH] if client else [])
+        now = dt.datetime.now(dt.UTC)
+        usages = (([ExtendedKeyUsageOID.SERVER_AUTH] if server_hosts else [])
+                  + ([ExtendedKeyUsageOID.CLIENT_AUTH] if client else []))
         b = (x509.CertificateBuilder().subject_name(x509.Name(attrs)).issuer_name(self.cert.subject)
              .public_key(key.public_key()).serial_number(x509.random_serial_number())
              .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=1))

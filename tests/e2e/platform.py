@@ -67,7 +67,8 @@ def release_objects(cp: ControlPlane, objects: list[dict]) -> list[dict]:
     """The objects ``helm install`` creates (hooks left out), namespaced ones in the release
     namespace where the template names none, as Helm places them."""
     cluster_scoped = {line.split()[-1] for line in
-                      cp.kubectl("api-resources", "--namespaced=false", "--no-headers").stdout.splitlines() if line.strip()}
+                      cp.kubectl("api-resources", "--namespaced=false",
+                                 "--no-headers").stdout.splitlines() if line.strip()}
     out = []
     for o in objects:
         if _is_hook(o):
@@ -224,7 +225,8 @@ class Platform:
         return wait_until(what, check, timeout, processes=procs, interval=0.25)
 
 
-def install(cp: ControlPlane, workdir: Path, *, record: bool = False, node_annotations: dict[str, str] | None = None) -> Platform:
+def install(cp: ControlPlane, workdir: Path, *, record: bool = False,
+            node_annotations: dict[str, str] | None = None) -> Platform:
     """Install everything the module docstring lists and wait until a RayJob in the example's
     ``vision`` workspace is mutated by taugate through the API server. ``record`` turns the
     operator's recorder on; ``node_annotations`` are added to every example Node (kwok's

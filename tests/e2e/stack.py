@@ -43,10 +43,18 @@ from pathlib import Path
 
 import yaml
 
-from tests import upstream
-from tests.e2e.controlplane import LOOPBACK, ControlPlane, ControlPlaneError, Process, free_port, start_process, wait_until
-from tests.e2e.platform import Platform, install
 from taugate.webhook.mutation import SUBMITTER_CONTAINER
+from tests import upstream
+from tests.e2e.controlplane import (
+    LOOPBACK,
+    ControlPlane,
+    ControlPlaneError,
+    Process,
+    free_port,
+    start_process,
+    wait_until,
+)
+from tests.e2e.platform import Platform, install
 from tests.paths import EXAMPLE_CLUSTER, KUBERAY, KUEUE, KUEUE_CRDS
 
 KUEUE_NAMESPACE = "kueue-system"
@@ -67,7 +75,8 @@ AUDIT_POLICY = {
     "rules": [
         # What Kueue and KubeRay write to the objects taugate's webhooks see, with the request
         # and the webhooks' patch annotations (patch.webhook.admission.k8s.io needs Request).
-        {"level": "Request", "users": [USERS["kueue"], USERS["kuberay-operator"]], "verbs": ["create", "update", "patch"],
+        {"level": "Request", "users": [USERS["kueue"], USERS["kuberay-operator"]],
+         "verbs": ["create", "update", "patch"],
          "resources": [{"group": "ray.io", "resources": ["rayjobs", "rayclusters"]},
                        {"group": "batch", "resources": ["jobs"]}]},
         {"level": "None"},
@@ -108,7 +117,8 @@ def kueue_webhook_configurations(port: int, ca_pem: bytes) -> list[dict]:
     ``config/components/webhook/manifests.yaml``, named as its release names them
     (``kueue-`` prefix), keeping the webhooks of ``KUEUE_FRAMEWORKS`` and of Kueue's own kinds,
     each ``clientConfig`` rewritten to ``https://127.0.0.1:port<path>`` + ``caBundle``."""
-    docs = [d for d in yaml.safe_load_all((KUEUE / "config" / "components" / "webhook" / "manifests.yaml").read_text()) if d]
+    manifests = KUEUE / "config" / "components" / "webhook" / "manifests.yaml"
+    docs = [d for d in yaml.safe_load_all(manifests.read_text()) if d]
     out = []
     for d in docs:
         d = copy.deepcopy(d)
@@ -118,7 +128,8 @@ def kueue_webhook_configurations(port: int, ca_pem: bytes) -> list[dict]:
             path = wh["clientConfig"]["service"]["path"]
             if not any(part in path for part in _KUEUE_WEBHOOK_PATH_PARTS):
                 continue
-            wh["clientConfig"] = {"url": f"https://{LOOPBACK}:{port}{path}", "caBundle": base64.b64encode(ca_pem).decode()}
+            wh["clientConfig"] = {"url": f"https://{LOOPBACK}:{port}{path}",
+                                  "caBundle": base64.b64encode(ca_pem).decode()}
             kept.append(wh)
         d["webhooks"] = kept
         out.append(d)
@@ -210,7 +221,8 @@ class Stack:
                          "--field-manager=e2e-stack")
         kueue = cp.binary("kueue")
         script = (f"mount -t overlay overlay -o lowerdir=/etc,upperdir={shlex.quote(str(upper))},"
-                  f"workdir={shlex.quote(str(work))} /etc && exec {shlex.quote(kueue)} --config={shlex.quote(str(cfg))} "
+                  f"workdir={shlex.quote(str(work))} /etc && "
+                  f"exec {shlex.quote(kueue)} --config={shlex.quote(str(cfg))} "
                   "--feature-gates=VisibilityOnDemand=false --zap-log-level=2")
         p = start_process("kueue", ["unshare", "--mount", "--propagation", "private", "sh", "-c", script], self.workdir,
                           env={"KUBECONFIG": str(self.kubeconfig("kueue"))})
@@ -219,11 +231,14 @@ class Stack:
                          "--field-manager=e2e-stack")
         # Kueue's Job webhook suspends a Job with a queue label: the configurations act when it does.
         probe = json.dumps({"apiVersion": "batch/v1", "kind": "Job",
-                            "metadata": {"name": "kueue-probe", "namespace": "default", "labels": {"kueue.x-k8s.io/queue-name": "none"}},
-                            "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}}}})
+                            "metadata": {"name": "kueue-probe", "namespace": "default",
+                                         "labels": {"kueue.x-k8s.io/queue-name": "none"}},
+                            "spec": {"template": {"spec": {"restartPolicy": "Never",
+                                                           "containers": [{"name": "c", "image": "busybox"}]}}}})
         self.wait_for("Kueue's webhooks to act (a queued Job is suspended on create)",
                       lambda: json.loads(cp.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", input=probe,
-                                                    check=False).stdout or "{}").get("spec", {}).get("suspend") is True, 120)
+                                                    check=False).stdout or "{}").get("spec", {}).get("suspend") is True,
+                      120)
         return p
 
     # ---- KubeRay -------------------------------------------------------------------------------
@@ -242,7 +257,8 @@ class Stack:
         p = start_process("kwok", [
             self.cp.binary("kwok"), f"--kubeconfig={self.kubeconfig('kwok')}", f"--config={stages}",
             "--manage-all-nodes=false", "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
-            f"--server-address={LOOPBACK}:{free_port()}", f"--node-ip={LOOPBACK}", "--cidr=10.244.0.0/16"], self.workdir)
+            f"--server-address={LOOPBACK}:{free_port()}", f"--node-ip={LOOPBACK}", "--cidr=10.244.0.0/16"],
+                          self.workdir)
         self.processes.append(p)
         return p
 
@@ -296,5 +312,5 @@ def unhealthy_gpu_nodes() -> list[str]:
 
 def _nodes_ready(cp: ControlPlane) -> bool:
     nodes = cp.get_json("nodes")["items"]
-    return bool(nodes) and all(any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"].get("conditions") or [])
-                               for n in nodes)
+    return bool(nodes) and all(any(c["type"] == "Ready" and c["status"] == "True"
+                                   for c in n["status"].get("conditions") or []) for n in nodes)

@@ -38,7 +38,8 @@ def test_the_controller_manager_and_the_scheduler_act_on_a_job(control_plane):
 
     def scheduled_condition():
         pods = cp.get_json("pods", "-n", "cp-check", "-l", "job-name=hello")["items"]
-        conds = [c for p in pods for c in (p.get("status") or {}).get("conditions") or [] if c["type"] == "PodScheduled"]
+        conds = [c for p in pods for c in (p.get("status") or {}).get("conditions") or []
+                 if c["type"] == "PodScheduled"]
         return conds[0] if conds else None
     cond = wait_until("the Job's pod to be created and scheduled", scheduled_condition, 60, processes=cp.processes)
     assert cond["status"] == "True" or cond["reason"] == "Unschedulable"
@@ -47,7 +48,8 @@ def test_the_controller_manager_and_the_scheduler_act_on_a_job(control_plane):
 
 def test_every_crd_taugate_installs_or_reads_is_established_and_served(platform):
     names = [c["metadata"]["name"] for c in chart_helpers.crds() + upstream_crds()]
-    assert {"clusters.tau.azure.com", "workspaces.tau.azure.com", "rayjobs.ray.io", "localqueues.kueue.x-k8s.io"} <= set(names)
+    assert {"clusters.tau.azure.com", "workspaces.tau.azure.com", "rayjobs.ray.io",
+            "localqueues.kueue.x-k8s.io"} <= set(names)
     for name in names:
         crd = platform.cp.get_json("crd", name)
         established = {c["type"]: c["status"] for c in crd["status"]["conditions"]}
@@ -58,8 +60,8 @@ def test_every_crd_taugate_installs_or_reads_is_established_and_served(platform)
 def test_every_release_object_of_the_chart_is_stored_by_the_api_server(platform):
     objects = release_objects(platform.cp, rendered_chart())
     assert len(objects) > 10
-    got = json.loads(platform.cp.kubectl("get", "-f", "-", "-o", "json",
-                                         input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects})).stdout)
+    listed = json.dumps({"apiVersion": "v1", "kind": "List", "items": objects})
+    got = json.loads(platform.cp.kubectl("get", "-f", "-", "-o", "json", input=listed).stdout)
     stored = {(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]) for o in got["items"]}
     assert stored == {(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]) for o in objects}
 
@@ -70,7 +72,7 @@ def test_the_webhook_configurations_are_stored_as_rendered_except_their_client_c
     for kind, want in rendered.items():
         got = platform.cp.get_json(kind.lower(), want["metadata"]["name"])
         assert [w["name"] for w in got["webhooks"]] == [w["name"] for w in want["webhooks"]]
-        for g, w in zip(got["webhooks"], want["webhooks"]):
+        for g, w in zip(got["webhooks"], want["webhooks"], strict=True):
             assert g["clientConfig"]["url"].startswith(f"https://127.0.0.1:{platform.webhook_port}/")
             assert g["clientConfig"]["url"].endswith(w["clientConfig"]["service"]["path"])
             for key in ("rules", "failurePolicy", "matchPolicy", "sideEffects", "timeoutSeconds",

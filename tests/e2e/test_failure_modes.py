@@ -49,7 +49,8 @@ def test_with_taugate_down_a_workspace_rayjob_fails_as_the_runbook_says_and_ever
         unmanaged = cp.get_json("job", "while-down", "-n", WORKSPACE)
         assert RUN_ID not in (unmanaged["metadata"].get("labels") or {})
         # ... and the runbook's query finds what was admitted while taugate was off.
-        found = cp.kubectl("get", "rayjobs,rayclusters,jobs", "-n", WORKSPACE, "-l", f"!{RUN_ID}", "-o", "name").stdout.split()
+        found = cp.kubectl("get", "rayjobs,rayclusters,jobs", "-n", WORKSPACE, "-l", f"!{RUN_ID}", "-o",
+                           "name").stdout.split()
         assert "job.batch/while-down" in found
     finally:
         platform.start_webhook()
@@ -57,15 +58,20 @@ def test_with_taugate_down_a_workspace_rayjob_fails_as_the_runbook_says_and_ever
                                                 (platform.cert_dir / "ca.crt").read_bytes()), "--server-side",
                          "--field-manager=helm", "--force-conflicts")
         cp.kubectl("delete", "job", "while-down", "-n", WORKSPACE, "--ignore-not-found")
-    platform.wait_for("taugate to mutate again", lambda: RUN_ID in json.loads(cp.kubectl(
-        "create", "--dry-run=server", "-o", "json", "-f", "-", input=json.dumps(into_workspace(EXAMPLE, name="back"))).stdout)[
-        "metadata"]["labels"], 60)
+
+    def mutated_again() -> bool:
+        probe = json.dumps(into_workspace(EXAMPLE, name="back"))
+        created = cp.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", input=probe)
+        return RUN_ID in json.loads(created.stdout)["metadata"]["labels"]
+
+    platform.wait_for("taugate to mutate again", mutated_again, 60)
 
 
 def _set_ca_bundle(cp, bundle: bytes) -> None:
     for kind in WEBHOOK_KINDS:
         obj = cp.get_json(kind.lower(), RELEASE)
-        patch = [{"op": "replace", "path": f"/webhooks/{i}/clientConfig/caBundle", "value": base64.b64encode(bundle).decode()}
+        patch = [{"op": "replace", "path": f"/webhooks/{i}/clientConfig/caBundle",
+                  "value": base64.b64encode(bundle).decode()}
                  for i in range(len(obj["webhooks"]))]
         cp.kubectl("patch", kind.lower(), RELEASE, "--type=json", "-p", json.dumps(patch))
 
@@ -113,7 +119,11 @@ def test_the_charts_uninstall_hook_removes_both_webhook_configurations(platform)
     cp = platform.cp
     values = {"fullnameOverride": "uninstall-check"}
     objects = rendered_chart(values)
-    hook_rbac = [o for o in objects if "pre-delete" in ((o["metadata"].get("annotations") or {}).get("helm.sh/hook", ""))
+
+    def pre_delete(o: dict) -> bool:
+        return "pre-delete" in (o["metadata"].get("annotations") or {}).get("helm.sh/hook", "")
+
+    hook_rbac = [o for o in objects if pre_delete(o)
                  and o["kind"] in ("ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding")]
     assert {o["kind"] for o in hook_rbac} >= {"ServiceAccount", "ClusterRole", "ClusterRoleBinding"}
     for o in hook_rbac:
@@ -127,11 +137,13 @@ def test_the_charts_uninstall_hook_removes_both_webhook_configurations(platform)
             wh["namespaceSelector"] = {"matchLabels": {"e2e.example/never": "true"}}
     cp.apply_objects(hook_rbac + configs)
     assert {c["metadata"]["name"] for c in configs} == {"uninstall-check"}
-    job = next(o for o in objects if o["kind"] == "Job" and "pre-delete" in o["metadata"]["annotations"]["helm.sh/hook"])
+    job = next(o for o in objects
+               if o["kind"] == "Job" and "pre-delete" in o["metadata"]["annotations"]["helm.sh/hook"])
     container = job["spec"]["template"]["spec"]["containers"][0]
     sa = job["spec"]["template"]["spec"]["serviceAccountName"]
     kubeconfig = cp.token_kubeconfig(NAMESPACE, sa, "uninstall-hook")
-    proc = subprocess.run([sys.executable, *container["command"][1:], *container["args"]], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, *container["command"][1:], *container["args"]], capture_output=True,
+                          text=True,
                           env={**os.environ, "KUBECONFIG": str(kubeconfig)}, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "deleted MutatingWebhookConfiguration/uninstall-check" in proc.stdout

@@ -10,7 +10,6 @@ import json
 import yaml
 
 from taugate import record
-
 from tests.e2e.workloads import GPU_CLASS_SELECTOR, QUEUE, RUN_ID, WORKSPACE, admitted_problems, into_workspace
 from tests.paths import REPO
 
@@ -187,7 +186,8 @@ def test_a_researchers_raycluster_claiming_a_rayjob_owner_is_queued_as_top_level
                        "ownerReferences": [{"apiVersion": "ray.io/v1", "kind": "RayJob", "name": "edited",
                                             "uid": parent["metadata"]["uid"], "controller": True}]},
           "spec": spec}
-    created = json.loads(cp.kubectl("create", "-f", "-", "-o", "json", input=json.dumps(rc), kubeconfig=researcher).stdout)
+    created = json.loads(cp.kubectl("create", "-f", "-", "-o", "json", input=json.dumps(rc),
+                                    kubeconfig=researcher).stdout)
     assert created["metadata"]["labels"][QUEUE] == "vision-queue"
     assert created["spec"]["suspend"] is True
     assert created["metadata"]["labels"]["tau.azure.com/workspace"] == WORKSPACE

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import json
 
+import yaml
+
 from tests.e2e.platform import NAMESPACE, PROBE_JOB, RELEASE, SYSTEM_NAMESPACE
 from tests.e2e.workloads import QUEUE, into_workspace
 from tests.paths import REPO
-
-import yaml
 
 EXAMPLE = yaml.safe_load((REPO / "examples" / "rayjob-image-classifier.yaml").read_text())
 
@@ -67,7 +67,8 @@ def test_a_new_workspace_gets_its_namespace_queue_rbac_service_account_and_pvc_a
     # A researcher of the new workspace may create RayJobs there (the bound ClusterRole) ...
     researcher = cp.user_kubeconfig("sam", ("speech-researchers",))
     for resource in ("rayjobs.ray.io", "jobs.batch"):
-        assert cp.kubectl("auth", "can-i", "create", resource, "-n", "speech", kubeconfig=researcher).stdout.strip() == "yes"
+        assert cp.kubectl("auth", "can-i", "create", resource, "-n", "speech",
+                          kubeconfig=researcher).stdout.strip() == "yes"
     # ... and the webhook, from its watches, queues them in the new workspace's LocalQueue.
     job = into_workspace(PROBE_JOB, namespace="speech", name="first")
 
@@ -114,6 +115,9 @@ def test_a_researcher_cannot_approve_a_quota_request_rbac_and_the_webhook_both_r
     # the request to Approved.
     admin = cp.user_kubeconfig("carol", ("tau-platform-admins",))
     cp.kubectl(*approve, kubeconfig=admin)
-    platform.wait_for("the operator to mark the request Approved", lambda: (cp.get_json(
-        "quotarequests.tau.azure.com", "vision-burst", "-n", SYSTEM_NAMESPACE).get("status") or {}).get("phase") == "Approved", 30)
+    def phase() -> str | None:
+        request = cp.get_json("quotarequests.tau.azure.com", "vision-burst", "-n", SYSTEM_NAMESPACE)
+        return (request.get("status") or {}).get("phase")
+
+    platform.wait_for("the operator to mark the request Approved", lambda: phase() == "Approved", 30)
 

@@ -10,9 +10,17 @@ import json
 
 import pytest
 
-from tests.e2e.workloads import (QUEUE, RUN_ID, WORKSPACE, WORKSPACE_QUEUE, admitted_problems, into_workspace,
-                                 pod_templates, sample_workloads)
 from taugate.webhook.review import admit
+from tests.e2e.workloads import (
+    QUEUE,
+    RUN_ID,
+    WORKSPACE,
+    WORKSPACE_QUEUE,
+    admitted_problems,
+    into_workspace,
+    pod_templates,
+    sample_workloads,
+)
 
 SAMPLES = sample_workloads()
 
@@ -35,10 +43,11 @@ def _taugate_fields(obj: dict) -> dict:
            "shutdownAfterJobFinishes": obj["spec"].get("shutdownAfterJobFinishes")}
     for path, tpl in pod_templates(obj):
         spec = tpl.get("spec") or {}
-        out[path] = {"labels": sorted(((tpl.get("metadata") or {}).get("labels") or {})),
+        out[path] = {"labels": sorted((tpl.get("metadata") or {}).get("labels") or {}),
                      "nodeSelector": spec.get("nodeSelector"), "tolerations": spec.get("tolerations"),
                      "volumes": [v["name"] for v in spec.get("volumes") or []],
-                     "mounts": [[m["mountPath"] for m in c.get("volumeMounts") or []] for c in spec.get("containers") or []]}
+                     "mounts": [[m["mountPath"] for m in c.get("volumeMounts") or []]
+                                for c in spec.get("containers") or []]}
     return out
 
 
@@ -53,7 +62,8 @@ def test_kubectl_apply_of_an_upstream_sample_stores_what_taugate_admit_decides(i
         # Kueue's samples name their own LocalQueue, which this workspace does not have.
         denied = cp.kubectl("apply", "-f", "-", input=json.dumps(obj), check=False)
         assert denied.returncode != 0
-        assert f'metadata.labels["{QUEUE}"]' in denied.stderr and f"allowed: {WORKSPACE_QUEUE}" in denied.stderr, denied.stderr
+        assert f'metadata.labels["{QUEUE}"]' in denied.stderr, denied.stderr
+        assert f"allowed: {WORKSPACE_QUEUE}" in denied.stderr, denied.stderr
         del obj["metadata"]["labels"][QUEUE]
     offline = admit(obj, state=example_state, settings=settings, engine=engine)
     applied = cp.kubectl("apply", "-f", "-", input=json.dumps(obj), check=False)
@@ -83,7 +93,8 @@ def test_kubectl_apply_of_an_upstream_sample_stores_what_taugate_admit_decides(i
     assert _taugate_fields(updated) == {**_taugate_fields(stored), "labels": {**_taugate_fields(stored)["labels"],
                                                                             "e2e.example/applied": "twice"}}
     cp.kubectl("apply", "-f", "-", input=json.dumps(obj))
-    assert cp.get_json(kind, name, "-n", WORKSPACE)["metadata"]["resourceVersion"] == updated["metadata"]["resourceVersion"]
+    assert cp.get_json(kind, name, "-n",
+                       WORKSPACE)["metadata"]["resourceVersion"] == updated["metadata"]["resourceVersion"]
     cp.kubectl("delete", kind, name, "-n", WORKSPACE, "--wait=false")
 
 

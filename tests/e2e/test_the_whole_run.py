@@ -28,7 +28,8 @@ def _cond(obj: dict, type_: str) -> dict:
 
 
 def _owned_by(objs: list[dict], kind: str, name: str) -> list[dict]:
-    return [o for o in objs if any(r["kind"] == kind and r["name"] == name for r in o["metadata"].get("ownerReferences") or [])]
+    return [o for o in objs
+            if any(r["kind"] == kind and r["name"] == name for r in o["metadata"].get("ownerReferences") or [])]
 
 
 def _workload_of(cp, kind: str, name: str) -> dict | None:
@@ -43,7 +44,7 @@ def _taurun_columns(cp, run_id: str) -> dict[str, str]:
     for line in out[1:]:
         cells = line.split()
         if cells and cells[0] == run_id:
-            return dict(zip(header, cells))
+            return dict(zip(header, cells, strict=False))
     return {}
 
 
@@ -95,7 +96,8 @@ def test_kueue_admits_the_rayjob_kuberay_runs_it_and_the_scheduler_puts_gpu_work
     flavors = {a["name"]: a.get("flavors") for a in wl["status"]["admission"]["podSetAssignments"]}
     assert flavors["gpu-workers"]["nvidia.com/gpu"] == "h100" and flavors["head"]["cpu"] == "cpu"
     whole_stack.wait_for("Kueue to unsuspend the RayJob",
-                         lambda: not cp.get_json("rayjob", "resnet-finetune", "-n", WORKSPACE)["spec"].get("suspend"), 60)  # false is omitted
+                         lambda: not cp.get_json("rayjob", "resnet-finetune", "-n", WORKSPACE)["spec"].get("suspend"),
+                         60)  # false is omitted
     (cluster,) = whole_stack.wait_for("KubeRay to make the RayCluster", lambda: _owned_by(
         cp.get_json("rayclusters", "-n", WORKSPACE)["items"], "RayJob", "resnet-finetune"), 120)
     assert cluster["metadata"]["labels"][RUN_ID] == run_id
@@ -108,7 +110,8 @@ def test_kueue_admits_the_rayjob_kuberay_runs_it_and_the_scheduler_puts_gpu_work
     for p in pods:
         role = p["metadata"]["labels"].get("ray.io/node-type") or "submitter"
         by_role.setdefault(role, []).append(p["spec"]["nodeName"])
-    assert len(by_role["worker"]) == 4 and all(n.startswith(GPU_NODE_PREFIX["h100"]) for n in by_role["worker"]), by_role
+    assert len(by_role["worker"]) == 4, by_role
+    assert all(n.startswith(GPU_NODE_PREFIX["h100"]) for n in by_role["worker"]), by_role
     assert by_role["head"][0] in CPU_NODES and by_role["submitter"][0] in CPU_NODES, by_role
     # KubeRay's submitter Job (K8sJobMode) carries the run-id: taugate labels it from its template.
     (job,) = _owned_by(cp.get_json("jobs", "-n", WORKSPACE)["items"], "RayJob", "resnet-finetune")
@@ -118,8 +121,12 @@ def test_kueue_admits_the_rayjob_kuberay_runs_it_and_the_scheduler_puts_gpu_work
 def test_kubectl_get_tauruns_shows_the_run_admitted_scheduled_and_gpu_healthy(whole_stack, classifier):
     cp = whole_stack.cp
     run_id = classifier["metadata"]["labels"][RUN_ID]
-    row = whole_stack.wait_for("the TauRun to show Admitted, Scheduled and GPUHealthy True", lambda: (
-        r := _taurun_columns(cp, run_id)) and all(r.get(c) == "True" for c in ("ADMITTED", "SCHEDULED", "GPUHEALTHY")) and r, 180)
+
+    def all_true() -> dict[str, str] | None:
+        r = _taurun_columns(cp, run_id)
+        return r if r and all(r.get(c) == "True" for c in ("ADMITTED", "SCHEDULED", "GPUHEALTHY")) else None
+
+    row = whole_stack.wait_for("the TauRun to show Admitted, Scheduled and GPUHealthy True", all_true, 180)
     assert row["NAME"] == run_id
     run = cp.get_json("taurun", run_id, "-n", WORKSPACE)
     at = {t: _cond(run, t)["lastTransitionTime"] for t in ("Admitted", "Scheduled", "GPUHealthy")}
@@ -138,17 +145,22 @@ def test_an_npd_gpu_condition_on_a_run_node_turns_gpu_healthy_false_and_the_heal
     worker = next(p for p in cp.get_json("pods", "-n", WORKSPACE, "-l", f"{RUN_ID}={run_id}")["items"]
                   if p["metadata"]["labels"].get("ray.io/node-type") == "worker")
     node = worker["spec"]["nodeName"]
-    ecc = {"type": "GpuEcc", "status": "True", "reason": "GpuEccHasIssues", "message": "GpuEcc check failed: DBE on GPU 3"}
+    ecc = {"type": "GpuEcc", "status": "True", "reason": "GpuEccHasIssues",
+           "message": "GpuEcc check failed: DBE on GPU 3"}
     cp.kubectl("patch", "node", node, "--subresource=status", "--type=strategic", "-p",
                json.dumps({"status": {"conditions": [ecc]}}))
     try:
-        run = whole_stack.wait_for("GPUHealthy False on the TauRun", lambda: (
-            r := cp.get_json("taurun", run_id, "-n", WORKSPACE)) and _cond(r, "GPUHealthy").get("status") == "False" and r, 120)
+        def gpu_unhealthy() -> dict | None:
+            r = cp.get_json("taurun", run_id, "-n", WORKSPACE)
+            return r if r and _cond(r, "GPUHealthy").get("status") == "False" else None
+
+        run = whole_stack.wait_for("GPUHealthy False on the TauRun", gpu_unhealthy, 120)
         gpu = _cond(run, "GPUHealthy")
         assert gpu["reason"] == "GpuEcc" and node in gpu["message"], gpu
         assert _taurun_columns(cp, run_id)["GPUHEALTHY"] == "False"
         after = whole_stack.wait_for("the webhook to see the unhealthy node", lambda: (
-            p := cp.kubectl("apply", "--dry-run=server", "-f", "-", input=json.dumps(probe))) and "gpu-healthy-capacity" in p.stderr and p, 60)
+            p := cp.kubectl("apply", "--dry-run=server", "-f", "-",
+                            input=json.dumps(probe))) and "gpu-healthy-capacity" in p.stderr and p, 60)
         assert "Warning:" in after.stderr and "2 of 4 h100 nodes are healthy" in after.stderr, after.stderr
         assert "needs 3 h100 nodes at once" in after.stderr, after.stderr
         # kwok's heartbeats keep the condition (it patches its own condition types only).
@@ -210,8 +222,14 @@ def test_a_second_rayjob_over_the_cluster_queue_waits_suspended_and_its_taurun_s
         _apply(cp, _rayjob(name, profile_workers=2, gpus_per_worker=8))
     whole_stack.wait_for("Kueue to admit big-a", lambda: (w := _workload_of(cp, "RayJob", "big-a")) and _cond(
         w, "Admitted").get("status") == "True", 180)
-    wl = whole_stack.wait_for("Kueue to leave big-b pending for quota", lambda: (w := _workload_of(cp, "RayJob", "big-b")) and _cond(
-        w, "QuotaReserved").get("status") == "False" and "insufficient" in _cond(w, "QuotaReserved").get("message", "") and w, 180)
+
+    def pending_for_quota() -> dict | None:
+        w = _workload_of(cp, "RayJob", "big-b")
+        reserved = _cond(w, "QuotaReserved") if w else {}
+        waits = reserved.get("status") == "False" and "insufficient" in reserved.get("message", "")
+        return w if w and waits else None
+
+    wl = whole_stack.wait_for("Kueue to leave big-b pending for quota", pending_for_quota, 180)
     assert "nvidia.com/gpu" in _cond(wl, "QuotaReserved")["message"]
     assert cp.get_json("rayjob", "big-b", "-n", WORKSPACE)["spec"]["suspend"] is True
     run_id = cp.get_json("rayjob", "big-b", "-n", WORKSPACE)["metadata"]["labels"][RUN_ID]
@@ -226,7 +244,8 @@ def test_a_rayjob_over_nominal_plus_borrowing_is_refused_at_apply_with_both_numb
     huge = _rayjob("too-big", profile_workers=9, gpus_per_worker=4)  # 36 GPUs > 24 + 8
     denied = _apply(cp, huge, check=False)
     assert denied.returncode != 0
-    assert "gpu-total-fits-queue" in denied.stderr and "nominalQuota 24 + borrowingLimit 8" in denied.stderr, denied.stderr
+    assert "gpu-total-fits-queue" in denied.stderr, denied.stderr
+    assert "nominalQuota 24 + borrowingLimit 8" in denied.stderr, denied.stderr
     assert cp.kubectl("get", "rayjob", "too-big", "-n", WORKSPACE, check=False).returncode != 0
 
 
@@ -234,13 +253,15 @@ IMMUTABLE = {"jobs": ("/spec/selector", "/spec/completionMode", "/spec/completio
 
 
 def test_every_update_kueue_and_kuberay_send_passes_taugate_with_no_patch_under_an_immutable_field(whole_stack):
+    senders = (USERS["kueue"], USERS["kuberay-operator"])
     events = [e for e in whole_stack.cp.audit_events() if e.get("stage") == "ResponseComplete"
-              and e["user"]["username"] in (USERS["kueue"], USERS["kuberay-operator"]) and e["verb"] in ("update", "patch")]
+              and e["user"]["username"] in senders and e["verb"] in ("update", "patch")]
     counts: dict[tuple[str, str, str], int] = {}
     refused, bad_patches, patched = [], [], []
     seen_by_taugate = 0  # the API server records every mutating webhook it called on the request
     for e in events:
-        res = e["objectRef"]["resource"] + ("/" + e["objectRef"]["subresource"] if e["objectRef"].get("subresource") else "")
+        ref = e["objectRef"]
+        res = ref["resource"] + ("/" + ref["subresource"] if ref.get("subresource") else "")
         key = (e["user"]["username"], e["verb"], res)
         counts[key] = counts.get(key, 0) + 1
         code = (e.get("responseStatus") or {}).get("code", 0)
@@ -248,7 +269,8 @@ def test_every_update_kueue_and_kuberay_send_passes_taugate_with_no_patch_under_
         if code >= 400 and "taugate" in msg:
             refused.append((key, msg))
         for k, v in (e.get("annotations") or {}).items():
-            if k.startswith("mutation.webhook.admission.k8s.io/") and "taugate" in json.loads(v).get("configuration", ""):
+            called = k.startswith("mutation.webhook.admission.k8s.io/")
+            if called and "taugate" in json.loads(v).get("configuration", ""):
                 seen_by_taugate += 1
             if not k.startswith("patch.webhook.admission.k8s.io/"):
                 continue
@@ -259,7 +281,8 @@ def test_every_update_kueue_and_kuberay_send_passes_taugate_with_no_patch_under_
             for op in p["patch"]:
                 if any(op["path"].startswith(f) for f in IMMUTABLE.get(e["objectRef"]["resource"], ())):
                     bad_patches.append((key, op))
-    print("UPDATE/PATCH by Kueue and KubeRay seen by the API server:", json.dumps({"/".join(k): n for k, n in sorted(counts.items())}))
+    print("UPDATE/PATCH by Kueue and KubeRay seen by the API server:",
+          json.dumps({"/".join(k): n for k, n in sorted(counts.items())}))
     print("taugate's mutating webhook called on", seen_by_taugate, "of them; it patched", len(patched), patched[:5])
     assert sum(n for (u, _, _), n in counts.items() if u == USERS["kueue"]) > 0
     assert sum(n for (u, _, _), n in counts.items() if u == USERS["kuberay-operator"]) > 0

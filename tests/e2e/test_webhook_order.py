@@ -8,12 +8,12 @@ import base64
 import json
 import sys
 
+import yaml
+
 from tests.e2e.controlplane import free_port, start_process
 from tests.e2e.queue_webhook import SAW
 from tests.e2e.workloads import RUN_ID, WORKSPACE, WORKSPACE_QUEUE, admitted_problems, into_workspace
 from tests.paths import REPO
-
-import yaml
 
 EXAMPLE = yaml.safe_load((REPO / "examples" / "rayjob-image-classifier.yaml").read_text())
 
@@ -37,6 +37,10 @@ def _normalised(obj: dict) -> dict:
     for k in ("name", "uid", "resourceVersion", "creationTimestamp", "managedFields", "generation"):
         meta.pop(k, None)
     meta["labels"].pop(RUN_ID)
+    # the admission record names the object and its run-id, and is signed over both
+    record = json.loads(meta["annotations"]["tau.azure.com/admission"])
+    meta["annotations"]["tau.azure.com/admission"] = {k: v for k, v in record.items()
+                                                      if k not in ("object", "runId", "signature")}
     spec = obj["spec"]["rayClusterSpec"]
     submitter = [obj["spec"]["submitterPodTemplate"]] if "submitterPodTemplate" in obj["spec"] else []
     for t in [spec["headGroupSpec"]["template"]] + [g["template"] for g in spec["workerGroupSpecs"]] + submitter:
@@ -55,14 +59,19 @@ def test_a_kueue_like_webhook_before_or_after_taugates_gives_the_same_stored_obj
         assert (config_name < "taugate") == (position == "before")  # configurations run in name order
         port, log = free_port(), tmp_path / f"{position}.jsonl"
         log.touch()
-        proc = start_process(f"kueue-like-{position}", [sys.executable, "-m", "tests.e2e.queue_webhook", f"--port={port}",
-                                                        f"--cert={tmp_path / 'tls.crt'}", f"--key={tmp_path / 'tls.key'}",
+        proc = start_process(f"kueue-like-{position}", [sys.executable, "-m", "tests.e2e.queue_webhook",
+                                                        f"--port={port}",
+                                                        f"--cert={tmp_path / 'tls.crt'}",
+                                                        f"--key={tmp_path / 'tls.key'}",
                                                         f"--log={log}"], tmp_path, cwd=REPO)
         try:
             cp.apply_objects([_configuration(config_name, port, cp.ca.pem)])
             probe = json.dumps(into_workspace(EXAMPLE, name="order-probe"))
-            platform.wait_for(f"the {position} webhook to take effect", lambda: SAW in (json.loads(cp.kubectl(
-                "create", "--dry-run=server", "-o", "json", "-f", "-", input=probe).stdout)["metadata"].get("annotations") or {}), 60)
+            def annotations(probe: str = probe) -> dict:
+                created = cp.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", input=probe)
+                return json.loads(created.stdout)["metadata"].get("annotations") or {}
+
+            platform.wait_for(f"the {position} webhook to take effect", lambda: SAW in annotations(), 60)
             log.write_text("")
             name = f"order-{position}"
             cp.kubectl("create", "-f", "-", input=json.dumps(into_workspace(EXAMPLE, name=name)))

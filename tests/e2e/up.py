@@ -15,8 +15,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.e2e.controlplane import ControlPlane, build
 from tests.e2e import stack
+from tests.e2e.controlplane import ControlPlane, build
 from tests.e2e.platform import install
 
 
@@ -35,7 +35,8 @@ def main() -> None:
         if args.stack:
             try:
                 plat = stack.start(cp, workdir / "stack")
-                print(f"the whole stack is up; taugate webhook on https://127.0.0.1:{plat.platform.webhook_port}", flush=True)
+                print(f"the whole stack is up; taugate webhook on https://127.0.0.1:{plat.platform.webhook_port}",
+                      flush=True)
             except Exception as e:
                 print(f"the stack failed to start (the control plane stays up): {e}", flush=True)
         elif not args.bare:

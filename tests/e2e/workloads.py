@@ -38,7 +38,8 @@ def sample_workloads() -> list[tuple[str, dict]]:
             if any(part in ("crd", "charts", "webhook", "components") for part in rel.parts):
                 continue
             for i, doc in enumerate(_docs(path)):
-                if doc.get("kind") in WORKLOAD_KINDS and str(doc.get("apiVersion", "")).split("/")[0] in ("ray.io", "batch"):
+                group = str(doc.get("apiVersion", "")).split("/")[0]
+                if doc.get("kind") in WORKLOAD_KINDS and group in ("ray.io", "batch"):
                     out.append((f"{name}/{rel}#{i}", doc))
     return out
 

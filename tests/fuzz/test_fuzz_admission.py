@@ -30,15 +30,17 @@ import jsonpatch
 import orjson
 import pytest
 import yaml
-from hypothesis import HealthCheck, assume, given, settings as hsettings, strategies as st
+from hypothesis import HealthCheck, assume, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from taugate.settings import Settings
 from taugate.snapshot import load_snapshot
+from taugate.webhook import review
+from taugate.webhook.commands import load_engine
 from tests.paths import DATA, EXAMPLE_CLUSTER, KUBERAY_SAMPLES, KUEUE_EXAMPLES
 from tests.server.https import SERVICE_NAME, admission_review, check_response, client_context, workload_request
 from tests.server.process import serve, startup_lines
-from taugate.webhook import review
-from taugate.webhook.commands import load_engine
 
 WORKLOAD_KINDS = {"RayJob", "RayCluster", "Job"}
 SCALE = float(os.environ.get("TAUGATE_FUZZ_SCALE", "1"))
@@ -65,7 +67,8 @@ HOT = ("replicas", "minReplicas", "maxReplicas", "numOfHosts", "parallelism", "c
 
 EDGES = ["1", "0", "-1", "-5", "1m", "0.5", "1e30", "8Gi", "h100", "NaN", "2147483648", "", " 1", "true"]
 leaves = st.one_of(
-    st.none(), st.booleans(), st.integers(-(2**63), 2**64 - 1), st.sampled_from([2**31 - 1, 2**31, 2**63 - 1, 2**63, -1]),
+    st.none(), st.booleans(), st.integers(-(2**63), 2**64 - 1),
+    st.sampled_from([2**31 - 1, 2**31, 2**63 - 1, 2**63, -1]),
     st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=12), st.sampled_from(EDGES))
 values = st.recursive(leaves, lambda inner: st.one_of(st.lists(inner, max_size=3),
                                                       st.dictionaries(st.text(max_size=8), inner, max_size=3)),
@@ -75,7 +78,8 @@ values = st.recursive(leaves, lambda inner: st.one_of(st.lists(inner, max_size=3
 POD_FIELDS = [
     ("affinity", lambda v: v),
     ("affinity", lambda v: {"nodeAffinity": v}),
-    ("affinity", lambda v: {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": v}}}),
+    ("affinity",
+     lambda v: {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": v}}}),
     ("affinity", lambda v: {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
         {"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In", "values": v}]}]}}}),
     ("affinity", lambda v: {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import helm_python
 import yaml
@@ -29,7 +30,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "default": {},
     "cert-manager": {"certs": {"mode": "cert-manager"}},
     "cert-manager-cluster-issuer": {"certs": {"mode": "cert-manager",
-                                              "certManager": {"issuerRef": {"name": "platform-ca", "kind": "ClusterIssuer"}}}},
+                                              "certManager": {"issuerRef": {"name": "platform-ca",
+                                                                            "kind": "ClusterIssuer"}}}},
     "high-availability": {
         "webhook": {"replicas": 3, "antiAffinity": "hard", "podDisruptionBudget": {"maxUnavailable": 1},
                     "failurePolicyOverrides": {"validate-tau": "Fail"}},
@@ -198,18 +200,25 @@ def webhook_configuration_problems(obj: dict) -> list[str]:
             problems.append(f"{where}: reinvocationPolicy is a mutating-webhook field")
         if "v1" not in (w.get("admissionReviewVersions") or []):
             problems.append(f"{where}: admissionReviewVersions lacks v1")
-        for rule in w.get("rules") or []:
-            if not set(rule.get("operations") or []) <= OPERATIONS or not rule.get("operations"):
-                problems.append(f"{where}: operations {rule.get('operations')} not from {sorted(OPERATIONS)}")
-            if rule.get("scope", "*") not in ("Cluster", "Namespaced", "*"):
-                problems.append(f"{where}: scope {rule.get('scope')!r} not Cluster|Namespaced|*")
-            for res in rule.get("resources") or []:
-                if "/" in res or "*" in res:
-                    problems.append(f"{where}: resource {res!r} is a subresource or wildcard")
+        problems += _rule_problems(w, where)
         conditions = w.get("matchConditions") or []
         cnames = [c.get("name") for c in conditions]
         if len(conditions) > 64 or len(cnames) != len(set(cnames)):
             problems.append(f"{where}: matchConditions must be at most 64 with unique names")
+    return problems
+
+
+def _rule_problems(webhook: dict, where: str) -> list[str]:
+    """A webhook's rules: operations, scope, and no subresource or wildcard resource."""
+    problems: list[str] = []
+    for rule in webhook.get("rules") or []:
+        if not set(rule.get("operations") or []) <= OPERATIONS or not rule.get("operations"):
+            problems.append(f"{where}: operations {rule.get('operations')} not from {sorted(OPERATIONS)}")
+        if rule.get("scope", "*") not in ("Cluster", "Namespaced", "*"):
+            problems.append(f"{where}: scope {rule.get('scope')!r} not Cluster|Namespaced|*")
+        for res in rule.get("resources") or []:
+            if "/" in res or "*" in res:
+                problems.append(f"{where}: resource {res!r} is a subresource or wildcard")
     return problems
 
 

@@ -24,14 +24,16 @@ _USAGES = ["signing", "digital signature", "content commitment", "key encipherme
 
 def _kind(api_version: str, kind: str, spec: dict) -> dict:
     return {"type": "object", "required": ["apiVersion", "kind", "metadata", "spec"],
-            "properties": {"apiVersion": {"const": api_version}, "kind": {"const": kind}, "metadata": _META, "spec": spec}}
+            "properties": {"apiVersion": {"const": api_version}, "kind": {"const": kind}, "metadata": _META,
+                           "spec": spec}}
 
 
 SCHEMAS: dict[tuple[str, str], dict] = {
     ("cert-manager.io/v1", "Issuer"): _kind("cert-manager.io/v1", "Issuer", {
         "type": "object", "additionalProperties": False, "minProperties": 1, "maxProperties": 1,
         "properties": {"selfSigned": {"type": "object"},
-                       "ca": {"type": "object", "required": ["secretName"], "properties": {"secretName": {"type": "string", "minLength": 1}}}}}),
+                       "ca": {"type": "object", "required": ["secretName"],
+                              "properties": {"secretName": {"type": "string", "minLength": 1}}}}}),
     ("cert-manager.io/v1", "Certificate"): _kind("cert-manager.io/v1", "Certificate", {
         "type": "object", "required": ["secretName", "issuerRef"], "additionalProperties": False,
         "anyOf": [{"required": ["dnsNames"]}, {"required": ["commonName"]}],
@@ -49,8 +51,11 @@ SCHEMAS: dict[tuple[str, str], dict] = {
             "selector": {"type": "object"}, "namespaceSelector": {"type": "object"},
             "endpoints": {"type": "array", "minItems": 1, "items": {
                 "type": "object", "required": ["port"], "additionalProperties": False,
-                "properties": {"port": {"type": "string"}, "scheme": {"enum": ["http", "https"]}, "path": {"type": "string"},
-                               "interval": {"type": "string", "pattern": "^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$"},
+                "properties": {"port": {"type": "string"}, "scheme": {"enum": ["http", "https"]},
+                               "path": {"type": "string"},
+                               "interval": {"type": "string",
+                                            "pattern": "^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?"
+                                                       "(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$"},
                                "tlsConfig": {"type": "object"}}}}}}),
     ("monitoring.coreos.com/v1", "PrometheusRule"): _kind("monitoring.coreos.com/v1", "PrometheusRule", {
         "type": "object", "required": ["groups"], "additionalProperties": False,
@@ -59,7 +64,8 @@ SCHEMAS: dict[tuple[str, str], dict] = {
             "properties": {"name": {"type": "string", "minLength": 1}, "rules": {"type": "array", "items": {
                 "type": "object", "required": ["expr"], "additionalProperties": False,
                 "oneOf": [{"required": ["alert"]}, {"required": ["record"]}],
-                "properties": {"alert": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$"}, "record": {"type": "string"},
+                "properties": {"alert": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$"},
+                               "record": {"type": "string"},
                                "expr": {"type": "string", "minLength": 1}, "for": {"type": "string"},
                                "labels": {"type": "object", "additionalProperties": {"type": "string"}},
                                "annotations": {"type": "object", "additionalProperties": {"type": "string"}}}}}}}}}}),

@@ -13,8 +13,17 @@ import pytest
 
 from tests.install import custom_resources
 from tests.install.chart import (
-    CHART, KUBERNETES_VERSIONS, VARIANTS, crds, find, objects, one, pod_spec, render,
-    webhook_configuration_problems, workload_problems,
+    CHART,
+    KUBERNETES_VERSIONS,
+    VARIANTS,
+    crds,
+    find,
+    objects,
+    one,
+    pod_spec,
+    render,
+    webhook_configuration_problems,
+    workload_problems,
 )
 
 CUSTOM_GROUPS = ("cert-manager.io/", "monitoring.coreos.com/")
@@ -67,7 +76,8 @@ def test_the_enum_checks_catch_values_kubernetes_validate_lets_through(default_o
     webhook["rules"][0]["resources"].append("rayjobs/status")
     kubernetes_validate.validate(config, "1.30.0", strict=True)  # the schema alone accepts all of it
     problems = " ".join(webhook_configuration_problems(config))
-    for field in ("failurePolicy", "timeoutSeconds", "sideEffects", "reinvocationPolicy", "matchPolicy", "rayjobs/status"):
+    for field in ("failurePolicy", "timeoutSeconds", "sideEffects", "reinvocationPolicy", "matchPolicy",
+                  "rayjobs/status"):
         assert field in problems
 
 
@@ -129,8 +139,8 @@ def test_the_services_select_their_pods_and_name_real_ports(default_objects):
 def test_the_network_policies_select_the_pods_and_open_the_webhook_port(default_objects):
     deployments = {d["metadata"]["name"]: d for d in find(default_objects, "Deployment")}
     for policy in find(default_objects, "NetworkPolicy"):
-        selected = [n for n, d in deployments.items()
-                    if policy["spec"]["podSelector"]["matchLabels"].items() <= d["spec"]["template"]["metadata"]["labels"].items()]
+        wanted = policy["spec"]["podSelector"]["matchLabels"].items()
+        selected = [n for n, d in deployments.items() if wanted <= d["spec"]["template"]["metadata"]["labels"].items()]
         assert len(selected) == 1 and set(policy["spec"]["policyTypes"]) == {"Ingress", "Egress"}
         if selected == ["taugate-webhook"]:
             webhook_port = pod_spec(deployments["taugate-webhook"])["containers"][0]["ports"][0]["containerPort"]
@@ -154,7 +164,8 @@ def test_the_values_schema_rejects_bad_values_with_the_field_named(values, messa
 
 
 @pytest.mark.parametrize("values, namespace, message", [
-    ({"webhook": {"admissionDeadlineSeconds": 3, "timeoutSeconds": 3}}, "taugate-system", "must be below webhook.timeoutSeconds"),
+    ({"webhook": {"admissionDeadlineSeconds": 3, "timeoutSeconds": 3}}, "taugate-system",
+     "must be below webhook.timeoutSeconds"),
     ({"systemNamespace": "taugate-system"}, "taugate-system", "must differ from the release namespace"),
     ({"webhook": {"failurePolicyOverrides": {"mutating": "Ignore"}}}, "taugate-system", 'names route "mutating"'),
 ])
@@ -182,7 +193,8 @@ def test_the_webhook_sources_add_the_api_server_cidrs_extra_sources_and_metrics_
     monitoring = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
     eks = {"ipBlock": {"cidr": "192.168.0.0/19"}}
     sources = _webhook_sources(objects({"networkPolicy": {
-        "apiServer": {"cidrs": ["10.1.0.10/32", "0.0.0.0/0"]}, "apiServerSources": [eks], "metricsFrom": [monitoring]}}))
+        "apiServer": {"cidrs": ["10.1.0.10/32", "0.0.0.0/0"]},
+        "apiServerSources": [eks], "metricsFrom": [monitoring]}}))
     assert sources[1:] == [{"ipBlock": {"cidr": "10.1.0.10/32"}}, eks, monitoring]
 
 

@@ -73,7 +73,8 @@ def _gone(read) -> bool:
     return False
 
 
-def test_the_certificate_hook_gives_the_api_server_a_ca_that_verifies_the_webhooks_certificate(default_objects, cluster):
+def test_the_certificate_hook_gives_the_api_server_a_ca_that_verifies_the_webhooks_certificate(default_objects,
+                                                                                               cluster):
     kubeconfig, adm, core = cluster
     job = one(default_objects, "Job", "taugate-certs-hook")
     assert {"pre-install", "post-install"} <= hook_events(job)
@@ -81,7 +82,8 @@ def test_the_certificate_hook_gives_the_api_server_a_ca_that_verifies_the_webhoo
     first = _run(job, kubeconfig)  # pre-install: no configurations yet
     assert first.returncode == 0, first.stderr
     secret = core.read_namespaced_secret("taugate-webhook-tls", NAMESPACE)
-    mounted = next(v for v in pod_spec(one(default_objects, "Deployment", "taugate-webhook"))["volumes"] if v["name"] == "tls")
+    mounted = next(v for v in pod_spec(one(default_objects, "Deployment",
+                                           "taugate-webhook"))["volumes"] if v["name"] == "tls")
     assert secret.metadata.name == mounted["secret"]["secretName"]
     assert {i["key"] for i in mounted["secret"]["items"]} <= set(secret.data)
 
@@ -91,7 +93,8 @@ def test_the_certificate_hook_gives_the_api_server_a_ca_that_verifies_the_webhoo
     second = _run(job, kubeconfig)  # post-install
     assert second.returncode == 0, second.stderr
 
-    served = x509.load_pem_x509_certificate(base64.b64decode(core.read_namespaced_secret("taugate-webhook-tls", NAMESPACE).data["tls.crt"]))
+    secret = core.read_namespaced_secret("taugate-webhook-tls", NAMESPACE)
+    served = x509.load_pem_x509_certificate(base64.b64decode(secret.data["tls.crt"]))
     webhooks = (adm.read_mutating_webhook_configuration("taugate").webhooks
                 + adm.read_validating_webhook_configuration("taugate").webhooks)
     assert len(webhooks) == 3
@@ -100,7 +103,8 @@ def test_the_certificate_hook_gives_the_api_server_a_ca_that_verifies_the_webhoo
         # What kube-apiserver does: verify the served chain against caBundle for the Service's name.
         verifier = PolicyBuilder().store(Store(trusted)).build_server_verifier(x509.DNSName(SERVICE_DNS))
         verifier.verify(served, [])
-    assert adm.read_mutating_webhook_configuration("kueue-webhook-configuration").webhooks[0].client_config.ca_bundle is None
+    kueue = adm.read_mutating_webhook_configuration("kueue-webhook-configuration")
+    assert kueue.webhooks[0].client_config.ca_bundle is None
 
 
 def test_the_pre_delete_hook_removes_taugates_configurations_and_secret_only(default_objects, cluster):

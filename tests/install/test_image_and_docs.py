@@ -56,7 +56,8 @@ def test_the_image_installs_every_package_and_the_policy_library_as_a_non_root_u
     # Non-root, numeric (runAsNonRoot can only verify a numeric user), the chart's user.
     user = [args for op, args in steps if op == "USER"][-1]
     uid = int(user.split(":")[0])
-    assert uid != 0 and uid == pod_spec(one(default_objects, "Deployment", "taugate-webhook"))["securityContext"]["runAsUser"]
+    assert uid != 0 and uid == pod_spec(one(default_objects, "Deployment",
+                                            "taugate-webhook"))["securityContext"]["runAsUser"]
     assert ("ENTRYPOINT", '["taugate"]') in steps and "taugate" in PYPROJECT["project"]["scripts"]
 
 
@@ -77,7 +78,8 @@ def _rule_objects() -> list[dict]:
 def test_every_documented_metric_is_exported_by_the_server():
     documented = set(re.findall(r"`(taugate_[a-z_]+)`", DOCS["metrics.md"]))
     exported = _source_metric_names()
-    for required in ("taugate_admission_requests_total", "taugate_admission_duration_seconds", "taugate_state_age_seconds",
+    for required in ("taugate_admission_requests_total", "taugate_admission_duration_seconds",
+                     "taugate_state_age_seconds",
                      "taugate_policy_reload_failures_total", "taugate_admission_deadline_exceeded_total",
                      "taugate_certificate_expiry_timestamp_seconds"):
         assert required in documented
@@ -103,7 +105,8 @@ def _anchors(markdown: str) -> set[str]:
 def test_runbook_links_from_alerts_and_docs_lead_to_real_sections():
     anchors = _anchors(DOCS["runbook.md"])
     links = set(re.findall(r"runbook\.md#([a-z0-9-]+)", DOCS["metrics.md"] + DOCS["install.md"]))
-    links |= {r["annotations"]["runbook"].split("#")[1] for g in _rule_objects() for r in g["rules"] if "runbook" in r["annotations"]}
+    links |= {r["annotations"]["runbook"].split("#")[1]
+              for g in _rule_objects() for r in g["rules"] if "runbook" in r["annotations"]}
     assert links and links <= anchors, links - anchors
 
 
@@ -123,7 +126,8 @@ def test_the_runbook_finds_runs_by_the_real_label_keys(default_objects):
     assert f"-l '!{labels.RUN_ID}'" in runbook and f"get ns -l {labels.WORKSPACE}" in runbook
     pods = pod_spec(one(default_objects, "Deployment", "taugate-webhook"))
     assert "app.kubernetes.io/component=webhook" in runbook
-    assert one(default_objects, "Deployment", "taugate-webhook")["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/component"] == "webhook"
+    assert one(default_objects, "Deployment",
+               "taugate-webhook")["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/component"] == "webhook"
     assert pods["containers"][0]["readinessProbe"]["httpGet"]["path"] == "/readyz"
 
 

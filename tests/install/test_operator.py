@@ -3,8 +3,6 @@ restarts and an Ed25519 signing key it can load, configured through settings tha
 
 from __future__ import annotations
 
-from taugate.settings import Settings
-
 import base64
 from pathlib import PurePosixPath
 
@@ -12,6 +10,7 @@ import pytest
 
 from taugate.controllers.evidence import Signer
 from taugate.controllers.recorder_config import RecorderConfig
+from taugate.settings import Settings
 from tests.install.chart import find, objects, one, pod_spec
 
 
@@ -70,8 +69,7 @@ def _env_var(container: dict, name: str) -> dict:
 
 def test_the_webhook_and_the_operator_share_one_generated_admission_key(default_objects, monkeypatch):
     _, operator = _operator(default_objects)
-    webhook = find(default_objects, "Deployment")
-    webhook = next(d for d in webhook if d["metadata"]["name"].endswith("-webhook"))["spec"]["template"]["spec"]["containers"][0]
+    webhook = pod_spec(one(default_objects, "Deployment", "taugate-webhook"))["containers"][0]
     refs = [_env_var(c, "TAUGATE_ADMISSION_KEY")["valueFrom"]["secretKeyRef"] for c in (operator, webhook)]
     assert refs[0] == refs[1] == {"name": "taugate-admission-key", "key": "key"}
     secret = one(default_objects, "Secret", "taugate-admission-key")

@@ -11,10 +11,18 @@ import pytest
 
 from taugate import labels
 from taugate.settings import Settings
-from tests.install.chart import (
-    NAMESPACE, REPO, find, namespace_labels, objects, one, pod_spec, routes_file, selector_matches,
-)
 from taugate.webhook.routes import ROUTES
+from tests.install.chart import (
+    NAMESPACE,
+    REPO,
+    find,
+    namespace_labels,
+    objects,
+    one,
+    pod_spec,
+    routes_file,
+    selector_matches,
+)
 
 CONFIG_KINDS = {"mutating": "MutatingWebhookConfiguration", "validating": "ValidatingWebhookConfiguration"}
 WORKLOAD_RESOURCES = {"rayjobs", "rayclusters", "jobs"}
@@ -61,7 +69,7 @@ def test_the_rendered_configurations_agree_with_routes(default_objects):
 
 
 def test_rules_name_only_workload_kinds_and_tau_kinds_never_a_subresource(default_objects):
-    for name, (kind, w) in _webhooks(default_objects).items():
+    for name, (_kind, w) in _webhooks(default_objects).items():
         resources = {res for r in w["rules"] for res in r["resources"]}
         groups = {g for r in w["rules"] for g in r["apiGroups"]}
         if groups == {labels.GROUP}:
@@ -72,7 +80,7 @@ def test_rules_name_only_workload_kinds_and_tau_kinds_never_a_subresource(defaul
 
 
 def test_the_admission_settings_are_the_documented_defaults(default_objects):
-    for name, (kind, w) in _webhooks(default_objects).items():
+    for _name, (kind, w) in _webhooks(default_objects).items():
         assert w["sideEffects"] == "None" and w["timeoutSeconds"] == 3 and w["failurePolicy"] == "Fail"
         assert w["admissionReviewVersions"] == ["v1"] and w["matchPolicy"] == "Equivalent"
         assert "caBundle" not in w["clientConfig"]  # filled by `taugate certs` or cert-manager, never by Helm
@@ -107,13 +115,14 @@ def test_workload_webhooks_see_workspace_namespaces_and_the_tau_webhook_the_syst
 def test_match_conditions_skip_exactly_taugates_operator(default_objects):
     operator = one(default_objects, "Deployment", "taugate-operator")
     operator_user = f"system:serviceaccount:{NAMESPACE}:{pod_spec(operator)['serviceAccountName']}"
-    webhook_env = {e["name"]: e.get("value") for e in pod_spec(one(default_objects, "Deployment", "taugate-webhook"))["containers"][0]["env"]}
+    deployment = one(default_objects, "Deployment", "taugate-webhook")
+    webhook_env = {e["name"]: e.get("value") for e in pod_spec(deployment)["containers"][0]["env"]}
     assert webhook_env["TAUGATE_SERVICE_ACCOUNT"] == operator_user  # the server's own guard clause agrees
     for name, (_, w) in _webhooks(default_objects).items():
         for condition in w["matchConditions"]:
             program = cel.compile(condition["expression"])  # the API server compiles it on create
 
-            def called_for(username: str) -> bool:
+            def called_for(username: str, program: cel.Program = program) -> bool:
                 return program.execute({"request": {"userInfo": {"username": username, "groups": []}}})
 
             assert called_for(operator_user) is False, name
@@ -125,7 +134,8 @@ def test_match_conditions_skip_exactly_taugates_operator(default_objects):
 def test_failure_policy_has_one_emergency_switch_and_per_route_exceptions():
     relaxed = _webhooks(objects({"webhook": {"failurePolicy": "Ignore"}}))
     assert {w["failurePolicy"] for _, w in relaxed.values()} == {"Ignore"}
-    pinned = _webhooks(objects({"webhook": {"failurePolicy": "Ignore", "failurePolicyOverrides": {"validate-tau": "Fail"}}}))
+    pinned = _webhooks(objects({"webhook": {"failurePolicy": "Ignore",
+                                            "failurePolicyOverrides": {"validate-tau": "Fail"}}}))
     tau = next(r.name for r in ROUTES if r.path == "/validate-tau")
     assert {n: w["failurePolicy"] for n, (_, w) in pinned.items()} == {
         r.name: ("Fail" if r.name == tau else "Ignore") for r in ROUTES}

@@ -106,7 +106,7 @@ class OpaStandIn:
         self.policies.clear()
         self._rebuild()
 
-    def start(self) -> "OpaStandIn":
+    def start(self) -> OpaStandIn:
         app = web.Application()
         app.router.add_put("/v1/policies/{id:.+}", self._put_policy)
         app.router.add_delete("/v1/policies/{id:.+}", self._delete_policy)

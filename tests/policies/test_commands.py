@@ -22,7 +22,8 @@ def test_policy_eval_shows_the_input_and_each_policy_result(tmp_path, capsys):
     assert code == 1
     assert "input document:" in out and '"totalGpus": 64' in out
     assert "  requests-required: pass" in out
-    assert "  gpu-total-fits-queue: deny: spec.rayClusterSpec.workerGroupSpecs[0].replicas: the workload asks for 64 GPUs" in out
+    assert ("  gpu-total-fits-queue: deny: spec.rayClusterSpec.workerGroupSpecs[0].replicas: "
+            "the workload asks for 64 GPUs") in out
     assert "  gpu-healthy-capacity: warn:" in out
     assert "decision: denied" in out
 

@@ -9,13 +9,16 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import yaml
 
-from tests.policies.conftest import IMAGE_CLASSIFIER, POLICIES
 from taugate.webhook.decision import Violation
-from taugate.webhook.policy import (
-    PolicyError, RecordingEngine, load_enforcement, read_policy_set,
-)
 from taugate.webhook.engines import load_policy_engine
+from taugate.webhook.policy import (
+    PolicyError,
+    RecordingEngine,
+    load_enforcement,
+    read_policy_set,
+)
 from taugate.webhook.review import admit
+from tests.policies.conftest import IMAGE_CLASSIFIER, POLICIES
 
 
 def image_classifier(workers: int = 4, gpus: int = 1) -> dict:
@@ -95,7 +98,8 @@ def test_an_enforcement_file_with_an_unknown_policy_or_action_is_rejected_with_i
         load_enforcement(bad, known)
     assert str(e.value).startswith(f"{bad}:3: unknown policy 'gpu-total-fits-queu'")
     bad.write_text("head-without-gpu: block\n")
-    with pytest.raises(PolicyError, match=r":1: policy 'head-without-gpu': enforcement 'block' is not one of deny, warn, dryrun"):
+    with pytest.raises(PolicyError,
+                       match=r":1: policy 'head-without-gpu': enforcement 'block' is not one of deny, warn, dryrun"):
         load_enforcement(bad, known)
     with pytest.raises(PolicyError, match="enforcement file not found"):
         load_policy_engine(POLICIES, enforcement=tmp_path / "missing.yaml")
@@ -114,7 +118,8 @@ def test_loading_a_broken_set_raises_one_line_with_file_line_and_reason(policy_c
 
 def test_loading_a_set_whose_tests_fail_raises(policy_copy):
     target = policy_copy / "head-without-gpu" / "policy_test.rego"
-    target.write_text(target.read_text().replace('contains(v.msg, "asks for 1 GPU,")', 'contains(v.msg, "asks for 2 GPUs,")'))
+    target.write_text(target.read_text().replace('contains(v.msg, "asks for 1 GPU,")',
+                                                 'contains(v.msg, "asks for 2 GPUs,")'))
     with pytest.raises(PolicyError, match=r"policy_test.rego:\d+: test_gpu_head_is_reported_at_its_gpu_limit failed"):
         load_policy_engine(policy_copy)
 

@@ -8,8 +8,8 @@ import time
 
 from prometheus_client import REGISTRY
 
-from tests.policies.test_engine import image_classifier_input
 from taugate.webhook.engines import load_policy_engine
+from tests.policies.test_engine import image_classifier_input
 
 LIMIT_RULE = "\tallowed := input.cluster.queue.gpu.max\n"
 
@@ -39,7 +39,8 @@ def tighten_queue_limit(policy_dir, factor: int = 4) -> None:
     policy.write_text(policy.read_text().replace(LIMIT_RULE, f"\tallowed := input.cluster.queue.gpu.max / {factor}\n"))
     tests = policy_dir / "gpu-total-fits-queue" / "policy_test.rego"
     tests.write_text("package taugate.policies.gpu_total_fits_queue\n\nimport data.taugate.lib.fixtures as fx\n\n"
-                     "test_a_quarter_of_the_quota if {\n\tcount(deny) == 1 with input as fx.rayjob(\"h100-4gpu\", 3, 4)\n}\n")
+                     "test_a_quarter_of_the_quota if {\n"
+                     "\tcount(deny) == 1 with input as fx.rayjob(\"h100-4gpu\", 3, 4)\n}\n")
 
 
 def test_editing_a_policy_changes_decisions_within_two_seconds(policy_copy, example_state, settings):

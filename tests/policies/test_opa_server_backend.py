@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from taugate.webhook.engines import load_policy_engine
+from taugate.webhook.policy import PolicyError, PolicyEvaluationError, RecordingEngine
+from taugate.webhook.policy_commands import run_policy_tests
 from tests.policies.conftest import POLICIES
 from tests.policies.reference import OpaStandIn
 from tests.policies.test_hot_reload import tighten_queue_limit, wait_for
-from taugate.webhook.policy import PolicyError, PolicyEvaluationError, RecordingEngine
-from taugate.webhook.engines import load_policy_engine
-from taugate.webhook.policy_commands import run_policy_tests
 
 
 @pytest.fixture

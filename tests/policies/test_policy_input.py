@@ -12,10 +12,10 @@ import pytest
 from taugate.adapters import adapter_for
 from taugate.policy_input import _gpu_quota, build_policy_input
 from taugate.snapshot import FlavorQuota
-from tests.policies.conftest import POLICIES
-from tests.policies.test_engine import image_classifier
 from taugate.webhook.policy import EmbeddedPolicyEngine, PolicyStore, RecordingEngine
 from taugate.webhook.policy_commands import run_policy_tests
+from tests.policies.conftest import POLICIES
+from tests.policies.test_engine import image_classifier
 
 SCHEMA = json.loads((POLICIES / "input.schema.json").read_text())
 

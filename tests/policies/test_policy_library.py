@@ -8,9 +8,9 @@ import shutil
 
 import pytest
 
-from tests.policies.conftest import EXAMPLE_CLUSTER, POLICIES
 from taugate.webhook.policy import read_policy_set
 from taugate.webhook.policy_commands import add_commands, run_policy_tests, sample_files
+from tests.policies.conftest import EXAMPLE_CLUSTER, POLICIES
 
 EXPECTED_POLICIES = {
     "gpu-per-pod-fits-node", "gpu-per-pod-within-profile", "gpu-class-matches-profile", "gpu-total-fits-queue",
@@ -108,7 +108,8 @@ def test_an_undefined_function_is_reported_at_its_line(policy_copy, capsys):
 
 def test_a_failing_rego_test_fails_the_run_and_names_the_test(policy_copy, capsys):
     target = policy_copy / "workers-match-profile" / "policy_test.rego"
-    target.write_text(target.read_text().replace('contains(v.msg, "allowed: exactly 2 under workload profile h100-8gpu")', 'contains(v.msg, "allowed: exactly 3 under")'))
+    passing = 'contains(v.msg, "allowed: exactly 2 under workload profile h100-8gpu")'
+    target.write_text(target.read_text().replace(passing, 'contains(v.msg, "allowed: exactly 3 under")'))
     assert taugate(["policy", "test", str(policy_copy)]) == 1
     out = capsys.readouterr().out
     assert re.search(rf"FAIL {re.escape(str(target))}:\d+ test_fixed_profile_with_other_count_is_denied", out), out

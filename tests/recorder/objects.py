@@ -3,8 +3,9 @@
 The RayJob is KubeRay's own GPU sample (``ray-job.pytorch-image-classifier.yaml``: a CPU head and
 4 GPU workers in group ``gpu-group``) with what taugate's webhook adds (run-id, queue, workspace
 and profile labels, the admission record annotation). Workloads follow Kueue's ``Workload`` CRD
-(v1beta2, Kueue v0.17's storage version; validated against Kueue's own CRD in the tests), Pods and Nodes the core API (the Node
-is ``tests/data/nodes``' DGX A100, shaped like NVIDIA knavigator's). KubeRay's and Kueue's files are
+(v1beta2, Kueue v0.17's storage version; validated against Kueue's own CRD in the tests), Pods and
+Nodes the core API (the Node is ``tests/data/nodes``' DGX A100, shaped like NVIDIA knavigator's).
+KubeRay's and Kueue's files are
 read from the pinned Go modules (``tests/paths.py``).
 """
 
@@ -113,18 +114,21 @@ def workload(owner: dict, state: str = "pending", *, by_label: bool = True, mess
                               "nvidia.com/gpu in flavor a100, 4 more needed")
     admission = {"clusterQueue": "gpu-cq", "podSetAssignments": [
         {"name": ps["name"], "count": ps["count"],
-         "flavors": {"cpu": "default", "memory": "default", **({"nvidia.com/gpu": "a100"} if ps["name"] != "head" else {})},
+         "flavors": {"cpu": "default", "memory": "default",
+                     **({"nvidia.com/gpu": "a100"} if ps["name"] != "head" else {})},
          "resourceUsage": {"cpu": str(ps["count"]), "memory": f"{8 * ps['count']}G"}} for ps in pod_sets]}
     if state == "pending":
         conds.append(_cond("QuotaReserved", "False", "Pending", pending_msg, "2026-11-29T10:00:05Z"))
     elif state == "reserved":
         wl["status"]["admission"] = admission
-        conds.append(_cond("QuotaReserved", "True", "QuotaReserved", "Quota reserved in ClusterQueue gpu-cq", "2026-11-29T10:02:00Z"))
+        conds.append(_cond("QuotaReserved", "True", "QuotaReserved", "Quota reserved in ClusterQueue gpu-cq",
+                           "2026-11-29T10:02:00Z"))
         wl["status"]["admissionChecks"] = [{"name": "dws-prov", "state": "Pending", "message": "",
                                              "lastTransitionTime": "2026-11-29T10:02:00Z"}]
     elif state in ("admitted", "finished", "finished-failed"):
         wl["status"]["admission"] = admission
-        conds.append(_cond("QuotaReserved", "True", "QuotaReserved", "Quota reserved in ClusterQueue gpu-cq", "2026-11-29T10:02:00Z"))
+        conds.append(_cond("QuotaReserved", "True", "QuotaReserved", "Quota reserved in ClusterQueue gpu-cq",
+                           "2026-11-29T10:02:00Z"))
         conds.append(_cond("Admitted", "True", "Admitted", "The workload is admitted", "2026-11-29T10:02:00Z"))
         if state.startswith("finished"):
             ok = state == "finished"
@@ -133,7 +137,8 @@ def workload(owner: dict, state: str = "pending", *, by_label: bool = True, mess
     elif state == "evicted":
         conds.append(_cond("QuotaReserved", "False", "Pending", "Preempted to accommodate a higher priority workload",
                            "2026-11-29T10:30:00Z"))
-        conds.append(_cond("Admitted", "False", "NoReservation", "The workload has no reservation", "2026-11-29T10:30:00Z"))
+        conds.append(_cond("Admitted", "False", "NoReservation", "The workload has no reservation",
+                           "2026-11-29T10:30:00Z"))
         conds.append(_cond("Evicted", "True", "Preempted",
                            "Preempted to accommodate a workload (UID: 7d1e) due to prioritization in the ClusterQueue",
                            "2026-11-29T10:30:00Z"))
@@ -163,7 +168,8 @@ def pod(owner: dict, role: str, index: int = 0, *, node: str | None = None, phas
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "namespace": meta["namespace"], "uid": f"pod-{name}",
                      "labels": {labels.RUN_ID: meta["labels"][labels.RUN_ID], "ray.io/cluster": cluster,
-                                "ray.io/node-type": role, "ray.io/group": "headgroup" if role == "head" else "gpu-group"},
+                                "ray.io/node-type": role,
+                                "ray.io/group": "headgroup" if role == "head" else "gpu-group"},
                      "ownerReferences": [{"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": cluster,
                                           "uid": f"rc-{meta['uid']}", "controller": True}]},
         "spec": {"containers": [{"name": container, "image": "rayproject/ray:2.46.0"}], "restartPolicy": "Always"},
@@ -202,7 +208,8 @@ def raycluster(owner: dict) -> dict:
     name = f"{meta['name']}-raycluster-x7k2p"
     return {"apiVersion": "ray.io/v1", "kind": "RayCluster",
             "metadata": {"name": name, "namespace": meta["namespace"], "uid": f"rc-{meta['uid']}",
-                         "labels": {labels.RUN_ID: meta["labels"][labels.RUN_ID], "ray.io/originated-from-crd": "RayJob",
+                         "labels": {labels.RUN_ID: meta["labels"][labels.RUN_ID],
+                                    "ray.io/originated-from-crd": "RayJob",
                                     "ray.io/originated-from-cr-name": meta["name"]},
                          "ownerReferences": [{"apiVersion": "ray.io/v1", "kind": "RayJob", "name": meta["name"],
                                               "uid": meta["uid"], "controller": True, "blockOwnerDeletion": True}]},
@@ -237,7 +244,8 @@ def node(name: str, *, gpu_condition: str | None = None, ready: bool = True) -> 
 JOB_SAMPLE = KUEUE_JOB
 
 
-def job(name: str = "eval-batch", run_id: str = "0a1b2c3d4e5f60718293a4b5", uid: str = "c0ffee00-0000-4000-8000-0000000000b1",
+def job(name: str = "eval-batch", run_id: str = "0a1b2c3d4e5f60718293a4b5",
+        uid: str = "c0ffee00-0000-4000-8000-0000000000b1",
         parallelism: int = 1, owner: dict | None = None) -> dict:
     """Kueue's example batch/v1 Job (``KUEUE_JOB``) with taugate's labels; ``owner`` makes it a child
     (KubeRay's submitter Job is controlled by its RayJob)."""
@@ -268,8 +276,10 @@ def job_workload(owner: dict, admitted: bool) -> dict:
           "status": {"conditions": []}}
     if admitted:
         wl["status"]["admission"] = {"clusterQueue": "cpu-cq", "podSetAssignments": [
-            {"name": "main", "count": owner["spec"]["parallelism"], "flavors": {"cpu": "default", "memory": "default"}}]}
-        wl["status"]["conditions"] = [_cond("QuotaReserved", "True", "QuotaReserved", "Quota reserved in ClusterQueue cpu-cq", T0),
+            {"name": "main", "count": owner["spec"]["parallelism"],
+             "flavors": {"cpu": "default", "memory": "default"}}]}
+        wl["status"]["conditions"] = [_cond("QuotaReserved", "True", "QuotaReserved",
+                                            "Quota reserved in ClusterQueue cpu-cq", T0),
                                       _cond("Admitted", "True", "Admitted", "The workload is admitted", T0)]
     return wl
 
@@ -281,7 +291,8 @@ def job_pod(owner: dict, index: int = 0, *, node: str | None = None, phase: str 
     name = f"{meta['name']}-{index}-x2v9k"
     p = {"apiVersion": "v1", "kind": "Pod",
          "metadata": {"name": name, "namespace": meta["namespace"], "uid": f"pod-{name}",
-                      "labels": {labels.RUN_ID: meta["labels"][labels.RUN_ID], "batch.kubernetes.io/job-name": meta["name"]},
+                      "labels": {labels.RUN_ID: meta["labels"][labels.RUN_ID],
+                                 "batch.kubernetes.io/job-name": meta["name"]},
                       "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": meta["name"],
                                            "uid": meta["uid"], "controller": True}]},
          "spec": {"containers": [{"name": container["name"], "image": container["image"]}],

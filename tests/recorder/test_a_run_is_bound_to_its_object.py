@@ -10,9 +10,7 @@ from pathlib import Path
 
 from taugate.controllers.evidence import EVIDENCE_FILE, verify_record
 from tests.recorder import objects as o
-from tests.recorder.test_recorder_lifecycle import (
-    RUN, SETTINGS, config, conditions, key, kube, pods_of, taurun, wait_state,  # noqa: F401 (fixtures)
-)
+from tests.recorder.test_recorder_lifecycle import RUN, SETTINGS, pods_of, taurun, wait_state
 
 LATER = "2026-11-29T10:05:00Z"
 

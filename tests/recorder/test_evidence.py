@@ -7,8 +7,15 @@ import json
 import pytest
 
 from taugate.controllers import recorder_commands
-from taugate.controllers.evidence import (EVENTS_FILE, EVIDENCE_FILE, EvidenceError, EvidenceStore, Signer, fold,
-                                  verify_record)
+from taugate.controllers.evidence import (
+    EVENTS_FILE,
+    EVIDENCE_FILE,
+    EvidenceError,
+    EvidenceStore,
+    Signer,
+    fold,
+    verify_record,
+)
 from tests.recorder import objects as o
 
 RID = o.RUN_ID
@@ -25,7 +32,8 @@ def _record(store: EvidenceStore) -> None:
                                 "queue": "team-a-queue", "profileSetHash": "sha256:7c1e0b"}, "2026-11-29T10:00:00.1Z"),
                        ("condition", _cond("Admitted", "False", "Pending"), "2026-11-29T10:00:00.2Z")])
     store.append(RID, [("condition", _cond("Admitted", "True", "Admitted"), "2026-11-29T10:02:00.0Z"),
-                       ("failure", {"key": "k1", "pod": "w-1", "reason": "OOMKilled", "exitCode": 137}, "2026-11-29T10:20:00Z")])
+                       ("failure", {"key": "k1", "pod": "w-1", "reason": "OOMKilled", "exitCode": 137},
+                        "2026-11-29T10:20:00Z")])
 
 
 @pytest.fixture
@@ -142,7 +150,8 @@ def test_the_fold_is_deterministic_and_keys_load_from_pem_or_raw_seed(tmp_path, 
 # ------------------------------------------------------------------------- the CLI
 
 
-def test_evidence_verify_exits_0_when_intact_and_1_with_the_first_bad_line_when_tampered(store, signer, tmp_path, capsys):
+def test_evidence_verify_exits_0_when_intact_and_1_with_the_first_bad_line_when_tampered(store, signer, tmp_path,
+                                                                                         capsys):
     root = str(store.root)
     pub = tmp_path / "pub.pem"
     pub.write_bytes(signer.public_pem())
@@ -163,7 +172,8 @@ def test_evidence_commands_reject_bad_input_with_one_line_and_exit_2(tmp_path, c
     assert len(err) == 2 and "not a run-id" in err[0] and "missing" in err[1]
     bad = tmp_path / "bad.pem"
     bad.write_text("garbage")
-    assert recorder_commands.main(["evidence", "verify", RID, "--evidence-root", str(tmp_path), "--public-key", str(bad)]) == 2
+    assert recorder_commands.main(["evidence", "verify", RID, "--evidence-root", str(tmp_path), "--public-key",
+                                   str(bad)]) == 2
 
 
 def test_evidence_show_prints_the_admission_changes_timeline_and_failures(store, capsys):
@@ -187,7 +197,8 @@ def test_status_from_an_evidence_record_shows_the_six_states_and_the_stage(store
 
 def test_keygen_writes_a_usable_key_and_never_overwrites(tmp_path, capsys):
     key = tmp_path / "k.pem"
-    assert recorder_commands.main(["evidence", "keygen", "--out", str(key), "--public-out", str(tmp_path / "p.pem")]) == 0
+    assert recorder_commands.main(["evidence", "keygen", "--out", str(key), "--public-out",
+                                   str(tmp_path / "p.pem")]) == 0
     assert Signer.from_file(key).key_id in capsys.readouterr().out
     assert oct(key.stat().st_mode & 0o777) == "0o600"
     assert recorder_commands.main(["evidence", "keygen", "--out", str(key)]) == 2

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from taugate.controllers.commands import _recorder_config
 from taugate.cli import main
+from taugate.controllers.commands import _recorder_config
 
 
 def _args(**kw):

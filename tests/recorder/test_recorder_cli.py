@@ -10,9 +10,9 @@ import json
 
 import pytest
 
+from taugate.cli import kubectl_plugin
 from taugate.controllers import recorder_commands
 from taugate.controllers.evidence import EVENTS_FILE, EVIDENCE_FILE, EvidenceStore, Signer
-from taugate.cli import kubectl_plugin
 from tests.recorder import objects as o
 from tests.recorder.test_evidence import _record
 
@@ -48,8 +48,10 @@ def test_an_evidence_json_that_is_not_an_object_is_reported_as_not_verifying_in_
 
 def test_wrong_typed_fields_in_evidence_json_are_shown_under_a_warning_without_a_crash(store, capsys):
     (store.run_dir(RID) / EVIDENCE_FILE).write_text(json.dumps(
-        {"events": 5, "signature": [], "object": "x", "admission": [1], "timeline": [3, {"type": ["a"], "status": None}],
-         "failures": ["oom", {"pod": "w-1", "reason": "OOMKilled"}], "artifacts": {"files": [7]}, "conditions": {"a": 1}}))
+        {"events": 5, "signature": [], "object": "x", "admission": [1],
+         "timeline": [3, {"type": ["a"], "status": None}],
+         "failures": ["oom", {"pod": "w-1", "reason": "OOMKilled"}], "artifacts": {"files": [7]},
+         "conditions": {"a": 1}}))
     root = str(store.root)
     code, out, _ = _run(["evidence", "show", RID, "--evidence-root", root], capsys)
     assert code == 1 and out.startswith(WARNING) and "pod w-1: OOMKilled" in out and "Signed: None" in out

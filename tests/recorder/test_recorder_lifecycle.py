@@ -7,7 +7,7 @@ status patched, pods deleted) and watches the TauRun and the evidence record the
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import jsonschema
@@ -16,7 +16,7 @@ import pytest
 
 from taugate.controllers import recorder_commands
 from taugate.controllers.crds import CRD_KINDS, openapi_schema
-from taugate.controllers.evidence import EVENTS_FILE, EVIDENCE_FILE, Signer, verify_record
+from taugate.controllers.evidence import EVENTS_FILE, EVIDENCE_FILE, verify_record
 from taugate.controllers.recorder_config import RecorderConfig
 from taugate.settings import Settings
 from tests.crdschema import translate
@@ -26,26 +26,6 @@ from tests.recorder import objects as o
 RUN = o.RUN_ID
 SETTINGS = Settings(admission_key=o.ADMISSION_KEY)  # the webhook's and the operator's shared key
 TAURUN_SCHEMA = jsonschema.Draft7Validator(translate(openapi_schema(next(k for k in CRD_KINDS if k.kind == "TauRun"))))
-
-
-@pytest.fixture
-def kube():
-    with KubeDouble() as k:
-        yield k
-
-
-@pytest.fixture
-def key(tmp_path) -> Signer:
-    signer = Signer.generate()
-    (tmp_path / "ed25519.pem").write_bytes(signer.private_pem())
-    return signer
-
-
-@pytest.fixture
-def config(tmp_path, key) -> RecorderConfig:
-    return RecorderConfig(evidence_root=tmp_path / "evidence", data_root=tmp_path / "data",
-                          signing_key_file=tmp_path / "ed25519.pem", poll_seconds=0.1, stall_seconds=30,
-                          artifact_grace_seconds=30, log_pattern=r"\bstep[=: ]+(\d+)")
 
 
 def run_dir(config: RecorderConfig, namespace: str = o.NS, run_id: str = RUN) -> Path:
@@ -84,7 +64,7 @@ def admit(kube: KubeDouble, rj: dict, wl: dict) -> None:
 
 def pods_of(rj: dict, node: str = "gpu-node-1", phase: str = "Running") -> list[dict]:
     """The head and one worker pod, bound now (the stall clock starts when all pods are bound)."""
-    now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     return [o.pod(rj, "head", node=node, phase=phase, scheduled_at=now),
             o.pod(rj, "worker", 0, node=node, phase=phase, scheduled_at=now)]
 
@@ -167,7 +147,8 @@ def test_a_scripted_lifecycle_moves_the_taurun_through_the_states_in_order_and_l
         kube.wait_for(lambda: taurun(kube)["status"]["evidence"]["final"], message="final evidence")
 
         tr = taurun(kube)
-        assert tr["status"]["phase"] == "Succeeded" and tr["status"]["stage"] == "Done", json.dumps(tr["status"], indent=1)
+        shown = json.dumps(tr["status"], indent=1)
+        assert tr["status"]["phase"] == "Succeeded" and tr["status"]["stage"] == "Done", shown
         assert conditions(kube)["Scheduled"]["status"] == "True"  # kept after the pods are gone
         assert tr["spec"]["object"]["uid"] == rj["metadata"]["uid"] and tr["spec"]["profile"] == "a100-4x"
         assert schema_errors(tr) == []
@@ -197,7 +178,8 @@ def test_a_scripted_lifecycle_moves_the_taurun_through_the_states_in_order_and_l
     assert doc["final"] and doc["phase"] == "Succeeded"
     assert doc["admittedObject"]["metadata"]["uid"] == rj["metadata"]["uid"] and "status" not in doc["admittedObject"]
     assert doc["admission"]["policyDigest"] == "sha256:0d9f3e" and doc["profileSetHash"] == "sha256:7c1e0b"
-    assert doc["artifacts"]["files"][0]["path"] == "model.safetensors" and len(doc["artifacts"]["files"][0]["sha256"]) == 64
+    first = doc["artifacts"]["files"][0]
+    assert first["path"] == "model.safetensors" and len(first["sha256"]) == 64
     assert recorder_commands.main(["evidence", "verify", RUN, "--evidence-root", str(config.evidence_root)]) == 0
 
 
@@ -312,7 +294,8 @@ def test_killing_the_recorder_mid_run_and_starting_it_again_leaves_one_consisten
     tl = timeline(config)
     keys = [(c["type"], c["status"], c["reason"]) for c in tl]
     assert len(keys) == len(set(keys)), f"recorded twice: {keys}"
-    assert [k for k in keys if k[0] == "Admitted"] == [("Admitted", "False", "Pending"), ("Admitted", "True", "Admitted")]
+    assert [k for k in keys if k[0] == "Admitted"] == [("Admitted", "False", "Pending"),
+                                                       ("Admitted", "True", "Admitted")]
     doc = json.loads((d / EVIDENCE_FILE).read_text())
     assert sum(1 for line in after.splitlines() if json.loads(line)["kind"] == "run") == 1
     assert {(c["type"], c["status"], c["reason"]) for c in doc["conditions"]} == \
@@ -324,7 +307,7 @@ def test_a_batch_job_run_is_recorded_and_kuberays_submitter_job_joins_its_rayjob
     rid = job["metadata"]["labels"]["tau.azure.com/run-id"]
     rj = o.rayjob(workers=1)
     submitter = o.job(name=rj["metadata"]["name"], run_id=RUN, uid="5b7a1c00-0000-4000-8000-0000000000c2", owner=rj)
-    now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     kube.apply([o.node("cpu-node-1"), job, o.job_workload(job, admitted=True), rj, submitter,
                 o.job_pod(job, node="cpu-node-1", phase="Running", scheduled_at=now)])
     with kube.operator(SETTINGS, recorder=config, resync_seconds=60):
@@ -363,8 +346,8 @@ def test_the_signing_key_can_come_from_a_secret(kube, key):
 
 
 def test_the_taugate_command_line_carries_the_recorder_commands(config, key, tmp_path, capsys):
-    from taugate.controllers.evidence import EvidenceStore
     from taugate.cli import main
+    from taugate.controllers.evidence import EvidenceStore
 
     store = EvidenceStore(config.evidence_root, key)
     store.append(RUN, [("run", {"runId": RUN, "namespace": o.NS, "object": {"kind": "RayJob", "name": "train"}}, "t0")])

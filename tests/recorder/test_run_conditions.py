@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import kubernetes_validate
 import pytest
@@ -13,7 +13,7 @@ from taugate.settings import Settings
 from tests.crdschema import crd_errors
 from tests.recorder import objects as o
 
-NOW = datetime(2026, 11, 29, 10, 30, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 29, 10, 30, tzinfo=UTC)
 OPTS = rc.DeriveOptions(Settings().gpu_health_conditions, stall_after=300)
 
 
@@ -115,7 +115,8 @@ def test_scheduled_is_true_only_when_every_pod_the_admission_counted_is_bound():
 
 def test_an_unschedulable_pod_carries_the_schedulers_message():
     rj = o.rayjob()
-    pods = [o.pod(rj, "head", node="n1"), o.pod(rj, "worker", 0, unschedulable="0/3 nodes are available: 3 Insufficient nvidia.com/gpu.")]
+    pods = [o.pod(rj, "head", node="n1"),
+            o.pod(rj, "worker", 0, unschedulable="0/3 nodes are available: 3 Insufficient nvidia.com/gpu.")]
     f = rc.derive_scheduled(pods, 5, admitted=True, terminal=False)
     assert (f.status, f.reason) == ("False", "Unschedulable")
     assert "Insufficient nvidia.com/gpu" in f.message and f.source["kind"] == "Pod"
@@ -174,7 +175,8 @@ def test_progress_advances_only_when_the_step_or_the_record_count_grows():
     same = rc.advance_progress(s, rc.ProgressSample(src, 3, 30.0), t0 + timedelta(seconds=60))
     assert same is s
     later = rc.advance_progress(s, rc.ProgressSample(src, 4, 40.0), t0 + timedelta(seconds=90))
-    assert later.step == 40.0 and later.last_advance.startswith("2026-11-29T10:31:30") and later.first_advance == s.first_advance
+    assert later.step == 40.0 and later.last_advance.startswith("2026-11-29T10:31:30")
+    assert later.first_advance == s.first_advance
 
 
 def test_a_run_without_progress_for_the_quiet_period_is_stalled():
@@ -208,7 +210,8 @@ def test_a_rayjob_succeeds_when_its_deployment_is_complete_and_its_job_succeeded
 
 
 def test_a_failed_rayjob_takes_its_reason_from_the_oom_killed_worker():
-    rj = o.rayjob_status(o.rayjob(), "Failed", "FAILED", reason="AppFailed", message="Job entrypoint command failed with exit code 1")
+    rj = o.rayjob_status(o.rayjob(), "Failed", "FAILED", reason="AppFailed",
+                         message="Job entrypoint command failed with exit code 1")
     worker = o.pod(o.rayjob(), "worker", 2, node="n1", phase="Running", last_terminated=o.oom())
     head = o.pod(o.rayjob(), "head", node="n1", phase="Failed", terminated=o.error_exit())
     failures = rc.pod_terminations(head) + rc.pod_terminations(worker)
@@ -223,9 +226,11 @@ def test_a_failed_job_uses_its_failed_condition():
     job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j", "namespace": o.NS},
            "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "x"}]}}},
            "status": {"failed": 4, "conditions": [
-               {"type": "FailureTarget", "status": "True", "reason": "BackoffLimitExceeded", "message": "Job has reached the specified backoff limit"},
+               {"type": "FailureTarget", "status": "True", "reason": "BackoffLimitExceeded",
+                "message": "Job has reached the specified backoff limit"},
                {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
-                "message": "Job has reached the specified backoff limit", "lastTransitionTime": "2026-11-29T10:40:00Z"}]}}
+                "message": "Job has reached the specified backoff limit",
+                "lastTransitionTime": "2026-11-29T10:40:00Z"}]}}
     f = rc.derive_outcome(job, [])
     assert (f.type, f.reason, f.since) == ("Failed", "BackoffLimitExceeded", "2026-11-29T10:40:00Z")
     job["spec"]["suspend"] = True
@@ -270,7 +275,8 @@ def test_artifacts_are_saved_when_an_index_or_a_file_exists_and_missing_only_aft
 
 def test_quota_is_released_when_the_workload_finishes_and_gpus_when_no_pod_is_left_on_a_node():
     rj = o.rayjob()
-    assert rc.derive_quota_released([o.workload(rj, "admitted")], terminal=False, ever_admitted=True).reason == "QuotaHeld"
+    assert rc.derive_quota_released([o.workload(rj, "admitted")], terminal=False,
+                                    ever_admitted=True).reason == "QuotaHeld"
     f = rc.derive_quota_released([o.workload(rj, "finished")], terminal=True, ever_admitted=True)
     assert (f.status, f.reason, f.since) == ("True", "WorkloadFinished", "2026-11-29T11:00:00Z")
     assert rc.derive_quota_released([], terminal=True, ever_admitted=True).reason == "WorkloadDeleted"
@@ -300,7 +306,8 @@ def test_transition_times_change_only_with_the_status_and_transitions_are_report
 def test_a_finished_run_keeps_its_states_after_its_pods_and_workload_are_deleted():
     rj = o.rayjob_status(o.rayjob(), "Running", "RUNNING")
     wl = o.workload(rj, "admitted")
-    pods = [o.pod(rj, "head", node="n1", phase="Running")] + [o.pod(rj, "worker", i, node="n1", phase="Running") for i in range(4)]
+    pods = [o.pod(rj, "head", node="n1", phase="Running"),
+            *(o.pod(rj, "worker", i, node="n1", phase="Running") for i in range(4))]
     nodes = {"n1": o.node("n1")}
     c1, _ = rc.derive(_view(owner=rj, workloads=[wl], pods=pods, nodes=nodes), [], NOW, OPTS)
     assert _by_type(c1)["Scheduled"]["status"] == "True" and _by_type(c1)["GPUHealthy"]["status"] == "True"
@@ -333,7 +340,8 @@ def test_the_diagnosis_names_the_stuck_stage_and_what_to_check_next():
     c, _ = rc.derive(_view(workloads=[o.workload(rj, "pending")]), [], NOW, OPTS)
     d = rc.diagnose(c, namespace=o.NS, run_id=o.RUN_ID)
     assert (d.stage, d.reason) == ("Admitted", "Pending")
-    assert any("kubectl describe workload.kueue.x-k8s.io rayjob-train-resnet-3f2a1 -n team-a" in h for h in d.next_checks)
+    describe = "kubectl describe workload.kueue.x-k8s.io rayjob-train-resnet-3f2a1 -n team-a"
+    assert any(describe in h for h in d.next_checks)
     failed = [{"type": "Admitted", "status": "True", "reason": "Admitted"},
               {"type": "Failed", "status": "True", "reason": "OOMKilled", "message": "pod p: OOMKilled",
                "source": {"kind": "Pod", "name": "p", "namespace": o.NS}}]
@@ -348,8 +356,10 @@ def test_the_diagnosis_names_the_stuck_stage_and_what_to_check_next():
 def test_a_run_whose_object_is_deleted_before_it_finishes_ends_as_failed_deleted():
     rj = o.rayjob_status(o.rayjob(), "Running", "RUNNING")
     pods = [o.pod(rj, "head", node="n1", phase="Running")]
-    c1, _ = rc.derive(_view(owner=rj, workloads=[o.workload(rj, "admitted")], pods=pods, nodes={"n1": o.node("n1")}), [], NOW, OPTS)
-    c2, t2 = rc.derive(_view(owner=None, owner_deleted=True, workloads=[], pods=[]), c1, NOW + timedelta(minutes=1), OPTS)
+    c1, _ = rc.derive(_view(owner=rj, workloads=[o.workload(rj, "admitted")], pods=pods, nodes={"n1": o.node("n1")}),
+                      [], NOW, OPTS)
+    c2, t2 = rc.derive(_view(owner=None, owner_deleted=True, workloads=[], pods=[]), c1, NOW + timedelta(minutes=1),
+                       OPTS)
     by = _by_type(c2)
     assert (by["Failed"]["status"], by["Failed"]["reason"]) == ("True", "Deleted")
     assert by["QuotaReleased"]["reason"] == "WorkloadDeleted" and by["GPUsReleased"]["status"] == "True"
@@ -367,6 +377,7 @@ def test_job_fixtures_are_valid_and_a_job_run_is_derived_from_its_conditions():
     assert rc.expected_pod_count(job, [o.job_workload(job, True)]) == 1
     done = dict(job, status={"succeeded": 1, "completionTime": "2026-11-29T10:09:00Z", "conditions": [
         {"type": "SuccessCriteriaMet", "status": "True", "reason": "CompletionsReached"},
-        {"type": "Complete", "status": "True", "reason": "CompletionsReached", "message": "Reached expected number of succeeded pods"}]})
+        {"type": "Complete", "status": "True", "reason": "CompletionsReached",
+         "message": "Reached expected number of succeeded pods"}]})
     f = rc.derive_outcome(done, [])
     assert (f.type, f.status, f.since, f.source["kind"]) == ("Completed", "True", "2026-11-29T10:09:00Z", "Job")

@@ -109,7 +109,8 @@ def workload_request(obj: dict | None, *, operation: str = "CREATE", namespace: 
            "userInfo": {"username": username, "groups": ["vision-researchers", "system:authenticated"]},
            "object": obj, "oldObject": old, "dryRun": dry_run,
            "options": {"apiVersion": "meta.k8s.io/v1",
-                       "kind": {"CREATE": "CreateOptions", "UPDATE": "UpdateOptions", "DELETE": "DeleteOptions"}[operation]}}
+                       "kind": {"CREATE": "CreateOptions", "UPDATE": "UpdateOptions",
+                                "DELETE": "DeleteOptions"}[operation]}}
     if sub_resource:
         req["subResource"] = req["requestSubResource"] = sub_resource
     return req

@@ -12,11 +12,11 @@ import re
 import pytest
 
 from taugate import labels
+from taugate.webhook.routes import ROUTES
 from tests.crdschema import crd_errors
 from tests.paths import RAYJOB_CRD
 from tests.server.conftest import APISERVER_REQUESTS, K8S_API_TESTDATA, K8S_DOCS
 from tests.server.https import RESPONSE_KEYS, admission_review, apply, check_response, patch_of, workload_request
-from taugate.webhook.routes import ROUTES
 
 RUN_ID = re.compile(r"^[0-9a-f]{24}$")
 
@@ -137,7 +137,8 @@ async def test_a_rayjob_with_generate_name_and_no_labels_gets_a_patch_that_yield
 
 def _masked(ops: list[dict]) -> str:
     # the run-id, also inside the admission record's JSON
-    return RUN_ID.sub("RUN-ID", re.sub(r'(?<![0-9a-f])[0-9a-f]{24}(?![0-9a-f])', 'RUN-ID', json.dumps(ops, sort_keys=True)))
+    hex24 = r"(?<![0-9a-f])[0-9a-f]{24}(?![0-9a-f])"
+    return RUN_ID.sub("RUN-ID", re.sub(hex24, "RUN-ID", json.dumps(ops, sort_keys=True)))
 
 
 async def test_a_dry_run_request_gets_the_same_answer(gate, rayjob):

@@ -5,6 +5,7 @@ log line. Memory is the server process's own, read from /proc (``VmHWM``: the pe
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import ssl
@@ -13,7 +14,14 @@ import pytest
 import yaml
 
 from tests.paths import EXAMPLE_CLUSTER, EXAMPLE_RAYJOB, REPO
-from tests.server.https import SERVICE_NAME, AdmissionClient, admission_review, check_response, client_context, workload_request
+from tests.server.https import (
+    SERVICE_NAME,
+    AdmissionClient,
+    admission_review,
+    check_response,
+    client_context,
+    workload_request,
+)
 from tests.server.process import rss_mib, serve, startup_lines
 
 
@@ -72,7 +80,8 @@ async def start_serve():
     started: list[Served] = []
 
     async def start(**env: str) -> Served:
-        proc = serve("--cluster", str(EXAMPLE_CLUSTER), "--port", "0", env={f"TAUGATE_{k.upper()}": v for k, v in env.items()})
+        proc = serve("--cluster", str(EXAMPLE_CLUSTER), "--port", "0",
+                     env={f"TAUGATE_{k.upper()}": v for k, v in env.items()})
         port, ca = await startup_lines(proc)
         s = Served(proc, port, ca)
         started.append(s)
@@ -116,7 +125,7 @@ async def test_32_concurrent_reviews_of_7_8_mib_keep_memory_under_the_charts_lim
         await client.close()
     peak = rss_mib(served.proc.pid, "VmHWM")
     answered = busy = 0
-    for (uid, _), r in zip(bodies, replies):
+    for (uid, _), r in zip(bodies, replies, strict=True):
         if r.status == 200:
             check_response(r.body, uid)
             answered += 1
@@ -188,10 +197,8 @@ async def test_slowloris_heads_and_stalled_handshakes_are_cut_at_the_header_time
         """A TCP connection that never starts TLS; seconds until the server closes it."""
         reader, writer = await asyncio.open_connection("127.0.0.1", served.port)
         started = asyncio.get_running_loop().time()
-        try:
+        with contextlib.suppress(ConnectionError):
             await asyncio.wait_for(reader.read(1), 30)
-        except ConnectionError:
-            pass
         writer.close()
         return asyncio.get_running_loop().time() - started
 
@@ -210,7 +217,7 @@ async def test_slowloris_heads_and_stalled_handshakes_are_cut_at_the_header_time
 async def test_a_client_that_disconnects_is_one_log_line_without_a_traceback(start_serve):
     served = await start_serve()
     small = json.dumps(admission_review(workload_request(rayjob()))).encode()
-    for n, body, content_length in ((1, small[: len(small) // 2], len(small)),  # a small body cut off
+    for _n, body, content_length in ((1, small[: len(small) // 2], len(small)),  # a small body cut off
                                     (2, b"{" + b" " * 200_000, 1_000_000)):  # a large body cut off
         reader, writer = await served.tls()
         writer.write(b"POST /mutate HTTP/1.1\r\nHost: taugate\r\nContent-Type: application/json\r\n"

@@ -13,8 +13,8 @@ import time
 import pytest
 
 from taugate.settings import Settings
-from tests.server.https import SERVICE_NAME, admission_review, apply, check_response, client_context, workload_request
 from taugate.webhook.server import READ_GRACE_SECONDS
+from tests.server.https import SERVICE_NAME, admission_review, apply, check_response, client_context, workload_request
 
 GARBAGE = [
     pytest.param(b"", "not JSON", id="empty"),
@@ -28,7 +28,8 @@ GARBAGE = [
     pytest.param(json.dumps(admission_review({"uid": "u1", "kind": {"kind": "RayJob"}, "operation": "PATCH"})).encode(),
                  "operation", id="bad-operation"),
     pytest.param(json.dumps(admission_review({"uid": "u1", "kind": {"kind": "RayJob"}, "operation": "CREATE",
-                                              "object": ["not", "an", "object"]})).encode(), "object", id="object-list"),
+                                              "object": ["not", "an", "object"]})).encode(), "object",
+                 id="object-list"),
 ]
 
 
@@ -114,7 +115,8 @@ async def test_the_default_deadline_is_shorter_than_the_webhook_timeout(gate):
     assert gate.server.settings.admission_deadline_seconds == 2.0 < 3
 
 
-async def _post_in_two_parts(h, cert_dir, body: bytes, *, first: int, pause: float, send_rest: bool) -> tuple[int, bytes]:
+async def _post_in_two_parts(h, cert_dir, body: bytes, *, first: int, pause: float,
+                             send_rest: bool) -> tuple[int, bytes]:
     """POST ``body`` to /mutate over TLS: the headers and ``first`` bytes, then after ``pause``
     seconds the rest (or nothing); the HTTP status and body of the answer."""
     reader, writer = await asyncio.open_connection("127.0.0.1", h.running.port,
@@ -129,7 +131,8 @@ async def _post_in_two_parts(h, cert_dir, body: bytes, *, first: int, pause: flo
         writer.write(body[first:])
         await writer.drain()
     head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
-    length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:"))
+    length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                  if line.lower().startswith(b"content-length:"))
     answer = await asyncio.wait_for(reader.readexactly(length), 10)
     writer.close()
     return int(head.split()[1]), answer
@@ -149,7 +152,8 @@ async def test_a_body_that_never_arrives_whole_is_http_408_after_the_deadline_an
                                                                                         rayjob):
     h = await start_server(settings_=Settings(admission_deadline_seconds=0.2))
     started = time.monotonic()
-    status, body = await _post_in_two_parts(h, cert_dir, json.dumps(admission_review(workload_request(rayjob))).encode(),
+    status, body = await _post_in_two_parts(h, cert_dir,
+                                            json.dumps(admission_review(workload_request(rayjob))).encode(),
                                             first=100, pause=0, send_rest=False)
     waited = time.monotonic() - started
     assert status == 408

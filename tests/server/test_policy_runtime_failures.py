@@ -14,10 +14,10 @@ import pytest
 import yaml
 
 from taugate.cli import main
-from tests.paths import EXAMPLE_CLUSTER, POLICIES
-from tests.server.https import admission_review, check_response, workload_request
 from taugate.webhook.engines import load_policy_engine
 from taugate.webhook.policy_commands import render_report, run_policy_tests
+from tests.paths import EXAMPLE_CLUSTER, POLICIES
+from tests.server.https import admission_review, check_response, workload_request
 
 POLICY = """# priority-class-prefix: pod templates name a tau- PriorityClass (a test policy that breaks at run
 # time: startswith() on a priorityClassName that is not a string is a Rego type error).
@@ -43,7 +43,9 @@ test_no_priority_class_is_allowed if {
 }
 
 test_another_prefix_is_denied if {
-	inp := json.patch(fx.rayjob("h100-8gpu", 2, 8), [{"op": "add", "path": "/object/podTemplates/1/priorityClassName", "value": "batch"}])
+	inp := json.patch(fx.rayjob("h100-8gpu", 2, 8), [
+		{"op": "add", "path": "/object/podTemplates/1/priorityClassName", "value": "batch"},
+	])
 	count(deny) == 1 with input as inp
 }
 """
@@ -119,7 +121,8 @@ async def test_a_failing_policy_enforced_as_warn_only_warns(library, start_serve
     r = await gate.post("/validate", admission_review(req))
     resp = check_response(r.body, req["uid"])
     assert any(w.startswith("[priority-class-prefix]") and "the policy failed" in w for w in resp.get("warnings", []))
-    assert all("[priority-class-prefix]" not in line for line in (resp.get("status") or {}).get("message", "").splitlines())
+    message = (resp.get("status") or {}).get("message", "")
+    assert all("[priority-class-prefix]" not in line for line in message.splitlines())
 
 
 def test_admit_reports_the_failure_in_one_line_and_exits_1(library, tmp_path, capsys):

@@ -72,8 +72,9 @@ async def test_metrics_count_reviews_by_webhook_kind_operation_and_decision_with
     req = workload_request(None, operation="DELETE", old=old)
     check_response((await gate.post("/validate", admission_review(req))).body, req["uid"])
     text = await gate.metrics()
-    assert 'taugate_admission_requests_total{decision="patched",kind="RayJob",operation="CREATE",webhook="/mutate"} 3.0' in text
-    assert 'taugate_admission_requests_total{decision="allowed",kind="RayJob",operation="DELETE",webhook="/validate"} 1.0' in text
+    requests = "taugate_admission_requests_total"
+    assert f'{requests}{{decision="patched",kind="RayJob",operation="CREATE",webhook="/mutate"}} 3.0' in text
+    assert f'{requests}{{decision="allowed",kind="RayJob",operation="DELETE",webhook="/validate"}} 1.0' in text
     assert 'taugate_admission_duration_seconds_count{webhook="/mutate"} 3.0' in text
     assert 'taugate_admission_duration_seconds_bucket{le="0.0005",webhook="/mutate"}' in text
     assert 'taugate_admission_deadline_exceeded_total{webhook="/validate-tau"} 0.0' in text

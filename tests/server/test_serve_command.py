@@ -12,11 +12,11 @@ import yaml
 
 from taugate.cli import main
 from taugate.settings import Settings
+from taugate.webhook.server import SnapshotStateProvider
 from tests.server.conftest import EXAMPLE_CLUSTER
 from tests.server.https import AdmissionClient, admission_review, check_response, workload_request
 from tests.server.process import serve as _serve
 from tests.server.process import startup_lines as _startup_lines
-from taugate.webhook.server import SnapshotStateProvider
 
 
 async def test_serve_generates_a_ca_serves_reviews_and_stops_cleanly_on_sigterm(rayjob):
@@ -71,7 +71,8 @@ def test_serve_reports_bad_input_in_one_line_with_exit_2(tmp_path, capsys):
     wrong.write_text(text[:at] + "clusterQueue: true" + text[at + len("clusterQueue: vision-cq"):])
     cases = [
         (("--cluster", str(tmp_path / "missing.yaml")), "missing.yaml: no such file"),
-        (("--cluster", str(wrong)), "LocalQueue 'vision-queue': spec.clusterQueue: is a boolean (True); it must be a string"),
+        (("--cluster", str(wrong)),
+         "LocalQueue 'vision-queue': spec.clusterQueue: is a boolean (True); it must be a string"),
         (("--cluster", str(broken)), "cluster.yaml: invalid YAML at line"),
         (("--cluster", str(EXAMPLE_CLUSTER), "--cert-dir", str(empty_dir), "--port", "0"), "tls.crt: no such file"),
         (("--cluster", str(EXAMPLE_CLUSTER), "--policies", str(tmp_path / "nopolicies"), "--port", "0"),

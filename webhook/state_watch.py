@@ -1,11 +1,12 @@
 """Live cluster state for the webhook: a ``ClusterState`` kept current from API watches.
 
 ``WatchStateProvider`` lists and then watches the TauCluster, TauWorkspaces, Nodes, LocalQueues,
-ClusterQueues and ResourceFlavors (one thread per kind, through ``controllers.kube.Kube``), keeps
+ClusterQueues and ResourceFlavors (one thread per kind, through an ``ApiReader``: the CLI wires
+``taugate.controllers.kube.Kube``, since the webhook never imports the controllers), keeps
 the objects in memory and rebuilds the immutable ``ClusterState`` with
 ``taugate.snapshot.build_state`` in a worker thread when they change (debounced), so admission
 reads ``provider.state`` with no API call per request. It satisfies the webhook server's
-``StateProvider`` protocol (``webhook.server``): ``state``, ``ready``, ``age_seconds()``,
+``StateProvider`` protocol (``taugate.webhook.server``): ``state``, ``ready``, ``age_seconds()``,
 ``async start()``, ``async stop()``.
 
 - ``ready`` turns True once every kind has been listed and the first state built; until then
@@ -23,102 +24,42 @@ reads ``provider.state`` with no API call per request. It satisfies the webhook 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import threading
 import time
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol
 
-from pydantic import ValidationError
-
-from taugate.controllers import resources as R
-from taugate.controllers.kube import Kube, KubeError, WatchExpired
-from taugate.controllers.resources import Resource
-from taugate.models import TauCluster, TauWorkspace
+from taugate.kubeaccess import KubeError, Resource, WatchExpired, name_of, namespace_of
 from taugate.settings import Settings
 from taugate.snapshot import ClusterState, SnapshotError, build_state
+from taugate.state_objects import STATE_RESOURCES, trim, usable_objects
 
 log = logging.getLogger("taugate.state_watch")
 
-_DROP_META = ("managedFields", "selfLink")
+class ApiReader(Protocol):
+    """What the watch needs of an API client (``taugate.controllers.kube.Kube`` is one, wired by
+    ``taugate.cli``): list a resource with its resourceVersion, and stream its watch events. Both
+    raise ``taugate.kubeaccess.KubeError`` (``WatchExpired`` on HTTP 410 Gone)."""
 
+    def list_with_version(self, res: Resource) -> tuple[list[dict[str, Any]], str | None]: ...
 
-def trim(res: Resource, obj: dict) -> dict:
-    """The part of an object admission needs (memory: Nodes are large and numerous): Nodes keep
-    name, labels, ``spec.unschedulable``/taints and ``status.allocatable``/conditions (type,
-    status); every object loses ``metadata.managedFields``."""
-    meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k not in _DROP_META}
-    out = dict(obj, apiVersion=obj.get("apiVersion") or res.api_version, kind=obj.get("kind") or res.kind,
-               metadata=meta)
-    if res is R.NODES:
-        spec = obj.get("spec") or {}
-        status = obj.get("status") or {}
-        out = {"apiVersion": "v1", "kind": "Node",
-               "metadata": {k: meta[k] for k in ("name", "labels", "resourceVersion") if k in meta},
-               "spec": {k: spec[k] for k in ("unschedulable", "taints") if k in spec},
-               "status": {"allocatable": status.get("allocatable") or {},
-                          "conditions": [{"type": c.get("type"), "status": c.get("status")}
-                                         for c in status.get("conditions") or [] if isinstance(c, dict)]}}
-    return out
-
-
-def usable_objects(objects: Iterable[dict], system_namespace: str | None = None) -> tuple[list[dict], list[str]]:
-    """Objects ``build_state`` can take, and why others were left out (pure): a TauCluster not
-    named ``cluster`` or not matching the schema; a TauWorkspace outside ``system_namespace``
-    (when given: the operator serves only those, so only those may claim a namespace), not
-    matching the schema, or the younger (creationTimestamp, then name) of two targeting one
-    namespace."""
-    kept: list[dict] = []
-    skipped: list[str] = []
-    by_target: dict[str, dict] = {}
-    for obj in objects:
-        kind = obj.get("kind")
-        where = f"{kind} {R.namespace_of(obj) + '/' if R.namespace_of(obj) else ''}{R.name_of(obj)}"
-        if kind == "TauCluster":
-            if R.name_of(obj) != R.CLUSTER_NAME:
-                skipped.append(f"{where}: only the TauCluster named 'cluster' is read")
-                continue
-            try:
-                TauCluster.model_validate(obj)
-            except ValidationError as e:
-                skipped.append(f"{where}: {e.errors()[0]['msg']} (no profile set: admission fails closed)")
-                continue
-        elif kind == "TauWorkspace":
-            if system_namespace and R.namespace_of(obj) != system_namespace:
-                skipped.append(f"{where}: TauWorkspaces live in the system namespace {system_namespace!r}")
-                continue
-            try:
-                target = TauWorkspace.model_validate(obj).target_namespace
-            except ValidationError as e:
-                skipped.append(f"{where}: {e.errors()[0]['msg']}")
-                continue
-            other = by_target.get(target)
-            if other is not None:
-                key = lambda o: (str(R.meta(o).get("creationTimestamp") or "~"), R.name_of(o))  # noqa: E731
-                older, younger = (other, obj) if key(other) <= key(obj) else (obj, other)
-                skipped.append(f"TauWorkspace {R.name_of(younger)}: namespace {target!r} already belongs to "
-                               f"TauWorkspace {R.name_of(older)}")
-                if younger is other:
-                    kept.remove(other)
-                    by_target[target] = obj
-                    kept.append(obj)
-                continue
-            by_target[target] = obj
-        kept.append(obj)
-    return kept, skipped
+    def watch(self, res: Resource, *, resource_version: str | None = None, timeout_seconds: int = 300,
+              on_open: Callable[[Any], None] | None = None) -> Iterator[dict[str, Any]]: ...
 
 
 class WatchStateProvider:
     """A ``ClusterState`` kept current from watches (see the module docstring).
 
-    ``kube``: a ``controllers.kube.Kube`` (its ``ApiClient`` is shared by the watch threads);
+    ``kube``: an ``ApiReader`` such as ``taugate.controllers.kube.Kube`` (shared by the watch threads);
     ``debounce_seconds``: how long to gather changes before a rebuild; ``watch_timeout_seconds``:
     the server-side watch timeout (the watch is then resumed from the last resourceVersion).
     """
 
-    def __init__(self, kube: Kube, settings: Settings | None = None, *, debounce_seconds: float = 0.2,
-                 watch_timeout_seconds: int = 300, resources: tuple[Resource, ...] = R.STATE_RESOURCES):
+    def __init__(self, kube: ApiReader, settings: Settings | None = None, *, debounce_seconds: float = 0.2,
+                 watch_timeout_seconds: int = 300, resources: tuple[Resource, ...] = STATE_RESOURCES):
         self.kube = kube
         self.settings = settings or Settings()
         self.debounce_seconds = debounce_seconds
@@ -176,19 +117,20 @@ class WatchStateProvider:
         """Stop the watches (their open streams are shut down) and the rebuild task."""
         self._stopping.set()
         for resp in list(self._responses.values()):
-            try:
+            with contextlib.suppress(Exception):  # already closed
                 resp.shutdown()
-            except Exception:  # already closed
-                pass
         if self._task is not None:
             self._task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-            except asyncio.CancelledError:
-                pass
             self._task = None
         threads, self._threads = self._threads, []
-        await asyncio.to_thread(lambda: [t.join(5) for t in threads])
+
+        def join_all() -> None:
+            for t in threads:
+                t.join(5)
+
+        await asyncio.to_thread(join_all)
 
     async def wait_ready(self, timeout: float | None = None) -> bool:
         """Wait until ``ready`` (True) or ``timeout`` seconds pass (False)."""
@@ -196,7 +138,7 @@ class WatchStateProvider:
             raise RuntimeError("start() the provider first")
         try:
             await asyncio.wait_for(self._ready.wait(), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return False
         return True
 
@@ -211,10 +153,8 @@ class WatchStateProvider:
     def _post(self, fn: Any, *args: Any) -> None:
         loop = self._loop
         if loop is not None and not loop.is_closed():
-            try:
+            with contextlib.suppress(RuntimeError):  # loop closed while stopping
                 loop.call_soon_threadsafe(fn, *args)
-            except RuntimeError:  # loop closed while stopping
-                pass
 
     def _watch_loop(self, res: Resource) -> None:
         backoff = 1.0
@@ -267,7 +207,7 @@ class WatchStateProvider:
             self._down_since[res] = time.monotonic()
 
     def _key(self, obj: dict) -> tuple[str, str]:
-        return (R.namespace_of(obj) or "", R.name_of(obj))
+        return (namespace_of(obj) or "", name_of(obj))
 
     def _replace(self, res: Resource, items: list[dict]) -> None:
         self._store[res] = {self._key(o): o for o in items}
@@ -322,13 +262,3 @@ class WatchStateProvider:
             self.rebuilds += 1
             self._ready.set()
 
-
-def provider_from_config(settings: Settings | None = None, *, in_cluster: bool = True, kubeconfig: str | None = None,
-                         context: str | None = None, **options: Any) -> WatchStateProvider:
-    """A ``WatchStateProvider`` for ``taugate serve --in-cluster`` (the pod's service account) or
-    a kubeconfig; ``options`` go to the provider. Raises ``controllers.kube.KubeConfigError``
-    (one line) when no configuration can be loaded."""
-    from taugate.controllers.kube import load_configuration
-
-    cfg = load_configuration(in_cluster=in_cluster, kubeconfig=kubeconfig, context=context)
-    return WatchStateProvider(Kube.from_configuration(cfg), settings, **options)

@@ -1,0 +1,119 @@
+"""The API objects a ``ClusterState`` is built from (pure): their resources, trimmed to what
+admission reads, and sorted into what ``taugate.snapshot.build_state`` can take and what it must
+leave out. Shared by the webhook's state watch (``taugate.webhook.state_watch``) and
+``taugate snapshot export`` (``taugate.controllers.export``), so both read the cluster alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from pydantic import ValidationError
+
+from taugate import labels
+from taugate.kubeaccess import Resource, meta, name_of, namespace_of
+from taugate.models import TauCluster, TauWorkspace
+
+NODES = Resource("", "v1", "nodes", "Node", False)
+# Kueue's storage version since v0.15; v1beta1 is deprecated in v0.17 ("This version is
+# deprecated. Use v1beta2 instead.") and, read without Kueue's conversion webhook, loses the
+# fields v1beta2 renamed (ClusterQueue ``cohort`` is ``cohortName``).
+LOCAL_QUEUES = Resource("kueue.x-k8s.io", "v1beta2", "localqueues", "LocalQueue", True)
+CLUSTER_QUEUES = Resource("kueue.x-k8s.io", "v1beta2", "clusterqueues", "ClusterQueue", False)
+RESOURCE_FLAVORS = Resource("kueue.x-k8s.io", "v1beta2", "resourceflavors", "ResourceFlavor", False)
+WORKLOAD_PRIORITY_CLASSES = Resource("kueue.x-k8s.io", "v1beta2", "workloadpriorityclasses", "WorkloadPriorityClass",
+                                     False)
+TAU_CLUSTERS = Resource(labels.GROUP, labels.VERSION, "clusters", "TauCluster", False)
+TAU_WORKSPACES = Resource(labels.GROUP, labels.VERSION, "workspaces", "TauWorkspace", True)
+
+STATE_RESOURCES = (TAU_CLUSTERS, TAU_WORKSPACES, NODES, LOCAL_QUEUES, CLUSTER_QUEUES, RESOURCE_FLAVORS,
+                   WORKLOAD_PRIORITY_CLASSES)
+"""The objects a ClusterState is built from (``taugate.snapshot.build_state``), in snapshot order."""
+
+CLUSTER_NAME = "cluster"
+"""The name of the TauCluster singleton."""
+
+_DROP_META = ("managedFields", "selfLink")
+
+Obj = dict[str, Any]
+
+
+def trim(res: Resource, obj: Obj) -> Obj:
+    """The part of an object admission needs (memory: Nodes are large and numerous): Nodes keep
+    name, labels, ``spec.unschedulable``/taints and ``status.allocatable``/conditions (type,
+    status); every object loses ``metadata.managedFields``."""
+    kept_meta = {k: v for k, v in meta(obj).items() if k not in _DROP_META}
+    out = dict(obj, apiVersion=obj.get("apiVersion") or res.api_version, kind=obj.get("kind") or res.kind,
+               metadata=kept_meta)
+    if res is NODES:
+        spec = obj.get("spec") or {}
+        status = obj.get("status") or {}
+        out = {"apiVersion": "v1", "kind": "Node",
+               "metadata": {k: kept_meta[k] for k in ("name", "labels", "resourceVersion") if k in kept_meta},
+               "spec": {k: spec[k] for k in ("unschedulable", "taints") if k in spec},
+               "status": {"allocatable": status.get("allocatable") or {},
+                          "conditions": [{"type": c.get("type"), "status": c.get("status")}
+                                         for c in status.get("conditions") or [] if isinstance(c, dict)]}}
+    return out
+
+
+def _where(obj: Obj) -> str:
+    namespace = namespace_of(obj)
+    return f"{obj.get('kind')} {namespace + '/' if namespace else ''}{name_of(obj)}"
+
+
+def _cluster_problem(obj: Obj) -> str | None:
+    """Why a TauCluster cannot be read, or None."""
+    if name_of(obj) != CLUSTER_NAME:
+        return f"{_where(obj)}: only the TauCluster named {CLUSTER_NAME!r} is read"
+    try:
+        TauCluster.model_validate(obj)
+    except ValidationError as e:
+        return f"{_where(obj)}: {e.errors()[0]['msg']} (no profile set: admission fails closed)"
+    return None
+
+
+def _age_key(obj: Obj) -> tuple[str, str]:
+    """Older first: creationTimestamp (none sorts last), then name."""
+    return (str(meta(obj).get("creationTimestamp") or "~"), name_of(obj))
+
+
+def usable_objects(objects: Iterable[Obj], system_namespace: str | None = None) -> tuple[list[Obj], list[str]]:
+    """Objects ``build_state`` can take, and why others were left out (pure): a TauCluster not
+    named ``cluster`` or not matching the schema; a TauWorkspace outside ``system_namespace``
+    (when given: the operator serves only those, so only those may claim a namespace), not
+    matching the schema, or the younger (creationTimestamp, then name) of two targeting one
+    namespace."""
+    kept: list[Obj] = []
+    skipped: list[str] = []
+    by_target: dict[str, Obj] = {}
+    for obj in objects:
+        kind = obj.get("kind")
+        if kind == "TauCluster":
+            problem = _cluster_problem(obj)
+            if problem:
+                skipped.append(problem)
+                continue
+        elif kind == "TauWorkspace":
+            if system_namespace and namespace_of(obj) != system_namespace:
+                skipped.append(f"{_where(obj)}: TauWorkspaces live in the system namespace {system_namespace!r}")
+                continue
+            try:
+                target = TauWorkspace.model_validate(obj).target_namespace
+            except ValidationError as e:
+                skipped.append(f"{_where(obj)}: {e.errors()[0]['msg']}")
+                continue
+            other = by_target.get(target)
+            if other is not None:
+                older, younger = (other, obj) if _age_key(other) <= _age_key(obj) else (obj, other)
+                skipped.append(f"TauWorkspace {name_of(younger)}: namespace {target!r} already belongs to "
+                               f"TauWorkspace {name_of(older)}")
+                if younger is other:
+                    kept.remove(other)
+                    by_target[target] = obj
+                    kept.append(obj)
+                continue
+            by_target[target] = obj
+        kept.append(obj)
+    return kept, skipped
