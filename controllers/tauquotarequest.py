@@ -31,7 +31,7 @@ from taugate.controllers.conditions import carry_transition_times, condition, no
 from taugate.controllers.kube import execute_plan
 from taugate.controllers.resources import Action
 from taugate import labels
-from taugate.adapters import quantity
+from taugate.pods import quantity
 from taugate.models import TauCluster, TauQuotaRequest, TauWorkspace
 from taugate.settings import Settings
 

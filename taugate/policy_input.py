@@ -17,8 +17,10 @@ from decimal import Decimal
 from typing import Any
 
 from taugate import labels
-from taugate.adapters import PodTemplate, field_path, is_sidecar
+from taugate.fieldpath import field_path
+from taugate.kinds import kind_of
 from taugate.models import ResolvedProfile, TauWorkspace
+from taugate.pods import PodTemplate, is_sidecar
 from taugate.snapshot import ClusterState
 
 
@@ -48,13 +50,6 @@ def _group_at(obj: dict, path: tuple) -> dict:
         else:
             return {}
     return cur if isinstance(cur, dict) else {}
-
-
-def _autoscaling(obj: dict) -> bool:
-    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
-    if obj.get("kind") == "RayJob":
-        spec = spec.get("rayClusterSpec") if isinstance(spec.get("rayClusterSpec"), dict) else {}
-    return spec.get("enableInTreeAutoscaling") is True
 
 
 def _replica_fields(obj: dict, t: PodTemplate, autoscaling: bool) -> tuple[str | None, int]:
@@ -149,7 +144,8 @@ def build_policy_input(*, obj: dict, templates: list[PodTemplate], operation: st
     at the autoscaler's maximum), so a policy can leave early on the common, compliant case.
     """
     meta = obj.get("metadata") or {}
-    autoscaling = _autoscaling(obj)
+    kind = kind_of(obj)
+    autoscaling = kind is not None and kind.autoscaling(obj)
     pod_templates = [_template_input(t, obj, autoscaling) for t in templates]
     annotations = meta.get("annotations")
     if isinstance(annotations, dict):

@@ -21,7 +21,9 @@ from typing import Any, Iterable
 from pydantic import ValidationError
 
 from taugate import labels
-from taugate.adapters import MIG_PREFIX, field_path, json_problem, json_type, quantity
+from taugate.fieldpath import field_path
+from taugate.pods import MIG_PREFIX, quantity
+from taugate.shape import json_problem, json_type
 from taugate.files import InputError, load_documents, read_limited
 from taugate.models import ResolvedProfile, TauCluster, TauWorkspace
 from taugate.profiles import is_applicable, profile_set_hash, resolve_profile

@@ -9,9 +9,11 @@ what was asked, what is allowed and how to fix it, and which rule (``policy``) f
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-Action = Literal["deny", "warn", "dryrun"]
+from taugate.violation import Action, Violation
+
+__all__ = ["Action", "Decision", "Violation"]
 
 MAX_PROBLEMS_SHOWN = 20
 """Problems listed in a denial message; the rest are counted (``... and N more problem(s)``).
@@ -20,26 +22,6 @@ hostile object with thousands of broken fields must not make a megabyte-sized an
 
 MAX_LINE_CHARS = 1000
 """Characters of one problem line in a denial message (values quoted from the object included)."""
-
-
-@dataclass(frozen=True)
-class Violation:
-    """One broken rule. ``message`` holds asked / allowed / fix in one sentence or three;
-    ``action`` is the enforcement (``deny`` rejects, ``warn`` becomes an AdmissionReview
-    warning, ``dryrun`` is only logged and counted)."""
-
-    policy: str
-    field: str
-    message: str
-    action: Action = "deny"
-
-    def render(self) -> str:
-        """``[policy] field: message``, the form kubectl shows the researcher."""
-        where = f"{self.field}: " if self.field else ""
-        return f"[{self.policy}] {where}{self.message}"
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"policy": self.policy, "field": self.field, "msg": self.message, "action": self.action}
 
 
 def _clip(line: str) -> str:

@@ -8,23 +8,14 @@ the two webhooks can never disagree about which profile and queue an object belo
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
 from taugate import labels
-from taugate.adapters import PodTemplate
+from taugate.fieldpath import label_field
 from taugate.models import ResolvedProfile, TauWorkspace
 from taugate.settings import Settings
+from taugate.pods import PodTemplate
 from taugate.snapshot import ClusterState
 from taugate.webhook.decision import Violation
-
-LABELS_FIELD = "metadata.labels"
-
-
-@lru_cache(maxsize=256)
-def label_field(key: str) -> str:
-    """Field path of one label, e.g. ``metadata.labels["kueue.x-k8s.io/queue-name"]``."""
-    return f'{LABELS_FIELD}["{key}"]'
-
 
 @dataclass(slots=True)
 class Resolution:
@@ -50,7 +41,7 @@ def lane_of(obj: dict, settings: Settings) -> str:
 def object_shape(templates: list[PodTemplate], settings: Settings) -> tuple[set[int], set[str]]:
     """What a profile is matched against, read once per object: the distinct GPUs-per-pod
     values of the GPU pod templates (empty for a CPU-only object) and the GPU classes their
-    nodeSelectors name (``settings.gpu_class_label``). The object has passed its adapter's shape
+    nodeSelectors name (``settings.gpu_class_label``). The object has passed its kind's shape
     checks (nodeSelector values are strings), as everything ``resolve`` reads has."""
     gpus: set[int] = set()
     classes: set[str] = set()

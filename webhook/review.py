@@ -23,9 +23,11 @@ import jsonpatch
 import orjson
 
 from taugate import labels
-from taugate.adapters import PodTemplate, WorkloadAdapter, adapter_for, json_type, object_depth_problem
+from taugate.kinds import WorkloadKind, kind_for
+from taugate.pods import PodTemplate
 from taugate.policy_input import build_policy_input
 from taugate.settings import Settings
+from taugate.shape import json_type, object_depth_problem
 from taugate.snapshot import ClusterState
 from taugate.webhook import mutation, validation
 from taugate.webhook.decision import Decision, Violation
@@ -97,7 +99,7 @@ class _Subject:
     """What the guard clauses leave for real work."""
 
     obj: dict
-    adapter: WorkloadAdapter
+    kind: WorkloadKind
     templates: list[PodTemplate]
     workspace: Any
     child: bool
@@ -116,18 +118,17 @@ def _subject(request: dict, state: ClusterState, settings: Settings) -> _Subject
     if not isinstance(obj, dict):
         return None
     gvk = request.get("kind") or {}
-    adapter = adapter_for(gvk.get("group") or obj.get("apiVersion"), gvk.get("kind") or obj.get("kind"))
-    if adapter is None:
+    kind = kind_for(gvk.get("group") or obj.get("apiVersion"), gvk.get("kind") or obj.get("kind"))
+    if kind is None:
         return None
     meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
     namespace = request.get("namespace") or meta.get("namespace")
     ws = state.workspace_for(namespace) if isinstance(namespace, str) else None
     if ws is None:
         return None
-    malformed = [Violation("object-shape", f, f"{problem}; fix the manifest (the API server would reject it too)")
-                 for f, problem in adapter.malformed(obj)]
+    malformed = kind.malformed(obj)
     child = not malformed and mutation.is_child(request, obj, settings)
-    return _Subject(obj, adapter, [] if malformed else adapter.pod_templates(obj), ws, child, malformed)
+    return _Subject(obj, kind, [] if malformed else kind.pod_templates(obj), ws, child, malformed)
 
 
 def _record(res: Resolution, state: ClusterState, engine: Engine | None, queued: bool = True) -> dict:
@@ -196,17 +197,17 @@ def mutate(request: dict, state: ClusterState, settings: Settings, engine: Engin
         return _unrepresentable(obj)
     if subject.child:
         old = request.get("oldObject") if request.get("operation") == "UPDATE" else None
-        edits = mutation.edit_child(doc, subject.templates, subject.adapter, old)
+        edits = mutation.edit_child(doc, subject.templates, subject.kind, old)
     elif request.get("operation") == "UPDATE":
         old = request.get("oldObject")
-        edits = mutation.edit_update(doc, old, subject.templates, subject.adapter,
+        edits = mutation.edit_update(doc, old, subject.templates, subject.kind,
                                      lambda: _admitted_resolution(obj, old, subject, state, settings), settings)
     else:
         res = resolve(obj, subject.templates, subject.workspace, state, settings)
         if isinstance(res, list):
             return Decision.deny(res, obj=obj)
-        queued = subject.adapter.queued(obj)
-        edits = mutation.edit_create(doc, subject.adapter, subject.templates, res, state, settings)
+        queued = subject.kind.queued(obj)
+        edits = mutation.edit_create(doc, subject.kind, subject.templates, res, state, settings)
         if edits.changed:
             mutation.annotate(edits, _record(res, state, engine, queued))
         if res.note:
@@ -264,17 +265,17 @@ def _policy_failure_decision(failure: PolicyFailure, obj: dict, found: list[Viol
                    obj=obj, policy_failures=[v.policy for v in failed])
 
 
-def _violations(obj: dict, templates: list[PodTemplate], adapter: WorkloadAdapter, request: dict,
+def _violations(obj: dict, templates: list[PodTemplate], kind: WorkloadKind, request: dict,
                 state: ClusterState, settings: Settings, engine: Engine | None, ws: Any,
                 old: dict | None) -> tuple[list[Violation], str]:
-    """Every violation of ``obj`` (read through ``adapter``; its pod templates are
+    """Every violation of ``obj`` (a ``kind``; its pod templates are
     ``templates``), and the resolution's note (why the profile applies)."""
     res = resolve(obj, templates, ws, state, settings)
     found: list[Violation] = []
     if isinstance(res, list):
         found += res
         res = None
-    found += validation.structural(obj, adapter, templates, res, old, elastic_jobs=settings.kueue_elastic_jobs)
+    found += validation.structural(obj, kind, templates, res, old, elastic_jobs=settings.kueue_elastic_jobs)
     if res is not None and engine is not None:
         try:
             found += _policies(obj, templates, request, state, settings, engine, res)
@@ -304,14 +305,14 @@ def validate(request: dict, state: ClusterState, settings: Settings, engine: Eng
         return Decision.deny(subject.malformed, obj=subject.obj)
     old = request.get("oldObject") if request.get("operation") == "UPDATE" else None
     try:
-        found, note = _violations(subject.obj, subject.templates, subject.adapter, request, state, settings, engine,
+        found, note = _violations(subject.obj, subject.templates, subject.kind, request, state, settings, engine,
                                   subject.workspace, old)
     except PolicyFailure as e:
         return _policy_failure_decision(e, subject.obj, e.found, engine)
-    if found and isinstance(old, dict) and not subject.adapter.malformed(old):  # nothing to excuse: skip the old object
+    if found and isinstance(old, dict) and not subject.kind.malformed(old):  # nothing to excuse: skip the old object
         try:
             before = {(v.policy, v.field, v.message) for v in
-                      _violations(old, subject.adapter.pod_templates(old), subject.adapter, request, state, settings,
+                      _violations(old, subject.kind.pod_templates(old), subject.kind, request, state, settings,
                                   engine, subject.workspace, None)[0]}
         except PolicyFailure:  # the old object cannot be judged, so nothing of the new one is excused
             before = set()
@@ -370,12 +371,9 @@ def review_response(review: dict, decision: Decision) -> dict:
             "response": response}
 
 
-_PLURALS = {"RayJob": "rayjobs", "RayCluster": "rayclusters", "Job": "jobs"}
-
-
 def metadata_of(obj: dict) -> dict:
     """``obj["metadata"]`` when it is an object, else an empty dict (a malformed one is then
-    reported by the adapter's shape checks with its field path, not as a crash here)."""
+    reported by the kind's shape checks with its field path, not as a crash here)."""
     meta = obj.get("metadata")
     return meta if isinstance(meta, dict) else {}
 
@@ -386,8 +384,10 @@ def request_for(obj: dict, *, namespace: str | None, operation: str = "CREATE", 
     group, _, version = str(obj.get("apiVersion", "")).rpartition("/")
     kind = obj.get("kind") if isinstance(obj.get("kind"), str) else ""
     gvk = {"group": group, "version": version, "kind": kind}
+    workload = kind_for(group, kind)
+    resource = workload.resource if workload is not None else kind.lower() + "s"
     return {"uid": str(uuid.uuid4()), "kind": gvk,
-            "resource": {"group": group, "version": version, "resource": _PLURALS.get(kind, kind.lower() + "s")},
+            "resource": {"group": group, "version": version, "resource": resource},
             "requestKind": gvk, "namespace": namespace, "name": metadata_of(obj).get("name"),
             "operation": operation, "userInfo": user_info or {"username": "taugate-cli", "groups": []},
             "object": obj, "oldObject": old, "dryRun": dry_run}

@@ -48,7 +48,7 @@ import yaml
 from tests import upstream
 from tests.e2e.controlplane import LOOPBACK, ControlPlane, ControlPlaneError, Process, free_port, start_process, wait_until
 from tests.e2e.platform import Platform, install
-from taugate.webhook.mutation import SUBMITTER_CONTAINER
+from taugate.kinds.rayjob import SUBMITTER_CONTAINER
 from tests.paths import EXAMPLE_CLUSTER, KUBERAY, KUEUE, KUEUE_CRDS
 
 KUEUE_NAMESPACE = "kueue-system"
