@@ -370,9 +370,7 @@ def validate_tau(request: dict, state: ClusterState, settings: Settings) -> Deci
         return Decision.allow(request.get("object"))
     from taugate import tau_admission  # core module; imported lazily so admission starts without it
 
-    found = tau_admission.validate_tau_object(request, settings, state=state)
-    violations = [v if isinstance(v, Violation) else Violation(v.get("policy", "tau"), v.get("field", ""), v.get("msg", ""))
-                  for v in found]
+    violations = tau_admission.validate_tau_object(request, settings, state=state)
     return Decision.deny(violations) if violations else Decision.allow(request.get("object"))
 
 

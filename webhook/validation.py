@@ -37,11 +37,11 @@ def check_gpu_resources(templates: list[PodTemplate]) -> list[Violation]:
     out: list[Violation] = []
     for t in templates:
         for g in t.gpus():
-            base = field_path(t.path + ("spec", g.kind, g.index, "resources"))
+            base = t.path + ("spec", g.kind, g.index, "resources")
             for which, raw, num in (("limits", g.limit, g.limit_n), ("requests", g.request, g.request_n)):
                 if raw is None:
                     continue
-                f = f'{base}.{which}["{labels.GPU_RESOURCE}"]'
+                f = field_path(base + (which, labels.GPU_RESOURCE))
                 if num is None:
                     out.append(Violation("gpu-whole-numbers", f,
                         f"asks for {json.dumps(raw)} GPUs, which is not a usable quantity; allowed: a whole number "
@@ -55,11 +55,11 @@ def check_gpu_resources(templates: list[PodTemplate]) -> list[Violation]:
                         f"asks for {json.dumps(raw)} GPUs; allowed: whole GPUs only (Kubernetes does not split "
                         f"{labels.GPU_RESOURCE}); fix: use {int(num) + 1} or {int(num) or 1}"))
             if g.request_n is not None and g.limit_n is not None and g.request_n != g.limit_n:
-                out.append(Violation("gpu-request-equals-limit", f'{base}.requests["{labels.GPU_RESOURCE}"]',
+                out.append(Violation("gpu-request-equals-limit", field_path(base + ("requests", labels.GPU_RESOURCE)),
                     f"requests {_fmt(g.request_n)} GPU(s) but limits {_fmt(g.limit_n)}; allowed: request == limit "
                     f"(Kubernetes does not overcommit extended resources); fix: set both to {_fmt(g.limit_n)}"))
             elif g.request_n is not None and g.limit_n is None and g.request_n > 0:
-                out.append(Violation("gpu-request-equals-limit", f'{base}.limits["{labels.GPU_RESOURCE}"]',
+                out.append(Violation("gpu-request-equals-limit", field_path(base + ("limits", labels.GPU_RESOURCE)),
                     f"requests {_fmt(g.request_n)} GPU(s) with no limit; allowed: extended resources must set a "
                     f"limit equal to the request; fix: add limits: {{{labels.GPU_RESOURCE}: {_fmt(g.request_n)}}}"))
         ray_gpus = t.ray_num_gpus

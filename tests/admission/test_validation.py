@@ -210,3 +210,18 @@ def test_a_profile_that_cannot_be_resolved_is_a_typed_result_carrying_the_violat
     assert [v.policy for v in res.violations] == ["workload-profile"] and "no-such-profile" in res.violations[0].message
     d = mutate(request, state, settings)
     assert not d.allowed and list(d.violations) == list(res.violations)
+
+
+def test_workload_checks_and_taugates_own_kinds_report_the_one_violation_type(classifier, state, settings):
+    from taugate import violation
+    from taugate.tau_admission import validate_tau_object
+    from taugate.webhook import decision
+
+    assert decision.Violation is violation.Violation
+    _worker(classifier)["template"]["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = "2"
+    found, _ = _denied(classifier, state, settings)
+    assert all(type(v) is violation.Violation for v in found.values())
+    cluster = {"apiVersion": "tau.azure.com/v1alpha1", "kind": "TauCluster", "metadata": {"name": "not-cluster"},
+               "spec": {}}
+    tau = validate_tau_object({"operation": "CREATE", "kind": {"kind": "TauCluster"}, "object": cluster}, settings)
+    assert tau and all(type(v) is violation.Violation for v in tau)
