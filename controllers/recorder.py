@@ -47,6 +47,7 @@ from taugate.controllers import run_membership as members
 from taugate.controllers.evidence import EvidenceError, EvidenceStore, Signer
 from taugate.controllers.kube import Kube, KubeError
 from taugate.controllers.resources import Resource
+from taugate.kinds import KIND_NAMES, WorkloadKind, job, raycluster, rayjob
 from taugate.controllers.recorder_config import FilesystemProbe, RecorderConfig, RunProbe
 from taugate import labels
 from taugate import record as admission_record
@@ -111,10 +112,16 @@ def trimmed_object(obj: dict) -> dict:
     return out
 
 
+def _gvr(kind: WorkloadKind) -> tuple[str, str, str]:
+    """``(group, version, resource)`` of a workload kind (``taugate.kinds``), as kopf names it."""
+    return (kind.group, kind.version, kind.resource)
+
+
 def _is_child_job(obj: dict) -> bool:
-    """KubeRay's submitter Job (controller owner a RayJob) belongs to the RayJob's run."""
+    """KubeRay's submitter Job (controller owner a RayJob, or any workload kind) belongs to its
+    owner's run."""
     for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
-        if isinstance(ref, dict) and ref.get("controller") and ref.get("kind") in ("RayJob", "RayCluster", "Job"):
+        if isinstance(ref, dict) and ref.get("controller") and ref.get("kind") in KIND_NAMES:
             return True
     return False
 
@@ -324,14 +331,14 @@ class Recorder:
         # no version for Kueue: kopf watches the preferred one (v1beta2 or v1beta1; the status
         # fields read here are the same in both)
         specs = (
-            (IX_RAYJOBS, ("ray.io", "v1", "rayjobs"), {"labels": present}, by_run_id, self.observe_owner),
-            (IX_JOBS, ("batch", "v1", "jobs"), {"labels": present, "when": not_child}, by_run_id, self.observe_owner),
+            (IX_RAYJOBS, _gvr(rayjob.KIND), {"labels": present}, by_run_id, self.observe_owner),
+            (IX_JOBS, _gvr(job.KIND), {"labels": present, "when": not_child}, by_run_id, self.observe_owner),
             (IX_WORKLOADS, ("kueue.x-k8s.io", "workloads"), {},
              lambda body, **_: ({uid: dict(body)} if (uid := rc.workload_owner_uid(dict(body))) else None),
              self.observe_workload),
             (IX_PODS, ("", "v1", "pods"), {"labels": present}, by_run_id, self.observe_pod),
-            (IX_CLUSTERS, ("ray.io", "v1", "rayclusters"), {"labels": present}, by_run_id, self.observe_child),
-            (IX_CHILD_JOBS, ("batch", "v1", "jobs"), {"labels": present, "when": child}, by_run_id, self.observe_child),
+            (IX_CLUSTERS, _gvr(raycluster.KIND), {"labels": present}, by_run_id, self.observe_child),
+            (IX_CHILD_JOBS, _gvr(job.KIND), {"labels": present, "when": child}, by_run_id, self.observe_child),
             (IX_NODES, ("", "v1", "nodes"), {},
              lambda body, **_: {_name(dict(body)): _trim_node(dict(body))}, self.observe_node),
         )

@@ -37,7 +37,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Iterable, Mapping, Sequence
 
 from taugate import labels
-from taugate.adapters import adapter_for
+from taugate.kinds import KIND_NAMES, kind_for
 
 ADMITTED = "Admitted"
 SCHEDULED = "Scheduled"
@@ -432,7 +432,7 @@ def workload_owner_uid(workload: Mapping) -> str | None:
         if r.get("controller") and r.get("uid"):
             return str(r["uid"])
     for r in refs:
-        if r.get("kind") in ("RayJob", "Job", "RayCluster") and r.get("uid"):
+        if r.get("kind") in KIND_NAMES and r.get("uid"):
             return str(r["uid"])
     return None
 
@@ -463,10 +463,10 @@ def expected_pod_count(owner: Mapping | None, workloads: Sequence[Mapping]) -> i
         if counts and all(isinstance(c, int) for c in counts):
             return sum(counts)
     if owner is not None:
-        adapter = adapter_for(owner.get("apiVersion"), owner.get("kind"))
-        if adapter is not None:
+        kind = kind_for(owner.get("apiVersion"), owner.get("kind"))
+        if kind is not None:
             try:
-                return sum(t.replicas for t in adapter.pod_templates(dict(owner))) or None
+                return sum(t.replicas for t in kind.pod_templates(dict(owner))) or None
             except (TypeError, ValueError, AttributeError):
                 return None
     return None

@@ -1,3 +1,3 @@
-"""taugate core: label keys, API models, workload adapters, cluster state, settings, CLI."""
+"""taugate core: label keys, API models, workload kinds, cluster state, settings, CLI."""
 
 __version__ = "0.1.0"

@@ -18,7 +18,9 @@ from collections.abc import Iterable
 from decimal import Decimal
 from typing import Any
 
-from taugate.adapters import field_path, json_type, quantity
+from taugate.fieldpath import field_path
+from taugate.pods import quantity
+from taugate.shape import json_type
 
 _LABELS = {"*": "string"}
 _META = {"name!": "string", "namespace": "string", "labels": _LABELS, "annotations": _LABELS}

@@ -17,8 +17,10 @@ from decimal import Decimal
 from typing import Any
 
 from taugate import labels
-from taugate.adapters import PodTemplate, field_path, is_sidecar
+from taugate.fieldpath import field_path
+from taugate.kinds import kind_of
 from taugate.models import ResolvedProfile, TauWorkspace
+from taugate.pods import PodTemplate, is_sidecar
 from taugate.snapshot import ClusterState
 
 # Annotations never shown to policies: a full copy of the object (input size drives evaluation
@@ -52,13 +54,6 @@ def _group_at(obj: dict[str, Any], path: tuple[Any, ...]) -> dict[str, Any]:
 def _mapping(value: Any) -> dict[str, Any]:
     """``value`` when it is a JSON object, else an empty one."""
     return value if isinstance(value, dict) else {}
-
-
-def _autoscaling(obj: dict[str, Any]) -> bool:
-    spec = _mapping(obj.get("spec"))
-    if obj.get("kind") == "RayJob":
-        spec = _mapping(spec.get("rayClusterSpec"))
-    return spec.get("enableInTreeAutoscaling") is True
 
 
 def _replica_fields(obj: dict[str, Any], t: PodTemplate, autoscaling: bool) -> tuple[str | None, int]:
@@ -155,7 +150,8 @@ def build_policy_input(*, obj: dict[str, Any], templates: list[PodTemplate], ope
     at the autoscaler's maximum), so a policy can leave early on the common, compliant case.
     """
     meta = obj.get("metadata") or {}
-    autoscaling = _autoscaling(obj)
+    kind = kind_of(obj)
+    autoscaling = kind is not None and kind.autoscaling(obj)
     pod_templates = [_template_input(t, obj, autoscaling) for t in templates]
     annotations = meta.get("annotations")
     if isinstance(annotations, dict):

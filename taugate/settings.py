@@ -12,6 +12,8 @@ from pathlib import Path
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from taugate.kinds import KINDS
+
 # Node Problem Detector conditions that mean a GPU node is unhealthy when their status is "True"
 # (names from the OKE NPD GPU health checks in ../shared/samples/oci-hpc-oke).
 DEFAULT_GPU_HEALTH_CONDITIONS = (
@@ -31,7 +33,7 @@ class Settings(BaseSettings):
       GPU node unhealthy (a node that is not ``Ready`` is unhealthy too).
     - ``admission_deadline_seconds``: seconds the server spends on one review before answering
       with its fail-safe decision; keep it below the webhook configuration's ``timeoutSeconds``.
-    - ``default_lanes``: the lane of an object without a ``tau.azure.com/lane`` label, by kind.
+    - ``default_lanes``: the lane of an object without a ``tau.azure.com/lane`` label, by kind (each kind's ``default_lane``, ``taugate.kinds``).
     - ``admin_groups`` / ``admin_users``: who may approve TauQuotaRequests.
     - ``controller_users``: the usernames whose creates of an owned RayCluster or Job are trusted
       as children of a RayJob, RayCluster or Job (they inherit the parent's run-id and nothing
@@ -74,7 +76,7 @@ class Settings(BaseSettings):
     header_timeout_seconds: float = Field(default=10.0, gt=0, le=300)
     idle_timeout_seconds: float = Field(default=60.0, gt=0, le=3600)
     default_lanes: dict[str, str] = Field(
-        default_factory=lambda: {"RayJob": "training", "Job": "training", "RayCluster": "interactive"}
+        default_factory=lambda: {k.kind: k.default_lane for k in KINDS}
     )
     admin_groups: tuple[str, ...] = ("tau-platform-admins", "system:masters")
     policy_dir: Path = Path(__file__).resolve().parent.parent / "policies"

@@ -23,7 +23,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from taugate import labels
-from taugate.adapters import MIG_PREFIX, json_problem, json_type, quantity
+from taugate.pods import MIG_PREFIX, quantity
+from taugate.shape import json_problem, json_type
 from taugate.files import InputError, load_documents, read_limited
 from taugate.models import ResolvedProfile, TauCluster, TauWorkspace
 from taugate.object_shapes import shape_error

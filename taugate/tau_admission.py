@@ -2,7 +2,7 @@
 
 ``validate_tau_object(request, settings, state=None)`` takes an AdmissionReview ``request``
 (admission.k8s.io/v1: ``operation``, ``userInfo``, ``object``, ``oldObject``, ``subResource``)
-and returns every violation as a dict ``{"policy", "field", "msg", "action": "deny"}``; an empty
+and returns every violation as a dict a ``taugate.violation.Violation`` (action ``deny``); an empty
 list allows the request. The webhook (``webhook.review.validate_tau``) renders them; the
 TauWorkspace controller reuses ``reserved_namespaces`` and ``namespace_refusal`` so admission and
 reconciliation refuse the same namespaces.
@@ -36,6 +36,7 @@ from pydantic import BaseModel, ValidationError
 from taugate import labels
 from taugate.models import TauCluster, TauQuotaRequest, TauWorkspace
 from taugate.settings import Settings
+from taugate.violation import Violation
 
 APPROVAL_KEYS = (labels.APPROVED, labels.REJECTED, labels.REVIEWED_BY)
 ALWAYS_RESERVED = ("kube-system", "kube-public", "kube-node-lease", "default")
@@ -44,8 +45,8 @@ _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _SA_USER = re.compile(r"^system:serviceaccount:([^:]+):([^:]+)$")
 
 
-def _violation(policy: str, field: str, msg: str) -> dict[str, str]:
-    return {"policy": policy, "field": field, "msg": msg, "action": "deny"}
+def _violation(policy: str, field: str, msg: str) -> Violation:
+    return Violation(policy, field, msg)
 
 
 def reserved_namespaces(settings: Settings) -> tuple[str, ...]:
@@ -90,7 +91,7 @@ def who_may_approve(settings: Settings) -> str:
     return " or ".join(parts) or "nobody (no admin groups or users are configured)"
 
 
-def _schema_violations(model: type[BaseModel], obj: dict[str, Any]) -> list[dict[str, str]]:
+def _schema_violations(model: type[BaseModel], obj: dict[str, Any]) -> list[Violation]:
     try:
         model.model_validate(obj)
     except ValidationError as e:
@@ -111,7 +112,7 @@ def _annotations(obj: Any) -> dict[str, str]:
     return dict(((obj.get("metadata") or {}).get("annotations")) or {})
 
 
-def _quota_request(request: dict[str, Any], settings: Settings) -> list[dict[str, str]]:
+def _quota_request(request: dict[str, Any], settings: Settings) -> list[Violation]:
     obj = request.get("object") or {}
     old = request.get("oldObject") if request.get("operation") == "UPDATE" else None
     out = _schema_violations(TauQuotaRequest, obj)
@@ -141,7 +142,7 @@ def _quota_request(request: dict[str, Any], settings: Settings) -> list[dict[str
     return out
 
 
-def _workspace(request: dict[str, Any], settings: Settings, state: Any) -> list[dict[str, str]]:
+def _workspace(request: dict[str, Any], settings: Settings, state: Any) -> list[Violation]:
     obj = request.get("object") or {}
     out = _schema_violations(TauWorkspace, obj)
     if out:
@@ -185,9 +186,9 @@ def _workspace(request: dict[str, Any], settings: Settings, state: Any) -> list[
     return out
 
 
-def _cluster(request: dict[str, Any], settings: Settings) -> list[dict[str, str]]:
+def _cluster(request: dict[str, Any], settings: Settings) -> list[Violation]:
     obj = request.get("object") or {}
-    out: list[dict[str, str]] = []
+    out: list[Violation] = []
     name = (obj.get("metadata") or {}).get("name") or request.get("name")
     if name != "cluster":
         out.append(_violation("cluster-spec", "metadata.name",
@@ -231,21 +232,21 @@ def _cluster(request: dict[str, Any], settings: Settings) -> list[dict[str, str]
     if isinstance(dq, str) and not _DNS_LABEL.match(dq):
         out.append(_violation("cluster-spec", "spec.workspaceDefaults.defaultQueue",
                               f"{dq!r} is not a valid queue name (DNS-1123 label)"))
-    known = {(v["field"], v["policy"]) for v in out}
+    known = {(v.field, v.policy) for v in out}
     for v in _schema_violations(TauCluster, obj):
-        if not any(v["field"].startswith(f) for f, _ in known):
+        if not any(v.field.startswith(f) for f, _ in known):
             out.append(v)
     return out
 
 
-def validate_tau_object(request: dict[str, Any], settings: Settings, state: Any = None) -> list[dict[str, str]]:
+def validate_tau_object(request: dict[str, Any], settings: Settings, state: Any = None) -> list[Violation]:
     """Every violation of the rules above in one AdmissionReview ``request`` (pure).
 
     Allowed untouched (empty list): subresource requests (``status``), DELETE and CONNECT, and
     kinds other than TauQuotaRequest, TauWorkspace, TauCluster. ``state`` (a
     ``taugate.snapshot.ClusterState``, optional) enables the checks that need cluster context
     (namespace owned by another workspace, unknown default profile). Each violation is
-    ``{"policy", "field", "msg", "action": "deny"}``."""
+    a ``taugate.violation.Violation`` (action ``deny``)."""
     if not isinstance(request, dict) or request.get("subResource"):
         return []
     if request.get("operation") not in ("CREATE", "UPDATE"):

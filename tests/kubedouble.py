@@ -17,8 +17,8 @@ What the harness adds to kmock (kmock's gaps)
       nodes, serviceaccounts, persistentvolumeclaims, configmaps, pods, events), RBAC
       (rolebindings, clusterroles), CustomResourceDefinitions (kopf looks them up), Kueue
       ``kueue.x-k8s.io/v1beta2`` (localqueues, clusterqueues, resourceflavors, workloadpriorityclasses, workloads:
-      Kueue v0.17's storage version), KubeRay ``ray.io/v1`` (rayjobs, rayclusters), ``batch/v1`` jobs, and
-      ``tau.azure.com/v1alpha1``
+      Kueue v0.17's storage version), KubeRay ``ray.io/v1`` (rayjobs, rayclusters), ``batch/v1`` jobs (the
+      registered workload kinds, ``taugate.kinds.KINDS``), and ``tau.azure.com/v1alpha1``
       (clusters, workspaces, quotarequests, tauruns), each with its kind and scope, and
       ``status`` as a subresource for the custom resources.
     - Shutdown drops open connections at once (watch streams never end by themselves), which
@@ -62,6 +62,8 @@ import kmock
 import kubernetes.client
 import pytest
 from kmock._internal import parsing as _kmock_parsing
+
+from taugate.kinds import KINDS
 
 # ---------------------------------------------------------------------------------------------
 # The Namespace path fix (a wrapper around kmock's path parser; the package itself is untouched).
@@ -116,9 +118,7 @@ RESOURCES: tuple[tuple[str, str, bool], ...] = (
     ("kueue.x-k8s.io/v1beta2/resourceflavors", "ResourceFlavor", False),
     ("kueue.x-k8s.io/v1beta2/workloadpriorityclasses", "WorkloadPriorityClass", False),
     ("kueue.x-k8s.io/v1beta2/workloads", "Workload", True),
-    ("ray.io/v1/rayjobs", "RayJob", True),
-    ("ray.io/v1/rayclusters", "RayCluster", True),
-    ("batch/v1/jobs", "Job", True),
+    *((f"{k.api_version}/{k.resource}", k.kind, True) for k in KINDS),  # the workload kinds (taugate.kinds)
     ("tau.azure.com/v1alpha1/clusters", "TauCluster", False),
     ("tau.azure.com/v1alpha1/workspaces", "TauWorkspace", True),
     ("tau.azure.com/v1alpha1/quotarequests", "TauQuotaRequest", True),

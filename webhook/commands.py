@@ -18,7 +18,8 @@ from pathlib import Path
 import orjson
 import yaml
 
-from taugate.adapters import adapter_for, json_problem
+from taugate.kinds import kind_for
+from taugate.shape import json_problem
 from taugate.files import InputError, expand_paths
 from taugate.settings import Settings
 from taugate.snapshot import SnapshotError, load_snapshot, read_objects
@@ -102,7 +103,7 @@ def cmd_admit(args: argparse.Namespace) -> int:
         meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
         name = str(meta.get("name") or f"{meta.get('generateName') or ''}*")
         label = f"{obj['kind']} {name if len(name) <= 80 else name[:77] + '...'}"
-        if adapter_for(obj.get("apiVersion"), obj.get("kind")) is None:
+        if kind_for(obj.get("apiVersion"), obj.get("kind")) is None:
             _err(f"{f}: {label}: not a kind taugate admits; unchanged")
             if args.output != "patch":
                 out_docs.append(obj)

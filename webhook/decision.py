@@ -1,17 +1,19 @@
 """Admission decisions as plain data: what ``review.mutate``/``review.validate`` return and
 what the server and the CLI render.
 
-A ``Violation`` always says where (``field``, a Kubernetes field path such as
-``spec.rayClusterSpec.workerGroupSpecs[0].template.spec.containers[0].resources.limits["nvidia.com/gpu"]``),
-what was asked, what is allowed and how to fix it, and which rule (``policy``) found it.
+A ``Decision`` is immutable once built (a frozen dataclass: derive another with
+``dataclasses.replace``); its ``Violation``s are ``taugate.violation.Violation``, the one type
+every check reports.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-Action = Literal["deny", "warn", "dryrun"]
+from taugate.violation import Action, Violation
+
+__all__ = ["Action", "Decision", "Violation"]
 
 MAX_PROBLEMS_SHOWN = 20
 """Problems listed in a denial message; the rest are counted (``... and N more problem(s)``).
@@ -22,31 +24,11 @@ MAX_LINE_CHARS = 1000
 """Characters of one problem line in a denial message (values quoted from the object included)."""
 
 
-@dataclass(frozen=True)
-class Violation:
-    """One broken rule. ``message`` holds asked / allowed / fix in one sentence or three;
-    ``action`` is the enforcement (``deny`` rejects, ``warn`` becomes an AdmissionReview
-    warning, ``dryrun`` is only logged and counted)."""
-
-    policy: str
-    field: str
-    message: str
-    action: Action = "deny"
-
-    def render(self) -> str:
-        """``[policy] field: message``, the form kubectl shows the researcher."""
-        where = f"{self.field}: " if self.field else ""
-        return f"[{self.policy}] {where}{self.message}"
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"policy": self.policy, "field": self.field, "msg": self.message, "action": self.action}
-
-
 def _clip(line: str) -> str:
     return line if len(line) <= MAX_LINE_CHARS else f"{line[:MAX_LINE_CHARS - 32]}... ({len(line)} characters in all)"
 
 
-@dataclass
+@dataclass(frozen=True)
 class Decision:
     """The outcome of one admission step.
 
@@ -82,11 +64,14 @@ class Decision:
         return "\n".join(lines)
 
     @classmethod
-    def allow(cls, obj: dict | None = None, warnings: list[str] | None = None) -> "Decision":
-        return cls(True, object=obj, warnings=list(warnings or []))
+    def allow(cls, obj: dict | None = None, warnings: list[str] | None = None, *,
+              dryrun: list[Violation] | None = None, policy_failures: list[str] | None = None) -> "Decision":
+        return cls(True, object=obj, warnings=list(warnings or []), dryrun=list(dryrun or []),
+                   policy_failures=list(policy_failures or []))
 
     @classmethod
-    def deny(cls, violations: list[Violation], *, warnings: list[str] | None = None,
-             reason: str = "", obj: dict | None = None, code: int = 403) -> "Decision":
+    def deny(cls, violations: list[Violation] | tuple[Violation, ...], *, warnings: list[str] | None = None,
+             reason: str = "", obj: dict | None = None, code: int = 403, dryrun: list[Violation] | None = None,
+             policy_failures: list[str] | None = None) -> "Decision":
         return cls(False, violations=list(violations), warnings=list(warnings or []), reason=reason,
-                   object=obj, code=code)
+                   object=obj, code=code, dryrun=list(dryrun or []), policy_failures=list(policy_failures or []))

@@ -19,14 +19,17 @@ import orjson
 
 from taugate import labels
 from taugate import record as admission_record
-from taugate.adapters import PodTemplate, WorkloadAdapter
+from taugate.kinds import KINDS, WorkloadKind
+from taugate.pods import PodTemplate
 from taugate.settings import Settings
 from taugate.snapshot import ClusterState
 from taugate.webhook.patching import Edits, Parts
 from taugate.webhook.resolution import Resolution
 
 RUN_ID_RE = re.compile(r"^[0-9a-f]{24}$")
-WORKLOAD_OWNER_KINDS = {("ray.io", "RayJob"), ("ray.io", "RayCluster"), ("batch", "Job")}
+WORKLOAD_OWNER_KINDS = frozenset((k.group, k.kind) for k in KINDS)
+"""(API group, kind) of every workload kind (``taugate.kinds``): a controller owner of one of them
+makes an object a child."""
 DATA_VOLUME = "tau-data"
 DATA_MOUNT_PATH = "/data"
 
@@ -49,7 +52,7 @@ def valid_run_id(value: Any) -> bool:
 
 
 def controller_owner(obj: dict) -> dict | None:
-    """The controller ownerReference when it is a RayJob, RayCluster or Job (KubeRay's submitter
+    """The controller ownerReference when it is a workload kind (``WORKLOAD_OWNER_KINDS``: KubeRay's submitter
     Job and the RayCluster a RayJob creates): such children are queued through their parent."""
     refs = (obj.get("metadata") or {}).get("ownerReferences")
     for ref in refs if isinstance(refs, list) else ():
@@ -158,7 +161,7 @@ def _mount_data(edits: Edits, spec: dict, path: Parts, claim: str) -> None:
             edits.append(mounts, cpath + ("volumeMounts",), {"name": DATA_VOLUME, "mountPath": DATA_MOUNT_PATH})
 
 
-def edit_create(obj: dict, adapter: WorkloadAdapter, templates: list[PodTemplate], res: Resolution,
+def edit_create(obj: dict, kind: WorkloadKind, templates: list[PodTemplate], res: Resolution,
                 state: ClusterState, settings: Settings) -> Edits:
     """The edits of a top-level workload on CREATE (DESIGN.md section 2, step 3), made on ``obj``
     itself (``Edits.doc``; the caller owns it, see ``review.mutate``) with their JSONPatch.
@@ -169,17 +172,18 @@ def edit_create(obj: dict, adapter: WorkloadAdapter, templates: list[PodTemplate
     profile-set-hash / gpu-class / managed-by labels, the Kueue priority-class label, the
     profile's node selector, GPU-class selector and tolerations on GPU pod templates only (never
     on a CPU-only Ray head or the submitter), the workspace data PVC at ``/data``, and
-    ``shutdownAfterJobFinishes: true`` for a RayJob without ``deletionStrategy`` (Kueue requires
-    it). An object Kueue does not queue (``adapter.queued``: a RayJob on an existing RayCluster)
-    gets no queue or priority label, no ``suspend`` and no ``shutdownAfterJobFinishes``. A RayJob
-    in ``K8sJobMode`` without a submitter pod template gets KubeRay's default one
-    (``kuberay_default_submitter``), so its submitter pod carries the run-id too.
+    the kind's defaults (``kind.create_defaults``: for a RayJob, ``shutdownAfterJobFinishes: true``
+    without ``deletionStrategy``, which Kueue requires, and KubeRay's default submitter pod
+    template in ``K8sJobMode``, so its submitter pod carries the run-id too; a pod template a
+    default adds is labelled and placed like the others). An object Kueue does not queue
+    (``kind.queued``: a RayJob on an existing RayCluster) gets no queue or priority label and no
+    ``suspend``.
     """
     edits = Edits(obj)
     edited = obj
     profile = res.profile
     obj_labels, at = _labels(edits, edited, ())
-    queued = adapter.queued(obj)
+    queued = kind.queued(obj)
     wanted = {
         labels.KUEUE_QUEUE_NAME: res.queue,
         labels.MANAGED_BY: labels.MANAGED_BY_VALUE,
@@ -197,56 +201,22 @@ def edit_create(obj: dict, adapter: WorkloadAdapter, templates: list[PodTemplate
     for k, v in wanted.items():
         edits.set_default(obj_labels, at, k, v)
     spec = edits.container(edited, (), "spec", dict)
-    if adapter.kind == "RayJob":
-        submitter = kuberay_default_submitter(spec)
-        if submitter is not None:
-            edits.set_default(spec, ("spec",), "submitterPodTemplate", submitter)
-            templates = [*templates, PodTemplate.of("submitter", "submitter", ("spec", "submitterPodTemplate"),
-                                                    ("spec",), 1, spec["submitterPodTemplate"], {})]
+    added = False
+    for key, value in kind.create_defaults(spec, queued=queued):
+        added |= key not in spec
+        edits.set_default(spec, ("spec",), key, value)
+    if added:  # a default may carry a pod template (a RayJob's submitter)
+        known = {t.path for t in templates}
+        templates = [*templates, *(t for t in kind.pod_templates(edited) if t.path not in known)]
     label_run(edits, templates, run_id_of(obj, templates) or mint_run_id())
 
     if queued:
-        path = adapter.suspend_path(edited)
+        path = kind.suspend_path
         # What Kueue's own webhook does on CREATE: Kueue unsuspends the object on admission.
         edits.set(_at(edited, path[:-1]), path[:-1], path[-1], True)
-        if adapter.kind == "RayJob" and spec.get("deletionStrategy") is None:
-            # Kueue requires it; KubeRay forbids it beside deletionRules (validation explains).
-            edits.set_default(spec, ("spec",), "shutdownAfterJobFinishes", True)
 
     place_templates(edits, templates, res, settings)
     return edits
-
-
-SUBMITTER_CONTAINER = "ray-job-submitter"
-"""KubeRay's submitter container name (ray-operator ``utils.SubmitterContainerName``)."""
-
-
-def kuberay_default_submitter(spec: dict) -> dict | None:
-    """The submitter pod template KubeRay would use for a RayJob ``spec`` in ``K8sJobMode`` (the
-    default ``submissionMode``) that names none, made explicit so that taugate can put the run-id
-    on the submitter pod; None when the RayJob has one, submits otherwise, or has no head image.
-
-    KubeRay rule (ray-operator v1.5 ``controllers/ray/common/job.go``, ``GetSubmitterTemplate``
-    and ``GetDefaultSubmitterContainer``): without ``spec.submitterPodTemplate`` the submitter Job
-    runs one container ``ray-job-submitter`` with the head's image, requests 500m CPU / 200Mi,
-    limits 1 CPU / 1Gi, ``restartPolicy: Never``, and KubeRay copies none of the RayJob's labels
-    onto that Job or its pod (``rayjob_controller.go`` ``createNewK8sJob``), so the submitter pod
-    would carry no run-id. KubeRay fills in the container's command when it is empty
-    (``configureSubmitterContainer``); Kueue sizes the submitter pod set from the same template
-    (``pkg/controller/jobs/rayjob``), so quota is unchanged."""
-    if spec.get("submitterPodTemplate") is not None:
-        return None
-    if (spec.get("submissionMode") or "K8sJobMode") != "K8sJobMode":
-        return None
-    try:
-        image = spec["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["image"]
-    except (KeyError, IndexError, TypeError):
-        return None
-    if not isinstance(image, str) or not image:
-        return None
-    return {"spec": {"restartPolicy": "Never", "containers": [{
-        "name": SUBMITTER_CONTAINER, "image": image,
-        "resources": {"limits": {"cpu": "1", "memory": "1Gi"}, "requests": {"cpu": "500m", "memory": "200Mi"}}}]}}
 
 
 def place_templates(edits: Edits, templates: list[PodTemplate], res: Resolution, settings: Settings) -> None:
@@ -292,7 +262,7 @@ PINNED_LABELS = (labels.MANAGED_BY, labels.WORKSPACE, labels.WORKLOAD_PROFILE, l
                  labels.GPU_CLASS)
 
 
-def edit_update(obj: dict, old: dict | None, templates: list[PodTemplate], adapter: WorkloadAdapter,
+def edit_update(obj: dict, old: dict | None, templates: list[PodTemplate], kind: WorkloadKind,
                 admitted: Callable[[], Resolution | None] | None = None, settings: Settings | None = None) -> Edits | None:
     """The edits on UPDATE, made on ``obj`` itself: only what taugate owns is restored from
     ``old`` (the stored object taugate admitted: its labels carry a valid run-id), and only where
@@ -301,7 +271,7 @@ def edit_update(obj: dict, old: dict | None, templates: list[PodTemplate], adapt
     apply that replaces a whole worker group) is ever made to fail by a patch of ours:
 
     - the run-id (it never changes) on the object, and on the pod templates only when
-      ``adapter.templates_mutable(old)`` (a started Job's template is immutable: a label added
+      ``kind.templates_mutable(old)`` (a started Job's template is immutable: a label added
       there would make the API server reject the whole UPDATE, Kubernetes
       ``pkg/apis/batch/validation`` ``validatePodTemplateUpdate``);
     - ``PINNED_LABELS`` with their stored values, and the ``tau.azure.com/admission`` record
@@ -335,13 +305,13 @@ def edit_update(obj: dict, old: dict | None, templates: list[PodTemplate], adapt
             restore[key] = value
     for key in (labels.KUEUE_QUEUE_NAME, labels.KUEUE_PRIORITY_CLASS):
         value = old_labels.get(key)
-        if isinstance(value, str) and value and adapter.queued(obj) and not now_labels.get(key):
+        if isinstance(value, str) and value and kind.queued(obj) and not now_labels.get(key):
             restore[key] = value
     old_notes = old_meta.get("annotations") if isinstance(old_meta.get("annotations"), dict) else {}
     record = old_notes.get(labels.ADMISSION_RECORD)
     notes = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
     restore_record = isinstance(record, str) and notes.get(labels.ADMISSION_RECORD) != record
-    owned = templates if isinstance(old, dict) and adapter.templates_mutable(old) else []
+    owned = templates if isinstance(old, dict) and kind.templates_mutable(old) else []
     edits = Edits(obj)
     label_run(edits, owned, old_run_id)
     if restore:
@@ -357,14 +327,14 @@ def edit_update(obj: dict, old: dict | None, templates: list[PodTemplate], adapt
     return edits if edits.changed else None
 
 
-def edit_child(obj: dict, templates: list[PodTemplate], adapter: WorkloadAdapter | None = None,
+def edit_child(obj: dict, templates: list[PodTemplate], kind: WorkloadKind | None = None,
                old: dict | None = None) -> Edits | None:
     """A child (KubeRay's submitter Job, the RayCluster of a RayJob), edited in place, inherits its
     parent's run-id (KubeRay copies the RayJob's labels onto the RayCluster, and its
     ``submitterPodTemplate`` into the submitter Job, which ``edit_create`` makes explicit) onto itself and every pod
     template, and gets nothing else: it is neither queued again nor given a new run-id. On UPDATE
     (``old`` is the stored child) the same rule as ``edit_update`` holds: nothing for an object
-    being deleted, and the pod templates only where ``adapter.templates_mutable(old)`` (a started
+    being deleted, and the pod templates only where ``kind.templates_mutable(old)`` (a started
     submitter Job's template is immutable). None when it has no run-id to spread or nothing
     changes."""
     run_id = run_id_of(obj, templates)
@@ -373,7 +343,7 @@ def edit_child(obj: dict, templates: list[PodTemplate], adapter: WorkloadAdapter
     if isinstance(old, dict):
         if (obj.get("metadata") or {}).get("deletionTimestamp"):
             return None
-        if adapter is not None and not adapter.templates_mutable(old):
+        if kind is not None and not kind.templates_mutable(old):
             templates = []
     if ((obj.get("metadata") or {}).get("labels") or {}).get(labels.RUN_ID) == run_id and all(
             ((t.template.get("metadata") or {}).get("labels") or {}).get(labels.RUN_ID) == run_id for t in templates):

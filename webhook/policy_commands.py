@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from taugate.adapters import ADAPTERS, adapter_for
+from taugate.kinds import KINDS, kind_for
 from taugate.settings import Settings
 from taugate.snapshot import ClusterState, SnapshotError, load_snapshot, read_objects
 from taugate.webhook.decision import Decision, Violation
@@ -174,7 +174,7 @@ def generated_inputs(obj: dict) -> list[tuple[str, Any, dict]]:
     negative, past int32, a quantity suffix; a boolean flipped), the choices taken in turn
     across fields. ``apiVersion``, ``kind`` and ``metadata.namespace`` are kept (they choose
     the code path and the workspace)."""
-    from taugate.adapters import field_path
+    from taugate.fieldpath import field_path
 
     out: list[tuple[str, Any, dict]] = []
     n = 0
@@ -408,13 +408,13 @@ def _cmd_test(args: argparse.Namespace) -> int:
 
 def evaluated_kinds() -> str:
     """The kinds taugate evaluates, for messages: ``RayJob (ray.io/v1), ... and Job (batch/v1)``."""
-    names = [f"{a.kind} ({a.api_version})" for a in ADAPTERS.values()]
+    names = [f"{k.kind} ({k.api_version})" for k in KINDS]
     return ", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else "".join(names)
 
 
 def _eval_problem(objects: list[dict]) -> str | None:
     """Why ``objects`` (a file's content) cannot be evaluated, or None: exactly one object, with
-    ``apiVersion`` and ``kind``, of a kind with a workload adapter (``taugate.adapters``)."""
+    ``apiVersion`` and ``kind``, of a registered workload kind (``taugate.kinds``)."""
     if not objects:
         return "no Kubernetes object in the file (policy eval needs exactly one)"
     if len(objects) != 1:
@@ -423,7 +423,7 @@ def _eval_problem(objects: list[dict]) -> str | None:
     api_version, kind = obj.get("apiVersion"), obj.get("kind")
     if not isinstance(api_version, str) or not api_version or not isinstance(kind, str) or not kind:
         return "the object has no apiVersion and kind, so it is not a Kubernetes object"
-    if adapter_for(api_version, kind) is None:
+    if kind_for(api_version, kind) is None:
         return (f"{kind} ({api_version}) is not a kind taugate evaluates; it evaluates "
                 f"{evaluated_kinds()}")
     return None

@@ -1,34 +1,25 @@
 """Workspace, workload profile and LocalQueue resolution (DESIGN.md section 2, step 1 and 2).
 
-Pure: reads a ``ClusterState`` and the object, returns a ``Resolution`` or the violations that
-explain, with the candidates, why none could be made. Mutation and validation both call it, so
+Pure: reads a ``ClusterState`` and the object, returns a ``Resolution`` or an ``Unresolved``
+holding the violations that explain, with the candidates, why none could be made. Mutation and validation both call it, so
 the two webhooks can never disagree about which profile and queue an object belongs to.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
 from taugate import labels
-from taugate.adapters import PodTemplate
+from taugate.fieldpath import label_field
 from taugate.models import ResolvedProfile, TauWorkspace
 from taugate.settings import Settings
+from taugate.pods import PodTemplate
 from taugate.snapshot import ClusterState
 from taugate.webhook.decision import Violation
 
-LABELS_FIELD = "metadata.labels"
-
-
-@lru_cache(maxsize=256)
-def label_field(key: str) -> str:
-    """Field path of one label, e.g. ``metadata.labels["kueue.x-k8s.io/queue-name"]``."""
-    return f'{LABELS_FIELD}["{key}"]'
-
-
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Resolution:
-    """What an object in a workspace resolves to (read-only by convention): its workspace,
+    """What an object in a workspace resolves to: its workspace,
     profile, LocalQueue and lane; ``how`` the profile was chosen (``label``, ``shape`` or
     ``default``) and, for ``default``, a ``note`` saying why, for denial messages."""
 
@@ -38,6 +29,13 @@ class Resolution:
     lane: str
     how: str = "shape"
     note: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Unresolved:
+    """Why an object resolves to no workload profile or LocalQueue: ``violations``, each naming the label to set and the candidates."""
+
+    violations: tuple[Violation, ...]
 
 
 def lane_of(obj: dict, settings: Settings) -> str:
@@ -50,7 +48,7 @@ def lane_of(obj: dict, settings: Settings) -> str:
 def object_shape(templates: list[PodTemplate], settings: Settings) -> tuple[set[int], set[str]]:
     """What a profile is matched against, read once per object: the distinct GPUs-per-pod
     values of the GPU pod templates (empty for a CPU-only object) and the GPU classes their
-    nodeSelectors name (``settings.gpu_class_label``). The object has passed its adapter's shape
+    nodeSelectors name (``settings.gpu_class_label``). The object has passed its kind's shape
     checks (nodeSelector values are strings), as everything ``resolve`` reads has."""
     gpus: set[int] = set()
     classes: set[str] = set()
@@ -104,7 +102,7 @@ def _describe(p: ResolvedProfile) -> str:
 
 
 def resolve(obj: dict, templates: list[PodTemplate], ws: TauWorkspace, state: ClusterState,
-            settings: Settings) -> Resolution | list[Violation]:
+            settings: Settings) -> Resolution | Unresolved:
     """Resolve the workload profile and LocalQueue of ``obj`` in workspace ``ws``.
 
     Profile: the ``tau.azure.com/workload-profile`` label if present; else the single
@@ -112,10 +110,10 @@ def resolve(obj: dict, templates: list[PodTemplate], ws: TauWorkspace, state: Cl
     else the workspace default (``spec.defaults.workloadProfile``). A stale profile set, a
     missing, inapplicable or not-Ready profile fails closed. Queue: the workspace's LocalQueue;
     a ``kueue.x-k8s.io/queue-name`` label naming any other queue is a violation listing the
-    allowed ones. Returns the violations (never raises) when resolution fails.
+    allowed ones. Returns ``Unresolved`` with the violations (never raises) when resolution fails.
     """
     if state.profile_set_problem:
-        return [Violation("workload-profile", "", state.profile_set_problem)]
+        return Unresolved((Violation("workload-profile", "", state.profile_set_problem),))
     meta_labels = (obj.get("metadata") or {}).get("labels") or {}
     lane = lane_of(obj, settings)
     applicable = state.applicable_profiles(ws, lane)
@@ -211,7 +209,7 @@ def resolve(obj: dict, templates: list[PodTemplate], ws: TauWorkspace, state: Cl
             f"workspace {wsname!r} uses LocalQueue {queue!r}, which does not exist in namespace "
             f"{ws.target_namespace!r}; nothing can be queued until the platform team creates it"))
     if problems or profile is None:
-        return problems
+        return Unresolved(tuple(problems))
     note = ""
     if how == "default":
         note = (f"no workload profile in workspace {wsname!r} matches {asked()}, so the workspace default "

@@ -15,6 +15,7 @@ RayJob creates) only inherits the parent's run-id.
 from __future__ import annotations
 
 import binascii
+import dataclasses
 import uuid
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -23,13 +24,16 @@ import jsonpatch
 import orjson
 
 from taugate import labels
-from taugate.adapters import PodTemplate, WorkloadAdapter, adapter_for, json_type, object_depth_problem
+from taugate.kinds import WorkloadKind, kind_for
+from taugate.models import TauWorkspace
+from taugate.pods import PodTemplate
 from taugate.policy_input import build_policy_input
 from taugate.settings import Settings
+from taugate.shape import json_type, object_depth_problem
 from taugate.snapshot import ClusterState
 from taugate.webhook import mutation, validation
 from taugate.webhook.decision import Decision, Violation
-from taugate.webhook.resolution import Resolution, resolve
+from taugate.webhook.resolution import Resolution, Unresolved, resolve
 
 OPERATIONS = {"CREATE", "UPDATE", "DELETE", "CONNECT"}
 API_VERSIONS = {"admission.k8s.io/v1", "admission.k8s.io/v1beta1"}
@@ -92,20 +96,46 @@ def parse_review(body: bytes | str | dict) -> dict:
     return review
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
+class Context:
+    """What one AdmissionRequest is decided with, built once per request (``Context.of``) and
+    passed whole instead of loose arguments: the ``request`` (``review["request"]``), its
+    ``operation``, the stored object ``old`` (on UPDATE, else None), the ``state`` (cluster
+    snapshot), the ``settings`` and the policy ``engine`` (None: built-in checks only)."""
+
+    request: dict
+    operation: str
+    old: dict | None
+    state: ClusterState
+    settings: Settings
+    engine: Engine | None
+
+    @classmethod
+    def of(cls, request: dict, state: ClusterState, settings: Settings, engine: Engine | None = None) -> "Context":
+        """The context of ``request``."""
+        operation = request.get("operation")
+        old = request.get("oldObject") if operation == "UPDATE" else None
+        return cls(request, operation if isinstance(operation, str) else "", old if isinstance(old, dict) else None,
+                   state, settings, engine)
+
+
+@dataclass(frozen=True, slots=True)
 class _Subject:
-    """What the guard clauses leave for real work."""
+    """What the guard clauses leave for real work: the object, its kind, its pod templates
+    (empty when it is malformed), its workspace, whether it is a child of another workload, and
+    its structure problems."""
 
     obj: dict
-    adapter: WorkloadAdapter
+    kind: WorkloadKind
     templates: list[PodTemplate]
-    workspace: Any
+    workspace: TauWorkspace
     child: bool
     malformed: list[Violation]
 
 
-def _subject(request: dict, state: ClusterState, settings: Settings) -> _Subject | None:
+def _subject(ctx: Context) -> _Subject | None:
     """Apply the guard clauses; None means "allow untouched"."""
+    request, settings, state = ctx.request, ctx.settings, ctx.state
     if request.get("subResource"):
         return None
     if request.get("operation") not in ("CREATE", "UPDATE"):
@@ -116,37 +146,36 @@ def _subject(request: dict, state: ClusterState, settings: Settings) -> _Subject
     if not isinstance(obj, dict):
         return None
     gvk = request.get("kind") or {}
-    adapter = adapter_for(gvk.get("group") or obj.get("apiVersion"), gvk.get("kind") or obj.get("kind"))
-    if adapter is None:
+    kind = kind_for(gvk.get("group") or obj.get("apiVersion"), gvk.get("kind") or obj.get("kind"))
+    if kind is None:
         return None
     meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
     namespace = request.get("namespace") or meta.get("namespace")
     ws = state.workspace_for(namespace) if isinstance(namespace, str) else None
     if ws is None:
         return None
-    malformed = [Violation("object-shape", f, f"{problem}; fix the manifest (the API server would reject it too)")
-                 for f, problem in adapter.malformed(obj)]
+    malformed = kind.malformed(obj)
     child = not malformed and mutation.is_child(request, obj, settings)
-    return _Subject(obj, adapter, [] if malformed else adapter.pod_templates(obj), ws, child, malformed)
+    return _Subject(obj, kind, [] if malformed else kind.pod_templates(obj), ws, child, malformed)
 
 
-def _record(res: Resolution, state: ClusterState, engine: Engine | None, queued: bool = True) -> dict:
+def _record(res: Resolution, ctx: Context, queued: bool = True) -> dict:
     """The admission record for the recorder: workspace, profile, profile-set hash, queue (None
     for an object Kueue does not queue) and the policy digest (the policy decisions are
     reproducible from the admitted object, the digest and the snapshot with ``taugate policy
     eval``; evaluating them again in the mutating webhook would double the policy cost of every
     create)."""
     return {"workspace": res.workspace.metadata.name, "profile": res.profile.name,
-            "profileSetHash": state.profile_set_hash, "queue": res.queue if queued else None,
-            "policyDigest": getattr(engine, "digest", None)}
+            "profileSetHash": ctx.state.profile_set_hash, "queue": res.queue if queued else None,
+            "policyDigest": getattr(ctx.engine, "digest", None)}
 
 
-def _admitted_resolution(obj: dict, old: Any, subject: _Subject, state: ClusterState,
-                         settings: Settings) -> Resolution | None:
+def _admitted_resolution(ctx: Context, subject: _Subject) -> Resolution | None:
     """On UPDATE: the resolution of the workload profile the stored object ``old`` was admitted
     with (its ``tau.azure.com/workload-profile`` label), so ``mutation.edit_update`` can restore
     that profile's placement; None when ``old`` names no profile or it no longer resolves (then
     nothing is placed, and validation says what is wrong)."""
+    obj, old = subject.obj, ctx.old
     old_meta = old.get("metadata") if isinstance(old, dict) else None
     old_labels = old_meta.get("labels") if isinstance(old_meta, dict) else None
     profile = old_labels.get(labels.WORKLOAD_PROFILE) if isinstance(old_labels, dict) else None
@@ -155,7 +184,7 @@ def _admitted_resolution(obj: dict, old: Any, subject: _Subject, state: ClusterS
     meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
     now_labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
     view = {**obj, "metadata": {**meta, "labels": {**now_labels, labels.WORKLOAD_PROFILE: profile}}}
-    res = resolve(view, subject.templates, subject.workspace, state, settings)
+    res = resolve(view, subject.templates, subject.workspace, ctx.state, ctx.settings)
     return res if isinstance(res, Resolution) else None
 
 
@@ -183,7 +212,8 @@ def mutate(request: dict, state: ClusterState, settings: Settings, engine: Engin
     object itself, for a caller that owns the request and needs only the answer (the server,
     which parsed it for this one review: the copy is ~8% of a RayJob CREATE).
     """
-    subject = _subject(request, state, settings)
+    ctx = Context.of(request, state, settings, engine)
+    subject = _subject(ctx)
     if subject is None:
         return Decision.allow(request.get("object"))
     obj = subject.obj
@@ -195,20 +225,17 @@ def mutate(request: dict, state: ClusterState, settings: Settings, engine: Engin
     except TypeError:  # orjson: nested past 255 levels, or an integer beyond 64 bits
         return _unrepresentable(obj)
     if subject.child:
-        old = request.get("oldObject") if request.get("operation") == "UPDATE" else None
-        edits = mutation.edit_child(doc, subject.templates, subject.adapter, old)
-    elif request.get("operation") == "UPDATE":
-        old = request.get("oldObject")
-        edits = mutation.edit_update(doc, old, subject.templates, subject.adapter,
-                                     lambda: _admitted_resolution(obj, old, subject, state, settings), settings)
+        edits = mutation.edit_child(doc, subject.templates, subject.kind, ctx.old)
+    elif ctx.operation == "UPDATE":
+        edits = mutation.edit_update(doc, request.get("oldObject"), subject.templates, subject.kind,
+                                     lambda: _admitted_resolution(ctx, subject), settings)
     else:
         res = resolve(obj, subject.templates, subject.workspace, state, settings)
-        if isinstance(res, list):
-            return Decision.deny(res, obj=obj)
-        queued = subject.adapter.queued(obj)
-        edits = mutation.edit_create(doc, subject.adapter, subject.templates, res, state, settings)
-        mutation.annotate(edits, _record(res, state, engine, queued), settings.admission_key_bytes(),
-                          request.get("namespace"))
+        if isinstance(res, Unresolved):
+            return Decision.deny(res.violations, obj=obj)
+        queued = subject.kind.queued(obj)
+        edits = mutation.edit_create(doc, subject.kind, subject.templates, res, state, settings)
+        mutation.annotate(edits, _record(res, ctx, queued), settings.admission_key_bytes(), ctx.request.get("namespace"))
         if res.note:
             warnings.append(res.note)
     patch = edits.patch() if edits is not None else None
@@ -226,14 +253,14 @@ class PolicyFailure(Exception):
         self.found: list[Violation] = []  # what the built-in checks found before the policies ran
 
 
-def _policies(obj: dict, templates: list[PodTemplate], request: dict, state: ClusterState, settings: Settings,
-              engine: Engine, res: Resolution) -> list[Violation]:
+def _policies(ctx: Context, engine: Engine, obj: dict, templates: list[PodTemplate],
+              res: Resolution) -> list[Violation]:
     """The policy library's results for ``obj`` (whose pod templates are ``templates``).
     Raises ``PolicyFailure`` when the engine fails on it (a Rego runtime error)."""
-    doc = build_policy_input(obj=obj, templates=templates, operation=request.get("operation", "CREATE"),
-                             user_info=request.get("userInfo"), namespace=res.workspace.target_namespace,
-                             workspace=res.workspace, profile=res.profile, queue=res.queue, state=state,
-                             gpu_class_label=settings.gpu_class_label)
+    doc = build_policy_input(obj=obj, templates=templates, operation=ctx.request.get("operation", "CREATE"),
+                             user_info=ctx.request.get("userInfo"), namespace=res.workspace.target_namespace,
+                             workspace=res.workspace, profile=res.profile, queue=res.queue, state=ctx.state,
+                             gpu_class_label=ctx.settings.gpu_class_label)
     try:
         return list(engine.evaluate(doc))
     except Exception as e:  # the engine's PolicyEvaluationError (webhook.policy), or a bug in it
@@ -264,24 +291,25 @@ def _policy_failure_decision(failure: PolicyFailure, obj: dict, found: list[Viol
                    obj=obj, policy_failures=[v.policy for v in failed])
 
 
-def _violations(obj: dict, templates: list[PodTemplate], adapter: WorkloadAdapter, request: dict,
-                state: ClusterState, settings: Settings, engine: Engine | None, ws: Any,
+def _violations(ctx: Context, subject: _Subject, obj: dict, templates: list[PodTemplate],
                 old: dict | None) -> tuple[list[Violation], str]:
-    """Every violation of ``obj`` (read through ``adapter``; its pod templates are
-    ``templates``), and the resolution's note (why the profile applies)."""
-    res = resolve(obj, templates, ws, state, settings)
+    """Every violation of ``obj`` (of ``subject.kind``, in ``subject.workspace``; its pod templates
+    are ``templates``; ``old`` the stored object it replaces, or None), and the resolution's note
+    (why the profile applies)."""
+    res = resolve(obj, templates, subject.workspace, ctx.state, ctx.settings)
     found: list[Violation] = []
-    if isinstance(res, list):
-        found += res
-        res = None
-    found += validation.structural(obj, adapter, templates, res, old, elastic_jobs=settings.kueue_elastic_jobs)
-    if res is not None and engine is not None:
+    resolved = res if isinstance(res, Resolution) else None
+    if isinstance(res, Unresolved):
+        found += res.violations
+    found += validation.structural(obj, subject.kind, templates, resolved, old,
+                                   elastic_jobs=ctx.settings.kueue_elastic_jobs)
+    if resolved is not None and ctx.engine is not None:
         try:
-            found += _policies(obj, templates, request, state, settings, engine, res)
+            found += _policies(ctx, ctx.engine, obj, templates, resolved)
         except PolicyFailure as e:
             e.found = found
             raise
-    return found, (res.note if res is not None else "")
+    return found, (resolved.note if resolved is not None else "")
 
 
 def validate(request: dict, state: ClusterState, settings: Settings, engine: Engine | None = None) -> Decision:
@@ -291,31 +319,33 @@ def validate(request: dict, state: ClusterState, settings: Settings, engine: Eng
     warnings, ``dryrun`` results are only returned in ``Decision.dryrun``.
 
     On UPDATE only violations that the old object did not already have deny, so Kueue and
-    KubeRay can always update (unsuspend, relabel) an object admitted under older rules.
+    KubeRay can always update (unsuspend, relabel) an object admitted under older rules: a
+    violation is excused when the old object broke the same rule (``policy``) at the same
+    ``field``, whatever either message says (a message quotes values, which an UPDATE may change
+    without fixing anything).
 
     A policy that fails at run time on the object (a Rego runtime error) is reported as that
     policy's own result under its enforcement action, with code 503 when it denies
     (``_policy_failure_decision``); the other policies' results are kept.
     """
-    subject = _subject(request, state, settings)
+    ctx = Context.of(request, state, settings, engine)
+    subject = _subject(ctx)
     if subject is None or subject.child:
         return Decision.allow(request.get("object"))
     if subject.malformed:
         return Decision.deny(subject.malformed, obj=subject.obj)
-    old = request.get("oldObject") if request.get("operation") == "UPDATE" else None
+    old = ctx.old
     try:
-        found, note = _violations(subject.obj, subject.templates, subject.adapter, request, state, settings, engine,
-                                  subject.workspace, old)
+        found, note = _violations(ctx, subject, subject.obj, subject.templates, old)
     except PolicyFailure as e:
         return _policy_failure_decision(e, subject.obj, e.found, engine)
-    if found and isinstance(old, dict) and not subject.adapter.malformed(old):  # nothing to excuse: skip the old object
+    if found and old is not None and not subject.kind.malformed(old):  # nothing to excuse: skip the old object
         try:
-            before = {(v.policy, v.field, v.message) for v in
-                      _violations(old, subject.adapter.pod_templates(old), subject.adapter, request, state, settings,
-                                  engine, subject.workspace, None)[0]}
+            before = {(v.policy, v.field) for v in
+                      _violations(ctx, subject, old, subject.kind.pod_templates(old), None)[0]}
         except PolicyFailure:  # the old object cannot be judged, so nothing of the new one is excused
             before = set()
-        found = [v for v in found if (v.policy, v.field, v.message) not in before]
+        found = [v for v in found if (v.policy, v.field) not in before]
     return _decide(found, note, obj=subject.obj)
 
 
@@ -327,12 +357,9 @@ def _decide(found: list[Violation], note: str, *, obj: dict, code: int = 403,
     dryrun = [v for v in found if v.action == "dryrun"]
     if deny:
         reason = f"taugate denied the request ({len(deny)} problem(s)){'; ' + note if note else ''}:"
-        d = Decision.deny(deny, warnings=warnings, obj=obj, reason=reason, code=code)
-    else:
-        d = Decision.allow(obj, warnings)
-    d.dryrun = dryrun
-    d.policy_failures = list(policy_failures or [])
-    return d
+        return Decision.deny(deny, warnings=warnings, obj=obj, reason=reason, code=code, dryrun=dryrun,
+                             policy_failures=policy_failures)
+    return Decision.allow(obj, warnings, dryrun=dryrun, policy_failures=policy_failures)
 
 
 def validate_tau(request: dict, state: ClusterState, settings: Settings) -> Decision:
@@ -342,9 +369,7 @@ def validate_tau(request: dict, state: ClusterState, settings: Settings) -> Deci
         return Decision.allow(request.get("object"))
     from taugate import tau_admission  # core module; imported lazily so admission starts without it
 
-    found = tau_admission.validate_tau_object(request, settings, state=state)
-    violations = [v if isinstance(v, Violation) else Violation(v.get("policy", "tau"), v.get("field", ""), v.get("msg", ""))
-                  for v in found]
+    violations = tau_admission.validate_tau_object(request, settings, state=state)
     return Decision.deny(violations) if violations else Decision.allow(request.get("object"))
 
 
@@ -370,12 +395,9 @@ def review_response(review: dict, decision: Decision) -> dict:
             "response": response}
 
 
-_PLURALS = {"RayJob": "rayjobs", "RayCluster": "rayclusters", "Job": "jobs"}
-
-
 def metadata_of(obj: dict) -> dict:
     """``obj["metadata"]`` when it is an object, else an empty dict (a malformed one is then
-    reported by the adapter's shape checks with its field path, not as a crash here)."""
+    reported by the kind's shape checks with its field path, not as a crash here)."""
     meta = obj.get("metadata")
     return meta if isinstance(meta, dict) else {}
 
@@ -386,8 +408,10 @@ def request_for(obj: dict, *, namespace: str | None, operation: str = "CREATE", 
     group, _, version = str(obj.get("apiVersion", "")).rpartition("/")
     kind = obj.get("kind") if isinstance(obj.get("kind"), str) else ""
     gvk = {"group": group, "version": version, "kind": kind}
+    workload = kind_for(group, kind)
+    resource = workload.resource if workload is not None else kind.lower() + "s"
     return {"uid": str(uuid.uuid4()), "kind": gvk,
-            "resource": {"group": group, "version": version, "resource": _PLURALS.get(kind, kind.lower() + "s")},
+            "resource": {"group": group, "version": version, "resource": resource},
             "requestKind": gvk, "namespace": namespace, "name": metadata_of(obj).get("name"),
             "operation": operation, "userInfo": user_info or {"username": "taugate-cli", "groups": []},
             "object": obj, "oldObject": old, "dryRun": dry_run}
@@ -412,6 +436,4 @@ def admit(obj: dict, *, state: ClusterState, settings: Settings, engine: Engine 
         return m
     final = jsonpatch.apply_patch(obj, m.patch) if m.patch else obj
     v = validate({**request, "object": final}, state, settings, engine)
-    v.patch, v.object = m.patch, final
-    v.warnings = list(dict.fromkeys(m.warnings + v.warnings))
-    return v
+    return dataclasses.replace(v, patch=m.patch, object=final, warnings=list(dict.fromkeys(m.warnings + v.warnings)))

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from taugate.kinds import KIND_NAMES, resources_by_group_version
+
 
 @dataclass(frozen=True)
 class Rule:
@@ -32,13 +34,16 @@ class Route:
     rules: tuple[Rule, ...]
 
 
-WORKLOAD_RULES = (
-    Rule(("ray.io",), ("v1",), ("rayjobs", "rayclusters"), ("CREATE", "UPDATE")),
-    Rule(("batch",), ("v1",), ("jobs",), ("CREATE", "UPDATE")),
-)
+WORKLOAD_RULES = tuple(Rule((group,), (version,), resources, ("CREATE", "UPDATE"))
+                       for (group, version), resources in resources_by_group_version().items())
+"""One rule per API group and version of the registered workload kinds (``taugate.kinds``)."""
 TAU_RULES = (
     Rule(("tau.azure.com",), ("v1alpha1",), ("clusters", "workspaces", "quotarequests"), ("CREATE", "UPDATE")),
 )
+TAU_KINDS = frozenset({"TauCluster", "TauWorkspace", "TauQuotaRequest"})
+"""The kinds of ``TAU_RULES``' resources."""
+ROUTED_KINDS = KIND_NAMES | TAU_KINDS
+"""Every kind a route admits."""
 
 ROUTES: tuple[Route, ...] = (
     Route("mutate.workloads.tau.azure.com", "/mutate", "mutating", WORKLOAD_RULES),

@@ -80,7 +80,7 @@ from taugate.settings import Settings
 from taugate.snapshot import ClusterState, SnapshotError, load_snapshot
 from taugate.webhook import review
 from taugate.webhook.decision import Decision
-from taugate.webhook.routes import ROUTES, Route
+from taugate.webhook.routes import ROUTED_KINDS, ROUTES, Route
 
 log = logging.getLogger("taugate.webhook")
 
@@ -95,7 +95,7 @@ READ_GRACE_SECONDS = 1.0
 """How long past the deadline a request body may still arrive (then HTTP 408): with the webhook
 configurations' ``timeoutSeconds: 3`` and the 2 s deadline, the apiserver waits that long anyway."""
 
-KNOWN_KINDS = frozenset({"RayJob", "RayCluster", "Job", "TauCluster", "TauWorkspace", "TauQuotaRequest"})
+KNOWN_KINDS = ROUTED_KINDS
 """Kinds kept as metric labels; anything else is ``other`` (a request body cannot mint labels)."""
 
 JSON = "application/json"

@@ -8,7 +8,7 @@ import copy
 import pytest
 import yaml
 
-from taugate.adapters import RayJobAdapter
+from taugate.kinds import rayjob
 from taugate.cli import main
 from taugate.snapshot import SnapshotError, load_snapshot
 from taugate.webhook.review import ReviewError, admit, mutate, parse_review, request_for, validate
@@ -143,7 +143,7 @@ def test_a_ray_num_gpus_too_large_to_be_a_count_is_denied_at_once_never_expanded
                                                                                   engine, num_gpus):
     worker = classifier["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]
     worker["rayStartParams"] = {"num-gpus": num_gpus}
-    [template] = [t for t in RayJobAdapter().pod_templates(classifier) if t.role == "worker"]
+    [template] = [t for t in rayjob.KIND.pod_templates(classifier) if t.role == "worker"]
     assert template.ray_num_gpus is None  # read from the exponent: 10**999999999 is never built
     d = validate(request_for(classifier, namespace="vision"), state, settings, engine)
     assert not d.allowed and d.code != 500, d.message

@@ -14,7 +14,8 @@ import pytest
 import yaml
 
 from taugate import labels
-from taugate.adapters import JobAdapter, RayJobAdapter, pod_request
+from taugate.kinds import job as job_kind, rayjob as rayjob_kind
+from taugate.pods import pod_request
 from taugate.cli import main
 from taugate.snapshot import build_state, read_objects
 from taugate.webhook.review import admit, mutate, request_for, validate
@@ -101,7 +102,7 @@ def test_a_suspended_job_that_never_started_still_gets_its_template_run_id_back(
     job = m.legacy_started_job()
     job["spec"]["suspend"] = True
     job["status"] = {}
-    assert JobAdapter().templates_mutable(job)
+    assert job_kind.KIND.templates_mutable(job)
     patch, final, v = update(copy.deepcopy(job), job, state, settings, engine)
     assert final["spec"]["template"]["metadata"]["labels"][labels.RUN_ID] == m.RUN_ID and v.allowed
 
@@ -127,8 +128,8 @@ def test_a_suspended_job_that_started_or_has_active_pods_keeps_an_immutable_temp
     job = m.legacy_started_job()
     job["spec"]["suspend"] = True
     job["status"] = status
-    assert not JobAdapter().templates_mutable(job)
-    assert RayJobAdapter().templates_mutable(m.classifier())
+    assert not job_kind.KIND.templates_mutable(job)
+    assert rayjob_kind.KIND.templates_mutable(m.classifier())
 
 
 # --- Kueue's UPDATEs: unsuspend with the flavor's placement and a lowered parallelism; eviction -
@@ -231,14 +232,14 @@ def test_replicas_zero_the_crd_default_with_min_replicas_five_counts_five_worker
 
 
 def test_where_kueue_reserves_more_than_kuberay_creates_the_larger_count_decides(state, settings):
-    from taugate.webhook.review import _subject  # the templates admission reads
+    from taugate.webhook.review import Context, _subject  # the templates admission reads
     obj = m.classifier()
     m.worker_group(obj).update(replicas=6, minReplicas=1, maxReplicas=3)  # KubeRay 3, Kueue 6
-    [_, worker] = RayJobAdapter().pod_templates(obj)
+    [_, worker] = rayjob_kind.KIND.pod_templates(obj)
     assert worker.replicas == 6
     m.worker_group(obj)["suspend"] = True  # KubeRay creates none; Kueue still reserves 6
-    assert RayJobAdapter().pod_templates(obj)[1].replicas == 6
-    assert _subject(request_for(obj, namespace="vision"), state, settings).templates[1].replicas == 6
+    assert rayjob_kind.KIND.pod_templates(obj)[1].replicas == 6
+    assert _subject(Context.of(request_for(obj, namespace="vision"), state, settings)).templates[1].replicas == 6
 
 
 # --- Jobs: min(parallelism, completions) and Kueue's partial admission --------------------------

@@ -4,9 +4,13 @@ field path, what was asked, what is allowed and how to fix it, all reported toge
 from __future__ import annotations
 
 import copy
+import dataclasses
+
+import pytest
 
 from taugate import labels
-from taugate.webhook.review import admit, mutate, request_for, validate
+from taugate.webhook.resolution import Resolution, Unresolved, resolve
+from taugate.webhook.review import Context, _subject, admit, mutate, request_for, validate
 
 WORKER = ("spec", "rayClusterSpec", "workerGroupSpecs", 0)
 
@@ -140,6 +144,25 @@ def test_validation_on_update_blocks_only_new_problems(classifier, state, settin
     assert not d.allowed and d.violations[0].policy == "run-id"
 
 
+def test_an_update_is_excused_a_problem_the_old_object_had_at_the_same_field_whatever_its_message_says(
+        classifier, state, settings):
+    created = admit(classifier, state=state, settings=settings, namespace="vision").object
+    old = copy.deepcopy(created)
+    gpu = _worker(old)["template"]["spec"]["containers"][0]["resources"]
+    gpu["requests"]["nvidia.com/gpu"] = "2"  # admitted under older rules: request 2, limit 1
+    new = copy.deepcopy(old)
+    _worker(new)["template"]["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = "3"
+    old_found = validate(request_for(old, namespace="vision"), state, settings).violations
+    new_found = validate(request_for(new, namespace="vision"), state, settings).violations
+    [before] = [v for v in old_found if v.policy == "gpu-request-equals-limit"]
+    [after] = [v for v in new_found if v.policy == "gpu-request-equals-limit"]
+    assert before.field == after.field and before.message != after.message  # the message quotes the request
+    assert validate(request_for(new, namespace="vision", operation="UPDATE", old=old), state, settings).allowed
+    _worker(new)["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "0.5"
+    d = validate(request_for(new, namespace="vision", operation="UPDATE", old=old), state, settings)
+    assert not d.allowed and {v.policy for v in d.violations} == {"gpu-whole-numbers"}
+
+
 def test_a_mutated_request_that_fails_resolution_is_denied_already_by_the_mutating_webhook(classifier, state, settings):
     classifier["metadata"]["labels"] = {labels.KUEUE_QUEUE_NAME: "missing"}
     d = mutate(request_for(classifier, namespace="vision"), state, settings)
@@ -168,3 +191,37 @@ def test_every_violation_is_reported_together_built_in_and_policy(classifier, st
     d = admit(classifier, state=state, settings=settings, engine=engine, namespace="vision")
     policies = {v.policy for v in d.violations}
     assert {"ray-num-gpus", "rayjob-shutdown", "gpu-per-pod-fits-node"} <= policies
+
+
+def test_a_decision_cannot_be_changed_once_it_is_built(classifier, state, settings):
+    d = admit(classifier, state=state, settings=settings, namespace="vision")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        d.allowed = False  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        d.patch = None  # type: ignore[misc]
+
+
+def test_a_profile_that_cannot_be_resolved_is_a_typed_result_carrying_the_violations(classifier, state, settings):
+    classifier["metadata"].setdefault("labels", {})[labels.WORKLOAD_PROFILE] = "no-such-profile"
+    request = request_for(classifier, namespace="vision")
+    subject = _subject(Context.of(request, state, settings))
+    res = resolve(classifier, subject.templates, subject.workspace, state, settings)
+    assert isinstance(res, Unresolved) and not isinstance(res, Resolution)
+    assert [v.policy for v in res.violations] == ["workload-profile"] and "no-such-profile" in res.violations[0].message
+    d = mutate(request, state, settings)
+    assert not d.allowed and list(d.violations) == list(res.violations)
+
+
+def test_workload_checks_and_taugates_own_kinds_report_the_one_violation_type(classifier, state, settings):
+    from taugate import violation
+    from taugate.tau_admission import validate_tau_object
+    from taugate.webhook import decision
+
+    assert decision.Violation is violation.Violation
+    _worker(classifier)["template"]["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = "2"
+    found, _ = _denied(classifier, state, settings)
+    assert all(type(v) is violation.Violation for v in found.values())
+    cluster = {"apiVersion": "tau.azure.com/v1alpha1", "kind": "TauCluster", "metadata": {"name": "not-cluster"},
+               "spec": {}}
+    tau = validate_tau_object({"operation": "CREATE", "kind": {"kind": "TauCluster"}, "object": cluster}, settings)
+    assert tau and all(type(v) is violation.Violation for v in tau)

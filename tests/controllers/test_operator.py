@@ -135,7 +135,7 @@ def test_an_admin_approved_apply_request_raises_the_cluster_queue_and_a_research
         review = {"uid": "u1", "kind": {"group": "tau.azure.com", "version": "v1alpha1", "kind": "TauQuotaRequest"},
                   "operation": "UPDATE", "object": approved, "oldObject": old, "namespace": SYS, "name": "nlp-burst"}
         denied = validate_tau_object({**review, "userInfo": RESEARCHER}, settings)
-        assert [v["policy"] for v in denied] == ["quota-approval"]  # the API server would refuse the researcher
+        assert [v.policy for v in denied] == ["quota-approval"]  # the API server would refuse the researcher
         assert validate_tau_object({**review, "userInfo": ADMIN}, settings) == []
 
         kd.patch(TAU, "TauQuotaRequest", "nlp-burst",

@@ -29,8 +29,8 @@ def _req(obj: dict, user: dict, operation: str = "CREATE", old: dict | None = No
             "name": obj["metadata"]["name"], **extra}
 
 
-def _policies(found: list[dict]) -> set[str]:
-    return {v["policy"] for v in found}
+def _policies(found: list) -> set[str]:
+    return {v.policy for v in found}
 
 
 def test_a_researcher_cannot_approve_their_own_quota_request(settings):
@@ -38,10 +38,10 @@ def test_a_researcher_cannot_approve_their_own_quota_request(settings):
     new = _qr({labels.APPROVED: "true", labels.REVIEWED_BY: "rita"})
     found = validate_tau_object(_req(new, RESEARCHER, "UPDATE", old), settings)
     assert _policies(found) == {"quota-approval"}
-    msg = found[0]["msg"]
+    msg = found[0].message
     assert "rita@contoso.com adds tau.azure.com/approved" in msg
     assert "tau-platform-admins" in msg and "system:masters" in msg  # names who may approve
-    assert found[0]["field"] == "metadata.annotations" and found[0]["action"] == "deny"
+    assert found[0].field == "metadata.annotations" and found[0].action == "deny"
 
 
 def test_an_admin_may_approve_and_reject(settings):
@@ -55,7 +55,7 @@ def test_a_configured_admin_user_may_approve_without_the_group(settings):
     bob = {"username": "bob@contoso.com", "groups": ["system:authenticated"]}
     assert validate_tau_object(_req(_qr({labels.APPROVED: "true"}), bob, "UPDATE", _qr()), s) == []
     assert "user(s) bob@contoso.com" in validate_tau_object(_req(_qr({labels.APPROVED: "true"}), RESEARCHER, "UPDATE",
-                                                                  _qr()), s)[0]["msg"]
+                                                                  _qr()), s)[0].message
 
 
 @pytest.mark.parametrize("old_ann,new_ann,verb", [
@@ -65,7 +65,7 @@ def test_a_configured_admin_user_may_approve_without_the_group(settings):
 ])
 def test_a_researcher_cannot_remove_or_change_a_review(settings, old_ann, new_ann, verb):
     found = validate_tau_object(_req(_qr(new_ann), RESEARCHER, "UPDATE", _qr(old_ann)), settings)
-    assert verb in found[0]["msg"]
+    assert verb in found[0].message
 
 
 def test_a_researcher_may_create_a_request_without_approval_annotations_but_not_with_them(settings):
@@ -78,7 +78,7 @@ def test_an_approved_requests_spec_is_frozen_for_researchers(settings):
     approved = {labels.APPROVED: "true", labels.REVIEWED_BY: "alice"}
     grown = _req(_qr(approved, requested=64), RESEARCHER, "UPDATE", _qr(approved))
     found = validate_tau_object(grown, settings)
-    assert [v["field"] for v in found] == ["spec"] and "create a new TauQuotaRequest" in found[0]["msg"]
+    assert [v.field for v in found] == ["spec"] and "create a new TauQuotaRequest" in found[0].message
     assert validate_tau_object({**grown, "userInfo": ADMIN}, settings) == []
 
 
@@ -113,7 +113,7 @@ def test_a_workspace_for_a_reserved_namespace_is_denied(settings, example_object
     ws = pick(example_objects, "TauWorkspace", "vision")
     ws["spec"]["target"]["namespace"] = namespace
     found = validate_tau_object(_req(ws, ADMIN), settings)
-    assert [v["field"] for v in found] == ["spec.target.namespace"] and "reserved" in found[0]["msg"]
+    assert [v.field for v in found] == ["spec.target.namespace"] and "reserved" in found[0].message
 
 
 def test_a_workspace_for_another_workspaces_namespace_is_denied(settings, example_objects):
@@ -121,7 +121,7 @@ def test_a_workspace_for_another_workspaces_namespace_is_denied(settings, exampl
     ws = copy.deepcopy(pick(example_objects, "TauWorkspace", "nlp"))
     ws["metadata"]["name"] = "nlp-2"
     found = validate_tau_object(_req(ws, ADMIN), settings, state)
-    assert "belongs to TauWorkspace 'nlp'" in found[0]["msg"]
+    assert "belongs to TauWorkspace 'nlp'" in found[0].message
 
 
 def test_workspace_spec_checks_name_each_problem(settings, example_objects):
@@ -130,7 +130,7 @@ def test_workspace_spec_checks_name_each_problem(settings, example_objects):
     ws["spec"]["queue"] = "Vision_Queue"
     ws["spec"]["defaults"]["workloadProfile"] = "h200-8gpu"
     del ws["spec"]["kubernetesSubject"]
-    found = {v["field"]: v["msg"] for v in validate_tau_object(_req(ws, ADMIN), settings, state)}
+    found = {v.field: v.message for v in validate_tau_object(_req(ws, ADMIN), settings, state)}
     assert "not a valid LocalQueue name" in found["spec.queue"]
     assert "missing kubernetesSubject" in found["spec"]
     assert "'h200-8gpu' is not in the TauCluster's workloadProfiles" in found["spec.defaults.workloadProfile"]
@@ -140,7 +140,7 @@ def test_a_workspace_with_a_bad_field_is_denied_with_the_schema_error(settings, 
     ws = pick(example_objects, "TauWorkspace", "vision")
     ws["spec"]["role"] = "owner"
     found = validate_tau_object(_req(ws, ADMIN), settings)
-    assert found[0]["policy"] == "tau-schema" and found[0]["field"] == "spec.role"
+    assert found[0].policy == "tau-schema" and found[0].field == "spec.role"
 
 
 def test_cluster_spec_checks_unique_names_worker_count_priorities_and_singleton(settings, example_objects):
@@ -151,7 +151,7 @@ def test_cluster_spec_checks_unique_names_worker_count_priorities_and_singleton(
     profiles[3]["priorities"] = {"workloadPriorityClassName": "x"}
     profiles[4]["defaultLocalQueue"] = "Not A Queue"
     cluster["metadata"]["name"] = "prod"
-    found = {v["field"]: v["msg"] for v in validate_tau_object(_req(cluster, ADMIN), settings)}
+    found = {v.field: v.message for v in validate_tau_object(_req(cluster, ADMIN), settings)}
     assert "already used by spec.workloadProfiles[0]" in found["spec.workloadProfiles[1].name"]
     assert "workerCount >= 1" in found["spec.workloadProfiles[2].workerCount"]
     assert "podPriorityClassName" in found["spec.workloadProfiles[3].priorities"]

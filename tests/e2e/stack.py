@@ -43,7 +43,7 @@ from pathlib import Path
 
 import yaml
 
-from taugate.webhook.mutation import SUBMITTER_CONTAINER
+from taugate.kinds.rayjob import SUBMITTER_CONTAINER
 from tests import upstream
 from tests.e2e.controlplane import (
     LOOPBACK,

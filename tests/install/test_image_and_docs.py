@@ -39,11 +39,12 @@ def test_the_image_installs_every_package_and_the_policy_library_as_a_non_root_u
     assert steps[0] == ("FROM", "python:3.11-slim")
     copied = {shlex.split(args)[0].rstrip("/") for op, args in steps if op == "COPY"}
     setuptools = PYPROJECT["tool"]["setuptools"]
-    folders = {setuptools["package-dir"].get(package, package) for package in setuptools["packages"]}
+    packages = {setuptools["package-dir"].get(package, package.replace(".", "/")) for package in setuptools["packages"]}
+    folders = {p.split("/")[0] for p in packages}
     assert folders == {"taugate", "webhook", "controllers", "certs"}
     assert folders | {"pyproject.toml", "policies"} <= copied
-    for folder in folders:
-        assert (REPO / folder / "__init__.py").is_file()
+    for package in packages:
+        assert (REPO / package / "__init__.py").is_file()
     ignored = {line.strip().rstrip("/") for line in (REPO / ".dockerignore").read_text().splitlines()
                if line.strip() and not line.startswith("#")}
     assert not (copied & ignored), "the Dockerfile copies something .dockerignore leaves out"

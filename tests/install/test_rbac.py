@@ -8,6 +8,7 @@ import pytest
 
 from taugate import labels
 from taugate.state_objects import STATE_RESOURCES
+from taugate.kinds import KINDS
 from tests.install.chart import NAMESPACE, allowed, crds, find, hook_events, objects, one, pod_spec, rules_of
 
 # The kinds the webhook's in-cluster state provider (webhook/state_watch.py) lists and
@@ -120,6 +121,13 @@ def test_the_operator_patches_nodes_only_when_node_labelling_is_enabled(default_
     assert not allowed(rules_of(default_objects, "taugate-operator"), "patch", "", "nodes")
     enabled = objects({"operator": {"labelNodes": True}})
     assert allowed(rules_of(enabled, "taugate-operator"), "patch", "", "nodes")
+
+
+def test_the_researcher_role_lets_researchers_submit_and_manage_every_registered_kind(default_objects):
+    rules = [(None, r) for r in one(default_objects, "ClusterRole", "tau-researcher-v1")["rules"]]
+    for k in KINDS:
+        for verb in ("get", "list", "watch", "create", "update", "patch", "delete"):
+            assert allowed(rules, verb, k.group, k.resource), (verb, k.resource)
 
 
 def test_the_researcher_role_the_operator_binds_ships_with_the_chart_and_grants_no_cluster_writes(default_objects):

@@ -10,6 +10,7 @@ import cel
 import pytest
 
 from taugate import labels
+from taugate.kinds import KINDS
 from taugate.settings import Settings
 from taugate.webhook.routes import ROUTES
 from tests.install.chart import (
@@ -25,7 +26,8 @@ from tests.install.chart import (
 )
 
 CONFIG_KINDS = {"mutating": "MutatingWebhookConfiguration", "validating": "ValidatingWebhookConfiguration"}
-WORKLOAD_RESOURCES = {"rayjobs", "rayclusters", "jobs"}
+WORKLOAD_RESOURCES = {k.resource for k in KINDS}
+WORKLOAD_GROUPS = {k.group for k in KINDS}
 TAU_RESOURCES = {"clusters", "workspaces", "quotarequests"}
 
 
@@ -68,6 +70,16 @@ def test_the_rendered_configurations_agree_with_routes(default_objects):
             (list(r.api_groups), list(r.api_versions), list(r.resources), list(r.operations)) for r in route.rules]
 
 
+def test_the_workload_webhooks_intercept_every_registered_kind_and_only_those(default_objects):
+    webhooks = _webhooks(default_objects)
+    for route in ("/mutate", "/validate"):
+        name = next(r["name"] for r in routes_file() if r["path"] == route)
+        _, w = webhooks[name]
+        rules = {(g, v, res) for r in w["rules"] for g in r["apiGroups"] for v in r["apiVersions"] for res in r["resources"]}
+        assert rules == {(k.group, k.version, k.resource) for k in KINDS}, name
+        assert all(r["operations"] == ["CREATE", "UPDATE"] for r in w["rules"]), name
+
+
 def test_rules_name_only_workload_kinds_and_tau_kinds_never_a_subresource(default_objects):
     for name, (_kind, w) in _webhooks(default_objects).items():
         resources = {res for r in w["rules"] for res in r["resources"]}
@@ -75,7 +87,7 @@ def test_rules_name_only_workload_kinds_and_tau_kinds_never_a_subresource(defaul
         if groups == {labels.GROUP}:
             assert resources <= TAU_RESOURCES, name
         else:
-            assert resources <= WORKLOAD_RESOURCES and groups <= {"ray.io", "batch"}, name
+            assert resources <= WORKLOAD_RESOURCES and groups <= WORKLOAD_GROUPS, name
         assert not any("/" in res or "*" in res for res in resources), name
 
 

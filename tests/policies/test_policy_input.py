@@ -9,7 +9,7 @@ from decimal import Decimal
 import jsonschema
 import pytest
 
-from taugate.adapters import adapter_for
+from taugate.kinds import kind_for
 from taugate.policy_input import _gpu_quota, build_policy_input
 from taugate.snapshot import FlavorQuota
 from taugate.webhook.policy import EmbeddedPolicyEngine, PolicyStore, RecordingEngine
@@ -21,7 +21,7 @@ SCHEMA = json.loads((POLICIES / "input.schema.json").read_text())
 
 
 def build(obj, state, settings, *, namespace="vision", profile="h100-4gpu"):
-    templates = adapter_for(obj["apiVersion"], obj["kind"]).pod_templates(obj)
+    templates = kind_for(obj["apiVersion"], obj["kind"]).pod_templates(obj)
     ws = state.workspace_for(namespace)
     return build_policy_input(obj=obj, templates=templates, operation="CREATE", user_info={"username": "alice"},
                               namespace=namespace, workspace=ws, profile=state.profiles[profile],

@@ -1,0 +1,80 @@
+"""The registry of workload kinds taugate admits: one module per kind, every kind table derived here.
+
+A kind module (``rayjob``, ``raycluster``, ``job``) holds all taugate knows about one kind, as a
+``taugate.kinds.base.WorkloadKind`` subclass and its one instance ``KIND``:
+
+- its API group, version, resource (plural) and kind;
+- pod-template access: the path of every pod template, its role, replicas and GPU demand
+  (``pod_templates``; the GPU arithmetic itself is shared, in ``taugate.pods``);
+- its structural check (``check_spec``, with ``taugate.shape.Shape``), its built-in rules
+  (``checks``), the defaults mutation sets on CREATE (``create_defaults``), whether Kueue queues
+  an object (``queued``) and whether an UPDATE may change its pod templates
+  (``templates_mutable``);
+- the upstream rule each follows (the KubeRay, Kueue or Kubernetes source file and function),
+  named in its docstrings and in ``upstream``.
+
+``KINDS`` lists them; every other table derives from it: the webhook's rules
+(``taugate.webhook.routes``, and from there the Helm chart's webhook configurations, checked by
+``tests/install/test_webhook_configurations.py``), the AdmissionRequest resource of ``taugate
+admit`` (``review.request_for``), the owner kinds whose children are trusted
+(``mutation.controller_owner``), the kind label of the server's metrics, the default lanes
+(``Settings.default_lanes``), the recorder's owner kinds and the test doubles' discovery
+(``tests/kubedouble.py``).
+
+How to add a workload kind (e.g. Kubeflow's ``PyTorchJob``):
+
+1. Write ``taugate/kinds/<kind>.py``: a ``WorkloadKind`` subclass setting ``group``, ``version``,
+   ``resource``, ``kind`` and ``upstream``, overriding ``pod_templates`` (every pod template,
+   with the pods Kueue reserves for it: read the kind's Kueue integration,
+   ``pkg/controller/jobs/<kind>``, ``PodSets``) and ``check_spec`` (the types of every field
+   ``pod_templates`` reads), and, where the kind differs from the defaults, ``queued``,
+   ``templates_mutable``, ``checks``, ``create_defaults`` and ``autoscaling``; end with
+   ``KIND = <Class>()``.
+2. Add ``<kind>.KIND`` to ``KINDS`` below.
+3. Regenerate the chart's routes (``python scripts/chart_routes.py``) and give the chart's RBAC
+   the new resource (``tests/install`` says where it is missing).
+4. Write its tests: the registry tests (``tests/admission/test_kind_registry.py``) check the
+   module is complete and every table derived; add a real upstream sample of the kind to
+   ``tests/data/admission`` and tests of its pod templates, GPU demand and checks, named as
+   sentences.
+"""
+
+from __future__ import annotations
+
+from taugate.kinds import job, raycluster, rayjob
+from taugate.kinds.base import WorkloadKind
+
+KINDS: tuple[WorkloadKind, ...] = (rayjob.KIND, raycluster.KIND, job.KIND)
+"""Every workload kind taugate admits, in the order webhook rules list them."""
+
+_BY_GROUP_KIND: dict[tuple[str, str], WorkloadKind] = {(k.group, k.kind): k for k in KINDS}
+
+KIND_NAMES: frozenset[str] = frozenset(k.kind for k in KINDS)
+"""The kinds' names: ``RayJob``, ``RayCluster``, ``Job``."""
+
+
+def kind_for(api_version_or_group: str | None, kind: str | None) -> WorkloadKind | None:
+    """The workload kind of an object's ``apiVersion`` (``ray.io/v1``; or a bare group,
+    ``ray.io``) and ``kind``; None if taugate does not admit that kind (or either is not a
+    string)."""
+    if not isinstance(api_version_or_group, str) or not isinstance(kind, str):
+        return None
+    return _BY_GROUP_KIND.get((api_version_or_group.split("/")[0], kind))
+
+
+def kind_of(obj: object) -> WorkloadKind | None:
+    """The workload kind of a raw object (its ``apiVersion`` and ``kind``), or None."""
+    return kind_for(obj.get("apiVersion"), obj.get("kind")) if isinstance(obj, dict) else None
+
+
+def resources_by_group_version() -> dict[tuple[str, str], tuple[str, ...]]:
+    """The resources (plurals) of every kind by ``(group, version)``, in ``KINDS`` order:
+    ``{("ray.io", "v1"): ("rayjobs", "rayclusters"), ("batch", "v1"): ("jobs",)}``, as webhook
+    rules list them."""
+    out: dict[tuple[str, str], tuple[str, ...]] = {}
+    for k in KINDS:
+        out[(k.group, k.version)] = out.get((k.group, k.version), ()) + (k.resource,)
+    return out
+
+
+__all__ = ["KINDS", "KIND_NAMES", "WorkloadKind", "kind_for", "kind_of", "resources_by_group_version"]

@@ -1,0 +1,104 @@
+"""``WorkloadKind``: what taugate knows about one workload kind, and the defaults most kinds share.
+
+Each kind module (``rayjob``, ``raycluster``, ``job``) subclasses ``WorkloadKind`` once and
+``taugate.kinds`` registers the instance. Everything is pure: objects in (dicts as the API server
+sends them), plain data out.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from taugate.fieldpath import Path
+from taugate.pods import PodTemplate
+from taugate.shape import Shape
+from taugate.violation import Violation
+
+SHAPE_POLICY = "object-shape"
+"""The ``Violation.policy`` of a structure problem (a field without the type its API gives it)."""
+
+
+class WorkloadKind:
+    """One workload kind taugate admits.
+
+    Class attributes (every subclass sets the first five):
+
+    - ``group``, ``version``: the API group and version (``ray.io``, ``v1``);
+    - ``resource``: the REST resource, the plural (``rayjobs``), as webhook rules and RBAC name it;
+    - ``kind``: the kind (``RayJob``);
+    - ``upstream``: the upstream sources whose rules the module follows (file + function);
+    - ``default_lane``: the lane an object of this kind runs in without a ``tau.azure.com/lane``
+      label (``Settings.default_lanes``);
+    - ``suspend_path``: where ``suspend`` lives (``spec.suspend`` for all three kinds so far).
+
+    Methods a subclass overrides: ``pod_templates`` (always) and ``check_spec`` (always), and where
+    the kind differs from the defaults here: ``queued``, ``templates_mutable``, ``checks``,
+    ``create_defaults``, ``autoscaling``.
+    """
+
+    group: ClassVar[str]
+    version: ClassVar[str]
+    resource: ClassVar[str]
+    kind: ClassVar[str]
+    upstream: ClassVar[str]
+    default_lane: ClassVar[str] = "training"
+    suspend_path: ClassVar[Path] = ("spec", "suspend")
+
+    @property
+    def api_version(self) -> str:
+        """``group/version`` (``ray.io/v1``), as an object's ``apiVersion`` reads."""
+        return f"{self.group}/{self.version}"
+
+    def __repr__(self) -> str:
+        return f"<{self.kind} {self.api_version} ({self.resource})>"
+
+    def pod_templates(self, obj: dict) -> list[PodTemplate]:
+        """Every pod template of ``obj`` with its role, replicas and GPU demand, in a stable order
+        (head first). Every pod template of a workload is a GPU template: a template is never
+        skipped because it asks for no GPU. Fields of the wrong type read as absent (``malformed``
+        reports them)."""
+        raise NotImplementedError
+
+    def check_spec(self, shape: Shape, obj: dict) -> None:
+        """Record in ``shape`` every field of ``obj``'s spec that admission reads or writes and that
+        does not have the type its API gives it (the kind's structural check)."""
+        raise NotImplementedError
+
+    def malformed(self, obj: dict) -> list[Violation]:
+        """One ``object-shape`` violation per field of ``obj`` (metadata and spec) that admission
+        reads or writes and that does not have the type its API gives it. The API server checks
+        the schema only after mutating webhooks have run, so they see objects exactly as a client
+        sent them; an object with none of these problems is safe to read with ``pod_templates``."""
+        shape = Shape()
+        shape.meta(obj.get("metadata"), ("metadata",))
+        self.check_spec(shape, obj)
+        return [Violation(SHAPE_POLICY, f, f"{problem}; fix the manifest (the API server would reject it too)")
+                for f, problem in shape.problems]
+
+    def queued(self, obj: dict) -> bool:
+        """True when Kueue queues ``obj`` (so taugate gives it a LocalQueue and suspends it)."""
+        return True
+
+    def templates_mutable(self, old: dict) -> bool:
+        """True when the API server accepts changes to the pod templates' labels in an UPDATE of
+        the stored object ``old`` (a patch under an immutable field fails the whole UPDATE).
+        Default: always (a CRD without immutable fields)."""
+        return True
+
+    def checks(self, obj: dict, templates: list[PodTemplate], *, queued: bool, old: dict | None,
+               elastic_jobs: bool) -> list[Violation]:
+        """The kind's own built-in rules (what KubeRay, Kueue or Kubernetes would refuse or mishandle
+        for this kind), on a well-formed ``obj`` whose pod templates are ``templates``; ``old`` is
+        the stored object on UPDATE, else None; ``elastic_jobs``: Kueue's
+        ElasticJobsViaWorkloadSlices feature gate is on. Default: none."""
+        return []
+
+    def create_defaults(self, spec: dict, *, queued: bool) -> list[tuple[str, Any]]:
+        """``(key, value)`` pairs mutation sets in ``spec`` on CREATE when the key is missing
+        (set-if-missing, so reinvocation changes nothing). Default: none."""
+        return []
+
+    def autoscaling(self, obj: dict) -> bool:
+        """True when ``obj`` turns on an autoscaler that may grow its worker pods past their
+        ``replicas``. Default: False."""
+        return False

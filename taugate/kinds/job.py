@@ -1,0 +1,132 @@
+"""Kubernetes ``batch/v1`` Job: one pod template, ``spec.template``.
+
+Upstream rules followed here:
+
+- pods at a time: min(parallelism, completions) (Kubernetes Job controller; kueue v0.17
+  ``pkg/controller/jobs/job/job_controller.go`` ``Job.podsCount``), down to
+  ``kueue.x-k8s.io/job-min-parallelism`` under Kueue's partial admission (``Job.minPodsCount``,
+  ``job_webhook.go`` ``validatePartialAdmissionCreate``);
+- the pod template is immutable once the Job started (Kubernetes v1.37
+  ``pkg/apis/batch/validation/validation.go`` ``validatePodTemplateUpdate``,
+  ``pkg/registry/batch/job/strategy.go`` ``validationOptionsForJob``);
+- structure: batch/v1 ``JobSpec`` (parallelism, completions ``*int32``; suspend a boolean).
+"""
+
+from __future__ import annotations
+
+import json
+
+from taugate.fieldpath import annotation_field
+from taugate.kinds.base import WorkloadKind
+from taugate.pods import INT32_MAX, PodTemplate, as_dict, as_int
+from taugate.shape import Shape
+from taugate.violation import Violation
+
+
+def job_pods(spec: dict) -> int:
+    """Pods a batch/v1 Job runs at a time: min(parallelism, completions), parallelism defaulting
+    to 1 (Kubernetes Job controller; kueue v0.17 ``pkg/controller/jobs/job/job_controller.go``
+    ``Job.podsCount``, the PodSet count Kueue reserves)."""
+    pods = as_int(spec.get("parallelism"), 1)
+    completions = spec.get("completions")
+    if type(completions) is int and completions < pods:
+        pods = completions
+    return max(pods, 0)
+
+
+JOB_MIN_PARALLELISM = "kueue.x-k8s.io/job-min-parallelism"
+"""Kueue's partial-admission annotation on a batch/v1 Job (PartialAdmission, beta, on by default
+since Kueue 0.5)."""
+
+
+def job_min_pods(obj: dict, pods: int) -> int:
+    """The fewest pods Kueue may admit a Job with: its ``kueue.x-k8s.io/job-min-parallelism``
+    annotation when it is a whole number in 1..pods-1 (kueue v0.17
+    ``pkg/controller/jobs/job/job_controller.go`` ``Job.minPodsCount``, checked by
+    ``job_webhook.go`` ``validatePartialAdmissionCreate``), else ``pods``."""
+    notes = as_dict(as_dict(obj.get("metadata")).get("annotations"))
+    raw = notes.get(JOB_MIN_PARALLELISM)
+    if type(raw) is str and raw.strip().lstrip("+-").isdigit():
+        value = int(raw)
+        if 0 < value < pods:
+            return value
+    return pods
+
+
+def check_partial_admission(obj: dict, old: dict | None = None) -> list[Violation]:
+    """Kueue rule for a Job's partial admission annotation ``kueue.x-k8s.io/job-min-parallelism``:
+    a whole number above 0 and below the pods the Job runs at a time (kueue v0.17
+    ``pkg/controller/jobs/job/job_webhook.go`` ``validatePartialAdmissionCreate``: "should be
+    between 0 and N"). On UPDATE (``old`` given) only when the annotation changes, as Kueue's
+    ``validateUpdate`` does: Kueue itself lowers ``parallelism`` to the admitted count, which may
+    be the minimum."""
+    notes = (obj.get("metadata") or {}).get("annotations") or {}
+    raw = notes.get(JOB_MIN_PARALLELISM)
+    if raw is None:
+        return []
+    if isinstance(old, dict) and raw == ((old.get("metadata") or {}).get("annotations") or {}).get(JOB_MIN_PARALLELISM):
+        return []
+    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+    pods = job_pods(spec)
+    f = annotation_field(JOB_MIN_PARALLELISM)
+    text = str(raw).strip()
+    value = int(text) if text.lstrip("+-").isdigit() else None
+    if value is not None and 0 < value < pods:
+        return []
+    asked = f"is {json.dumps(raw)}" if value is None else f"is {value}"
+    return [Violation("kueue-partial-admission", f,
+        f"{asked} for a Job that runs {pods} pod(s) at a time (min(parallelism, completions)); Kueue: \"should be "
+        f"between 0 and {pods - 1}\"; allowed: a whole number from 1 to {pods - 1}; fix: "
+        + (f"set it to a number from 1 to {pods - 1}, or remove it" if pods > 1 else
+           "remove it (a Job of one pod cannot be admitted partially) or raise spec.parallelism"))]
+
+
+class Job(WorkloadKind):
+    """Kubernetes ``batch/v1`` Job: one pod template, ``job_pods`` pods at a time (fewer, down to
+    ``job_min_pods``, under Kueue's partial admission)."""
+
+    group, version, resource, kind = "batch", "v1", "jobs", "Job"
+    upstream = ("kubernetes v1.37 pkg/apis/batch/validation/validation.go validatePodTemplateUpdate; "
+                "kueue v0.17 pkg/controller/jobs/job/job_controller.go podsCount, minPodsCount, job_webhook.go")
+
+    def pod_templates(self, obj: dict) -> list[PodTemplate]:
+        """``spec.template`` (role ``job``): ``job_pods`` pods at a time, down to ``job_min_pods``
+        under Kueue's partial admission."""
+        spec = as_dict(obj.get("spec"))
+        if not isinstance(spec.get("template"), dict):
+            return []
+        pods = job_pods(spec)
+        return [PodTemplate.of("job", "job", ("spec", "template"), ("spec",), pods, spec["template"], {},
+                               job_min_pods(obj, pods))]
+
+    def templates_mutable(self, old: dict) -> bool:
+        """A Job's pod template is immutable unless the stored Job is suspended, has never
+        started (no ``status.startTime``) and has no active pod. Kubernetes v1.37
+        ``pkg/apis/batch/validation/validation.go`` ``validatePodTemplateUpdate`` (template
+        labels, annotations, node selector, tolerations, scheduling gates mutable only with
+        ``AllowMutableSchedulingDirectives``), set in ``pkg/registry/batch/job/strategy.go``
+        ``validationOptionsForJob`` to suspended && never started, or, with the
+        MutableSchedulingDirectivesForSuspendedJobs gate, ``shouldAllowMutablePodTemplate``
+        (suspended, never started or JobSuspended, no active pod): this is true only where both
+        agree. Kueue's unsuspend (suspend true -> false with the flavor's node selectors) is
+        judged on the stored, suspended Job, so it may carry template changes."""
+        spec, status = as_dict(old.get("spec")), as_dict(old.get("status"))
+        return spec.get("suspend") is True and not status.get("startTime") and not status.get("active")
+
+    def check_spec(self, shape: Shape, obj: dict) -> None:
+        """Kubernetes: a Job needs ``spec.template``."""
+        spec = obj.get("spec")
+        if shape.obj(spec, ("spec",), required=True):
+            for key in ("parallelism", "completions"):  # *int32 in batch/v1 JobSpec
+                shape.scalar(spec.get(key), ("spec", key), int, f"a whole number from 0 to {INT32_MAX} (int32)", 0,
+                             INT32_MAX)
+            shape.scalar(spec.get("suspend"), ("spec", "suspend"), bool, "true or false")
+            shape.pod_template(spec.get("template"), ("spec", "template"))
+
+    def checks(self, obj: dict, templates: list[PodTemplate], *, queued: bool, old: dict | None,
+               elastic_jobs: bool) -> list[Violation]:
+        """Kueue's partial-admission annotation rule (``check_partial_admission``)."""
+        return check_partial_admission(obj, old)
+
+
+KIND = Job()

@@ -1,0 +1,182 @@
+"""KubeRay ``ray.io/v1`` RayCluster, and the RayCluster spec a RayJob embeds.
+
+Upstream rules followed here:
+
+- pod templates: ``spec.headGroupSpec.template`` (role ``head``, 1 pod) and
+  ``spec.workerGroupSpecs[i].template`` (role ``worker``, ``worker_group_pods`` pods: the larger of
+  what KubeRay creates, ray-operator v1.5 ``controllers/ray/utils/util.go``
+  ``GetWorkerGroupDesiredReplicas``, and what Kueue reserves, kueue v0.17
+  ``pkg/controller/jobs/raycluster/common.go`` ``BuildPodSets``);
+- structure: KubeRay's ``RayClusterSpec``/``WorkerGroupSpec`` types (ray-operator v1.5
+  ``apis/ray/v1/raycluster_types.go``: replicas, minReplicas, maxReplicas, numOfHosts ``*int32``);
+- Kueue's RayCluster webhook (kueue v0.17 ``pkg/controller/jobs/raycluster/raycluster_webhook.go``
+  ``validateCreate``): at most 7 worker groups, no in-tree autoscaling outside an elastic job.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from taugate.fieldpath import Path
+from taugate.kinds.base import WorkloadKind
+from taugate.pods import INT32_MAX, PodTemplate, as_dict, as_int
+from taugate.shape import Shape
+from taugate.violation import Violation
+
+# Kueue: a Workload has at most 8 PodSets; a RayCluster's head takes one, so at most 7 worker
+# groups can be queued.
+MAX_WORKER_GROUPS = 7
+
+
+def worker_group_pods(group: dict) -> int:
+    """Pods of one Ray worker group that admission must hold GPUs for: the larger of
+
+    - what KubeRay creates: clamp(replicas, minReplicas, maxReplicas) x numOfHosts, maxReplicas
+      when minReplicas > maxReplicas, 0 for a suspended group (ray-operator v1.5
+      ``controllers/ray/utils/util.go`` ``GetWorkerGroupDesiredReplicas``), and
+    - what Kueue reserves: replicas x numOfHosts (kueue v0.17
+      ``pkg/controller/jobs/raycluster/common.go`` ``BuildPodSets``).
+
+    Missing fields take the RayCluster CRD defaults the API server applies before admission
+    (replicas 0, minReplicas 0, maxReplicas 2147483647, numOfHosts 1), so an object read offline
+    counts as the stored one will."""
+    replicas = as_int(group.get("replicas"), 0)
+    lo, hi = as_int(group.get("minReplicas"), 0), as_int(group.get("maxReplicas"), INT32_MAX)
+    hosts = max(as_int(group.get("numOfHosts"), 1), 1)
+    if group.get("suspend") is True:
+        kuberay = 0
+    elif lo > hi:
+        kuberay = hi
+    else:
+        kuberay = min(max(replicas, lo), hi)
+    return max(kuberay, replicas) * hosts
+
+
+def cluster_templates(spec: dict, prefix: Path) -> list[PodTemplate]:
+    out: list[PodTemplate] = []
+    head = spec.get("headGroupSpec")
+    if type(head) is dict and type(head.get("template")) is dict:
+        params = head.get("rayStartParams")
+        out.append(PodTemplate.of("head", "head", prefix + ("headGroupSpec", "template"),
+                                  prefix + ("headGroupSpec",), 1, head["template"],
+                                  params if type(params) is dict else {}))
+    groups = spec.get("workerGroupSpecs")
+    for i, group in enumerate(groups if type(groups) is list else ()):
+        if type(group) is not dict or type(group.get("template")) is not dict:
+            continue
+        params = group.get("rayStartParams")
+        gpath = prefix + ("workerGroupSpecs", i)
+        out.append(PodTemplate.of("worker", str(group.get("groupName") or f"group-{i}"), gpath + ("template",),
+                                  gpath, worker_group_pods(group), group["template"],
+                                  params if type(params) is dict else {}))
+    return out
+
+
+def cluster_shape(shape: Shape, spec: Any, prefix: Path) -> None:
+    if not shape.obj(spec, prefix, required=True):
+        return
+    head = spec.get("headGroupSpec")
+    if shape.obj(head, prefix + ("headGroupSpec",), required=True):
+        shape.string_map(head.get("rayStartParams"), prefix + ("headGroupSpec", "rayStartParams"))
+        shape.pod_template(head.get("template"), prefix + ("headGroupSpec", "template"))
+    groups = spec.get("workerGroupSpecs")
+    if shape.array(groups, prefix + ("workerGroupSpecs",)):
+        for i, g in enumerate(groups):
+            gpath = prefix + ("workerGroupSpecs", i)
+            if not shape.obj(g, gpath, required=True):
+                continue
+            name = g.get("groupName")
+            if name is not None and type(name) is not str:
+                shape.scalar(name, gpath + ("groupName",), str, "a string")
+            for key in ("replicas", "minReplicas", "maxReplicas"):  # *int32 in KubeRay's WorkerGroupSpec
+                value = g.get(key)
+                if value is not None and not (type(value) is int and 0 <= value <= INT32_MAX):
+                    shape.scalar(value, gpath + (key,), int, f"a whole number from 0 to {INT32_MAX} (int32)", 0, INT32_MAX)
+            hosts = g.get("numOfHosts")
+            if hosts is not None and not (type(hosts) is int and 1 <= hosts <= INT32_MAX):
+                shape.scalar(hosts, gpath + ("numOfHosts",), int, f"a whole number from 1 to {INT32_MAX} (int32)", 1,
+                             INT32_MAX)
+            shape.string_map(g.get("rayStartParams"), gpath + ("rayStartParams",))
+            shape.pod_template(g.get("template"), gpath + ("template",))
+
+
+def check_worker_groups(templates: list[PodTemplate], where: str) -> list[Violation]:
+    """Kueue rule: at most ``MAX_WORKER_GROUPS`` worker groups (8 PodSets per Workload)."""
+    workers = sum(1 for t in templates if t.role == "worker")
+    if workers <= MAX_WORKER_GROUPS:
+        return []
+    return [Violation("kueue-worker-groups", where,
+        f"has {workers} worker groups; allowed: at most {MAX_WORKER_GROUPS} under Kueue (a Workload holds "
+        f"8 PodSets, one is the head); fix: merge worker groups with the same pod template")]
+
+
+def cluster_autoscaling(cluster_spec: Any) -> bool:
+    """True when a RayCluster spec sets ``enableInTreeAutoscaling: true`` (KubeRay's autoscaler
+    may then grow a worker group up to ``maxReplicas``)."""
+    return as_dict(cluster_spec).get("enableInTreeAutoscaling") is True
+
+
+ELASTIC_JOB = "kueue.x-k8s.io/elastic-job"
+"""Kueue's annotation marking an elastic job (workload slices), read only with the
+ElasticJobsViaWorkloadSlices feature gate on (kueue v0.17 ``pkg/workloadslicing``)."""
+
+
+def check_autoscaling(obj: dict, cluster_spec: dict, where: str, elastic_jobs: bool) -> list[Violation]:
+    """Kueue rule for a queued RayCluster or RayJob: ``enableInTreeAutoscaling: true`` only for an
+    elastic job, i.e. the annotation ``kueue.x-k8s.io/elastic-job: "true"`` with Kueue's
+    ElasticJobsViaWorkloadSlices feature gate on (``elastic_jobs``, setting
+    ``TAUGATE_KUEUE_ELASTIC_JOBS``) (kueue v0.17 ``pkg/controller/jobs/raycluster/raycluster_webhook.go``
+    ``validateCreate``, and ``rayjob_webhook.go`` through ``raycluster.ValidateCreate``).
+    ``cluster_spec`` is the RayCluster spec of ``obj`` (a RayJob's ``spec.rayClusterSpec``) and
+    ``where`` its field path."""
+    kind = obj.get("kind")
+    if not cluster_autoscaling(cluster_spec):
+        return []
+    notes = (obj.get("metadata") or {}).get("annotations") or {}
+    if elastic_jobs and notes.get(ELASTIC_JOB) == "true":
+        return []
+    how = (f'add the annotation {ELASTIC_JOB}: "true"' if elastic_jobs else
+           "ask the platform team to turn on Kueue's ElasticJobsViaWorkloadSlices feature gate "
+           f'(taugate setting TAUGATE_KUEUE_ELASTIC_JOBS) and add the annotation {ELASTIC_JOB}: "true"')
+    return [Violation("kueue-autoscaling", f"{where}.enableInTreeAutoscaling",
+        f"is true on a queued {kind}; Kueue: \"a kueue managed job can use autoscaling only when the "
+        f"ElasticJobsViaWorkloadSlices feature gate is on and the job is an elastic job\"; allowed: false, or an "
+        f"elastic job; fix: set {where}.enableInTreeAutoscaling: false and size the worker groups with replicas, "
+        f"or {how}")]
+
+
+class RayCluster(WorkloadKind):
+    """KubeRay ``ray.io/v1`` RayCluster: a head group and worker groups, every one a pod template."""
+
+    group, version, resource, kind = "ray.io", "v1", "rayclusters", "RayCluster"
+    default_lane = "interactive"
+    upstream = ("ray-operator v1.5 controllers/ray/utils/util.go GetWorkerGroupDesiredReplicas; "
+                "kueue v0.17 pkg/controller/jobs/raycluster/common.go BuildPodSets, raycluster_webhook.go validateCreate")
+
+    def pod_templates(self, obj: dict) -> list[PodTemplate]:
+        """The head group's template, then each worker group's (``cluster_templates``)."""
+        return cluster_templates(as_dict(obj.get("spec")), ("spec",))
+
+    def check_spec(self, shape: Shape, obj: dict) -> None:
+        """KubeRay's ``RayClusterSpec`` as far as admission reads it (``cluster_shape``), and
+        ``spec.suspend`` a boolean."""
+        cluster_shape(shape, obj.get("spec"), ("spec",))
+        if isinstance(obj.get("spec"), dict):
+            shape.scalar(obj["spec"].get("suspend"), ("spec", "suspend"), bool, "true or false")
+
+    def checks(self, obj: dict, templates: list[PodTemplate], *, queued: bool, old: dict | None,
+               elastic_jobs: bool) -> list[Violation]:
+        """Kueue: at most ``MAX_WORKER_GROUPS`` worker groups; a queued RayCluster autoscales only
+        as an elastic job (``check_autoscaling``)."""
+        out = check_worker_groups(templates, "spec.workerGroupSpecs")
+        if queued:
+            out += check_autoscaling(obj, as_dict(obj.get("spec")), "spec", elastic_jobs)
+        return out
+
+    def autoscaling(self, obj: dict) -> bool:
+        """``spec.enableInTreeAutoscaling: true`` (KubeRay's autoscaler may grow a worker group
+        up to ``maxReplicas``)."""
+        return cluster_autoscaling(obj.get("spec"))
+
+
+KIND = RayCluster()

@@ -1,0 +1,224 @@
+"""KubeRay ``ray.io/v1`` RayJob: a RayCluster spec (``spec.rayClusterSpec``) plus the submitter.
+
+Upstream rules followed here:
+
+- pod templates: the RayCluster's (``raycluster.cluster_templates`` under ``spec.rayClusterSpec``)
+  plus ``spec.submitterPodTemplate`` (role ``submitter``, 1 pod) when present; taugate makes
+  KubeRay's default submitter explicit on CREATE (``kuberay_default_submitter``, ray-operator v1.5
+  ``controllers/ray/common/job.go`` ``GetSubmitterTemplate``);
+- queued unless it runs on an existing cluster (``clusterSelector``): ray-operator
+  ``rayjob_controller.go`` and kueue v0.17 ``pkg/controller/jobs/rayjob/rayjob_webhook.go``;
+- KubeRay's ``ValidateRayJobSpec`` (ray-operator v1.5 ``controllers/ray/utils/validation.go``):
+  name length, submission modes, deletion strategy;
+- Kueue's RayJob webhook (``rayjob_webhook.go`` ``validateCreate``): ``shutdownAfterJobFinishes``,
+  at most 7 worker groups, no in-tree autoscaling outside an elastic job.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from taugate.kinds.base import WorkloadKind
+from taugate.kinds.raycluster import check_autoscaling, check_worker_groups, cluster_autoscaling, cluster_shape, \
+    cluster_templates
+from taugate.pods import PodTemplate, as_dict
+from taugate.shape import Shape
+from taugate.violation import Violation
+
+# KubeRay: a RayJob's name is used to build its RayCluster's name (name + "-" + 5 random
+# characters) and the submitter Job's; KubeRay's validation rejects names over 47 characters.
+MAX_RAYJOB_NAME = 47
+# generateName gets 5 random characters appended by the API server.
+MAX_RAYJOB_GENERATE_NAME = MAX_RAYJOB_NAME - 5
+
+
+def check_rayjob(obj: dict, templates: list[PodTemplate], queued: bool, elastic_jobs: bool = False) -> list[Violation]:
+    """KubeRay and Kueue rules for a RayJob: name length, worker groups under Kueue,
+    ``shutdownAfterJobFinishes``, in-tree autoscaling (``raycluster.check_autoscaling``, with
+    ``elastic_jobs``: Kueue's ElasticJobsViaWorkloadSlices gate), and no ``clusterSelector``
+    together with ``rayClusterSpec``."""
+    out: list[Violation] = []
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+    name, gen = meta.get("name"), meta.get("generateName")
+    if isinstance(name, str) and len(name) > MAX_RAYJOB_NAME:
+        out.append(Violation("rayjob-name-length", "metadata.name",
+            f"name is {len(name)} characters; allowed: at most {MAX_RAYJOB_NAME} (KubeRay derives the "
+            f"RayCluster and submitter Job names from it); fix: shorten it to {name[:MAX_RAYJOB_NAME]!r} or less"))
+    elif not name and isinstance(gen, str) and len(gen) > MAX_RAYJOB_GENERATE_NAME:
+        out.append(Violation("rayjob-name-length", "metadata.generateName",
+            f"generateName is {len(gen)} characters; allowed: at most {MAX_RAYJOB_GENERATE_NAME} (5 random "
+            f"characters are appended and KubeRay allows {MAX_RAYJOB_NAME}); fix: shorten the prefix"))
+    cluster_spec = spec.get("rayClusterSpec")
+    if cluster_spec is not None and spec.get("clusterSelector"):
+        out.append(Violation("rayjob-cluster-selector", "spec.clusterSelector",
+            "sets clusterSelector together with rayClusterSpec; allowed: one of them (KubeRay), and Kueue "
+            "does not queue RayJobs that run on an existing cluster; fix: remove spec.clusterSelector"))
+    out += check_rayjob_submission(spec)
+    if queued:
+        out += check_worker_groups(templates, "spec.rayClusterSpec.workerGroupSpecs")
+        out += check_rayjob_shutdown(spec)
+        out += check_autoscaling(obj, as_dict(spec.get("rayClusterSpec")), "spec.rayClusterSpec", elastic_jobs)
+    return out
+
+
+def check_rayjob_submission(spec: dict) -> list[Violation]:
+    """KubeRay rules on a RayJob's submission mode that KubeRay checks only in its controller,
+    after Kueue may already hold quota for the job (ray-operator v1.5
+    ``controllers/ray/utils/validation.go`` ``ValidateRayJobSpec``; messages in its words):
+
+    - ``InteractiveMode`` with ``backoffLimit`` > 0 ("BackoffLimit is incompatible with
+      InteractiveMode");
+    - ``SidecarMode`` with ``submitterPodTemplate`` or ``submitterConfig`` ("SidecarMode doesn't
+      support ..."), or with a head pod ``restartPolicy`` other than ``Never`` ("restartPolicy
+      for head Pod should be Never or unset when using SidecarMode")."""
+    mode = spec.get("submissionMode")
+    out: list[Violation] = []
+    if mode == "InteractiveMode":
+        limit = spec.get("backoffLimit")
+        if type(limit) is int and limit > 0:
+            out.append(Violation("rayjob-submission-mode", "spec.backoffLimit",
+                f"is {limit} with submissionMode InteractiveMode; KubeRay: \"The RayJob spec is invalid: BackoffLimit is "
+                f"incompatible with InteractiveMode\"; allowed: 0 or unset; fix: remove spec.backoffLimit (or use "
+                f"K8sJobMode for retries)"))
+    elif mode == "SidecarMode":
+        for key, name in (("submitterPodTemplate", "SubmitterPodTemplate"), ("submitterConfig", "SubmitterConfig")):
+            if spec.get(key) is not None:
+                out.append(Violation("rayjob-submission-mode", f"spec.{key}",
+                    f"is set with submissionMode SidecarMode; KubeRay: \"Currently, SidecarMode doesn't support "
+                    f"{name}\"; allowed: unset in SidecarMode; fix: remove spec.{key} or use K8sJobMode"))
+        cluster = spec.get("rayClusterSpec") if type(spec.get("rayClusterSpec")) is dict else {}
+        head = cluster.get("headGroupSpec") if type(cluster.get("headGroupSpec")) is dict else {}
+        template = head.get("template") if type(head.get("template")) is dict else {}
+        pod = template.get("spec") if type(template.get("spec")) is dict else {}
+        policy = pod.get("restartPolicy")
+        if policy not in (None, "", "Never"):
+            out.append(Violation("rayjob-submission-mode",
+                "spec.rayClusterSpec.headGroupSpec.template.spec.restartPolicy",
+                f"is {json.dumps(policy)} with submissionMode SidecarMode; KubeRay: \"restartPolicy for head Pod should "
+                f"be Never or unset when using SidecarMode\"; allowed: Never or unset; fix: set it to Never"))
+    return out
+
+
+def check_rayjob_shutdown(spec: dict) -> list[Violation]:
+    """Kueue rule for a queued RayJob: ``shutdownAfterJobFinishes`` must be true ("a kueue
+    managed job should delete the cluster after finishing": a RayCluster that outlives its job
+    keeps the quota). KubeRay rules it meets: true is not allowed beside
+    ``deletionStrategy.deletionRules`` (mutually exclusive) nor with a ``DeleteNone``
+    onSuccess/onFailure policy. Mutation sets it to true unless a ``deletionStrategy`` is given."""
+    shutdown = spec.get("shutdownAfterJobFinishes")
+    strategy = spec.get("deletionStrategy") if isinstance(spec.get("deletionStrategy"), dict) else {}
+    if strategy.get("deletionRules") is not None:
+        return [Violation("rayjob-shutdown", "spec.deletionStrategy.deletionRules",
+            "is set on a queued RayJob; allowed: shutdownAfterJobFinishes: true, which Kueue requires and KubeRay "
+            "does not allow beside deletionRules; fix: remove spec.deletionStrategy.deletionRules and set "
+            "spec.shutdownAfterJobFinishes: true (optionally with ttlSecondsAfterFinished)")]
+    none = [f"spec.deletionStrategy.{k}.policy" for k in ("onSuccess", "onFailure")
+            if isinstance(strategy.get(k), dict) and strategy[k].get("policy") == "DeleteNone"]
+    if none:
+        return [Violation("rayjob-shutdown", none[0],
+            "is DeleteNone on a queued RayJob; allowed: DeleteCluster, DeleteWorkers or DeleteSelf (Kueue requires "
+            "shutdownAfterJobFinishes: true and KubeRay does not allow it with DeleteNone); fix: use DeleteCluster")]
+    if shutdown is not True:
+        return [Violation("rayjob-shutdown", "spec.shutdownAfterJobFinishes",
+            f"is {'missing' if shutdown is None else 'false'}; allowed: true for a queued RayJob (Kueue keeps the "
+            f"quota of a RayCluster that outlives its job); fix: set spec.shutdownAfterJobFinishes: true")]
+    return []
+
+
+SUBMITTER_CONTAINER = "ray-job-submitter"
+"""KubeRay's submitter container name (ray-operator ``utils.SubmitterContainerName``)."""
+
+
+def kuberay_default_submitter(spec: dict) -> dict | None:
+    """The submitter pod template KubeRay would use for a RayJob ``spec`` in ``K8sJobMode`` (the
+    default ``submissionMode``) that names none, made explicit so that taugate can put the run-id
+    on the submitter pod; None when the RayJob has one, submits otherwise, or has no head image.
+
+    KubeRay rule (ray-operator v1.5 ``controllers/ray/common/job.go``, ``GetSubmitterTemplate``
+    and ``GetDefaultSubmitterContainer``): without ``spec.submitterPodTemplate`` the submitter Job
+    runs one container ``ray-job-submitter`` with the head's image, requests 500m CPU / 200Mi,
+    limits 1 CPU / 1Gi, ``restartPolicy: Never``, and KubeRay copies none of the RayJob's labels
+    onto that Job or its pod (``rayjob_controller.go`` ``createNewK8sJob``), so the submitter pod
+    would carry no run-id. KubeRay fills in the container's command when it is empty
+    (``configureSubmitterContainer``); Kueue sizes the submitter pod set from the same template
+    (``pkg/controller/jobs/rayjob``), so quota is unchanged."""
+    if spec.get("submitterPodTemplate") is not None:
+        return None
+    if (spec.get("submissionMode") or "K8sJobMode") != "K8sJobMode":
+        return None
+    try:
+        image = spec["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["image"]
+    except (KeyError, IndexError, TypeError):
+        return None
+    if not isinstance(image, str) or not image:
+        return None
+    return {"spec": {"restartPolicy": "Never", "containers": [{
+        "name": SUBMITTER_CONTAINER, "image": image,
+        "resources": {"limits": {"cpu": "1", "memory": "1Gi"}, "requests": {"cpu": "500m", "memory": "200Mi"}}}]}}
+
+
+class RayJob(WorkloadKind):
+    """KubeRay ``ray.io/v1`` RayJob: the RayCluster spec plus the submitter pod template."""
+
+    group, version, resource, kind = "ray.io", "v1", "rayjobs", "RayJob"
+    upstream = ("ray-operator v1.5 controllers/ray/utils/validation.go ValidateRayJobSpec, "
+                "controllers/ray/common/job.go GetSubmitterTemplate; kueue v0.17 pkg/controller/jobs/rayjob")
+
+    def queued(self, obj: dict) -> bool:
+        """False for a RayJob that runs on an existing RayCluster (``clusterSelector``, no
+        ``rayClusterSpec``): KubeRay forbids suspending one ("the ClusterSelector mode doesn't
+        support the suspend operation") and Kueue does not manage it ("a kueue managed job should
+        not use an existing cluster"); the RayCluster it runs on was queued itself."""
+        spec = as_dict(obj.get("spec"))
+        return spec.get("rayClusterSpec") is not None or not spec.get("clusterSelector")
+
+    def check_spec(self, shape: Shape, obj: dict) -> None:
+        """KubeRay: a RayJob needs ``rayClusterSpec`` or ``clusterSelector``."""
+        spec = obj.get("spec")
+        if shape.obj(spec, ("spec",), required=True):
+            if spec.get("rayClusterSpec") is None and not spec.get("clusterSelector"):
+                shape.bad(("spec", "rayClusterSpec"), "is missing; a RayJob needs rayClusterSpec (or clusterSelector, "
+                                                      "which Kueue does not queue)")
+            elif spec.get("rayClusterSpec") is not None:
+                cluster_shape(shape, spec["rayClusterSpec"], ("spec", "rayClusterSpec"))
+            shape.string_map(spec.get("clusterSelector"), ("spec", "clusterSelector"))
+            if spec.get("submitterPodTemplate") is not None:
+                shape.pod_template(spec["submitterPodTemplate"], ("spec", "submitterPodTemplate"))
+            for key in ("suspend", "shutdownAfterJobFinishes"):
+                shape.scalar(spec.get(key), ("spec", key), bool, "true or false")
+
+    def pod_templates(self, obj: dict) -> list[PodTemplate]:
+        """The RayCluster's templates under ``spec.rayClusterSpec`` (head, then worker groups), then
+        ``spec.submitterPodTemplate`` (role ``submitter``, 1 pod) when present."""
+        spec = as_dict(obj.get("spec"))
+        out = cluster_templates(as_dict(spec.get("rayClusterSpec")), ("spec", "rayClusterSpec"))
+        if isinstance(spec.get("submitterPodTemplate"), dict):
+            out.append(PodTemplate.of("submitter", "submitter", ("spec", "submitterPodTemplate"),
+                                      ("spec",), 1, spec["submitterPodTemplate"], {}))
+        return out
+
+    def checks(self, obj: dict, templates: list[PodTemplate], *, queued: bool, old: dict | None,
+               elastic_jobs: bool) -> list[Violation]:
+        """KubeRay's and Kueue's RayJob rules (``check_rayjob``)."""
+        return check_rayjob(obj, templates, queued, elastic_jobs)
+
+    def create_defaults(self, spec: dict, *, queued: bool) -> list[tuple[str, Any]]:
+        """KubeRay's default submitter pod template made explicit (``kuberay_default_submitter``),
+        and, for a queued RayJob without a ``deletionStrategy``, ``shutdownAfterJobFinishes: true``
+        (Kueue requires it; KubeRay forbids it beside ``deletionRules``, which validation explains)."""
+        out: list[tuple[str, Any]] = []
+        submitter = kuberay_default_submitter(spec)
+        if submitter is not None:
+            out.append(("submitterPodTemplate", submitter))
+        if queued and spec.get("deletionStrategy") is None:
+            out.append(("shutdownAfterJobFinishes", True))
+        return out
+
+    def autoscaling(self, obj: dict) -> bool:
+        """``spec.rayClusterSpec.enableInTreeAutoscaling: true``."""
+        return cluster_autoscaling(as_dict(obj.get("spec")).get("rayClusterSpec"))
+
+
+KIND = RayJob()

@@ -1,0 +1,282 @@
+"""Pod templates and their GPU demand: the arithmetic every workload kind shares.
+
+A workload kind (``taugate.kinds``) turns a raw object into its ``PodTemplate``s, each with its
+role, replica count and GPU demand, so that mutation, validation and the policy input never walk
+kind-specific paths themselves.
+
+GPUs per pod follow Kubernetes' pod request formula with native sidecars (KEP-753,
+``pod_request``), for ``nvidia.com/gpu`` and for every MIG slice resource ``nvidia.com/mig-*``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from decimal import Decimal, InvalidOperation
+from typing import Any, Iterator, Literal
+
+from kubernetes.utils.quantity import parse_quantity
+
+from taugate import labels
+from taugate.fieldpath import Path
+
+Role = Literal["head", "worker", "submitter", "job"]
+
+
+def quantity(value: Any) -> Decimal | None:
+    """A Kubernetes resource quantity ("500m", "8G", 2) as a Decimal; None if unparsable."""
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, int) or (isinstance(value, str) and value.isdigit()):
+        return Decimal(value)
+    try:
+        q = parse_quantity(value)
+    except (ValueError, TypeError, InvalidOperation):
+        return None
+    return q if q.is_finite() else None
+
+
+MAX_GPUS = 2**31 - 1
+"""The largest GPU count taugate reads (a Kubernetes int32 count); larger is not a quantity."""
+
+
+def gpu_quantity(value: Any) -> Decimal | None:
+    """An ``nvidia.com/gpu`` quantity, or None when unparsable, not finite or above ``MAX_GPUS``
+    (``"1e999999999"`` included: its size is read from the exponent, never computed)."""
+    if type(value) is str:
+        return _gpu_text(value)
+    return _within_gpus(quantity(value))
+
+
+@lru_cache(maxsize=256)
+def _gpu_text(value: str) -> Decimal | None:
+    # The same few strings ("1", "8") on every request: parsed once (a Decimal is immutable).
+    return _within_gpus(quantity(value))
+
+
+def _within_gpus(q: Decimal | None) -> Decimal | None:
+    # adjusted() is the exponent of the leading digit; abs() of a huge exponent would overflow.
+    return q if q is not None and q.adjusted() < 10 and abs(q) <= MAX_GPUS else None
+
+
+@dataclass(slots=True)
+class ContainerGpus:
+    """GPU resources of one container: ``nvidia.com/gpu`` request and limit as written
+    (read-only by convention, like ``PodTemplate``).
+
+    ``request``/``limit`` are the raw values (None when absent); ``request_n``/``limit_n`` the
+    parsed numbers (None when absent or unparsable). Kubernetes defaults a missing request of an
+    extended resource to its limit, so ``effective`` is the limit, else the request. ``sidecar``
+    is True for a native sidecar: an init container with ``restartPolicy: Always`` (KEP-753), which
+    runs for the life of the pod.
+    """
+
+    name: str
+    index: int
+    kind: Literal["containers", "initContainers"]
+    request: Any
+    limit: Any
+    request_n: Decimal | None
+    limit_n: Decimal | None
+    sidecar: bool = False
+
+    @property
+    def effective(self) -> Decimal:
+        """GPUs this container holds on its node (limit, else request, else 0)."""
+        if self.limit_n is not None:
+            return self.limit_n
+        return self.request_n if self.request_n is not None else _ZERO
+
+
+_ZERO = Decimal(0)
+
+
+def _containers(spec: dict) -> Iterator[tuple[str, int, dict]]:
+    for kind in ("containers", "initContainers"):
+        items = spec.get(kind)
+        if isinstance(items, list):
+            for i, c in enumerate(items):
+                if isinstance(c, dict):
+                    yield kind, i, c
+
+
+def _pod_spec(template: Any) -> dict:
+    spec = template.get("spec") if isinstance(template, dict) else None
+    return spec if isinstance(spec, dict) else {}
+
+
+def is_sidecar(kind: str, container: dict) -> bool:
+    """True for a native sidecar (KEP-753, GA in Kubernetes 1.29): an init container whose
+    ``restartPolicy`` is ``Always`` (component-helpers ``resource/helpers.go``
+    ``isRestartableInitContainer``)."""
+    return kind == "initContainers" and container.get("restartPolicy") == "Always"
+
+
+def _read_gpus(spec: dict) -> tuple[ContainerGpus, ...]:
+    out = []
+    for kind, i, c in _containers(spec):
+        sidecar = is_sidecar(kind, c)
+        res = c.get("resources")
+        if not isinstance(res, dict):
+            out.append(ContainerGpus(c.get("name") or f"#{i}", i, kind, None, None, None, None, sidecar))
+            continue
+        req, lim = res.get("requests"), res.get("limits")
+        r = req.get(labels.GPU_RESOURCE) if isinstance(req, dict) else None
+        l = lim.get(labels.GPU_RESOURCE) if isinstance(lim, dict) else None
+        out.append(ContainerGpus(c.get("name") or f"#{i}", i, kind, r, l,
+                                 None if r is None else gpu_quantity(r), None if l is None else gpu_quantity(l),
+                                 sidecar))
+    return tuple(out)
+
+
+def pod_request(containers: Iterator[tuple[str, bool, Decimal]] | list[tuple[str, bool, Decimal]]) -> Decimal:
+    """What a pod holds of one resource on its node, from ``(list name, sidecar, amount)`` per
+    container in spec order (``containers`` first, then ``initContainers``).
+
+    Kubernetes' formula with native sidecars (KEP-753 "Resources calculation for scheduling and
+    pod admission"; component-helpers ``resource/helpers.go`` ``aggregateContainerResourcesByFn``,
+    used by ``PodRequests``): the larger of
+
+    - the sum of the regular containers plus every sidecar (they all run together), and
+    - for each init container i, its amount plus the sidecars declared before it (a classic init
+      container runs beside the sidecars already started; a sidecar counts with the ones before).
+    """
+    main = sidecars = init = _ZERO
+    for kind, sidecar, amount in containers:
+        if kind == "containers":
+            main += amount
+        elif sidecar:
+            sidecars += amount
+            init = max(init, sidecars)
+        else:
+            init = max(init, amount + sidecars)
+    return max(main + sidecars, init)
+
+
+def _whole(value: Decimal) -> int:
+    """A device count as a whole number: a fraction counts as the next whole device."""
+    return int(value) if value == value.to_integral_value() else int(value) + 1
+
+
+def _gpus_per_pod(gpus: tuple[ContainerGpus, ...]) -> int:
+    """``nvidia.com/gpu`` one pod holds: ``pod_request`` over the containers, rounded up."""
+    return _whole(pod_request([(g.kind, g.sidecar, g.effective) for g in gpus]))
+
+
+MIG_PREFIX = "nvidia.com/mig-"
+"""NVIDIA MIG slice resources (``nvidia.com/mig-1g.10gb`` ...) as the GPU operator's ``mixed``
+strategy advertises them: a slice of a GPU, never a whole ``nvidia.com/gpu``."""
+
+
+def _mig_per_pod(spec: dict) -> dict[str, int]:
+    """MIG slices one pod holds, by resource name (``pod_request`` per resource; limit, else
+    request, as for ``nvidia.com/gpu``); empty when the pod asks for none."""
+    per: dict[str, list[tuple[str, bool, Decimal]]] = {}
+    for kind, _, c in _containers(spec):
+        res = c.get("resources")
+        if type(res) is not dict:
+            continue
+        names: dict[str, Decimal] = {}
+        for which in ("requests", "limits"):  # limits last: the limit wins
+            values = res.get(which)
+            if type(values) is not dict:
+                continue
+            for name, raw in values.items():
+                if type(name) is str and name.startswith(MIG_PREFIX):
+                    q = gpu_quantity(raw)
+                    if q is not None and q >= 0:
+                        names[name] = q
+        for name, q in names.items():
+            per.setdefault(name, []).append((kind, is_sidecar(kind, c), q))
+    out: dict[str, int] = {}
+    for name, items in per.items():
+        total = pod_request(items)
+        if total > 0:
+            out[name] = _whole(total)
+    return out
+
+
+@dataclass(slots=True)
+class PodTemplate:
+    """One pod template of a workload; build it with ``PodTemplate.of``. Read-only by
+    convention (not ``frozen``: a frozen dataclass costs ~1 us more to build, per template, per
+    review).
+
+    - ``role``: head / worker / submitter / job.
+    - ``group``: the Ray group name (``groupName``), ``head``, ``submitter`` or ``job``.
+    - ``path``: where the template is in the object, e.g. ``("spec", "template")``.
+    - ``group_path``: where the enclosing group spec is (RayJob/RayCluster), else ``path[:-1]``.
+    - ``replicas``: pods created from it at a time (worker: ``worker_group_pods``; Job:
+      ``job_pods``).
+    - ``min_replicas``: the fewest pods Kueue may admit it with (Job: ``job_min_pods``, Kueue
+      partial admission), else ``replicas``.
+    - ``template``: the template dict itself (a live reference into the object).
+    - ``ray_start_params``: the group's ``rayStartParams`` (strings), empty for non-Ray.
+    - ``spec``: the pod spec (``template.spec``), or an empty dict.
+    - ``container_gpus``: ``nvidia.com/gpu`` request and limit of every container (init
+      containers included).
+    - ``gpus_per_pod``: ``nvidia.com/gpu`` one pod holds (``pod_request``: KEP-753, native
+      sidecars included), rounded up.
+    - ``mig_per_pod``: MIG slices one pod holds by resource (``nvidia.com/mig-1g.10gb``: 2).
+    """
+
+    role: Role
+    group: str
+    path: Path
+    group_path: Path
+    replicas: int
+    template: dict
+    ray_start_params: dict
+    spec: dict
+    container_gpus: tuple[ContainerGpus, ...]
+    gpus_per_pod: int
+    mig_per_pod: dict[str, int]
+    min_replicas: int
+
+    @classmethod
+    def of(cls, role: Role, group: str, path: Path, group_path: Path, replicas: int, template: dict,
+           ray_start_params: dict, min_replicas: int | None = None) -> "PodTemplate":
+        """The pod template ``template`` (at ``path``), its GPU demand read once;
+        ``min_replicas`` defaults to ``replicas``."""
+        spec = _pod_spec(template)
+        gpus = _read_gpus(spec)
+        return cls(role, group, path, group_path, replicas, template, ray_start_params, spec, gpus,
+                   _gpus_per_pod(gpus), _mig_per_pod(spec), replicas if min_replicas is None else min_replicas)
+
+    def containers(self) -> Iterator[tuple[str, int, dict]]:
+        """Yield ``(list name, index, container)`` for containers, then initContainers."""
+        return _containers(self.spec)
+
+    def gpus(self) -> tuple[ContainerGpus, ...]:
+        """Same as ``container_gpus``."""
+        return self.container_gpus
+
+    @property
+    def ray_num_gpus(self) -> Decimal | None:
+        """``rayStartParams["num-gpus"]`` as a number, None if absent, unparsable or beyond
+        ``MAX_GPUS`` (read like an ``nvidia.com/gpu`` count, so ``"1e999999999"`` is never
+        expanded)."""
+        raw = self.ray_start_params.get("num-gpus")
+        # ``ray start --num-gpus`` is an integer option (python/ray/scripts/scripts.py): a whole
+        # number, never negative, no quantity suffix ("1m" would be 0.001).
+        if type(raw) is not str or not _WHOLE.match(raw):
+            return None
+        return gpu_quantity(raw)
+
+
+
+def as_dict(value: Any) -> dict:
+    """``value`` when it is an object, else an empty dict (a malformed field reads as absent)."""
+    return value if isinstance(value, dict) else {}
+
+
+def as_int(value: Any, default: int) -> int:
+    """``value`` when it is an integer (a boolean is not), else ``default``."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+INT32_MAX = 2**31 - 1
+"""The largest int32: replicas, parallelism and the like are ``*int32`` in the Go API types."""
+
+_WHOLE = re.compile(r"^[0-9]+$")

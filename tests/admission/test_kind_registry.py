@@ -1,0 +1,146 @@
+"""The registry of workload kinds (``taugate.kinds``): every kind module is complete, every kind
+table in the code derives from the registry, and no other module spells a kind's resource.
+
+The chart's side (webhook rules, the researcher role) is checked in
+``tests/install/test_webhook_configurations.py`` and ``tests/install/test_rbac.py``.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import importlib
+import pkgutil
+from pathlib import Path
+
+import pytest
+
+import taugate.kinds
+from taugate.kinds import KIND_NAMES, KINDS, WorkloadKind, kind_for, kind_of, resources_by_group_version
+from taugate.fieldpath import field_path
+from taugate.kinds.base import WorkloadKind as Base
+from taugate.settings import Settings
+from taugate.webhook import mutation, review, routes, server
+from tests import kubedouble
+
+ROOT = Path(__file__).resolve().parents[2]
+KIND_MODULES = sorted(m.name for m in pkgutil.iter_modules(taugate.kinds.__path__) if m.name != "base")
+SAMPLES = {
+    "RayJob": {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"name": "r"}, "spec": {"rayClusterSpec": {
+        "headGroupSpec": {"template": {"spec": {"containers": [{"name": "head", "image": "ray"}]}}},
+        "workerGroupSpecs": [{"groupName": "gpu", "replicas": 2, "template": {"spec": {"containers": [
+            {"name": "w", "image": "ray", "resources": {"limits": {"nvidia.com/gpu": 4}}}]}}}]}}},
+    "RayCluster": {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "c"}, "spec": {
+        "headGroupSpec": {"template": {"spec": {"containers": [{"name": "head", "image": "ray"}]}}},
+        "workerGroupSpecs": [{"groupName": "gpu", "replicas": 3, "template": {"spec": {"containers": [
+            {"name": "w", "image": "ray", "resources": {"limits": {"nvidia.com/gpu": 2}}}]}}}]}},
+    "Job": {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"}, "spec": {"parallelism": 2,
+            "template": {"spec": {"containers": [{"name": "t", "image": "pytorch",
+                                                  "resources": {"limits": {"nvidia.com/gpu": 8}}}]}}}},
+}
+"""One small well-formed object of each kind; a new kind adds its own here."""
+
+
+def test_every_module_of_the_kinds_package_is_registered_once():
+    registered = [type(k).__module__.rsplit(".", 1)[1] for k in KINDS]
+    assert sorted(registered) == KIND_MODULES
+    assert len({(k.group, k.kind) for k in KINDS}) == len(KINDS)
+    assert len({(k.group, k.resource) for k in KINDS}) == len(KINDS)
+
+
+@pytest.mark.parametrize("name", KIND_MODULES)
+def test_every_kind_module_is_complete(name):
+    module = importlib.import_module(f"taugate.kinds.{name}")
+    kind = module.KIND
+    assert isinstance(kind, WorkloadKind)
+    for attr in ("group", "version", "resource", "kind", "upstream"):
+        assert isinstance(getattr(kind, attr), str) and getattr(kind, attr), f"{name}: {attr} is not set"
+    assert kind.resource == kind.resource.lower() and kind.resource.endswith("s"), "the resource is the plural"
+    for method in ("pod_templates", "check_spec"):
+        assert getattr(type(kind), method) is not getattr(Base, method), f"{name} does not override {method}"
+    assert "Upstream rules followed here" in (module.__doc__ or ""), f"{name}: the module docstring names no upstream"
+    for method, function in vars(type(kind)).items():
+        if callable(function) and not method.startswith("_"):
+            assert function.__doc__, f"{name}: {type(kind).__name__}.{method} has no docstring naming its rule"
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=lambda k: k.kind)
+def test_every_kind_has_a_sample_whose_gpu_templates_it_reads_and_which_it_finds_well_formed(kind):
+    obj = SAMPLES[kind.kind]
+    assert kind_of(obj) is kind
+    assert kind.malformed(obj) == []
+    templates = kind.pod_templates(obj)
+    assert templates and any(t.gpus_per_pod > 0 for t in templates)
+    assert all(t.path[0] == "spec" for t in templates)
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=lambda k: k.kind)
+def test_every_kind_reports_a_pod_template_of_the_wrong_type_with_its_field_path(kind):
+    obj = SAMPLES[kind.kind]
+    [first, *_] = kind.pod_templates(obj)
+    broken = copy.deepcopy(obj)
+    holder = broken
+    for part in first.path[:-1]:
+        holder = holder[part]
+    holder[first.path[-1]] = "not a pod template"
+    [violation] = kind.malformed(broken)
+    assert violation.policy == "object-shape"
+    assert violation.field == field_path(first.path)
+
+
+def test_a_kind_is_found_by_api_version_or_group_and_nothing_else_is():
+    for k in KINDS:
+        assert kind_for(k.api_version, k.kind) is k
+        assert kind_for(k.group, k.kind) is k
+    assert kind_for("apps/v1", "Deployment") is None
+    assert kind_for(None, "RayJob") is None
+    assert kind_of("not an object") is None
+
+
+def test_the_webhook_rules_are_derived_from_the_registry():
+    rules = {(g, v, r) for rule in routes.WORKLOAD_RULES for g in rule.api_groups for v in rule.api_versions
+             for r in rule.resources}
+    assert rules == {(k.group, k.version, k.resource) for k in KINDS}
+    assert {(r.api_groups[0], r.api_versions[0]): r.resources for r in routes.WORKLOAD_RULES} == \
+        resources_by_group_version()
+    workload_routes = [r for r in routes.ROUTES if r.path in ("/mutate", "/validate")]
+    assert workload_routes and all(r.rules == routes.WORKLOAD_RULES for r in workload_routes)
+
+
+def test_the_admission_request_of_taugate_admit_names_each_kinds_resource():
+    for k in KINDS:
+        request = review.request_for(SAMPLES[k.kind], namespace="team-a")
+        assert request["resource"] == {"group": k.group, "version": k.version, "resource": k.resource}
+
+
+def test_children_of_every_kind_are_recognised_by_their_controller_owner():
+    assert mutation.WORKLOAD_OWNER_KINDS == {(k.group, k.kind) for k in KINDS}
+    for k in KINDS:
+        child = {"metadata": {"ownerReferences": [{"apiVersion": k.api_version, "kind": k.kind, "controller": True,
+                                                   "name": "parent", "uid": "u"}]}}
+        assert mutation.controller_owner(child)["kind"] == k.kind
+
+
+def test_every_kind_is_a_metric_label_and_has_a_default_lane():
+    assert KIND_NAMES <= server.KNOWN_KINDS
+    assert Settings().default_lanes == {k.kind: k.default_lane for k in KINDS}
+
+
+def test_the_test_doubles_discovery_serves_every_kind():
+    served = {(key.rsplit("/", 1)[0], key.rsplit("/", 1)[1], kind) for key, kind, namespaced in kubedouble.RESOURCES
+              if namespaced}
+    assert {(k.api_version, k.resource, k.kind) for k in KINDS} <= served
+
+
+def _string_constants(path: Path) -> set[str]:
+    return {node.value for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Constant)
+            and isinstance(node.value, str)}
+
+
+def test_no_module_outside_the_kinds_package_spells_a_kinds_resource():
+    resources = {k.resource for k in KINDS}
+    sources = [p for folder in ("taugate", "webhook", "controllers", "certs") for p in (ROOT / folder).rglob("*.py")
+               if "kinds" not in p.relative_to(ROOT).parts]
+    assert sources
+    spelled = {str(p.relative_to(ROOT)): sorted(_string_constants(p) & resources) for p in sources}
+    assert {p: r for p, r in spelled.items() if r} == {}
