@@ -36,6 +36,7 @@ def _err(msg: str) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     """Handler of ``taugate serve``; returns the exit code."""
     from taugate.webhook import server as srv
+    from taugate.webhook.providers import SnapshotStateProvider
 
     settings = Settings()
     if args.deadline is not None:
@@ -46,7 +47,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # Cluster state.
     if args.cluster is not None:
         try:
-            provider = srv.SnapshotStateProvider(args.cluster, settings)
+            provider = SnapshotStateProvider(args.cluster, settings)
         except SnapshotError as e:
             return _err(str(e))
     elif args.in_cluster:

@@ -12,6 +12,7 @@ from taugate.certs.serving import ServingTLS
 from tests.paths import DATA, K8S_API
 from tests.server.https import AdmissionClient
 from taugate.webhook import server as srv
+from taugate.webhook.providers import SnapshotStateProvider
 
 from tests.paths import EXAMPLE_CLUSTER, EXAMPLE_RAYJOB, REPO  # noqa: F401  (imported by the tests here)
 
@@ -58,7 +59,7 @@ async def start_server(cert_dir, settings, engine):
     started: list[Harness] = []
 
     async def start(*, provider=None, settings_=None, engine_=engine, **kw) -> Harness:
-        provider = provider or srv.SnapshotStateProvider(EXAMPLE_CLUSTER, settings_ or settings)
+        provider = provider or SnapshotStateProvider(EXAMPLE_CLUSTER, settings_ or settings)
         server = srv.AdmissionServer(provider, settings_ or settings, engine_, **kw)
         tls = ServingTLS(cert_dir)
         running = await srv.start(server, tls, host="127.0.0.1", port=0)

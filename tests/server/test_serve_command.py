@@ -16,7 +16,7 @@ from tests.server.conftest import EXAMPLE_CLUSTER
 from tests.server.https import AdmissionClient, admission_review, check_response, workload_request
 from tests.server.process import serve as _serve
 from tests.server.process import startup_lines as _startup_lines
-from taugate.webhook.server import SnapshotStateProvider
+from taugate.webhook.providers import SnapshotStateProvider
 
 
 async def test_serve_generates_a_ca_serves_reviews_and_stops_cleanly_on_sigterm(rayjob):
