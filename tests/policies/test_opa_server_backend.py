@@ -9,7 +9,7 @@ from tests.policies.reference import OpaStandIn
 from tests.policies.test_hot_reload import tighten_queue_limit, wait_for
 from taugate.webhook.policy import PolicyError, PolicyEvaluationError, RecordingEngine
 from taugate.webhook.engines import load_policy_engine
-from taugate.webhook.policy_commands import run_policy_tests
+from taugate.webhook.policy_testing import run_policy_tests
 
 
 @pytest.fixture

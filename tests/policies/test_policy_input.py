@@ -15,7 +15,7 @@ from taugate.snapshot import FlavorQuota
 from tests.policies.conftest import POLICIES
 from tests.policies.test_engine import image_classifier
 from taugate.webhook.policy import EmbeddedPolicyEngine, PolicyStore, RecordingEngine
-from taugate.webhook.policy_commands import run_policy_tests
+from taugate.webhook.policy_testing import run_policy_tests
 
 SCHEMA = json.loads((POLICIES / "input.schema.json").read_text())
 

@@ -10,7 +10,8 @@ import pytest
 
 from tests.policies.conftest import EXAMPLE_CLUSTER, POLICIES
 from taugate.webhook.policy import read_policy_set
-from taugate.webhook.policy_commands import add_commands, run_policy_tests, sample_files
+from taugate.webhook.policy_commands import add_commands
+from taugate.webhook.policy_testing import run_policy_tests, sample_files
 
 EXPECTED_POLICIES = {
     "gpu-per-pod-fits-node", "gpu-per-pod-within-profile", "gpu-class-matches-profile", "gpu-total-fits-queue",

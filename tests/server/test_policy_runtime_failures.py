@@ -17,7 +17,7 @@ from taugate.cli import main
 from tests.paths import EXAMPLE_CLUSTER, POLICIES
 from tests.server.https import admission_review, check_response, workload_request
 from taugate.webhook.engines import load_policy_engine
-from taugate.webhook.policy_commands import render_report, run_policy_tests
+from taugate.webhook.policy_testing import render_report, run_policy_tests
 
 POLICY = """# priority-class-prefix: pod templates name a tau- PriorityClass (a test policy that breaks at run
 # time: startswith() on a priorityClassName that is not a string is a Rego type error).
