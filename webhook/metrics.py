@@ -20,7 +20,8 @@ class AdmissionMetrics:
     - ``taugate_admission_requests_total{webhook,kind,operation,decision}``: decision is
       ``allowed`` | ``patched`` | ``denied`` | ``deadline`` | ``unavailable`` | ``error`` |
       ``invalid`` (HTTP 400) | ``too_large`` (HTTP 413) | ``timeout`` (HTTP 408) | ``busy``
-      (HTTP 429, no room in the bytes-in-flight budget) | ``disconnected`` (the client left);
+      (HTTP 429, no room in the bytes-in-flight budget) | ``disconnected`` (the client left) |
+      ``policy_unavailable`` (HTTP 503, the policy backend could not answer);
     - ``taugate_admission_duration_seconds{webhook}``: wall time from the request's arrival to
       the answer, sub-millisecond buckets;
     - ``taugate_admission_deadline_exceeded_total{webhook}``: deadline answers;

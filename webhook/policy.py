@@ -26,8 +26,9 @@ policy gets the configured action (Gatekeeper's ``enforcementAction``, per polic
 Backends: ``embedded`` evaluates in process with regorus (``gordon-to-regorus``). A regorus
 engine is *unsendable* (it panics when used from another thread), so every thread keeps its
 own engine in a ``threading.local``, rebuilt when the active set's digest changes.
-``opa`` pushes the same modules to an OPA server with ``opa-python-client`` and asks it for
-the same ``data.taugate.aggregate.results`` document (``webhook/opa_backend.py``).
+``opa`` pushes the same modules to an OPA server over its REST API (aiohttp, never on the
+server's event loop) and asks it for the same ``data.taugate.aggregate.results`` document
+(``webhook/opa_backend.py``).
 
 Where each part lives: ``webhook/policy_set.py`` (reading a folder into a ``PolicySet``, the
 errors, the ``PolicyEngine`` interface), ``webhook/regorus_engine.py`` (the embedded backend
@@ -86,6 +87,10 @@ class RecordingEngine:
     @property
     def digest(self) -> str:
         return self.engine.digest
+
+    @property
+    def remote(self) -> bool:
+        return bool(getattr(self.engine, "remote", False))
 
     @property
     def store(self) -> "PolicyStore | None":

@@ -85,6 +85,7 @@ class PolicyEngine(Protocol):
     waits on I/O (the server then never calls it on its event loop)."""
 
     digest: str
+    remote: bool
 
     def evaluate(self, input: dict) -> list[Violation]: ...
 

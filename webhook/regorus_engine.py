@@ -125,7 +125,9 @@ class EmbeddedPolicyEngine:
     ``evaluate`` sets the input (serialised with orjson: ``json.dumps`` alone would cost a
     third of the budget) and evaluates ``data.taugate.aggregate.results`` once (about 0.2 ms
     for the KubeRay GPU RayJob sample on the 2-core dev machine, see bench/policy_eval.py); it
-    may be called from any thread."""
+    may be called from any thread, the server's event loop included (``remote`` is False)."""
+
+    remote = False
 
     def __init__(self, store: ActiveSet):
         self.store = store

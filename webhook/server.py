@@ -22,6 +22,15 @@ Every decision is made by ``webhook.review`` (pure); this module only moves byte
   bounded by size instead.
 - Not ready (no cluster state yet, or no policy library when one is required): reviews are
   denied with code 503, and ``/readyz`` is 503 so the Service sends no traffic.
+- Errors decide the status: a body that is not an AdmissionReview is HTTP 400 with the reason
+  (``review.ReviewError``); a policy backend that is down or later than its timeout
+  (``PolicyUnavailable``, an OPA server) is HTTP 503 ``{"error": REASON}``: nothing was decided,
+  so the webhook configuration's ``failurePolicy`` decides (the API server treats a non-200
+  answer as a failed call: k8s.io/apiserver pkg/admission/plugin/webhook/validating/
+  dispatcher.go ``callHook``); a bug is a valid AdmissionReview denied with code 500, its
+  traceback logged (``_settle``: the only broad ``except`` on this path).
+- A ``remote`` policy engine (OPA) is never called on the event loop: with it every decision
+  runs in the thread pool (``REMOTE_ENGINE_WORKERS`` threads).
 - ``/healthz`` (process alive), ``/readyz``, ``/metrics`` (Prometheus text format).
 
 Bounded resources (connections, bytes in flight, timeouts): ``webhook/connections.py``.
@@ -36,14 +45,11 @@ also handed in by the CLI: webhook never imports certs or controllers).
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
-import signal
-import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable
+from typing import Any, Callable
 
 import orjson
 from aiohttp import web
@@ -53,8 +59,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, 
 from taugate.settings import Settings
 from taugate.snapshot import ClusterState
 from taugate.webhook import review
-from taugate.webhook.connections import ByteBudget, ConnectionGuard, GuardedSite, ListeningSocket, listen_socket
+from taugate.webhook.connections import ByteBudget, ConnectionGuard
 from taugate.webhook.decision import Decision
+from taugate.webhook.policy_set import PolicyUnavailable
 from taugate.webhook.metrics import AdmissionMetrics
 from taugate.webhook.providers import StateProvider, TLSSource
 from taugate.webhook.routes import ROUTES, Route
@@ -67,6 +74,11 @@ INLINE_LIMIT = 64 * 1024
 READ_GRACE_SECONDS = 1.0
 """How long past the deadline a request body may still arrive (then HTTP 408): with the webhook
 configurations' ``timeoutSeconds: 3`` and the 2 s deadline, the apiserver waits that long anyway."""
+
+REMOTE_ENGINE_WORKERS = 16
+"""Threads deciding reviews when the policy engine is ``remote`` (an OPA server): each waits on one
+round trip (~1 ms to a local OPA), so 16 keep up with ~10,000 reviews/s and bound the requests a
+late OPA server can hold at once."""
 
 KNOWN_KINDS = frozenset({"RayJob", "RayCluster", "Job", "TauCluster", "TauWorkspace", "TauQuotaRequest"})
 """Kinds kept as metric labels; anything else is ``other`` (a request body cannot mint labels)."""
@@ -83,6 +95,17 @@ _DECIDERS: dict[str, Callable[[dict, ClusterState, Settings, Any], Decision]] = 
 if set(_DECIDERS) != {r.name for r in ROUTES}:  # the route table and the server must agree
     raise RuntimeError(f"webhook.server has deciders for {sorted(_DECIDERS)} but ROUTES names "
                        f"{sorted(r.name for r in ROUTES)}")
+
+
+@dataclass(frozen=True)
+class _Settled:
+    """A review decided and rendered (``body``, serialised in ``payload`` when not None), or,
+    with ``decision`` None, not decided because the policy backend could not answer (``body``
+    is then the HTTP 503 ``{"error": reason}``)."""
+
+    decision: Decision | None
+    body: dict
+    payload: bytes | None = None
 
 
 @dataclass
@@ -128,7 +151,7 @@ class AdmissionServer:
     ``extra_registries`` (the process-wide default registry: process metrics and the policy
     engine's reload counters). ``inline_limit``: body size in bytes above which parsing and
     deciding move to the thread pool of ``executor_workers`` threads. Build the aiohttp app with
-    ``app()``; run it over HTTPS with ``start()`` or ``serve_forever()`` (one app per server).
+    ``app()``; run it over HTTPS with ``webhook.lifecycle.start()`` or ``serve_forever()`` (one app per server).
     """
 
     def __init__(self, provider: StateProvider, settings: Settings | None = None, engine: Any = None, *,
@@ -139,6 +162,8 @@ class AdmissionServer:
         self.provider = provider
         self.settings = settings or Settings()
         self.engine = engine
+        if getattr(engine, "remote", False):  # each decision waits on the policy backend (at most opa_timeout_seconds)
+            executor_workers = max(executor_workers, REMOTE_ENGINE_WORKERS)
         self.policies_required = policies_required
         self.inline_limit = inline_limit
         self.metrics = AdmissionMetrics(self._state_age, registry)
@@ -155,10 +180,12 @@ class AdmissionServer:
     # --- state -------------------------------------------------------------------------------
 
     def _state_age(self) -> float:
-        try:
-            return float(self.provider.age_seconds())
-        except Exception:  # a provider bug must not break /metrics
-            return float("nan")
+        return float(self.provider.age_seconds())
+
+    @property
+    def remote(self) -> bool:
+        """The policy engine waits on I/O (an OPA server): decisions then run in the thread pool."""
+        return bool(getattr(self.engine, "remote", False))
 
     def unable_reasons(self) -> list[str]:
         """Why reviews cannot be decided now (no cluster state, no policy library); empty when
@@ -177,17 +204,30 @@ class AdmissionServer:
 
     # --- the admission path --------------------------------------------------------------------
 
-    def _decide(self, route: Route, rev: dict, state: ClusterState) -> Decision:
-        return _DECIDERS[route.name](rev["request"], state, self.settings, self.engine)
+    def _settle(self, route: Route, rev: dict, decide: Callable[[], Decision]) -> _Settled:
+        """Decide (``decide()``) and render one review; runs on the loop or in a worker thread.
 
-    def _decide_safely(self, route: Route, rev: dict, state: ClusterState) -> Decision:
+        The policy backend's ``PolicyUnavailable`` settles with no decision (HTTP 503, the
+        webhook's ``failurePolicy`` decides). Any other exception is a bug: its traceback is
+        logged and the answer is still a valid AdmissionReview, denied with code 500 (the one
+        broad ``except`` of the admission path)."""
+        req = rev["request"]
         try:
-            return self._decide(route, rev, state)
-        except Exception as e:  # a bug in a decision: fail closed with a valid answer, log it
-            log.exception("internal error deciding %s uid=%s", route.path, rev["request"].get("uid"))
-            return Decision.deny([], reason=f"taugate could not decide because of an internal error "
-                                            f"({type(e).__name__}); the request is denied; see the taugate "
-                                            f"webhook log", code=500)
+            decision = decide()
+            body = review.review_response(rev, decision)
+            return _Settled(decision, body, orjson.dumps(body))
+        except PolicyUnavailable as e:
+            log.warning("policy backend unavailable: %s uid=%s not decided: %s", route.path, req.get("uid"), e.reason)
+            return _Settled(None, {"error": f"taugate's policy backend could not answer ({e.reason}); nothing was "
+                                            f"decided, so the webhook's failurePolicy applies"})
+        except Exception as e:  # a bug: fail closed with a valid answer, log the traceback
+            log.exception("internal error deciding %s uid=%s", route.path, req.get("uid"))
+            reason = (f"taugate could not decide because of an internal error ({type(e).__name__}); the request "
+                      f"is denied; see the taugate webhook log")
+            body = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                    "response": {"uid": req.get("uid", ""), "allowed": False,
+                                 "status": {"code": 500, "reason": "InternalError", "message": reason}}}
+            return _Settled(Decision.deny([], reason=reason, code=500), body)
 
     def _deadline_decision(self) -> Decision:
         s = self.settings.admission_deadline_seconds
@@ -198,22 +238,16 @@ class AdmissionServer:
     def _unavailable_decision(self, reasons: list[str]) -> Decision:
         return Decision.deny([], code=503, reason=f"taugate is not ready ({'; '.join(reasons)}); retry shortly")
 
-    def _answer(self, route: Route, rev: dict, decision: Decision, label: str | None = None) -> _Reply:
+    def _answer(self, route: Route, rev: dict, settled: _Settled, label: str | None = None) -> _Reply:
+        """The HTTP reply for a settled review, with its metrics and log lines (event loop)."""
         req = rev["request"]
+        kind, operation = _label_kind(req), _label_operation(req)
+        decision = settled.decision
+        if decision is None:
+            return _Reply(503, settled.body, "policy_unavailable", kind, operation)
         if label is None:
             label = ("allowed" if decision.allowed and not decision.patch else "patched" if decision.allowed
                      else "error" if decision.code == 500 else "denied")
-        kind, operation = _label_kind(req), _label_operation(req)
-        try:
-            body = review.review_response(rev, decision)
-            payload = orjson.dumps(body)
-        except Exception as e:  # a rendering bug: still a valid AdmissionReview, denied
-            log.exception("internal error rendering the answer to %s uid=%s", route.path, req.get("uid"))
-            body = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                    "response": {"uid": req.get("uid", ""), "allowed": False,
-                                 "status": {"code": 500, "message": f"taugate could not render its answer "
-                                                                    f"({type(e).__name__}); the request is denied"}}}
-            return _Reply(200, body, "error", kind, operation)
         for v in decision.violations:
             self.metrics.violations.labels(route.path, v.policy, v.action).inc()
         for v in decision.dryrun:
@@ -225,7 +259,7 @@ class AdmissionServer:
         if not decision.allowed:
             log.info("denied %s: %s %s uid=%s: %s", route.path, kind, _where(req), req.get("uid"),
                      decision.message.replace("\n", " "))
-        return _Reply(200, body, label, kind, operation, payload)
+        return _Reply(200, settled.body, label, kind, operation, settled.payload)
 
     async def _admit(self, route: Route, request: web.Request) -> _Reply:
         loop = asyncio.get_running_loop()
@@ -280,57 +314,62 @@ class AdmissionServer:
         body = await self._read(request, deadline)
         if isinstance(body, _Reply):
             return body
-        return self._inline(route, body, deadline, loop)
-
-    def _inline(self, route: Route, body: bytes, deadline: float, loop: asyncio.AbstractEventLoop) -> _Reply:
-        """Parse and decide a small body on the event loop."""
-        try:
-            rev = review.parse_review(body)
-        except review.ReviewError as e:
-            return _Reply(400, {"error": str(e)}, "invalid")
-        reasons = self.unable_reasons()
-        if reasons:
-            return self._answer(route, rev, self._unavailable_decision(reasons), "unavailable")
-        if loop.time() >= deadline:
-            return self._deadline_answer(route, rev)
-        return self._answer(route, rev, self._decide_safely(route, rev, self.provider.state))
+        return await self._decide_body(route, body, deadline, loop, None)
 
     async def _admit_large(self, route: Route, request: web.Request, deadline: float,
                            loop: asyncio.AbstractEventLoop, held: list[int]) -> _Reply:
         body = await self._read(request, deadline)
         if isinstance(body, _Reply):
             return body
-        if len(body) <= self.inline_limit:  # no Content-Length, but small after all
-            return self._inline(route, body, deadline, loop)
-        # Large body: parse, then decide, in the thread pool. The parse always completes (its
-        # uid is needed for any valid answer, even the deadline's); the decision is abandoned at
-        # the deadline (the thread finishes it, then gives its bytes back; its result is dropped).
+        return await self._decide_body(route, body, deadline, loop, held)
+
+    async def _decide_body(self, route: Route, body: bytes, deadline: float, loop: asyncio.AbstractEventLoop,
+                           held: list[int] | None) -> _Reply:
+        """Parse and decide one body. A small body (at most ``inline_limit`` bytes) is parsed and,
+        with a local engine, decided on the event loop; a large one is parsed, then decided, in
+        the thread pool, and so is every decision of a ``remote`` engine (it waits on I/O). The
+        parse always completes (its uid is needed for any valid answer, even the deadline's); a
+        threaded decision is abandoned at the deadline (the thread finishes it, then gives the
+        ``held`` bytes back; its result is dropped)."""
+        threaded = len(body) > self.inline_limit
         try:
-            rev = await loop.run_in_executor(self.executor, review.parse_review, body)
+            rev = await loop.run_in_executor(self.executor, review.parse_review, body) if threaded \
+                else review.parse_review(body)
         except review.ReviewError as e:
             return _Reply(400, {"error": str(e)}, "invalid")
         del body  # the parsed review is what is kept from here on
         reasons = self.unable_reasons()
         if reasons:
-            return self._answer(route, rev, self._unavailable_decision(reasons), "unavailable")
+            return self._answer(route, rev, self._settle(route, rev, lambda: self._unavailable_decision(reasons)),
+                                "unavailable")
         state = self.provider.state
-        work = loop.run_in_executor(self.executor, self._decide_safely, route, rev, state)
+        decider = _DECIDERS[route.name]
+
+        def decide() -> Decision:
+            return decider(rev["request"], state, self.settings, self.engine)
+
+        if not threaded and not self.remote:
+            if loop.time() >= deadline:
+                return self._deadline_answer(route, rev)
+            return self._answer(route, rev, self._settle(route, rev, decide))
+        work = loop.run_in_executor(self.executor, self._settle, route, rev, decide)
         remaining = deadline - loop.time()
         try:
             if remaining <= 0:
                 raise TimeoutError
-            decision = await asyncio.wait_for(asyncio.shield(work), remaining)
+            settled = await asyncio.wait_for(asyncio.shield(work), remaining)
         except TimeoutError:
-            n, held[0] = held[0], 0
-            work.add_done_callback(lambda _: self.budget.release(n))
+            if held:
+                n, held[0] = held[0], 0
+                work.add_done_callback(lambda _: self.budget.release(n))
             return self._deadline_answer(route, rev)
-        return self._answer(route, rev, decision)
+        return self._answer(route, rev, settled)
 
     def _deadline_answer(self, route: Route, rev: dict) -> _Reply:
         self.metrics.deadline.labels(route.path).inc()
         log.warning("deadline: %s uid=%s not decided within %g s", route.path, rev["request"].get("uid"),
                     self.settings.admission_deadline_seconds)
-        return self._answer(route, rev, self._deadline_decision(), "deadline")
+        return self._answer(route, rev, self._settle(route, rev, self._deadline_decision), "deadline")
 
     def _handler(self, route: Route):
         async def handle(request: web.Request) -> web.Response:
@@ -416,69 +455,3 @@ class AdmissionServer:
         app.router.add_get("/metrics", self._metrics)
         app.cleanup_ctx.append(self._background)
         return app
-
-
-
-class RunningServer:
-    """A started server: ``port`` (the bound one), ``url``, and ``stop()``."""
-
-    def __init__(self, runner: web.AppRunner, server: AdmissionServer, sock: socket.socket, host: str):
-        self.runner, self.server, self.sock, self.host = runner, server, sock, host
-        self.port = sock.getsockname()[1]
-        self.url = f"https://{host}:{self.port}"
-
-    async def stop(self, *, drain_seconds: float = 0.0) -> None:
-        """Stop: report not ready, wait ``drain_seconds`` (endpoints need time to drop the pod),
-        then close listeners and let in-flight requests finish."""
-        self.server.draining = True
-        if drain_seconds > 0:
-            await asyncio.sleep(drain_seconds)
-        await self.runner.cleanup()
-
-
-async def start(server: AdmissionServer, tls: TLSSource, *, host: str = "127.0.0.1", port: int = 8443,
-                access_log: bool = False) -> RunningServer:
-    """Start ``server`` over HTTPS on ``host``:``port`` with ``tls.context`` (reloaded in place
-    by ``tls.check()`` every ``server.check_interval`` seconds). Raises ``OSError`` when the
-    address cannot be bound."""
-    server.tls = tls
-    # Long-lived objects (cluster state, policy engine, modules) go to the permanent GC
-    # generation: the collector then never rescans them, which removed 10-25 ms pauses from
-    # the admission p99 (see bench/). Requests only allocate short-lived objects.
-    gc.collect()
-    gc.freeze()
-    sock = ListeningSocket.wrap(listen_socket(host, port), server.guard)
-    runner = web.AppRunner(server.app(), access_log=log if access_log else None, handle_signals=False,
-                           shutdown_timeout=5.0, keepalive_timeout=server.settings.idle_timeout_seconds)
-    try:
-        await runner.setup()
-        site = GuardedSite(runner, sock, server.guard, ssl_context=tls.context, backlog=512)
-        await site.start()
-    except BaseException:
-        await runner.cleanup()
-        sock.close()
-        raise
-    return RunningServer(runner, server, sock, host)
-
-
-async def serve_forever(server: AdmissionServer, tls: TLSSource, *, host: str, port: int,
-                        shutdown_delay: float = 0.0,
-                        on_started: Callable[[RunningServer], Awaitable[None] | None] | None = None) -> None:
-    """Run until SIGTERM or SIGINT: then not ready, ``shutdown_delay`` seconds of draining, stop.
-    SIGHUP runs the background checks (certificate, state, policies) at once."""
-    running = await start(server, tls, host=host, port=port)
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    loop.add_signal_handler(signal.SIGHUP, lambda: asyncio.ensure_future(server.run_checks()))
-    try:
-        if on_started is not None:
-            result = on_started(running)
-            if asyncio.iscoroutine(result):
-                await result
-        await stop.wait()
-    finally:
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            loop.remove_signal_handler(sig)
-        await running.stop(drain_seconds=shutdown_delay)

@@ -16,6 +16,7 @@ from taugate.certs.serving import ServingTLS
 from taugate.settings import Settings
 from tests.server.conftest import EXAMPLE_CLUSTER, EXAMPLE_RAYJOB
 from tests.server.https import AdmissionClient, admission_review, check_response, workload_request
+from taugate.webhook import lifecycle
 from taugate.webhook import server as srv
 from taugate.webhook.providers import SnapshotStateProvider
 
@@ -38,7 +39,7 @@ async def test_rotating_the_ca_under_continuous_traffic_fails_no_request(tmp_pat
     settings = Settings()
     server = srv.AdmissionServer(SnapshotStateProvider(EXAMPLE_CLUSTER, settings), settings, engine)
     tls = ServingTLS(cert_dir)
-    running = await srv.start(server, tls, port=0)
+    running = await lifecycle.start(server, tls, port=0)
     rayjob = yaml.safe_load(EXAMPLE_RAYJOB.read_text())
     results: list[tuple[float, str]] = []
     failures: list[str] = []

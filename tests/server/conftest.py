@@ -11,6 +11,7 @@ from taugate.certs import store
 from taugate.certs.serving import ServingTLS
 from tests.paths import DATA, K8S_API
 from tests.server.https import AdmissionClient
+from taugate.webhook import lifecycle
 from taugate.webhook import server as srv
 from taugate.webhook.providers import SnapshotStateProvider
 
@@ -42,7 +43,7 @@ def rayjob() -> dict:
 class Harness:
     """A running admission server over real HTTPS and a client that trusts only its CA."""
 
-    def __init__(self, server: srv.AdmissionServer, running: srv.RunningServer, tls: ServingTLS,
+    def __init__(self, server: srv.AdmissionServer, running: lifecycle.RunningServer, tls: ServingTLS,
                  client: AdmissionClient):
         self.server, self.running, self.tls, self.client = server, running, tls, client
         self.post, self.get = client.post, client.get
@@ -62,7 +63,7 @@ async def start_server(cert_dir, settings, engine):
         provider = provider or SnapshotStateProvider(EXAMPLE_CLUSTER, settings_ or settings)
         server = srv.AdmissionServer(provider, settings_ or settings, engine_, **kw)
         tls = ServingTLS(cert_dir)
-        running = await srv.start(server, tls, host="127.0.0.1", port=0)
+        running = await lifecycle.start(server, tls, host="127.0.0.1", port=0)
         h = Harness(server, running, tls, AdmissionClient(running.port, cert_dir / "ca.crt"))
         started.append(h)
         return h
