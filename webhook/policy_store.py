@@ -69,7 +69,6 @@ class PolicyStore:
         self._check_tests = check_tests
         self._lock = threading.Lock()
         self._hooks: list[Callable[[PolicySet, PolicySet | None], None]] = []
-        self._listeners: list[Callable[[PolicySet], None]] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.last_error: str | None = None
@@ -87,7 +86,7 @@ class PolicyStore:
         store._enforcement_path = Path(ps.enforcement_file) if ps.enforcement_file else None
         store._check_tests = True
         store._lock = threading.Lock()
-        store._hooks, store._listeners = [], []
+        store._hooks = []
         store._stop = threading.Event()
         store._thread = None
         store.last_error = None
@@ -110,13 +109,9 @@ class PolicyStore:
 
     def add_activation_hook(self, hook: Callable[[PolicySet, PolicySet | None], None]) -> None:
         """``hook(new, old)`` runs before a new set becomes active (and at once for the current
-        set, with ``old`` None); if it raises, the new set is rejected."""
+        set, with ``old`` None); if it raises ``PolicyError``, the new set is rejected."""
         hook(self.current, None)
         self._hooks.append(hook)
-
-    def add_listener(self, listener: Callable[[PolicySet], None]) -> None:
-        """``listener(new)`` runs after a new set became active (errors are logged only)."""
-        self._listeners.append(listener)
 
     def reload(self) -> bool:
         """Load the folder now; activate it if it differs and passes. Returns True when a new
@@ -139,19 +134,12 @@ class PolicyStore:
                     build_regorus_engine(ps)
                 for hook in self._hooks:
                     hook(ps, self.current)
-            except PolicyError as e:
+            except PolicyError as e:  # compile or test failure, or an activation hook's (OPA push)
                 return self._failed(str(e), ps.digest)
-            except Exception as e:  # an activation hook (OPA push) failed
-                return self._failed(f"activation failed: {e.__class__.__name__}: {e}", ps.digest)
             old, self.current = self.current, ps
             self._ok()
             POLICY_RELOADS.inc()
             log.info("policy set %s activated (was %s)", ps.digest[:12], old.digest[:12])
-        for listener in self._listeners:
-            try:
-                listener(ps)
-            except Exception:
-                log.exception("policy set listener failed")
         return True
 
     def _ok(self) -> None:
