@@ -270,7 +270,7 @@ class AdmissionServer:
             return _Reply(413, {"error": f"request body is {size} bytes; the limit is {limit} "
                                          f"bytes ({limit / 1048576:g} MiB)"}, "too_large")
         if size is not None and size <= self.inline_limit:  # the hot path: no budget, no timer
-            return await self._admit_small(route, request, deadline, loop)
+            return await self._decide_body(route, request, deadline, loop, None)
         want = limit if size is None else size
         if not await self.budget.acquire(want, deadline):
             budget = self.budget.limit
@@ -281,7 +281,7 @@ class AdmissionServer:
                           "busy", headers={"Retry-After": "1"})
         held = [want]  # released here, or by the decision's thread when it outlives the answer
         try:
-            return await self._admit_large(route, request, deadline, loop, held)
+            return await self._decide_body(route, request, deadline, loop, held)
         finally:
             if held[0]:
                 self.budget.release(held[0])
@@ -309,28 +309,17 @@ class AdmissionServer:
                      request.remote, request.path, str(e) or type(e).__name__)
             return _Reply(400, {"error": "client disconnected"}, "disconnected")
 
-    async def _admit_small(self, route: Route, request: web.Request, deadline: float,
-                           loop: asyncio.AbstractEventLoop) -> _Reply:
-        body = await self._read(request, deadline)
-        if isinstance(body, _Reply):
-            return body
-        return await self._decide_body(route, body, deadline, loop, None)
-
-    async def _admit_large(self, route: Route, request: web.Request, deadline: float,
-                           loop: asyncio.AbstractEventLoop, held: list[int]) -> _Reply:
-        body = await self._read(request, deadline)
-        if isinstance(body, _Reply):
-            return body
-        return await self._decide_body(route, body, deadline, loop, held)
-
-    async def _decide_body(self, route: Route, body: bytes, deadline: float, loop: asyncio.AbstractEventLoop,
-                           held: list[int] | None) -> _Reply:
-        """Parse and decide one body. A small body (at most ``inline_limit`` bytes) is parsed and,
+    async def _decide_body(self, route: Route, request: web.Request, deadline: float,
+                           loop: asyncio.AbstractEventLoop, held: list[int] | None) -> _Reply:
+        """Read, parse and decide one body (only the parsed review is kept). A small body (at most ``inline_limit`` bytes) is parsed and,
         with a local engine, decided on the event loop; a large one is parsed, then decided, in
         the thread pool, and so is every decision of a ``remote`` engine (it waits on I/O). The
         parse always completes (its uid is needed for any valid answer, even the deadline's); a
         threaded decision is abandoned at the deadline (the thread finishes it, then gives the
         ``held`` bytes back; its result is dropped)."""
+        body = await self._read(request, deadline)
+        if isinstance(body, _Reply):
+            return body
         threaded = len(body) > self.inline_limit
         try:
             rev = await loop.run_in_executor(self.executor, review.parse_review, body) if threaded \
