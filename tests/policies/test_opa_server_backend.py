@@ -125,3 +125,15 @@ async def test_the_opa_backend_refuses_to_wait_on_an_event_loop_and_answers_from
 def test_an_opa_url_that_is_not_http_is_refused():
     with pytest.raises(PolicyError, match="is not an http"):
         load_policy_engine(POLICIES, backend="opa", opa_url="unix:///run/opa.sock")
+
+
+def test_a_module_the_opa_server_rejects_is_a_policy_error_naming_the_file_and_line(opa_server, remote_engine):
+    import dataclasses
+
+    remote = remote_engine()
+    ps = remote.store.current
+    [bad] = [f for f in ps.modules if f.rel == "head-without-gpu/policy.rego"]
+    broken = dataclasses.replace(bad, source=bad.source + "\ndeny contains x if {\n\tx := \n}\n")
+    with pytest.raises(PolicyError, match=r"head-without-gpu/policy.rego:\d+: OPA rejected the module: "):
+        remote.push(dataclasses.replace(ps, modules=tuple(broken if f is bad else f for f in ps.modules)))
+    assert opa_server.policies()["taugate/head-without-gpu/policy.rego"] == bad.source  # the served set is kept
