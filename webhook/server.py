@@ -24,10 +24,12 @@ Every decision is made by ``webhook.review`` (pure); this module only moves byte
   denied with code 503, and ``/readyz`` is 503 so the Service sends no traffic.
 - Errors decide the status: a body that is not an AdmissionReview is HTTP 400 with the reason
   (``review.ReviewError``); a policy backend that is down or later than its timeout
-  (``PolicyUnavailable``, an OPA server) is HTTP 503 ``{"error": REASON}``: nothing was decided,
-  so the webhook configuration's ``failurePolicy`` decides (the API server treats a non-200
-  answer as a failed call: k8s.io/apiserver pkg/admission/plugin/webhook/validating/
-  dispatcher.go ``callHook``); a bug is a valid AdmissionReview denied with code 500, its
+  (``PolicyUnavailable``, an OPA server) is HTTP 503: nothing was decided, so the webhook
+  configuration's ``failurePolicy`` decides (the API server treats a non-200 answer as a failed
+  call: k8s.io/apiserver pkg/admission/plugin/webhook/validating/dispatcher.go ``callHook``). Its
+  body is a ``metav1.Status`` whose ``message`` gives the reason: client-go decodes a Status from
+  an error answer (k8s.io/client-go rest/request.go ``Result.Error``), so the reason reaches the
+  user in the API server's "failed calling webhook" error; a bug is a valid AdmissionReview denied with code 500, its
   traceback logged (``_settle``: the only broad ``except`` on this path).
 - A ``remote`` policy engine (OPA) is never called on the event loop: with it every decision
   runs in the thread pool (``REMOTE_ENGINE_WORKERS`` threads).
@@ -101,7 +103,7 @@ if set(_DECIDERS) != {r.name for r in ROUTES}:  # the route table and the server
 class _Settled:
     """A review decided and rendered (``body``, serialised in ``payload`` when not None), or,
     with ``decision`` None, not decided because the policy backend could not answer (``body``
-    is then the HTTP 503 ``{"error": reason}``)."""
+    is then the HTTP 503 answer, a ``metav1.Status`` naming the reason)."""
 
     decision: Decision | None
     body: dict
@@ -207,8 +209,8 @@ class AdmissionServer:
     def _settle(self, route: Route, rev: dict, decide: Callable[[], Decision]) -> _Settled:
         """Decide (``decide()``) and render one review; runs on the loop or in a worker thread.
 
-        The policy backend's ``PolicyUnavailable`` settles with no decision (HTTP 503, the
-        webhook's ``failurePolicy`` decides). Any other exception is a bug: its traceback is
+        The policy backend's ``PolicyUnavailable`` settles with no decision (HTTP 503, a ``metav1.Status``
+        naming the reason; the webhook's ``failurePolicy`` decides). Any other exception is a bug: its traceback is
         logged and the answer is still a valid AdmissionReview, denied with code 500 (the one
         broad ``except`` of the admission path)."""
         req = rev["request"]
@@ -218,8 +220,10 @@ class AdmissionServer:
             return _Settled(decision, body, orjson.dumps(body))
         except PolicyUnavailable as e:
             log.warning("policy backend unavailable: %s uid=%s not decided: %s", route.path, req.get("uid"), e.reason)
-            return _Settled(None, {"error": f"taugate's policy backend could not answer ({e.reason}); nothing was "
-                                            f"decided, so the webhook's failurePolicy applies"})
+            return _Settled(None, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                                   "reason": "ServiceUnavailable", "code": 503,
+                                   "message": f"taugate's policy backend could not answer ({e.reason}); nothing was "
+                                              f"decided, so the webhook's failurePolicy applies"})
         except Exception as e:  # a bug: fail closed with a valid answer, log the traceback
             log.exception("internal error deciding %s uid=%s", route.path, req.get("uid"))
             reason = (f"taugate could not decide because of an internal error ({type(e).__name__}); the request "

@@ -66,7 +66,8 @@ async def test_an_opa_server_that_is_down_is_http_503_with_the_reason_and_mutati
     with caplog.at_level(logging.WARNING):
         r, _ = await _validate_after_mutate(gate, rayjob)
     assert r.status == 503, r.text
-    assert f"OPA server at {opa_server.url} failed" in r.body["error"] and "failurePolicy" in r.body["error"]
+    assert r.body["kind"] == "Status" and r.body["code"] == 503 and r.body["reason"] == "ServiceUnavailable"
+    assert f"OPA server at {opa_server.url} failed" in r.body["message"] and "failurePolicy" in r.body["message"]
     assert not any(rec.exc_info for rec in caplog.records), "no traceback: the backend is down, not a bug"
     metrics = await gate.metrics()
     assert 'decision="policy_unavailable",kind="RayJob",operation="CREATE",webhook="/validate"} 1.0' in metrics
@@ -92,7 +93,7 @@ async def test_a_late_opa_server_is_http_503_within_its_timeout_while_the_event_
         elapsed = time.monotonic() - started
     finally:
         opa_server.resume()
-    assert r.status == 503 and "did not answer within 0.5 s" in r.body["error"], r.text
+    assert r.status == 503 and "did not answer within 0.5 s" in r.body["message"], r.text
     assert 0.45 <= elapsed < gate.server.settings.admission_deadline_seconds, elapsed
     r = await gate.post("/validate", admission_review(workload_request(mutated)))
     assert r.status == 200 and r.body["response"]["allowed"]

@@ -194,7 +194,7 @@ async def test_serve_with_the_opa_backend_set_in_the_environment_decides_on_the_
             assert any(w.startswith("[head-without-gpu]") for w in resp.get("warnings", [])), resp  # a warn policy
             opa_server.stop()
             r = await client.post("/validate", admission_review(workload_request(obj, namespace=req["namespace"])))
-            assert r.status == 503 and "OPA server at" in r.body["error"], r.text
+            assert r.status == 503 and "OPA server at" in r.body["message"], r.text
         finally:
             await client.close()
         proc.send_signal(signal.SIGTERM)
