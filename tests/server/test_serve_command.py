@@ -16,6 +16,7 @@ from tests.paths import POLICIES
 from tests.server.conftest import EXAMPLE_CLUSTER
 from tests.server.https import AdmissionClient, admission_review, check_response, workload_request
 from tests.server.process import serve as _serve
+from tests.server.process import serving
 from tests.server.process import startup_lines as _startup_lines
 from taugate.webhook.providers import SnapshotStateProvider
 
@@ -182,10 +183,8 @@ async def test_editing_a_policy_over_https_changes_decisions_within_2_s_and_a_br
 
 async def test_serve_with_the_opa_backend_set_in_the_environment_decides_on_the_opa_server(opa_server):
     obj = yaml.safe_load((POLICIES / "head-without-gpu/samples/example_disallowed_head_one_gpu.yaml").read_text())
-    proc = _serve("--cluster", str(EXAMPLE_CLUSTER), "--port", "0",
-                  env={"TAUGATE_POLICY_BACKEND": "opa", "TAUGATE_OPA_URL": opa_server.url})
-    try:
-        port, ca = await _startup_lines(proc)
+    async with serving("--cluster", str(EXAMPLE_CLUSTER), "--port", "0",
+                       env={"TAUGATE_POLICY_BACKEND": "opa", "TAUGATE_OPA_URL": opa_server.url}) as (_, port, ca):
         assert "taugate/head-without-gpu/policy.rego" in opa_server.policies()
         client = AdmissionClient(port, ca)
         try:
@@ -197,9 +196,3 @@ async def test_serve_with_the_opa_backend_set_in_the_environment_decides_on_the_
             assert r.status == 503 and "OPA server at" in r.body["message"], r.text
         finally:
             await client.close()
-        proc.send_signal(signal.SIGTERM)
-        assert await asyncio.to_thread(proc.wait, 30) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
