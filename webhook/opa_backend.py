@@ -77,6 +77,16 @@ def _opa_error(status: int, body: Any) -> tuple[str, str | None, int | None]:
     return f"{body.get('code') or 'HTTP ' + str(status)}: {body.get('message') or ''}".strip(), None, None
 
 
+def _refuse_on_a_loop() -> None:
+    """Raise ``RuntimeError`` on a thread running an event loop: waiting for OPA there would block it."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    raise RuntimeError("the OPA backend waits on I/O: call it from a worker thread (asyncio.to_thread), "
+                       "not on an event loop")
+
+
 class OpaServerPolicyEngine:
     """``PolicyEngine`` backed by an OPA server at ``url`` (``http://127.0.0.1:8181``).
 
@@ -94,6 +104,7 @@ class OpaServerPolicyEngine:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise PolicyError(f"opa_url {url!r} is not an http(s) URL such as http://127.0.0.1:8181")
+        _refuse_on_a_loop()
         self.url = url.rstrip("/")
         self.store = store
         self.timeout_s = float(timeout_s)
@@ -125,13 +136,10 @@ class OpaServerPolicyEngine:
         """Run ``coro`` on the engine's loop and wait for it from this (non-loop) thread. The
         coroutines bound themselves; ``timeout_s`` (plus a second) only guards a dead loop."""
         try:
-            asyncio.get_running_loop()
+            _refuse_on_a_loop()
         except RuntimeError:
-            pass
-        else:
             coro.close()  # type: ignore[attr-defined]
-            raise RuntimeError("the OPA backend waits on I/O: call evaluate() from a worker thread, "
-                               "not on an event loop")
+            raise
         future = asyncio.run_coroutine_threadsafe(coro, self._loop)  # type: ignore[arg-type]
         try:
             return future.result(timeout_s + 1.0)

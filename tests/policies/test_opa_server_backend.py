@@ -117,6 +117,8 @@ async def test_the_opa_backend_refuses_to_wait_on_an_event_loop_and_answers_from
     doc = next(d for d in sample_inputs if d["object"]["totalGpus"] > 32)
     with pytest.raises(RuntimeError, match="not on an event loop"):
         remote.evaluate(doc)
+    with pytest.raises(RuntimeError, match="not on an event loop"):
+        load_policy_engine(POLICIES, backend="opa", opa_url=remote.url)
     answers = await asyncio.gather(*(asyncio.to_thread(remote.evaluate, doc) for _ in range(8)))
     assert all(a == answers[0] for a in answers) and answers[0]
     await asyncio.to_thread(remote.close)
