@@ -64,8 +64,9 @@ class Settings(BaseSettings):
       the webhook's ``failurePolicy`` decides. It must be below ``admission_deadline_seconds``
       (2 s), itself below the webhook configurations' ``timeoutSeconds`` (3 s, the chart's
       ``webhook.timeoutSeconds``), so taugate answers a late OPA before its own deadline (504)
-      and long before the API server gives up on the call (checked with the ``opa`` backend). 1 s is ~1000 times a local OPA's
-      round trip (about 1 ms on the 2-core dev machine).
+      and long before the API server gives up on the call (checked with the ``opa`` backend).
+      1 s is over 100 times a local OPA's answer (median 2.2 ms, p99 8 ms for the policy
+      samples' inputs with OPA v1.22.4 on the 2-core dev machine, 2026-12-01).
     """
 
     model_config = SettingsConfigDict(env_prefix="TAUGATE_")

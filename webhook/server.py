@@ -79,8 +79,8 @@ configurations' ``timeoutSeconds: 3`` and the 2 s deadline, the apiserver waits 
 
 REMOTE_ENGINE_WORKERS = 16
 """Threads deciding reviews when the policy engine is ``remote`` (an OPA server): each waits on one
-round trip (~1 ms to a local OPA), so 16 keep up with ~10,000 reviews/s and bound the requests a
-late OPA server can hold at once."""
+round trip (median 2.2 ms to a local OPA on the 2-core dev machine), so 16 keep more reviews in
+flight than two cores can decide, and bound the threads a late OPA server can hold at once."""
 
 KNOWN_KINDS = frozenset({"RayJob", "RayCluster", "Job", "TauCluster", "TauWorkspace", "TauQuotaRequest"})
 """Kinds kept as metric labels; anything else is ``other`` (a request body cannot mint labels)."""
