@@ -34,3 +34,21 @@ def engine(settings):
 def classifier() -> dict:
     """KubeRay's GPU image-classifier RayJob sample (4 workers x 1 GPU, generateName)."""
     return yaml.safe_load(IMAGE_CLASSIFIER.read_text())
+
+
+@pytest.fixture(scope="session")
+def opa_binary():
+    """The real ``opa`` binary, built from tests/e2e/gomod/opa by tests/e2e/build.sh (cached)."""
+    from tests.opa_server import opa_binary
+
+    return opa_binary()
+
+
+@pytest.fixture
+def opa_server(opa_binary, tmp_path):
+    """A real ``opa run --server`` on a free loopback port (``tests.opa_server.OpaServer``)."""
+    from tests.opa_server import OpaServer
+
+    server = OpaServer(opa_binary, tmp_path).start()
+    yield server
+    server.stop()

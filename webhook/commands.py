@@ -23,6 +23,7 @@ from taugate.shape import json_problem
 from taugate.files import InputError, expand_paths
 from taugate.settings import Settings
 from taugate.snapshot import SnapshotError, load_snapshot, read_objects
+from taugate.webhook.policy_set import PolicyError
 
 
 def _err(msg: str) -> None:
@@ -94,7 +95,7 @@ def cmd_admit(args: argparse.Namespace) -> int:
             stored[(str(o.get("kind")), str(meta.get("name")))] = orjson.loads(orjson.dumps(o, default=str))
     try:
         engine = load_engine(args, settings)
-    except Exception as e:  # PolicyError and friends: one line, bad input
+    except PolicyError as e:  # one line: file, line, reason
         _err(f"taugate: policies: {e}")
         return 2
     status = 0

@@ -7,18 +7,20 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from taugate.webhook.opa_backend import OpaServerPolicyEngine
+from taugate.webhook.opa_backend import DEFAULT_TIMEOUT_SECONDS, OpaServerPolicyEngine
 from taugate.webhook.policy import EmbeddedPolicyEngine, PolicyEngine, PolicyError, PolicyStore
 
 
 def load_policy_engine(policy_dir: str | Path, *, enforcement: dict[str, str] | str | Path | None = None,
-                       backend: Literal["embedded", "opa"] = "embedded", opa_url: str | None = None) -> PolicyEngine:
+                       backend: Literal["embedded", "opa"] = "embedded", opa_url: str | None = None,
+                       opa_timeout_s: float = DEFAULT_TIMEOUT_SECONDS) -> PolicyEngine:
     """Load the policy set in ``policy_dir`` behind the ``PolicyEngine`` interface.
 
     ``enforcement``: a mapping ``policy: deny|warn|dryrun``, a YAML file, or None for
     ``<policy_dir>/enforcement.yaml`` when present. ``backend``: ``embedded`` (regorus, in
     process) or ``opa`` (an OPA server at ``opa_url``, e.g. ``http://127.0.0.1:8181``; the
-    policies are pushed there). The set must parse, compile and pass its own ``test_`` rules.
+    policies are pushed there; one evaluation takes at most ``opa_timeout_s`` seconds,
+    ``Settings.opa_timeout_seconds``). The set must parse, compile and pass its own ``test_`` rules.
     The returned engine has ``.store`` (a ``PolicyStore``) and ``start_watching(interval_s)``.
     Raises ``PolicyError`` (one line: file, line, reason) when the set cannot load, and for an
     ``opa`` backend without a URL or whose server rejects the policies.
@@ -29,5 +31,5 @@ def load_policy_engine(policy_dir: str | Path, *, enforcement: dict[str, str] | 
     if backend == "opa":
         if not opa_url:
             raise PolicyError("the opa backend needs opa_url (for example http://127.0.0.1:8181)")
-        return OpaServerPolicyEngine(store, opa_url)
+        return OpaServerPolicyEngine(store, opa_url, timeout_s=opa_timeout_s)
     raise PolicyError(f"unknown policy backend {backend!r}; expected 'embedded' or 'opa'")

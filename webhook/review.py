@@ -33,6 +33,7 @@ from taugate.shape import json_type, object_depth_problem
 from taugate.snapshot import ClusterState
 from taugate.webhook import mutation, validation
 from taugate.webhook.decision import Decision, Violation
+from taugate.webhook.policy_set import PolicyEvaluationError
 from taugate.webhook.resolution import Resolution, Unresolved, resolve
 
 OPERATIONS = {"CREATE", "UPDATE", "DELETE", "CONNECT"}
@@ -256,16 +257,17 @@ class PolicyFailure(Exception):
 def _policies(ctx: Context, engine: Engine, obj: dict, templates: list[PodTemplate],
               res: Resolution) -> list[Violation]:
     """The policy library's results for ``obj`` (whose pod templates are ``templates``).
-    Raises ``PolicyFailure`` when the engine fails on it (a Rego runtime error)."""
+    Raises ``PolicyFailure`` when a policy fails on it (the engine's ``PolicyEvaluationError``,
+    a Rego runtime error); the engine's ``PolicyUnavailable`` passes through (nothing decided)."""
     doc = build_policy_input(obj=obj, templates=templates, operation=ctx.request.get("operation", "CREATE"),
                              user_info=ctx.request.get("userInfo"), namespace=res.workspace.target_namespace,
                              workspace=res.workspace, profile=res.profile, queue=res.queue, state=ctx.state,
                              gpu_class_label=ctx.settings.gpu_class_label)
     try:
         return list(engine.evaluate(doc))
-    except Exception as e:  # the engine's PolicyEvaluationError (webhook.policy), or a bug in it
+    except PolicyEvaluationError as e:  # PolicyUnavailable (no answer at all) is the server's: HTTP 503
         reason = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise PolicyFailure(reason, dict(getattr(e, "failed", None) or {}), list(getattr(e, "results", None) or []))
+        raise PolicyFailure(reason, dict(e.failed), list(e.results)) from None
 
 
 def _policy_failure_decision(failure: PolicyFailure, obj: dict, found: list[Violation], engine: Engine) -> Decision:
@@ -277,7 +279,7 @@ def _policy_failure_decision(failure: PolicyFailure, obj: dict, found: list[Viol
     deep = object_depth_problem(obj)
     if deep:
         return Decision.deny([Violation("object-shape", deep[0], f"{deep[1]}; fix the manifest")], obj=obj)
-    if not failure.failed:  # the engine as a whole failed (e.g. an OPA server out of reach)
+    if not failure.failed:  # no single policy fails alone (e.g. OPA reported one error for the whole query)
         return Decision.deny([], obj=obj, code=503, reason=(
             f"taugate's policy engine failed on this object ({failure.reason}); the request is denied rather than "
             f"admitted unchecked; retry, and tell the platform team if it keeps happening"))

@@ -1,11 +1,13 @@
 """``taugate serve``: the admission webhooks over HTTPS.
 
 ``taugate serve --cluster SNAPSHOT [--cert-dir DIR] [--host 127.0.0.1] [--port 8443]
-[--policies DIR] [--enforcement FILE]`` serves ``/mutate``, ``/validate``, ``/validate-tau``,
+[--policies DIR] [--enforcement FILE] [--policy-backend embedded|opa --opa-url URL]`` serves ``/mutate``, ``/validate``, ``/validate-tau``,
 ``/healthz``, ``/readyz`` and ``/metrics`` (see ``webhook.server``). TLS comes from
 ``--cert-dir`` (``tls.crt``, ``tls.key``; reloaded without restart when they change), or, without
 it, from a CA and serving certificate generated at start (its CA path is printed). In a cluster
-pass ``--host 0.0.0.0``.
+pass ``--host 0.0.0.0``. ``--policy-backend opa --opa-url http://127.0.0.1:8181`` evaluates the
+policies on an OPA server (the chart's sidecar; ``TAUGATE_POLICY_BACKEND``, ``TAUGATE_OPA_URL`` and
+``TAUGATE_OPA_TIMEOUT_SECONDS`` set the same; see ``webhook/opa_backend.py``).
 
 Wiring (webhook does not import certs or controllers): the CLI's composition root sets
 ``args.tls_factory(cert_dir, service=, namespace=)`` (``certs.serving.serving_tls``) and may set
@@ -23,6 +25,8 @@ import asyncio
 import sys
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from taugate import argtypes
 from taugate.settings import Settings
 from taugate.snapshot import SnapshotError
@@ -35,18 +39,29 @@ def _err(msg: str) -> int:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """Handler of ``taugate serve``; returns the exit code."""
+    from taugate.webhook import lifecycle
     from taugate.webhook import server as srv
+    from taugate.webhook.providers import SnapshotStateProvider
 
-    settings = Settings()
-    if args.deadline is not None:
-        try:
-            settings = Settings(**{**settings.model_dump(), "admission_deadline_seconds": args.deadline})
-        except ValueError as e:
-            return _err(f"--deadline {args.deadline}: {e.errors()[0]['msg'] if hasattr(e, 'errors') else e}")
+    try:
+        settings = Settings()
+        overrides = {k: v for k, v in (("admission_deadline_seconds", args.deadline),
+                                       ("policy_backend", args.policy_backend), ("opa_url", args.opa_url))
+                     if v is not None}
+        if overrides:
+            settings = Settings(**{**settings.model_dump(), **overrides})
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(map(str, first["loc"]))
+        flag = {"admission_deadline_seconds": f"--deadline {args.deadline}", "policy_backend": "--policy-backend",
+                "opa_url": "--opa-url", "": "settings"}.get(where, f"settings.{where} (TAUGATE_{where.upper()})")
+        return _err(f"{flag}: {first['msg'].removeprefix('Value error, ')}")
+    if settings.policy_backend == "opa" and not settings.opa_url:
+        return _err("--policy-backend opa needs --opa-url (for example http://127.0.0.1:8181)")
     # Cluster state.
     if args.cluster is not None:
         try:
-            provider = srv.SnapshotStateProvider(args.cluster, settings)
+            provider = SnapshotStateProvider(args.cluster, settings)
         except SnapshotError as e:
             return _err(str(e))
     elif args.in_cluster:
@@ -62,11 +77,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # Policies.
     engine = None
     if not args.no_policies:
-        from taugate.webhook.commands import load_engine
+        from taugate.webhook.engines import load_policy_engine
+        from taugate.webhook.policy import PolicyError
 
         try:
-            engine = load_engine(args, settings)
-        except Exception as e:  # the engine's PolicyError: one line, bad input
+            engine = load_policy_engine(args.policies or settings.policy_dir, enforcement=args.enforcement,
+                                        backend=settings.policy_backend, opa_url=settings.opa_url,
+                                        opa_timeout_s=settings.opa_timeout_seconds)
+        except PolicyError as e:  # one line: file, line, reason
             return _err(f"policies: {e}")
     # Hot reload of the policy library (a changed set is activated only if it passes its tests).
     store = getattr(engine, "store", None)
@@ -83,7 +101,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     server = srv.AdmissionServer(provider, settings, engine, policies_required=not args.no_policies,
                                  checks=checks)
 
-    def started(running: srv.RunningServer) -> None:
+    def started(running: lifecycle.RunningServer) -> None:
         paths = ", ".join(r.path for r in srv.ROUTES)
         print(f"taugate: serving {paths} on {running.url}", flush=True)
         ca = Path(tls.ca_path)
@@ -91,7 +109,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
               f"taugate: CA certificate: none next to the serving certificate ({ca} is absent)", flush=True)
 
     async def main() -> None:
-        await srv.serve_forever(server, tls, host=args.host, port=args.port, shutdown_delay=args.shutdown_delay,
+        await lifecycle.serve_forever(server, tls, host=args.host, port=args.port, shutdown_delay=args.shutdown_delay,
                                 on_started=started)
 
     try:
@@ -107,9 +125,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except OSError as e:
         return _err(e.strerror or str(e))
     finally:
-        close = getattr(tls, "close", None)
-        if callable(close):
-            close()
+        for part in (tls, engine):
+            close = getattr(part, "close", None)
+            if callable(close):
+                close()
     return 0
 
 
@@ -132,6 +151,12 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--policies", type=Path, help="policy library directory (default: the bundled policies/)")
     p.add_argument("--enforcement", help="enforcement YAML: policy name -> deny|warn|dryrun")
     p.add_argument("--no-policies", action="store_true", help="built-in checks only")
+    p.add_argument("--policy-backend", choices=("embedded", "opa"),
+                   help="where the policies are evaluated: embedded (regorus, in process; the default) or opa "
+                        "(an OPA server at --opa-url; settings.policy_backend, TAUGATE_POLICY_BACKEND)")
+    p.add_argument("--opa-url", help="the OPA server for --policy-backend opa, e.g. http://127.0.0.1:8181 "
+                                     "(TAUGATE_OPA_URL); one evaluation may take TAUGATE_OPA_TIMEOUT_SECONDS "
+                                     "(1 s, below the 2 s deadline)")
     p.add_argument("--deadline", type=argtypes.seconds, help="admission deadline in seconds (default: "
                                                      "settings.admission_deadline_seconds, 2)")
     p.add_argument("--shutdown-delay", type=argtypes.seconds, default=0.0,

@@ -17,6 +17,9 @@ from taugate.settings import Settings
 from taugate.webhook import server as srv
 from tests.server.conftest import EXAMPLE_CLUSTER, EXAMPLE_RAYJOB
 from tests.server.https import AdmissionClient, admission_review, check_response, workload_request
+from taugate.webhook import lifecycle
+from taugate.webhook import server as srv
+from taugate.webhook.providers import SnapshotStateProvider
 
 DURATION = 10.0
 ROTATE_AT = 3.0
@@ -35,9 +38,9 @@ async def test_rotating_the_ca_under_continuous_traffic_fails_no_request(tmp_pat
     old_ca = load_certificates((cert_dir / "ca.crt").read_bytes())[0]
     old_leaf = fingerprint(load_certificates((cert_dir / "tls.crt").read_bytes())[0])
     settings = Settings()
-    server = srv.AdmissionServer(srv.SnapshotStateProvider(EXAMPLE_CLUSTER, settings), settings, engine)
+    server = srv.AdmissionServer(SnapshotStateProvider(EXAMPLE_CLUSTER, settings), settings, engine)
     tls = ServingTLS(cert_dir)
-    running = await srv.start(server, tls, port=0)
+    running = await lifecycle.start(server, tls, port=0)
     rayjob = yaml.safe_load(EXAMPLE_RAYJOB.read_text())
     results: list[tuple[float, str]] = []
     failures: list[str] = []

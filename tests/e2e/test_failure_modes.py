@@ -67,6 +67,36 @@ def test_with_taugate_down_a_workspace_rayjob_fails_as_the_runbook_says_and_ever
     platform.wait_for("taugate to mutate again", mutated_again, 60)
 
 
+
+def test_with_the_opa_backend_down_the_api_server_applies_the_failure_policy(platform, opa_server):
+    """The chart's ``webhook.opa`` args against a real OPA server: while OPA serves, taugate
+    decides with it; once OPA is down, /validate answers HTTP 503 and the API server applies
+    ``failurePolicy: Fail`` (k8s.io/apiserver validating/dispatcher.go ``callHook``: a failed
+    call), with taugate's reason in its error (the 503 body is a ``metav1.Status``)."""
+    cp = platform.cp
+    default_objects = platform.objects
+    platform.stop_webhook()
+    platform.objects = rendered_chart({"webhook": {"opa": {"enabled": True, "port": opa_server.port}}})
+    try:
+        platform.start_webhook()
+        assert "taugate/gpu-total-fits-queue/policy.rego" in opa_server.policies()
+        too_big = into_workspace(yaml.safe_load((REPO / "policies" / "gpu-total-fits-queue" / "samples" /
+                                                 "example_disallowed_image_classifier_64.yaml").read_text()),
+                                 name="opa-decides")
+        out = cp.kubectl("create", "--dry-run=server", "-f", "-", input=json.dumps(too_big), check=False)
+        assert out.returncode != 0 and "[gpu-total-fits-queue]" in out.stderr, out.stderr
+        opa_server.stop()
+        out = cp.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-",
+                         input=json.dumps(into_workspace(EXAMPLE, name="opa-down")), check=False)
+        assert out.returncode != 0
+        assert 'failed calling webhook "validate.workloads.tau.azure.com"' in out.stderr, out.stderr
+        assert "policy backend could not answer" in out.stderr and opa_server.url in out.stderr, out.stderr
+    finally:
+        platform.stop_webhook()
+        platform.objects = default_objects
+        platform.start_webhook()
+
+
 def _set_ca_bundle(cp, bundle: bytes) -> None:
     for kind in WEBHOOK_KINDS:
         obj = cp.get_json(kind.lower(), RELEASE)

@@ -39,6 +39,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "metrics": {"serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}},
         "networkPolicy": {"webhookFrom": [{"ipBlock": {"cidr": "10.0.0.0/8"}}]},
     },
+    "opa-sidecar": {"webhook": {"opa": {"enabled": True}}},
 }
 
 KUBERNETES_VERSIONS = ("1.30.0", "1.35.0")

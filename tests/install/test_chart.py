@@ -168,6 +168,9 @@ def test_the_values_schema_rejects_bad_values_with_the_field_named(values, messa
      "must be below webhook.timeoutSeconds"),
     ({"systemNamespace": "taugate-system"}, "taugate-system", "must differ from the release namespace"),
     ({"webhook": {"failurePolicyOverrides": {"mutating": "Ignore"}}}, "taugate-system", 'names route "mutating"'),
+    ({"webhook": {"opa": {"enabled": True, "timeoutSeconds": 2}}}, "taugate-system",
+     r"webhook.opa.timeoutSeconds \(2\) must be below webhook.admissionDeadlineSeconds"),
+    ({"webhook": {"opa": {"enabled": True, "port": 8443}}}, "taugate-system", "must differ from webhook.port"),
 ])
 def test_settings_that_would_break_admission_fail_the_render_with_a_reason(values, namespace, message):
     with pytest.raises(helm_python.HelmRenderError, match=message):
@@ -203,3 +206,21 @@ def test_an_explicit_webhook_from_replaces_the_defaults_and_no_source_at_all_is_
     assert _webhook_sources(objects({"networkPolicy": {"webhookFrom": anywhere}})) == anywhere
     with pytest.raises(helm_python.HelmRenderError, match="no source may reach the webhook port"):
         objects({"networkPolicy": {"apiServerNamespaces": []}})
+
+
+def test_the_opa_sidecar_is_off_by_default_and_when_on_serves_the_webhook_on_loopback(rendered):
+    from taugate.cli import build_parser
+
+    default = pod_spec(one(rendered["default"], "Deployment", "taugate-webhook"))
+    assert "initContainers" not in default
+    assert not any("opa" in arg for arg in default["containers"][0]["args"])
+    spec = pod_spec(one(rendered["opa-sidecar"], "Deployment", "taugate-webhook"))
+    [opa] = spec["initContainers"]  # a native sidecar: started, and healthy, before the webhook
+    assert opa["restartPolicy"] == "Always" and opa["args"][:2] == ["run", "--server"]
+    assert "--addr=127.0.0.1:8181" in opa["args"], "OPA's REST API has no authentication: loopback only"
+    assert opa["startupProbe"]["httpGet"] == {"path": "/health", "port": "opa-diagnostic"}
+    webhook = spec["containers"][0]
+    args = build_parser().parse_args(webhook["args"])  # what taugate serve will read
+    assert (args.policy_backend, args.opa_url) == ("opa", "http://127.0.0.1:8181")
+    env = {e["name"]: e.get("value") for e in webhook["env"]}
+    assert float(env["TAUGATE_OPA_TIMEOUT_SECONDS"]) < float(env["TAUGATE_ADMISSION_DEADLINE_SECONDS"])

@@ -13,7 +13,7 @@ from taugate.kinds import kind_for
 from taugate.policy_input import _gpu_quota, build_policy_input
 from taugate.snapshot import FlavorQuota
 from taugate.webhook.policy import EmbeddedPolicyEngine, PolicyStore, RecordingEngine
-from taugate.webhook.policy_commands import run_policy_tests
+from taugate.webhook.policy_testing import run_policy_tests
 from tests.policies.conftest import POLICIES
 from tests.policies.test_engine import image_classifier
 

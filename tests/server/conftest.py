@@ -9,9 +9,14 @@ import yaml
 
 from taugate.certs import store
 from taugate.certs.serving import ServingTLS
-from taugate.webhook import server as srv
-from tests.paths import DATA, EXAMPLE_CLUSTER, EXAMPLE_RAYJOB, K8S_API, REPO  # noqa: F401  (imported by the tests here)
+from tests.paths import DATA, K8S_API
 from tests.server.https import AdmissionClient
+from taugate.webhook import lifecycle
+from taugate.webhook import server as srv
+from taugate.webhook.providers import SnapshotStateProvider
+
+from tests.paths import EXAMPLE_CLUSTER, EXAMPLE_RAYJOB, REPO  # noqa: F401  (imported by the tests here)
+from tests.paths import DATA, EXAMPLE_CLUSTER, EXAMPLE_RAYJOB, K8S_API, REPO  # noqa: F401  (imported by the tests here)
 
 K8S_DOCS = DATA / "admission" / "kubernetes-docs"
 """AdmissionReviews shaped like the Kubernetes documentation's examples (project-written)."""
@@ -39,7 +44,7 @@ def rayjob() -> dict:
 class Harness:
     """A running admission server over real HTTPS and a client that trusts only its CA."""
 
-    def __init__(self, server: srv.AdmissionServer, running: srv.RunningServer, tls: ServingTLS,
+    def __init__(self, server: srv.AdmissionServer, running: lifecycle.RunningServer, tls: ServingTLS,
                  client: AdmissionClient):
         self.server, self.running, self.tls, self.client = server, running, tls, client
         self.post, self.get = client.post, client.get
@@ -56,10 +61,10 @@ async def start_server(cert_dir, settings, engine):
     started: list[Harness] = []
 
     async def start(*, provider=None, settings_=None, engine_=engine, **kw) -> Harness:
-        provider = provider or srv.SnapshotStateProvider(EXAMPLE_CLUSTER, settings_ or settings)
+        provider = provider or SnapshotStateProvider(EXAMPLE_CLUSTER, settings_ or settings)
         server = srv.AdmissionServer(provider, settings_ or settings, engine_, **kw)
         tls = ServingTLS(cert_dir)
-        running = await srv.start(server, tls, host="127.0.0.1", port=0)
+        running = await lifecycle.start(server, tls, host="127.0.0.1", port=0)
         h = Harness(server, running, tls, AdmissionClient(running.port, cert_dir / "ca.crt"))
         started.append(h)
         return h

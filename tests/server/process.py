@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -39,3 +41,19 @@ async def startup_lines(proc: subprocess.Popen) -> tuple[int, Path]:
     port = int(re.search(r"on https://127\.0\.0\.1:(\d+)$", lines[0].strip()).group(1))
     ca = Path(re.search(r"CA certificate: (\S+)$", lines[1].strip()).group(1))
     return port, ca
+
+
+@contextlib.asynccontextmanager
+async def serving(*args: str, env: dict[str, str] | None = None):
+    """``taugate serve ARGS`` for the ``async with`` block: yields (process, port, CA path);
+    afterwards SIGTERM must stop it with exit code 0 (it is killed whatever happens)."""
+    proc = serve(*args, env=env)
+    try:
+        port, ca = await startup_lines(proc)
+        yield proc, port, ca
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.to_thread(proc.wait, 30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

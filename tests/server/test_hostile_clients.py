@@ -241,7 +241,7 @@ async def test_a_client_that_disconnects_is_one_log_line_without_a_traceback(sta
 
 
 async def test_the_byte_budget_serves_in_order_times_out_and_never_leaks_bytes():
-    from taugate.webhook.server import ByteBudget
+    from taugate.webhook.connections import ByteBudget
 
     budget = ByteBudget(10)
     loop = asyncio.get_running_loop()

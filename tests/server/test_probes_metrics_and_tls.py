@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import ssl
 import time
@@ -144,10 +145,14 @@ class BrokenStateProvider(LateProvider):
         self.arrive(object())
 
 
-async def test_a_crash_inside_a_decision_is_a_valid_denial_with_code_500_not_an_http_error(start_server, rayjob):
+async def test_a_crash_inside_a_decision_is_a_valid_denial_with_code_500_and_a_logged_traceback(start_server, rayjob,
+                                                                                                 caplog):
     h = await start_server(provider=BrokenStateProvider())
     req = workload_request(rayjob)
-    r = await h.post("/mutate", admission_review(req))
+    with caplog.at_level(logging.ERROR, logger="taugate.webhook"):
+        r = await h.post("/mutate", admission_review(req))
+    [logged] = [rec for rec in caplog.records if rec.exc_info]
+    assert logged.exc_info[0] is AttributeError and req["uid"] in logged.getMessage()
     assert r.status == 200
     resp = check_response(r.body, req["uid"])
     assert resp["allowed"] is False and resp["status"]["code"] == 500

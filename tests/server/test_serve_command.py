@@ -12,11 +12,13 @@ import yaml
 
 from taugate.cli import main
 from taugate.settings import Settings
-from taugate.webhook.server import SnapshotStateProvider
+from tests.paths import POLICIES
 from tests.server.conftest import EXAMPLE_CLUSTER
 from tests.server.https import AdmissionClient, admission_review, check_response, workload_request
 from tests.server.process import serve as _serve
+from tests.server.process import serving
 from tests.server.process import startup_lines as _startup_lines
+from taugate.webhook.providers import SnapshotStateProvider
 
 
 async def test_serve_generates_a_ca_serves_reviews_and_stops_cleanly_on_sigterm(rayjob):
@@ -77,6 +79,10 @@ def test_serve_reports_bad_input_in_one_line_with_exit_2(tmp_path, capsys):
         (("--cluster", str(EXAMPLE_CLUSTER), "--cert-dir", str(empty_dir), "--port", "0"), "tls.crt: no such file"),
         (("--cluster", str(EXAMPLE_CLUSTER), "--policies", str(tmp_path / "nopolicies"), "--port", "0"),
          "nopolicies"),
+        (("--cluster", str(EXAMPLE_CLUSTER), "--policy-backend", "opa", "--port", "0"),
+         "--policy-backend opa needs --opa-url"),
+        (("--cluster", str(EXAMPLE_CLUSTER), "--policy-backend", "opa", "--opa-url", "http://127.0.0.1:1",
+          "--port", "0"), "policies: cannot push policies to OPA: OPA server at http://127.0.0.1:1 failed"),
     ]
     for args, expected in cases:
         code = main(["serve", *args])  # in process: these fail before anything is served
@@ -174,3 +180,20 @@ async def test_editing_a_policy_over_https_changes_decisions_within_2_s_and_a_br
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(30)
+
+
+async def test_serve_with_the_opa_backend_set_in_the_environment_decides_on_the_opa_server(opa_server):
+    obj = yaml.safe_load((POLICIES / "head-without-gpu/samples/example_disallowed_head_one_gpu.yaml").read_text())
+    async with serving("--cluster", str(EXAMPLE_CLUSTER), "--port", "0",
+                       env={"TAUGATE_POLICY_BACKEND": "opa", "TAUGATE_OPA_URL": opa_server.url}) as (_, port, ca):
+        assert "taugate/head-without-gpu/policy.rego" in opa_server.policies()
+        client = AdmissionClient(port, ca)
+        try:
+            req = workload_request(obj, namespace=obj["metadata"]["namespace"])
+            resp = check_response((await client.post("/validate", admission_review(req))).body, req["uid"])
+            assert any(w.startswith("[head-without-gpu]") for w in resp.get("warnings", [])), resp  # a warn policy
+            opa_server.stop()
+            r = await client.post("/validate", admission_review(workload_request(obj, namespace=req["namespace"])))
+            assert r.status == 503 and "OPA server at" in r.body["message"], r.text
+        finally:
+            await client.close()

@@ -5,15 +5,13 @@ is kmock's Kubernetes double over HTTP, reached through a kubeconfig."""
 from __future__ import annotations
 
 import asyncio
-import signal
 
 import yaml
 
 from tests.kubedouble import KubeDouble
 from tests.server.conftest import EXAMPLE_CLUSTER
 from tests.server.https import AdmissionClient, admission_review, apply, check_response, workload_request
-from tests.server.process import serve as _serve
-from tests.server.process import startup_lines as _startup_lines
+from tests.server.process import serving
 
 
 async def test_serve_in_cluster_becomes_ready_from_watches_and_mutates_with_live_state(tmp_path, cert_dir, rayjob):
@@ -25,9 +23,8 @@ async def test_serve_in_cluster_becomes_ready_from_watches_and_mutates_with_live
             "clusters": [{"name": "double", "cluster": {"server": kube.url}}],
             "users": [{"name": "taugate", "user": {"token": "t"}}],
             "contexts": [{"name": "double", "context": {"cluster": "double", "user": "taugate"}}]}))
-        proc = _serve("--in-cluster", "--kubeconfig", str(kubeconfig), "--cert-dir", str(cert_dir), "--port", "0")
-        try:
-            port, _ = await _startup_lines(proc)
+        async with serving("--in-cluster", "--kubeconfig", str(kubeconfig), "--cert-dir", str(cert_dir),
+                           "--port", "0") as (_, port, _):
             client = AdmissionClient(port, cert_dir / "ca.crt")
             try:
                 for _ in range(100):  # ready once every kind is listed and the first state built
@@ -45,9 +42,3 @@ async def test_serve_in_cluster_becomes_ready_from_watches_and_mutates_with_live
                 assert resp == {"uid": other["uid"], "allowed": True}
             finally:
                 await client.close()
-            proc.send_signal(signal.SIGTERM)
-            assert await asyncio.to_thread(proc.wait, 30) == 0
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()

@@ -13,6 +13,7 @@ from taugate.webhook import server as srv
 from tests import upstream_manifests as m
 from tests.paths import POLICIES
 from tests.server.https import admission_review, apply, check_response, patch_of, workload_request
+from taugate.webhook.providers import SnapshotStateProvider
 
 
 async def _mutate(gate, request):
@@ -135,14 +136,14 @@ async def test_kuberay_and_kueue_rules_are_denied_in_their_own_words_over_https(
 
 
 async def test_flavor_contradictions_and_mig_slices_are_decided_over_https(start_server, tmp_path):
-    contradicting = await start_server(provider=srv.SnapshotStateProvider(
+    contradicting = await start_server(provider=SnapshotStateProvider(
         m.with_snapshot_change(tmp_path, m.contradicting_flavor), Settings()))
     obj = m.set_worker_gpus(m.classifier(), 8)
     m.worker_group(obj).update(replicas=2, minReplicas=2, maxReplicas=2)
     request = workload_request(obj)
     resp = await _mutate(contradicting, request)
     assert not resp["allowed"] and "flavor h100 doesn't match node affinity" in resp["status"]["message"]
-    mig = await start_server(provider=srv.SnapshotStateProvider(POLICIES / "mig-slices-fit/samples/cluster.yaml",
+    mig = await start_server(provider=SnapshotStateProvider(POLICIES / "mig-slices-fit/samples/cluster.yaml",
                                                                 Settings()))
     resp, out = await _admit(mig, m.mig_job(1))
     assert resp["allowed"], resp

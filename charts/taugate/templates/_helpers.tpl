@@ -131,6 +131,12 @@ app.kubernetes.io/component: {{ .component }}
 {{- if ge (float64 .Values.webhook.admissionDeadlineSeconds) (float64 .Values.webhook.timeoutSeconds) -}}
 {{- fail (printf "webhook.admissionDeadlineSeconds (%v) must be below webhook.timeoutSeconds (%v): the server must answer before the API server gives up" .Values.webhook.admissionDeadlineSeconds .Values.webhook.timeoutSeconds) -}}
 {{- end -}}
+{{- if and .Values.webhook.opa.enabled (ge (float64 .Values.webhook.opa.timeoutSeconds) (float64 .Values.webhook.admissionDeadlineSeconds)) -}}
+{{- fail (printf "webhook.opa.timeoutSeconds (%v) must be below webhook.admissionDeadlineSeconds (%v): a late OPA must be answered before the deadline" .Values.webhook.opa.timeoutSeconds .Values.webhook.admissionDeadlineSeconds) -}}
+{{- end -}}
+{{- if and .Values.webhook.opa.enabled (eq (int .Values.webhook.opa.port) (int .Values.webhook.port)) -}}
+{{- fail (printf "webhook.opa.port (%v) must differ from webhook.port: both listen in the same pod" .Values.webhook.opa.port) -}}
+{{- end -}}
 {{- $keys := list -}}
 {{- range (include "taugate.routes" . | fromJsonArray) -}}{{- $keys = append $keys .key -}}{{- end -}}
 {{- range $k, $v := .Values.webhook.failurePolicyOverrides -}}

@@ -1,0 +1,319 @@
+"""Policy sets: reading a Rego policy library folder into an immutable ``PolicySet``, its
+enforcement configuration, and the errors and interface every policy backend shares.
+
+Layout (``policies/README.md`` is the author's guide): one folder per policy,
+``<name>/policy.rego`` in package ``taugate.policies.<name with "_" for "-">`` defining
+``deny contains v`` and/or ``warn contains v`` with ``v = {"msg", "field", "policy"}``,
+``<name>/policy_test.rego`` (``test_`` rules), ``<name>/samples/``; shared helpers in ``lib/``.
+The set adds one generated module, ``data.taugate.aggregate.results``, that names every
+policy's ``deny``/``warn`` rule statically, so one query evaluates every policy at once.
+
+Errors, by what they make the webhook do (``webhook.server``):
+
+- ``PolicyError``: a policy set that cannot be used (load, compile, tests, configuration): the
+  command exits 2, a reload is rejected and the previous set keeps serving.
+- ``PolicyEvaluationError``: a policy failed at run time on this input (a Rego runtime error):
+  the policy's own result under its enforcement action (``webhook.review``).
+- ``PolicyUnavailable``: the backend could not answer (an OPA server down, late or answering
+  garbage): nothing is decided; the server answers HTTP 503 with the reason and the webhook
+  configuration's ``failurePolicy`` decides (k8s.io/apiserver
+  pkg/admission/plugin/webhook/validating/dispatcher.go, ``callHook``: a non-200 answer is an
+  ``ErrCallingWebhook``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import yaml
+
+from taugate.webhook.decision import Violation
+
+ACTIONS = ("deny", "warn", "dryrun")
+AGGREGATE_PACKAGE = "taugate.aggregate"
+AGGREGATE_MODULE = "taugate/aggregate.rego"
+RESULTS_RULE = f"data.{AGGREGATE_PACKAGE}.results"
+POLICIES_PACKAGE = "taugate.policies"
+DEFAULT_ENFORCEMENT_FILE = "enforcement.yaml"
+
+class PolicyError(Exception):
+    """A policy set that cannot be used. ``str(error)`` is one line: ``file:line: reason``
+    when a file is to blame, else the reason. ``file``/``line`` hold the parts."""
+
+    def __init__(self, reason: str, file: str | None = None, line: int | None = None):
+        self.reason, self.file, self.line = reason, file, line
+        where = f"{file}:{line}: " if file and line else f"{file}: " if file else ""
+        super().__init__(f"{where}{reason}")
+
+
+class PolicyEvaluationError(PolicyError):
+    """Evaluation failed at run time (a Rego runtime error, an unreachable OPA server).
+
+    ``failed`` maps each policy that failed on this input to its one-line reason (empty when
+    the engine as a whole failed, e.g. an OPA server out of reach); ``results`` holds the
+    violations of the policies that did evaluate."""
+
+    def __init__(self, reason: str, file: str | None = None, line: int | None = None, *,
+                 failed: dict[str, str] | None = None, results: list[Violation] | None = None):
+        super().__init__(reason, file, line)
+        self.failed = dict(failed or {})
+        self.results = list(results or [])
+
+
+class PolicyUnavailable(Exception):
+    """The policy backend could not answer at all: unreachable, slower than its timeout, or an
+    answer that is not a result (an OPA server down, restarting or overloaded). ``reason`` is
+    one line naming the backend and what went wrong. Not a ``PolicyError``: nothing is wrong
+    with the policies or the object, so no decision is made (the server answers HTTP 503)."""
+
+    def __init__(self, reason: str):
+        self.reason = reason
+        super().__init__(reason)
+
+
+class PolicyEngine(Protocol):
+    """What admission calls. ``digest``: sha256 hex of the active policy set's sources;
+    ``evaluate(input)``: every result of every policy for one input document (shape:
+    ``policies/input.schema.json``) as ``Violation``s whose ``action`` already follows the
+    enforcement configuration; raises ``PolicyEvaluationError`` when a policy fails at run time and
+    ``PolicyUnavailable`` when the backend cannot answer. ``remote``: True when ``evaluate``
+    waits on I/O (the server then never calls it on its event loop)."""
+
+    digest: str
+    remote: bool
+
+    def evaluate(self, input: dict) -> list[Violation]: ...
+
+
+# --------------------------------------------------------------------------- policy sets
+
+@dataclass(frozen=True)
+class RegoFile:
+    """One Rego module: ``rel`` is its path inside the policy folder (the module name given to
+    the engine), ``display`` the path shown in errors, ``package`` its package (no ``data.``)."""
+
+    rel: str
+    display: str
+    source: str
+    package: str
+    test: bool
+
+
+@dataclass(frozen=True)
+class TestRule:
+    """One ``test_`` rule: where it is and its full rule path (``data.<package>.<name>``)."""
+
+    __test__ = False  # not a pytest test class
+    file: RegoFile
+    line: int
+    name: str
+
+    @property
+    def rule(self) -> str:
+        return f"data.{self.file.package}.{self.name}"
+
+
+@dataclass(frozen=True)
+class PolicySet:
+    """An immutable, loaded policy set.
+
+    ``policies``: package key (``gpu_total_fits_queue``) -> policy name (folder,
+    ``gpu-total-fits-queue``); ``modules``: what serves; ``tests``: ``_test.rego`` files;
+    ``enforcement``: policy name -> action; ``digest``: sha256 hex over every serving module
+    (path and source, sorted) and the enforcement mapping.
+    """
+
+    root: Path
+    modules: tuple[RegoFile, ...]
+    tests: tuple[RegoFile, ...]
+    policies: dict[str, str]
+    enforcement: dict[str, str]
+    enforcement_file: str | None
+    digest: str
+    kinds: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    @property
+    def aggregate(self) -> RegoFile:
+        """The generated module ``data.taugate.aggregate.results``: ``[[package key, kind, v]]``
+        for every ``deny``/``warn`` rule the policies define."""
+        parts = [f'\t[["{key}", "{kind}", v] | some v in data.{POLICIES_PACKAGE}.{key}.{kind}],'
+                 for key in sorted(self.kinds) for kind in self.kinds[key]]
+        source = ("# Generated by webhook/policy.py from the policy folders: do not edit.\n"
+                  f"package {AGGREGATE_PACKAGE}\n\nparts := [\n" + "\n".join(parts) + "\n]\n\n"
+                  "results := [r | some p in parts; some r in p]\n")
+        return RegoFile(AGGREGATE_MODULE, AGGREGATE_MODULE, source, AGGREGATE_PACKAGE, False)
+
+    @property
+    def serving_modules(self) -> tuple[RegoFile, ...]:
+        """What a serving engine loads: the library's modules plus the generated aggregate."""
+        return self.modules + (self.aggregate,)
+
+    def test_rules(self) -> list[TestRule]:
+        """Every ``test_`` rule in the test files, in file order (OPA's convention: a rule whose
+        name starts with ``test_``)."""
+        out = []
+        for f in self.tests:
+            seen = set()
+            for m in _TEST_RULE.finditer(f.source):
+                if m.group(1) not in seen:
+                    seen.add(m.group(1))
+                    out.append(TestRule(f, f.source.count("\n", 0, m.start()) + 1, m.group(1)))
+        return out
+
+    def action(self, policy: str, kind: str) -> str:
+        """The enforcement action of one result: configured for the policy, else its rule kind."""
+        return self.enforcement.get(policy, "warn" if kind == "warn" else "deny")
+
+    def to_violations(self, results: list) -> list[Violation]:
+        """Turn ``data.taugate.aggregate.results`` (``[[package key, kind, v], ...]``) into
+        Violations, sorted by policy, field and message."""
+        out = []
+        for item in results or []:
+            if not (isinstance(item, list) and len(item) == 3):
+                continue
+            key, kind, v = item
+            name = self.policies.get(key, str(key).replace("_", "-"))
+            v = v if isinstance(v, dict) else {"msg": json.dumps(v)}
+            msg = v.get("msg")
+            out.append(Violation(name, str(v.get("field") or ""), msg if isinstance(msg, str) else json.dumps(msg),
+                                 self.action(name, kind)))  # type: ignore[arg-type]
+        out.sort(key=lambda x: (x.policy, x.field, x.message))
+        return out
+
+
+_PACKAGE = re.compile(r"^\s*package\s+([A-Za-z_][\w.]*)", re.M)
+_TEST_RULE = re.compile(r"^(test_[A-Za-z0-9_]*)\b", re.M)
+_POLICY_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+def package_key(policy: str) -> str:
+    """The package key of a policy folder name: ``gpu-total-fits-queue`` -> ``gpu_total_fits_queue``."""
+    return policy.replace("-", "_")
+
+
+def display_path(root: Path, rel: str) -> str:
+    """How errors name a module: its path under the policy folder ``root``."""
+    return str(root / rel)
+
+
+def _read_rego(root: Path, path: Path) -> RegoFile:
+    rel = path.relative_to(root).as_posix()
+    display = display_path(root, rel)
+    try:
+        source = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise PolicyError(f"cannot read: {e.__class__.__name__}", display) from None
+    m = _PACKAGE.search(source)
+    if not m:
+        raise PolicyError("no package declaration", display, 1)
+    return RegoFile(rel, display, source, m.group(1), path.name.endswith("_test.rego"))
+
+
+def _line_of_key(text: str, key: str) -> int | None:
+    try:
+        node = yaml.compose(text)
+    except yaml.YAMLError:
+        return None
+    if isinstance(node, yaml.MappingNode):
+        for k, _ in node.value:
+            if getattr(k, "value", None) == key:
+                return k.start_mark.line + 1
+    return None
+
+
+def load_enforcement(source: dict[str, str] | str | Path | None, known: set[str]) -> tuple[dict[str, str], str | None]:
+    """Read an enforcement configuration: a mapping ``policy-name: deny | warn | dryrun`` given
+    as a dict or a YAML file. Returns (mapping, file or None). Raises ``PolicyError`` naming the
+    file and line for invalid YAML, a value that is not an action, or an unknown policy (a typo
+    would otherwise silently leave a policy at its default)."""
+    if source is None:
+        return {}, None
+    text, where = None, None
+    if isinstance(source, dict):
+        data: Any = source
+    else:
+        where = str(source)
+        try:
+            text = Path(source).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise PolicyError("enforcement file not found", where) from None
+        except (OSError, UnicodeDecodeError) as e:
+            raise PolicyError(f"cannot read enforcement file: {e.__class__.__name__}", where) from None
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            mark = getattr(e, "problem_mark", None)
+            raise PolicyError(f"invalid YAML: {getattr(e, 'problem', None) or e}", where,
+                              mark.line + 1 if mark else None) from None
+        if data is None:
+            data = {}
+    if not isinstance(data, dict):
+        raise PolicyError(f"enforcement must be a mapping of policy name to {' | '.join(ACTIONS)}", where)
+    out: dict[str, str] = {}
+    for name, action in data.items():
+        line = _line_of_key(text, str(name)) if text else None
+        if action not in ACTIONS:
+            raise PolicyError(f"policy {name!r}: enforcement {action!r} is not one of {', '.join(ACTIONS)}", where, line)
+        if name not in known:
+            raise PolicyError(f"unknown policy {name!r} (policies here: {', '.join(sorted(known)) or 'none'})", where, line)
+        out[str(name)] = action
+    return out, where
+
+
+def read_policy_set(policy_dir: str | Path, enforcement: dict[str, str] | str | Path | None = None) -> PolicySet:
+    """Read a policy folder into a ``PolicySet`` (no compilation; see ``check_policy_set``).
+
+    Checks the layout: every ``<name>/policy.rego`` declares package
+    ``taugate.policies.<name with _>``; test files in a policy folder use that package (or
+    ``<package>_test``); no two modules share a path. ``enforcement`` None means
+    ``<policy_dir>/enforcement.yaml`` when it exists. Raises ``PolicyError``.
+    """
+    root = Path(policy_dir)
+    if not root.is_dir():
+        raise PolicyError("policy folder not found", str(root))
+    modules: list[RegoFile] = []
+    tests: list[RegoFile] = []
+    policies: dict[str, str] = {}
+    kinds: dict[str, tuple[str, ...]] = {}
+    for path in sorted(root.rglob("*.rego")):
+        if any(part.startswith(".") for part in path.relative_to(root).parts):
+            continue
+        f = _read_rego(root, path)
+        top = Path(f.rel).parts[0]
+        if path.name == "policy.rego" and len(Path(f.rel).parts) == 2 and top != "lib":
+            if not _POLICY_NAME.match(top):
+                raise PolicyError(f"policy folder name {top!r} must be lowercase letters, digits and '-'", f.display)
+            expected = f"{POLICIES_PACKAGE}.{package_key(top)}"
+            if f.package != expected:
+                raise PolicyError(f"package is {f.package!r}; a policy in folder {top!r} must use package {expected!r}",
+                                  f.display, f.source.count("\n", 0, _PACKAGE.search(f.source).start()) + 1)
+            policies[package_key(top)] = top
+            kinds[package_key(top)] = tuple(k for k in ("deny", "warn") if re.search(rf"^{k}\s+contains\b", f.source, re.M))
+            if not kinds[package_key(top)]:
+                raise PolicyError("defines no `deny contains v` or `warn contains v` rule", f.display)
+        elif top != "lib" and not f.test:
+            raise PolicyError("unexpected Rego module: policies live in <name>/policy.rego, helpers in lib/, "
+                              "tests in *_test.rego", f.display)
+        (tests if f.test else modules).append(f)
+    if not policies:
+        raise PolicyError("no policies found (expected <name>/policy.rego folders)", str(root))
+    for f in tests:
+        top = Path(f.rel).parts[0]
+        if top in policies.values():
+            expected = f"{POLICIES_PACKAGE}.{package_key(top)}"
+            if f.package not in (expected, expected + "_test"):
+                raise PolicyError(f"package is {f.package!r}; tests of policy {top!r} use package {expected!r}", f.display, 1)
+    if enforcement is None and (root / DEFAULT_ENFORCEMENT_FILE).is_file():
+        enforcement = root / DEFAULT_ENFORCEMENT_FILE
+    actions, efile = load_enforcement(enforcement, set(policies.values()))
+    h = hashlib.sha256()
+    for f in modules:
+        h.update(f.rel.encode() + b"\0" + f.source.encode() + b"\0")
+    h.update(json.dumps(actions, sort_keys=True).encode())
+    return PolicySet(root, tuple(modules), tuple(tests), policies, actions, efile, h.hexdigest(), kinds)
+

@@ -1,0 +1,195 @@
+"""The embedded policy backend: regorus (``gordon-to-regorus``) in process.
+
+A regorus engine is *unsendable* (it panics when used from another thread), so
+``EmbeddedPolicyEngine`` keeps one engine per thread in a ``threading.local``, rebuilt when the
+active set's digest changes. ``run_rego_tests``/``check_policy_set`` run a set's own ``test_``
+rules (the reload gate of ``webhook.policy_store``).
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import orjson
+import regorus
+
+from taugate.webhook.decision import Violation
+from taugate.webhook.policy_set import (
+    POLICIES_PACKAGE,
+    RESULTS_RULE,
+    PolicyError,
+    PolicyEvaluationError,
+    PolicySet,
+    TestRule,
+    display_path,
+)
+
+
+
+class ActiveSet(Protocol):
+    """Where an engine reads the policy set to serve: ``current`` (a ``PolicyStore``)."""
+
+    current: PolicySet
+
+    def start_watching(self, interval_s: float = 0.5) -> None: ...
+
+    def stop_watching(self) -> None: ...
+
+def _regorus_error(e: BaseException, ps: PolicySet, cls: type[PolicyError] = PolicyError) -> PolicyError:
+    """A regorus error (``--> file:line:col ... error: reason``) as a one-line PolicyError."""
+    text = str(e).split("Stack backtrace")[0]
+    loc = re.search(r"-->\s*(.+?):(\d+):\d+", text)
+    reason = re.search(r"error:\s*(.+)", text)
+    why = reason.group(1).strip() if reason else (text.strip().splitlines() or [type(e).__name__])[0]
+    if loc:
+        rel = loc.group(1)
+        shown = display_path(ps.root, rel) if not Path(rel).is_absolute() else rel
+        return cls(why, shown, int(loc.group(2)))
+    return cls(why)
+
+
+def build_regorus_engine(ps: PolicySet, *, with_tests: bool = False) -> "regorus.Engine":
+    """A regorus engine holding the set's modules (and test files), compiled: the results rule
+    is evaluated once on an empty input, which makes regorus resolve every rule and function
+    of every module. Use it only on the thread that built it. Raises ``PolicyError``
+    (``file:line: reason``) for a parse or compile error."""
+    engine = regorus.Engine()
+    for f in ps.serving_modules + (ps.tests if with_tests else ()):
+        try:
+            engine.add_policy(f.rel, f.source)
+        except BaseException as e:  # regorus raises RuntimeError; a Rust panic is a BaseException
+            if isinstance(e, (KeyboardInterrupt, SystemExit)):
+                raise
+            raise _regorus_error(e, ps) from None
+    try:
+        engine.set_input_json("{}")
+        engine.eval_rule(RESULTS_RULE)
+    except BaseException as e:
+        if isinstance(e, (KeyboardInterrupt, SystemExit)):
+            raise
+        raise _regorus_error(e, ps) from None
+    return engine
+
+
+@dataclass(frozen=True)
+class TestOutcome:
+    """The result of one ``test_`` rule: passed, failed (false/undefined) or error."""
+
+    __test__ = False  # not a pytest test class
+    test: TestRule
+    passed: bool
+    error: str | None = None
+    seconds: float = 0.0
+
+
+def run_rego_tests(ps: PolicySet, engine: "regorus.Engine | None" = None) -> list[TestOutcome]:
+    """Evaluate every ``test_`` rule with regorus (like ``opa test``: a test passes when its
+    rule is true). ``engine`` must hold the tests (``build_regorus_engine(with_tests=True)``);
+    built here when None. Raises ``PolicyError`` when the set does not compile."""
+    engine = engine or build_regorus_engine(ps, with_tests=True)
+    out = []
+    engine.set_input_json("{}")
+    for t in ps.test_rules():
+        start = time.perf_counter()
+        try:
+            value = engine.eval_rule(t.rule)
+            out.append(TestOutcome(t, value is True, None, time.perf_counter() - start))
+        except BaseException as e:
+            if isinstance(e, (KeyboardInterrupt, SystemExit)):
+                raise
+            out.append(TestOutcome(t, False, str(_regorus_error(e, ps)), time.perf_counter() - start))
+    return out
+
+
+def check_policy_set(ps: PolicySet) -> None:
+    """Accept a set only if it parses, compiles and passes its own tests; else raise
+    ``PolicyError`` naming the first failing file and line (the reload gate)."""
+    outcomes = run_rego_tests(ps)
+    failed = [o for o in outcomes if not o.passed]
+    if failed:
+        o = failed[0]
+        more = f" (and {len(failed) - 1} more failing test(s))" if len(failed) > 1 else ""
+        raise PolicyError(f"{o.test.name} {'errored: ' + o.error if o.error else 'failed'}{more}",
+                          o.test.file.display, o.test.line)
+
+
+
+class EmbeddedPolicyEngine:
+    """The in-process backend: one regorus engine per thread, for the store's active set.
+
+    ``evaluate`` sets the input (serialised with orjson: ``json.dumps`` alone would cost a
+    third of the budget) and evaluates ``data.taugate.aggregate.results`` once (about 0.2 ms
+    for the KubeRay GPU RayJob sample on the 2-core dev machine, see bench/policy_eval.py); it
+    may be called from any thread, the server's event loop included (``remote`` is False)."""
+
+    remote = False
+
+    def __init__(self, store: ActiveSet):
+        self.store = store
+        self._local = threading.local()
+
+    @property
+    def digest(self) -> str:
+        return self.store.current.digest
+
+    def _engine(self, ps: PolicySet) -> "regorus.Engine":
+        local = self._local
+        if getattr(local, "digest", None) != ps.digest:
+            local.engine = build_regorus_engine(ps)
+            local.digest = ps.digest
+        return local.engine
+
+    def raw_results(self, input: dict, ps: PolicySet | None = None) -> tuple[PolicySet, list]:
+        """The set used and the raw ``results`` list for one input."""
+        ps = ps or self.store.current
+        engine = self._engine(ps)
+        try:
+            engine.set_input_json(orjson.dumps(input).decode())
+            return ps, engine.eval_rule(RESULTS_RULE) or []
+        except BaseException as e:
+            if isinstance(e, (KeyboardInterrupt, SystemExit)):
+                raise
+            raise _regorus_error(e, ps, PolicyEvaluationError) from None
+
+    def evaluate(self, input: dict) -> list[Violation]:
+        """Every result of every policy for ``input``, with enforcement actions applied.
+        Raises ``PolicyEvaluationError`` when a policy fails at run time: each policy's rules
+        are then evaluated alone (only on this failure path), so ``failed`` names the policies
+        that failed and ``results`` keeps what the others found."""
+        try:
+            ps, raw = self.raw_results(input)
+        except PolicyEvaluationError as e:
+            raise self._isolate(input, e) from None
+        return ps.to_violations(raw)
+
+    def _isolate(self, input: dict, error: PolicyEvaluationError) -> PolicyEvaluationError:
+        ps = self.store.current
+        engine = self._engine(ps)
+        raw: list = []
+        failed: dict[str, str] = {}
+        for key in sorted(ps.kinds):
+            for kind in ps.kinds[key]:
+                try:
+                    found = engine.eval_rule(f"data.{POLICIES_PACKAGE}.{key}.{kind}") or []
+                except BaseException as e:
+                    if isinstance(e, (KeyboardInterrupt, SystemExit)):
+                        raise
+                    failed.setdefault(ps.policies.get(key, key), str(_regorus_error(e, ps, PolicyEvaluationError)))
+                    continue
+                raw.extend([key, kind, v] for v in (found if isinstance(found, list) else [found]))
+        if not failed:  # the aggregate failed but no policy alone does (the input itself): keep the error
+            return error
+        return PolicyEvaluationError(error.reason, error.file, error.line, failed=failed,
+                                     results=ps.to_violations(raw))
+
+    def start_watching(self, interval_s: float = 0.5) -> None:
+        """Hot reload: see ``PolicyStore.start_watching``."""
+        self.store.start_watching(interval_s)
+
+    def stop_watching(self) -> None:
+        self.store.stop_watching()
