@@ -23,13 +23,13 @@ from typing import Any
 from pydantic import ValidationError
 
 from taugate import labels
-from taugate.pods import MIG_PREFIX, quantity
-from taugate.shape import json_problem, json_type
 from taugate.files import InputError, load_documents, read_limited
 from taugate.models import ResolvedProfile, TauCluster, TauWorkspace
 from taugate.object_shapes import shape_error
+from taugate.pods import MIG_PREFIX, quantity
 from taugate.profiles import is_applicable, profile_set_hash, resolve_profile
 from taugate.settings import Settings
+from taugate.shape import json_problem, json_type
 
 
 class SnapshotError(ValueError):
