@@ -335,9 +335,12 @@ class Shape:
 
     def bounded_quantity(self, value: Any, path: Path) -> None:
         """A Kubernetes quantity from 0 to ``MAX_QUANTITY`` (absent: no problem)."""
-        if value is None or (_bounded_text(value) if type(value) is str else
-                             not isinstance(value, bool) and isinstance(value, (int, float))
-                             and _bounded(quantity(value))):
+        if value is None:
+            return
+        if type(value) is str:
+            if _bounded_text(value):
+                return
+        elif type(value) in (int, float) and _bounded(quantity(value)):  # a boolean is no quantity
             return
         self.bad(path, f"is {json_type(value)} ({_short(value)}); it must be a Kubernetes quantity from 0 to "
                        f"{MAX_QUANTITY} (e.g. 8, 500m, 64Gi)")
