@@ -11,17 +11,27 @@ GPUs per pod follow Kubernetes' pod request formula with native sidecars (KEP-75
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from functools import lru_cache
 from decimal import Decimal, InvalidOperation
-from typing import Any, Iterator, Literal
+from functools import lru_cache
+from typing import Any, Literal
 
-from kubernetes.utils.quantity import parse_quantity
+from kubernetes.utils import quantity as _kubernetes_quantity
 
 from taugate import labels
 from taugate.fieldpath import Path
 
 Role = Literal["head", "worker", "submitter", "job"]
+ContainerList = Literal["containers", "initContainers"]
+"""The two container lists of a pod spec that hold resources."""
+
+_CONTAINER_LISTS: tuple[ContainerList, ...] = ("containers", "initContainers")
+
+_parse_quantity: Callable[[str | float], Decimal] = _kubernetes_quantity.parse_quantity
+"""The Kubernetes client's quantity parser (``kubernetes.utils.quantity.parse_quantity``, which
+ships without type annotations): a quantity string or number to a Decimal; raises ValueError
+(also TypeError, decimal.InvalidOperation) on anything else."""
 
 
 def quantity(value: Any) -> Decimal | None:
@@ -31,7 +41,7 @@ def quantity(value: Any) -> Decimal | None:
     if isinstance(value, int) or (isinstance(value, str) and value.isdigit()):
         return Decimal(value)
     try:
-        q = parse_quantity(value)
+        q = _parse_quantity(value)
     except (ValueError, TypeError, InvalidOperation):
         return None
     return q if q.is_finite() else None
@@ -74,7 +84,7 @@ class ContainerGpus:
 
     name: str
     index: int
-    kind: Literal["containers", "initContainers"]
+    kind: ContainerList
     request: Any
     limit: Any
     request_n: Decimal | None
@@ -92,8 +102,8 @@ class ContainerGpus:
 _ZERO = Decimal(0)
 
 
-def _containers(spec: dict) -> Iterator[tuple[str, int, dict]]:
-    for kind in ("containers", "initContainers"):
+def _containers(spec: dict[str, Any]) -> Iterator[tuple[ContainerList, int, dict[str, Any]]]:
+    for kind in _CONTAINER_LISTS:
         items = spec.get(kind)
         if isinstance(items, list):
             for i, c in enumerate(items):
@@ -101,19 +111,19 @@ def _containers(spec: dict) -> Iterator[tuple[str, int, dict]]:
                     yield kind, i, c
 
 
-def _pod_spec(template: Any) -> dict:
+def _pod_spec(template: Any) -> dict[str, Any]:
     spec = template.get("spec") if isinstance(template, dict) else None
     return spec if isinstance(spec, dict) else {}
 
 
-def is_sidecar(kind: str, container: dict) -> bool:
+def is_sidecar(kind: str, container: dict[str, Any]) -> bool:
     """True for a native sidecar (KEP-753, GA in Kubernetes 1.29): an init container whose
     ``restartPolicy`` is ``Always`` (component-helpers ``resource/helpers.go``
     ``isRestartableInitContainer``)."""
     return kind == "initContainers" and container.get("restartPolicy") == "Always"
 
 
-def _read_gpus(spec: dict) -> tuple[ContainerGpus, ...]:
+def _read_gpus(spec: dict[str, Any]) -> tuple[ContainerGpus, ...]:
     out = []
     for kind, i, c in _containers(spec):
         sidecar = is_sidecar(kind, c)
@@ -123,9 +133,9 @@ def _read_gpus(spec: dict) -> tuple[ContainerGpus, ...]:
             continue
         req, lim = res.get("requests"), res.get("limits")
         r = req.get(labels.GPU_RESOURCE) if isinstance(req, dict) else None
-        l = lim.get(labels.GPU_RESOURCE) if isinstance(lim, dict) else None
-        out.append(ContainerGpus(c.get("name") or f"#{i}", i, kind, r, l,
-                                 None if r is None else gpu_quantity(r), None if l is None else gpu_quantity(l),
+        lm = lim.get(labels.GPU_RESOURCE) if isinstance(lim, dict) else None
+        out.append(ContainerGpus(c.get("name") or f"#{i}", i, kind, r, lm,
+                                 None if r is None else gpu_quantity(r), None if lm is None else gpu_quantity(lm),
                                  sidecar))
     return tuple(out)
 
@@ -169,7 +179,7 @@ MIG_PREFIX = "nvidia.com/mig-"
 strategy advertises them: a slice of a GPU, never a whole ``nvidia.com/gpu``."""
 
 
-def _mig_per_pod(spec: dict) -> dict[str, int]:
+def _mig_per_pod(spec: dict[str, Any]) -> dict[str, int]:
     """MIG slices one pod holds, by resource name (``pod_request`` per resource; limit, else
     request, as for ``nvidia.com/gpu``); empty when the pod asks for none."""
     per: dict[str, list[tuple[str, bool, Decimal]]] = {}
@@ -226,17 +236,17 @@ class PodTemplate:
     path: Path
     group_path: Path
     replicas: int
-    template: dict
-    ray_start_params: dict
-    spec: dict
+    template: dict[str, Any]
+    ray_start_params: dict[str, Any]
+    spec: dict[str, Any]
     container_gpus: tuple[ContainerGpus, ...]
     gpus_per_pod: int
     mig_per_pod: dict[str, int]
     min_replicas: int
 
     @classmethod
-    def of(cls, role: Role, group: str, path: Path, group_path: Path, replicas: int, template: dict,
-           ray_start_params: dict, min_replicas: int | None = None) -> "PodTemplate":
+    def of(cls, role: Role, group: str, path: Path, group_path: Path, replicas: int, template: dict[str, Any],
+           ray_start_params: dict[str, Any], min_replicas: int | None = None) -> PodTemplate:
         """The pod template ``template`` (at ``path``), its GPU demand read once;
         ``min_replicas`` defaults to ``replicas``."""
         spec = _pod_spec(template)
@@ -244,7 +254,7 @@ class PodTemplate:
         return cls(role, group, path, group_path, replicas, template, ray_start_params, spec, gpus,
                    _gpus_per_pod(gpus), _mig_per_pod(spec), replicas if min_replicas is None else min_replicas)
 
-    def containers(self) -> Iterator[tuple[str, int, dict]]:
+    def containers(self) -> Iterator[tuple[ContainerList, int, dict[str, Any]]]:
         """Yield ``(list name, index, container)`` for containers, then initContainers."""
         return _containers(self.spec)
 
@@ -266,7 +276,7 @@ class PodTemplate:
 
 
 
-def as_dict(value: Any) -> dict:
+def as_dict(value: Any) -> dict[str, Any]:
     """``value`` when it is an object, else an empty dict (a malformed field reads as absent)."""
     return value if isinstance(value, dict) else {}
 

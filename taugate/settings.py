@@ -34,7 +34,8 @@ class Settings(BaseSettings):
       GPU node unhealthy (a node that is not ``Ready`` is unhealthy too).
     - ``admission_deadline_seconds``: seconds the server spends on one review before answering
       with its fail-safe decision; keep it below the webhook configuration's ``timeoutSeconds``.
-    - ``default_lanes``: the lane of an object without a ``tau.azure.com/lane`` label, by kind (each kind's ``default_lane``, ``taugate.kinds``).
+    - ``default_lanes``: the lane of an object without a ``tau.azure.com/lane`` label, by kind (each
+      kind's ``default_lane``, ``taugate.kinds``).
     - ``admin_groups`` / ``admin_users``: who may approve TauQuotaRequests.
     - ``controller_users``: the usernames whose creates of an owned RayCluster or Job are trusted
       as children of a RayJob, RayCluster or Job (they inherit the parent's run-id and nothing
@@ -112,7 +113,7 @@ class Settings(BaseSettings):
         return value.encode() if value else None
 
     @model_validator(mode="after")
-    def _opa_answers_before_the_deadline(self) -> "Settings":
+    def _opa_answers_before_the_deadline(self) -> Settings:
         if self.policy_backend == "opa" and self.opa_timeout_seconds >= self.admission_deadline_seconds:
             raise ValueError(f"opa_timeout_seconds ({self.opa_timeout_seconds:g}) must be below "
                              f"admission_deadline_seconds ({self.admission_deadline_seconds:g}): a late OPA "

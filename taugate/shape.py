@@ -1,19 +1,29 @@
-"""Structure checks: does an object have the types its API gives it, where admission reads or writes?
+"""Structure checks: does an object have the types its API gives it, where taugate reads or writes?
+
+One rule for checking structure in taugate: pydantic for taugate's own kinds (TauCluster,
+TauWorkspace, TauQuotaRequest, TauRun in ``taugate.models`` and ``taugate.run_models``, which also
+generate their CRDs), ``Shape`` here for everyone else's objects (core/v1, batch/v1, KubeRay,
+Kueue). Their schemas belong to their owners and taugate reads a few fields of each, so a
+hand-written check of exactly those fields is both the fastest and the clearest.
 
 The API server checks an object against its schema only after the mutating webhooks have run,
 so they see objects exactly as a client sent them. ``Shape`` collects ``(field path, problem)``
 for every field that does not have its API type (core/v1 pod templates here; each workload kind
 in ``taugate.kinds`` checks its own spec with it), so a bad object is denied with the path, never
-crashes the webhook. ``object_depth_problem`` and ``json_problem`` find values no Kubernetes
-object can hold at all.
+crashes the webhook. Cluster state checks the Node and Kueue objects it reads the same way
+(``state_object_problem``, on a snapshot's objects), so a wrong type is one line naming the field
+instead of a crash deep in ``taugate.snapshot.build_state``. ``object_depth_problem`` and
+``json_problem`` find values no Kubernetes object can hold at all.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable, Iterator
+from decimal import Decimal
 from functools import lru_cache
-from typing import Any
+from typing import Any, TypeGuard
 
 from taugate.fieldpath import Path, field_path
 from taugate.pods import quantity
@@ -86,7 +96,6 @@ def json_problem(obj: Any) -> str | None:
     return None
 
 
-
 # A non-negative Kubernetes quantity (apimachinery resource.Quantity grammar): a decimal number,
 # then a binary (Ki..Ei) or decimal (n, u, m, k, M..E) suffix or a decimal exponent.
 _QUANTITY = re.compile(r"^\+?(\d+(\.\d*)?|\.\d+)([KMGTPE]i|[numkMGTPE]|[eE][+-]?\d+)?$")
@@ -97,6 +106,21 @@ def _quantity_text(raw: str) -> bool:
     """True when ``raw`` matches the quantity grammar; the same few strings ("1", "8Gi")
     recur on every request, so the answers are remembered."""
     return _QUANTITY.match(raw) is not None
+
+
+MAX_QUANTITY = Decimal(2**63 - 1)
+"""The largest quantity cluster state reads (Kubernetes quantities are int64-backed)."""
+
+
+def _bounded(q: Decimal | None) -> bool:
+    return q is not None and q.is_finite() and 0 <= q <= MAX_QUANTITY
+
+
+@lru_cache(maxsize=1024)
+def _bounded_text(raw: str) -> bool:
+    """True when ``raw`` is a quantity from 0 to ``MAX_QUANTITY``; a Node's "96", "1800Gi"
+    recur on every node of a snapshot, so the answers are remembered."""
+    return _bounded(quantity(raw))
 
 
 class Shape:
@@ -111,16 +135,18 @@ class Shape:
     def bad(self, path: Path, problem: str) -> None:
         self.problems.append((field_path(path), problem))
 
-    def obj(self, value: Any, path: Path, *, required: bool = False) -> bool:
-        """True when ``value`` is an object; a problem when it is something else (or missing
-        and required)."""
+    def obj(self, value: Any, path: Path, *, required: bool = False) -> TypeGuard[dict[str, Any]]:
+        """True (and ``value`` typed as an object) when ``value`` is an object; a problem when it
+        is something else (or missing and required)."""
         if isinstance(value, dict):
             return True
         if value is not None or required:
-            self.bad(path, "is missing; it is required" if value is None else f"is {json_type(value)}; it must be an object")
+            self.bad(path, "is missing; it is required" if value is None
+                     else f"is {json_type(value)}; it must be an object")
         return False
 
-    def array(self, value: Any, path: Path) -> bool:
+    def array(self, value: Any, path: Path) -> TypeGuard[list[Any]]:
+        """True when ``value`` is an array; a problem when it is something else (absent is no problem)."""
         if isinstance(value, list):
             return True
         if value is not None:
@@ -151,7 +177,8 @@ class Shape:
             return
         if not isinstance(value, typ) or (typ is int and isinstance(value, bool)):
             self.bad(path, f"is {json_type(value)} ({_short(value)}); it must be {what}")
-        elif (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+        elif isinstance(value, int) and ((minimum is not None and value < minimum)
+                                         or (maximum is not None and value > maximum)):
             self.bad(path, f"is {value}; it must be {what}")
 
     def strings(self, value: Any, path: Path) -> None:
@@ -213,7 +240,7 @@ class Shape:
                 if t.get(name) is not None and type(t[name]) is not str:
                     self.scalar(t[name], path + (i, name), str, "a string")
             seconds = t.get("tolerationSeconds")
-            if seconds is not None and type(seconds) is not int or (type(seconds) is int and not INT64[0] <= seconds <= INT64[1]):
+            if seconds is not None and not (type(seconds) is int and INT64[0] <= seconds <= INT64[1]):
                 self.scalar(seconds, path + (i, "tolerationSeconds"), int, "a whole number of seconds (int64)",
                             INT64[0], INT64[1])
 
@@ -283,3 +310,145 @@ class Shape:
                 if mounts is not None:
                     self.objects(mounts, path + ("spec", key, i, "volumeMounts"))
 
+
+    # Other owners' objects in cluster state: core/v1 Node and Kueue's LocalQueue, ClusterQueue,
+    # ResourceFlavor and WorkloadPriorityClass, as far as ``taugate.snapshot`` reads them. Field
+    # types follow the Go API types (sigs.k8s.io/kueue apis/kueue/v1beta2; a snapshot may still
+    # hold v1beta1 objects, whose ClusterQueue names its cohort ``cohort``).
+
+    def each(self, items: Any, path: Path) -> Iterator[tuple[dict[str, Any], Path]]:
+        """``(item, path)`` for each object of the array ``items`` (absent: none); a problem for
+        an array of something else, or for an item that is not an object."""
+        self.objects(items, path)
+        if type(items) is list:
+            for i, item in enumerate(items):
+                if type(item) is dict:
+                    yield item, path + (i,)
+
+    def string(self, value: Any, path: Path, *, required: bool = False) -> None:
+        """A string field; absent is a problem only when ``required``."""
+        if value is None:
+            if required:
+                self.bad(path, "is missing; it is required")
+        elif type(value) is not str:
+            self.scalar(value, path, str, "a string")
+
+    def bounded_quantity(self, value: Any, path: Path) -> None:
+        """A Kubernetes quantity from 0 to ``MAX_QUANTITY`` (absent: no problem)."""
+        if value is None:
+            return
+        if type(value) is str:
+            if _bounded_text(value):
+                return
+        elif type(value) in (int, float) and _bounded(quantity(value)):  # a boolean is no quantity
+            return
+        self.bad(path, f"is {json_type(value)} ({_short(value)}); it must be a Kubernetes quantity from 0 to "
+                       f"{MAX_QUANTITY} (e.g. 8, 500m, 64Gi)")
+
+    def quantity_map(self, value: Any, path: Path) -> None:
+        """An object (or absent) of resource name to ``bounded_quantity``."""
+        if self.obj(value, path):
+            for name, q in value.items():
+                self.bounded_quantity(q, path + (name,))
+
+    def named_meta(self, meta: Any, path: Path) -> None:
+        """``metadata`` (required) with a required string ``name`` (``meta``'s checks otherwise)."""
+        if self.obj(meta, path, required=True):
+            self.meta(meta, path)
+            self.string(meta.get("name"), path + ("name",), required=True)
+
+    def taints(self, items: Any, path: Path) -> None:
+        """core/v1 Taints: ``key`` (required), ``value``, ``effect`` strings."""
+        for taint, tpath in self.each(items, path):
+            self.string(taint.get("key"), tpath + ("key",), required=True)
+            self.string(taint.get("value"), tpath + ("value",))
+            self.string(taint.get("effect"), tpath + ("effect",))
+
+    def node(self, obj: dict[str, Any]) -> None:
+        """core/v1 Node: ``spec.unschedulable``, ``spec.taints``, ``status.allocatable`` and
+        ``capacity`` (quantities), ``status.conditions`` (``type`` and ``status`` strings)."""
+        self.named_meta(obj.get("metadata"), ("metadata",))
+        spec, status = obj.get("spec"), obj.get("status")
+        if self.obj(spec, ("spec",)):
+            self.scalar(spec.get("unschedulable"), ("spec", "unschedulable"), bool, "true or false")
+            self.taints(spec.get("taints"), ("spec", "taints"))
+        if self.obj(status, ("status",)):
+            self.quantity_map(status.get("allocatable"), ("status", "allocatable"))
+            self.quantity_map(status.get("capacity"), ("status", "capacity"))
+            for condition, cpath in self.each(status.get("conditions"), ("status", "conditions")):
+                self.string(condition.get("type"), cpath + ("type",), required=True)
+                self.string(condition.get("status"), cpath + ("status",), required=True)
+
+    def local_queue(self, obj: dict[str, Any]) -> None:
+        """Kueue LocalQueue: ``spec.clusterQueue``, a required string."""
+        self.named_meta(obj.get("metadata"), ("metadata",))
+        spec = obj.get("spec")
+        if self.obj(spec, ("spec",), required=True):
+            self.string(spec.get("clusterQueue"), ("spec", "clusterQueue"), required=True)
+
+    def cluster_queue(self, obj: dict[str, Any]) -> None:
+        """Kueue ClusterQueue: cohort, namespace selector, queueing strategy, the quotas of
+        ``spec.resourceGroups`` and the usage in ``status.flavorsUsage``/``flavorsReservation``."""
+        self.named_meta(obj.get("metadata"), ("metadata",))
+        spec, status = obj.get("spec"), obj.get("status")
+        if self.obj(spec, ("spec",)):
+            for key in ("cohort", "cohortName", "queueingStrategy"):
+                self.string(spec.get(key), ("spec", key))
+            selector = spec.get("namespaceSelector")
+            if self.obj(selector, ("spec", "namespaceSelector")):
+                self.string_map(selector.get("matchLabels"), ("spec", "namespaceSelector", "matchLabels"))
+                for req, rpath in self.each(selector.get("matchExpressions"),
+                                            ("spec", "namespaceSelector", "matchExpressions")):
+                    self.string(req.get("key"), rpath + ("key",), required=True)
+                    self.string(req.get("operator"), rpath + ("operator",), required=True)
+                    self.strings(req.get("values"), rpath + ("values",))
+            for group, gpath in self.each(spec.get("resourceGroups"), ("spec", "resourceGroups")):
+                self.strings(group.get("coveredResources"), gpath + ("coveredResources",))
+                for flavor, fpath in self.each(group.get("flavors"), gpath + ("flavors",)):
+                    self.string(flavor.get("name"), fpath + ("name",), required=True)
+                    for res, rpath in self.each(flavor.get("resources"), fpath + ("resources",)):
+                        self.string(res.get("name"), rpath + ("name",), required=True)
+                        for key in ("nominalQuota", "borrowingLimit", "lendingLimit"):
+                            self.bounded_quantity(res.get(key), rpath + (key,))
+        if self.obj(status, ("status",)):
+            for key in ("flavorsUsage", "flavorsReservation"):
+                for usage, upath in self.each(status.get(key), ("status", key)):
+                    self.string(usage.get("name"), upath + ("name",), required=True)
+                    for res, rpath in self.each(usage.get("resources"), upath + ("resources",)):
+                        self.string(res.get("name"), rpath + ("name",), required=True)
+                        self.bounded_quantity(res.get("total"), rpath + ("total",))
+                        self.bounded_quantity(res.get("borrowed"), rpath + ("borrowed",))
+
+    def resource_flavor(self, obj: dict[str, Any]) -> None:
+        """Kueue ResourceFlavor: ``spec.nodeLabels``, ``nodeTaints``, ``tolerations``, ``topologyName``."""
+        self.named_meta(obj.get("metadata"), ("metadata",))
+        spec = obj.get("spec")
+        if self.obj(spec, ("spec",)):
+            self.string_map(spec.get("nodeLabels"), ("spec", "nodeLabels"))
+            self.taints(spec.get("nodeTaints"), ("spec", "nodeTaints"))
+            self.tolerations(spec.get("tolerations"), ("spec", "tolerations"))
+            self.string(spec.get("topologyName"), ("spec", "topologyName"))
+
+    def workload_priority_class(self, obj: dict[str, Any]) -> None:
+        """Kueue WorkloadPriorityClass: only its name is read."""
+        self.named_meta(obj.get("metadata"), ("metadata",))
+
+
+STATE_KINDS: dict[str, Callable[[Shape, dict[str, Any]], None]] = {
+    "Node": Shape.node, "LocalQueue": Shape.local_queue, "ClusterQueue": Shape.cluster_queue,
+    "ResourceFlavor": Shape.resource_flavor, "WorkloadPriorityClass": Shape.workload_priority_class,
+}
+"""The other owners' kinds cluster state reads, and their checks."""
+
+
+def state_object_problem(obj: dict[str, Any]) -> str | None:
+    """The first type problem of a Node, LocalQueue, ClusterQueue, ResourceFlavor or
+    WorkloadPriorityClass (``STATE_KINDS``) as one line, ``field: problem`` (a Kubernetes field
+    path); None when it has the shape cluster state reads, and for other kinds."""
+    kind = obj.get("kind")
+    check = STATE_KINDS.get(kind) if isinstance(kind, str) else None
+    if check is None:
+        return None
+    shape = Shape()
+    check(shape, obj)
+    return f"{shape.problems[0][0]}: {shape.problems[0][1]}" if shape.problems else None

@@ -23,13 +23,12 @@ from typing import Any
 from pydantic import ValidationError
 
 from taugate import labels
-from taugate.pods import MIG_PREFIX, quantity
-from taugate.shape import json_problem, json_type
 from taugate.files import InputError, load_documents, read_limited
 from taugate.models import ResolvedProfile, TauCluster, TauWorkspace
-from taugate.object_shapes import shape_error
+from taugate.pods import MIG_PREFIX, quantity
 from taugate.profiles import is_applicable, profile_set_hash, resolve_profile
 from taugate.settings import Settings
+from taugate.shape import json_problem, json_type, state_object_problem
 
 
 class SnapshotError(ValueError):
@@ -320,14 +319,14 @@ def build_state(objects: Iterable[dict[str, Any]], settings: Settings | None = N
 
 def _check_shape(obj: dict[str, Any], source: str) -> None:
     """Raise ``SnapshotError`` when a Kubernetes or Kueue object's fields have the wrong type
-    (``taugate.object_shapes``) or a TauCluster/TauWorkspace is not plain JSON."""
+    (``taugate.shape.state_object_problem``) or a TauCluster/TauWorkspace is not plain JSON."""
     kind = obj.get("kind")
     meta = found if isinstance(found := obj.get("metadata"), dict) else {}
     name = meta.get("name")
     if not isinstance(kind, str) or not isinstance(obj.get("apiVersion"), str):
         raise SnapshotError(f"{source}: an object's kind and apiVersion must be strings (kind is "
                             f"{json_type(kind)}, apiVersion is {json_type(obj.get('apiVersion'))})")
-    problem = shape_error(obj)
+    problem = state_object_problem(obj)
     if problem is None and kind in ("TauCluster", "TauWorkspace"):
         if not isinstance(obj.get("metadata"), dict) or not isinstance(name, str):
             problem = "metadata.name: must be a string"
@@ -454,8 +453,8 @@ def read_objects(path: str | _Path) -> list[dict[str, Any]]:
 def load_snapshot(path: str | _Path, settings: Settings | None = None) -> ClusterState:
     """Load a snapshot file into a ``ClusterState``; ``SnapshotError`` (one line naming the
     file, the object and the field) on bad input, including a snapshot without the TauCluster.
-    Every field cluster state reads is type-checked first (``shape_error`` for Kubernetes and
-    Kueue objects; the TauGrid models in pydantic's strict mode, integers within int64), so a
+    Every field cluster state reads is type-checked first (``state_object_problem`` for Kubernetes
+    and Kueue objects; the TauGrid models in pydantic's strict mode, integers within int64), so a
     wrong type is refused here instead of misleading admission later."""
     objects = read_objects(path)
     try:

@@ -52,19 +52,19 @@ class WorkloadKind:
     def __repr__(self) -> str:
         return f"<{self.kind} {self.api_version} ({self.resource})>"
 
-    def pod_templates(self, obj: dict) -> list[PodTemplate]:
+    def pod_templates(self, obj: dict[str, Any]) -> list[PodTemplate]:
         """Every pod template of ``obj`` with its role, replicas and GPU demand, in a stable order
         (head first). Every pod template of a workload is a GPU template: a template is never
         skipped because it asks for no GPU. Fields of the wrong type read as absent (``malformed``
         reports them)."""
         raise NotImplementedError
 
-    def check_spec(self, shape: Shape, obj: dict) -> None:
+    def check_spec(self, shape: Shape, obj: dict[str, Any]) -> None:
         """Record in ``shape`` every field of ``obj``'s spec that admission reads or writes and that
         does not have the type its API gives it (the kind's structural check)."""
         raise NotImplementedError
 
-    def malformed(self, obj: dict) -> list[Violation]:
+    def malformed(self, obj: dict[str, Any]) -> list[Violation]:
         """One ``object-shape`` violation per field of ``obj`` (metadata and spec) that admission
         reads or writes and that does not have the type its API gives it. The API server checks
         the schema only after mutating webhooks have run, so they see objects exactly as a client
@@ -75,17 +75,17 @@ class WorkloadKind:
         return [Violation(SHAPE_POLICY, f, f"{problem}; fix the manifest (the API server would reject it too)")
                 for f, problem in shape.problems]
 
-    def queued(self, obj: dict) -> bool:
+    def queued(self, obj: dict[str, Any]) -> bool:
         """True when Kueue queues ``obj`` (so taugate gives it a LocalQueue and suspends it)."""
         return True
 
-    def templates_mutable(self, old: dict) -> bool:
+    def templates_mutable(self, old: dict[str, Any]) -> bool:
         """True when the API server accepts changes to the pod templates' labels in an UPDATE of
         the stored object ``old`` (a patch under an immutable field fails the whole UPDATE).
         Default: always (a CRD without immutable fields)."""
         return True
 
-    def checks(self, obj: dict, templates: list[PodTemplate], *, queued: bool, old: dict | None,
+    def checks(self, obj: dict[str, Any], templates: list[PodTemplate], *, queued: bool, old: dict[str, Any] | None,
                elastic_jobs: bool) -> list[Violation]:
         """The kind's own built-in rules (what KubeRay, Kueue or Kubernetes would refuse or mishandle
         for this kind), on a well-formed ``obj`` whose pod templates are ``templates``; ``old`` is
@@ -93,12 +93,12 @@ class WorkloadKind:
         ElasticJobsViaWorkloadSlices feature gate is on. Default: none."""
         return []
 
-    def create_defaults(self, spec: dict, *, queued: bool) -> list[tuple[str, Any]]:
+    def create_defaults(self, spec: dict[str, Any], *, queued: bool) -> list[tuple[str, Any]]:
         """``(key, value)`` pairs mutation sets in ``spec`` on CREATE when the key is missing
         (set-if-missing, so reinvocation changes nothing). Default: none."""
         return []
 
-    def autoscaling(self, obj: dict) -> bool:
+    def autoscaling(self, obj: dict[str, Any]) -> bool:
         """True when ``obj`` turns on an autoscaler that may grow its worker pods past their
         ``replicas``. Default: False."""
         return False

@@ -15,6 +15,7 @@ Upstream rules followed here:
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from taugate.fieldpath import annotation_field
 from taugate.kinds.base import WorkloadKind
@@ -23,7 +24,7 @@ from taugate.shape import Shape
 from taugate.violation import Violation
 
 
-def job_pods(spec: dict) -> int:
+def job_pods(spec: dict[str, Any]) -> int:
     """Pods a batch/v1 Job runs at a time: min(parallelism, completions), parallelism defaulting
     to 1 (Kubernetes Job controller; kueue v0.17 ``pkg/controller/jobs/job/job_controller.go``
     ``Job.podsCount``, the PodSet count Kueue reserves)."""
@@ -39,7 +40,7 @@ JOB_MIN_PARALLELISM = "kueue.x-k8s.io/job-min-parallelism"
 since Kueue 0.5)."""
 
 
-def job_min_pods(obj: dict, pods: int) -> int:
+def job_min_pods(obj: dict[str, Any], pods: int) -> int:
     """The fewest pods Kueue may admit a Job with: its ``kueue.x-k8s.io/job-min-parallelism``
     annotation when it is a whole number in 1..pods-1 (kueue v0.17
     ``pkg/controller/jobs/job/job_controller.go`` ``Job.minPodsCount``, checked by
@@ -53,20 +54,21 @@ def job_min_pods(obj: dict, pods: int) -> int:
     return pods
 
 
-def check_partial_admission(obj: dict, old: dict | None = None) -> list[Violation]:
+def check_partial_admission(obj: dict[str, Any], old: dict[str, Any] | None = None) -> list[Violation]:
     """Kueue rule for a Job's partial admission annotation ``kueue.x-k8s.io/job-min-parallelism``:
     a whole number above 0 and below the pods the Job runs at a time (kueue v0.17
     ``pkg/controller/jobs/job/job_webhook.go`` ``validatePartialAdmissionCreate``: "should be
     between 0 and N"). On UPDATE (``old`` given) only when the annotation changes, as Kueue's
     ``validateUpdate`` does: Kueue itself lowers ``parallelism`` to the admitted count, which may
     be the minimum."""
-    notes = (obj.get("metadata") or {}).get("annotations") or {}
+    notes = as_dict(as_dict(obj.get("metadata")).get("annotations"))
     raw = notes.get(JOB_MIN_PARALLELISM)
     if raw is None:
         return []
-    if isinstance(old, dict) and raw == ((old.get("metadata") or {}).get("annotations") or {}).get(JOB_MIN_PARALLELISM):
+    old_notes = as_dict(as_dict(old.get("metadata")).get("annotations")) if isinstance(old, dict) else None
+    if old_notes is not None and raw == old_notes.get(JOB_MIN_PARALLELISM):
         return []
-    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+    spec = as_dict(obj.get("spec"))
     pods = job_pods(spec)
     f = annotation_field(JOB_MIN_PARALLELISM)
     text = str(raw).strip()
@@ -89,7 +91,7 @@ class Job(WorkloadKind):
     upstream = ("kubernetes v1.37 pkg/apis/batch/validation/validation.go validatePodTemplateUpdate; "
                 "kueue v0.17 pkg/controller/jobs/job/job_controller.go podsCount, minPodsCount, job_webhook.go")
 
-    def pod_templates(self, obj: dict) -> list[PodTemplate]:
+    def pod_templates(self, obj: dict[str, Any]) -> list[PodTemplate]:
         """``spec.template`` (role ``job``): ``job_pods`` pods at a time, down to ``job_min_pods``
         under Kueue's partial admission."""
         spec = as_dict(obj.get("spec"))
@@ -99,7 +101,7 @@ class Job(WorkloadKind):
         return [PodTemplate.of("job", "job", ("spec", "template"), ("spec",), pods, spec["template"], {},
                                job_min_pods(obj, pods))]
 
-    def templates_mutable(self, old: dict) -> bool:
+    def templates_mutable(self, old: dict[str, Any]) -> bool:
         """A Job's pod template is immutable unless the stored Job is suspended, has never
         started (no ``status.startTime``) and has no active pod. Kubernetes v1.37
         ``pkg/apis/batch/validation/validation.go`` ``validatePodTemplateUpdate`` (template
@@ -113,7 +115,7 @@ class Job(WorkloadKind):
         spec, status = as_dict(old.get("spec")), as_dict(old.get("status"))
         return spec.get("suspend") is True and not status.get("startTime") and not status.get("active")
 
-    def check_spec(self, shape: Shape, obj: dict) -> None:
+    def check_spec(self, shape: Shape, obj: dict[str, Any]) -> None:
         """Kubernetes: a Job needs ``spec.template``."""
         spec = obj.get("spec")
         if shape.obj(spec, ("spec",), required=True):
@@ -123,7 +125,7 @@ class Job(WorkloadKind):
             shape.scalar(spec.get("suspend"), ("spec", "suspend"), bool, "true or false")
             shape.pod_template(spec.get("template"), ("spec", "template"))
 
-    def checks(self, obj: dict, templates: list[PodTemplate], *, queued: bool, old: dict | None,
+    def checks(self, obj: dict[str, Any], templates: list[PodTemplate], *, queued: bool, old: dict[str, Any] | None,
                elastic_jobs: bool) -> list[Violation]:
         """Kueue's partial-admission annotation rule (``check_partial_admission``)."""
         return check_partial_admission(obj, old)

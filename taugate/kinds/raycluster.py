@@ -28,7 +28,7 @@ from taugate.violation import Violation
 MAX_WORKER_GROUPS = 7
 
 
-def worker_group_pods(group: dict) -> int:
+def worker_group_pods(group: dict[str, Any]) -> int:
     """Pods of one Ray worker group that admission must hold GPUs for: the larger of
 
     - what KubeRay creates: clamp(replicas, minReplicas, maxReplicas) x numOfHosts, maxReplicas
@@ -52,7 +52,7 @@ def worker_group_pods(group: dict) -> int:
     return max(kuberay, replicas) * hosts
 
 
-def cluster_templates(spec: dict, prefix: Path) -> list[PodTemplate]:
+def cluster_templates(spec: dict[str, Any], prefix: Path) -> list[PodTemplate]:
     out: list[PodTemplate] = []
     head = spec.get("headGroupSpec")
     if type(head) is dict and type(head.get("template")) is dict:
@@ -91,7 +91,8 @@ def cluster_shape(shape: Shape, spec: Any, prefix: Path) -> None:
             for key in ("replicas", "minReplicas", "maxReplicas"):  # *int32 in KubeRay's WorkerGroupSpec
                 value = g.get(key)
                 if value is not None and not (type(value) is int and 0 <= value <= INT32_MAX):
-                    shape.scalar(value, gpath + (key,), int, f"a whole number from 0 to {INT32_MAX} (int32)", 0, INT32_MAX)
+                    shape.scalar(value, gpath + (key,), int, f"a whole number from 0 to {INT32_MAX} (int32)", 0,
+                                 INT32_MAX)
             hosts = g.get("numOfHosts")
             if hosts is not None and not (type(hosts) is int and 1 <= hosts <= INT32_MAX):
                 shape.scalar(hosts, gpath + ("numOfHosts",), int, f"a whole number from 1 to {INT32_MAX} (int32)", 1,
@@ -121,7 +122,8 @@ ELASTIC_JOB = "kueue.x-k8s.io/elastic-job"
 ElasticJobsViaWorkloadSlices feature gate on (kueue v0.17 ``pkg/workloadslicing``)."""
 
 
-def check_autoscaling(obj: dict, cluster_spec: dict, where: str, elastic_jobs: bool) -> list[Violation]:
+def check_autoscaling(obj: dict[str, Any], cluster_spec: dict[str, Any], where: str,
+                      elastic_jobs: bool) -> list[Violation]:
     """Kueue rule for a queued RayCluster or RayJob: ``enableInTreeAutoscaling: true`` only for an
     elastic job, i.e. the annotation ``kueue.x-k8s.io/elastic-job: "true"`` with Kueue's
     ElasticJobsViaWorkloadSlices feature gate on (``elastic_jobs``, setting
@@ -132,7 +134,7 @@ def check_autoscaling(obj: dict, cluster_spec: dict, where: str, elastic_jobs: b
     kind = obj.get("kind")
     if not cluster_autoscaling(cluster_spec):
         return []
-    notes = (obj.get("metadata") or {}).get("annotations") or {}
+    notes = as_dict(as_dict(obj.get("metadata")).get("annotations"))
     if elastic_jobs and notes.get(ELASTIC_JOB) == "true":
         return []
     how = (f'add the annotation {ELASTIC_JOB}: "true"' if elastic_jobs else
@@ -151,20 +153,21 @@ class RayCluster(WorkloadKind):
     group, version, resource, kind = "ray.io", "v1", "rayclusters", "RayCluster"
     default_lane = "interactive"
     upstream = ("ray-operator v1.5 controllers/ray/utils/util.go GetWorkerGroupDesiredReplicas; "
-                "kueue v0.17 pkg/controller/jobs/raycluster/common.go BuildPodSets, raycluster_webhook.go validateCreate")
+                "kueue v0.17 pkg/controller/jobs/raycluster/common.go BuildPodSets, "
+                "raycluster_webhook.go validateCreate")
 
-    def pod_templates(self, obj: dict) -> list[PodTemplate]:
+    def pod_templates(self, obj: dict[str, Any]) -> list[PodTemplate]:
         """The head group's template, then each worker group's (``cluster_templates``)."""
         return cluster_templates(as_dict(obj.get("spec")), ("spec",))
 
-    def check_spec(self, shape: Shape, obj: dict) -> None:
+    def check_spec(self, shape: Shape, obj: dict[str, Any]) -> None:
         """KubeRay's ``RayClusterSpec`` as far as admission reads it (``cluster_shape``), and
         ``spec.suspend`` a boolean."""
         cluster_shape(shape, obj.get("spec"), ("spec",))
         if isinstance(obj.get("spec"), dict):
             shape.scalar(obj["spec"].get("suspend"), ("spec", "suspend"), bool, "true or false")
 
-    def checks(self, obj: dict, templates: list[PodTemplate], *, queued: bool, old: dict | None,
+    def checks(self, obj: dict[str, Any], templates: list[PodTemplate], *, queued: bool, old: dict[str, Any] | None,
                elastic_jobs: bool) -> list[Violation]:
         """Kueue: at most ``MAX_WORKER_GROUPS`` worker groups; a queued RayCluster autoscales only
         as an elastic job (``check_autoscaling``)."""
@@ -173,7 +176,7 @@ class RayCluster(WorkloadKind):
             out += check_autoscaling(obj, as_dict(obj.get("spec")), "spec", elastic_jobs)
         return out
 
-    def autoscaling(self, obj: dict) -> bool:
+    def autoscaling(self, obj: dict[str, Any]) -> bool:
         """``spec.enableInTreeAutoscaling: true`` (KubeRay's autoscaler may grow a worker group
         up to ``maxReplicas``)."""
         return cluster_autoscaling(obj.get("spec"))

@@ -20,8 +20,13 @@ import json
 from typing import Any
 
 from taugate.kinds.base import WorkloadKind
-from taugate.kinds.raycluster import check_autoscaling, check_worker_groups, cluster_autoscaling, cluster_shape, \
-    cluster_templates
+from taugate.kinds.raycluster import (
+    check_autoscaling,
+    check_worker_groups,
+    cluster_autoscaling,
+    cluster_shape,
+    cluster_templates,
+)
 from taugate.pods import PodTemplate, as_dict
 from taugate.shape import Shape
 from taugate.violation import Violation
@@ -33,14 +38,15 @@ MAX_RAYJOB_NAME = 47
 MAX_RAYJOB_GENERATE_NAME = MAX_RAYJOB_NAME - 5
 
 
-def check_rayjob(obj: dict, templates: list[PodTemplate], queued: bool, elastic_jobs: bool = False) -> list[Violation]:
+def check_rayjob(obj: dict[str, Any], templates: list[PodTemplate], queued: bool,
+                 elastic_jobs: bool = False) -> list[Violation]:
     """KubeRay and Kueue rules for a RayJob: name length, worker groups under Kueue,
     ``shutdownAfterJobFinishes``, in-tree autoscaling (``raycluster.check_autoscaling``, with
     ``elastic_jobs``: Kueue's ElasticJobsViaWorkloadSlices gate), and no ``clusterSelector``
     together with ``rayClusterSpec``."""
     out: list[Violation] = []
-    meta = obj.get("metadata") or {}
-    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+    meta = as_dict(obj.get("metadata"))
+    spec = as_dict(obj.get("spec"))
     name, gen = meta.get("name"), meta.get("generateName")
     if isinstance(name, str) and len(name) > MAX_RAYJOB_NAME:
         out.append(Violation("rayjob-name-length", "metadata.name",
@@ -63,7 +69,7 @@ def check_rayjob(obj: dict, templates: list[PodTemplate], queued: bool, elastic_
     return out
 
 
-def check_rayjob_submission(spec: dict) -> list[Violation]:
+def check_rayjob_submission(spec: dict[str, Any]) -> list[Violation]:
     """KubeRay rules on a RayJob's submission mode that KubeRay checks only in its controller,
     after Kueue may already hold quota for the job (ray-operator v1.5
     ``controllers/ray/utils/validation.go`` ``ValidateRayJobSpec``; messages in its words):
@@ -79,36 +85,35 @@ def check_rayjob_submission(spec: dict) -> list[Violation]:
         limit = spec.get("backoffLimit")
         if type(limit) is int and limit > 0:
             out.append(Violation("rayjob-submission-mode", "spec.backoffLimit",
-                f"is {limit} with submissionMode InteractiveMode; KubeRay: \"The RayJob spec is invalid: BackoffLimit is "
-                f"incompatible with InteractiveMode\"; allowed: 0 or unset; fix: remove spec.backoffLimit (or use "
-                f"K8sJobMode for retries)"))
+                f"is {limit} with submissionMode InteractiveMode; KubeRay: \"The RayJob spec is invalid: "
+                f"BackoffLimit is incompatible with InteractiveMode\"; allowed: 0 or unset; fix: remove "
+                f"spec.backoffLimit (or use K8sJobMode for retries)"))
     elif mode == "SidecarMode":
         for key, name in (("submitterPodTemplate", "SubmitterPodTemplate"), ("submitterConfig", "SubmitterConfig")):
             if spec.get(key) is not None:
                 out.append(Violation("rayjob-submission-mode", f"spec.{key}",
                     f"is set with submissionMode SidecarMode; KubeRay: \"Currently, SidecarMode doesn't support "
                     f"{name}\"; allowed: unset in SidecarMode; fix: remove spec.{key} or use K8sJobMode"))
-        cluster = spec.get("rayClusterSpec") if type(spec.get("rayClusterSpec")) is dict else {}
-        head = cluster.get("headGroupSpec") if type(cluster.get("headGroupSpec")) is dict else {}
-        template = head.get("template") if type(head.get("template")) is dict else {}
-        pod = template.get("spec") if type(template.get("spec")) is dict else {}
+        cluster = as_dict(spec.get("rayClusterSpec"))
+        pod = as_dict(as_dict(as_dict(cluster.get("headGroupSpec")).get("template")).get("spec"))
         policy = pod.get("restartPolicy")
         if policy not in (None, "", "Never"):
             out.append(Violation("rayjob-submission-mode",
                 "spec.rayClusterSpec.headGroupSpec.template.spec.restartPolicy",
-                f"is {json.dumps(policy)} with submissionMode SidecarMode; KubeRay: \"restartPolicy for head Pod should "
-                f"be Never or unset when using SidecarMode\"; allowed: Never or unset; fix: set it to Never"))
+                f"is {json.dumps(policy)} with submissionMode SidecarMode; KubeRay: \"restartPolicy for head "
+                f"Pod should be Never or unset when using SidecarMode\"; allowed: Never or unset; fix: set it to "
+                f"Never"))
     return out
 
 
-def check_rayjob_shutdown(spec: dict) -> list[Violation]:
+def check_rayjob_shutdown(spec: dict[str, Any]) -> list[Violation]:
     """Kueue rule for a queued RayJob: ``shutdownAfterJobFinishes`` must be true ("a kueue
     managed job should delete the cluster after finishing": a RayCluster that outlives its job
     keeps the quota). KubeRay rules it meets: true is not allowed beside
     ``deletionStrategy.deletionRules`` (mutually exclusive) nor with a ``DeleteNone``
     onSuccess/onFailure policy. Mutation sets it to true unless a ``deletionStrategy`` is given."""
     shutdown = spec.get("shutdownAfterJobFinishes")
-    strategy = spec.get("deletionStrategy") if isinstance(spec.get("deletionStrategy"), dict) else {}
+    strategy = as_dict(spec.get("deletionStrategy"))
     if strategy.get("deletionRules") is not None:
         return [Violation("rayjob-shutdown", "spec.deletionStrategy.deletionRules",
             "is set on a queued RayJob; allowed: shutdownAfterJobFinishes: true, which Kueue requires and KubeRay "
@@ -131,7 +136,7 @@ SUBMITTER_CONTAINER = "ray-job-submitter"
 """KubeRay's submitter container name (ray-operator ``utils.SubmitterContainerName``)."""
 
 
-def kuberay_default_submitter(spec: dict) -> dict | None:
+def kuberay_default_submitter(spec: dict[str, Any]) -> dict[str, Any] | None:
     """The submitter pod template KubeRay would use for a RayJob ``spec`` in ``K8sJobMode`` (the
     default ``submissionMode``) that names none, made explicit so that taugate can put the run-id
     on the submitter pod; None when the RayJob has one, submits otherwise, or has no head image.
@@ -166,7 +171,7 @@ class RayJob(WorkloadKind):
     upstream = ("ray-operator v1.5 controllers/ray/utils/validation.go ValidateRayJobSpec, "
                 "controllers/ray/common/job.go GetSubmitterTemplate; kueue v0.17 pkg/controller/jobs/rayjob")
 
-    def queued(self, obj: dict) -> bool:
+    def queued(self, obj: dict[str, Any]) -> bool:
         """False for a RayJob that runs on an existing RayCluster (``clusterSelector``, no
         ``rayClusterSpec``): KubeRay forbids suspending one ("the ClusterSelector mode doesn't
         support the suspend operation") and Kueue does not manage it ("a kueue managed job should
@@ -174,7 +179,7 @@ class RayJob(WorkloadKind):
         spec = as_dict(obj.get("spec"))
         return spec.get("rayClusterSpec") is not None or not spec.get("clusterSelector")
 
-    def check_spec(self, shape: Shape, obj: dict) -> None:
+    def check_spec(self, shape: Shape, obj: dict[str, Any]) -> None:
         """KubeRay: a RayJob needs ``rayClusterSpec`` or ``clusterSelector``."""
         spec = obj.get("spec")
         if shape.obj(spec, ("spec",), required=True):
@@ -189,7 +194,7 @@ class RayJob(WorkloadKind):
             for key in ("suspend", "shutdownAfterJobFinishes"):
                 shape.scalar(spec.get(key), ("spec", key), bool, "true or false")
 
-    def pod_templates(self, obj: dict) -> list[PodTemplate]:
+    def pod_templates(self, obj: dict[str, Any]) -> list[PodTemplate]:
         """The RayCluster's templates under ``spec.rayClusterSpec`` (head, then worker groups), then
         ``spec.submitterPodTemplate`` (role ``submitter``, 1 pod) when present."""
         spec = as_dict(obj.get("spec"))
@@ -199,12 +204,12 @@ class RayJob(WorkloadKind):
                                       ("spec",), 1, spec["submitterPodTemplate"], {}))
         return out
 
-    def checks(self, obj: dict, templates: list[PodTemplate], *, queued: bool, old: dict | None,
+    def checks(self, obj: dict[str, Any], templates: list[PodTemplate], *, queued: bool, old: dict[str, Any] | None,
                elastic_jobs: bool) -> list[Violation]:
         """KubeRay's and Kueue's RayJob rules (``check_rayjob``)."""
         return check_rayjob(obj, templates, queued, elastic_jobs)
 
-    def create_defaults(self, spec: dict, *, queued: bool) -> list[tuple[str, Any]]:
+    def create_defaults(self, spec: dict[str, Any], *, queued: bool) -> list[tuple[str, Any]]:
         """KubeRay's default submitter pod template made explicit (``kuberay_default_submitter``),
         and, for a queued RayJob without a ``deletionStrategy``, ``shutdownAfterJobFinishes: true``
         (Kueue requires it; KubeRay forbids it beside ``deletionRules``, which validation explains)."""
@@ -216,7 +221,7 @@ class RayJob(WorkloadKind):
             out.append(("shutdownAfterJobFinishes", True))
         return out
 
-    def autoscaling(self, obj: dict) -> bool:
+    def autoscaling(self, obj: dict[str, Any]) -> bool:
         """``spec.rayClusterSpec.enableInTreeAutoscaling: true``."""
         return cluster_autoscaling(as_dict(obj.get("spec")).get("rayClusterSpec"))
 
