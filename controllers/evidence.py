@@ -37,9 +37,10 @@ import json
 import os
 import re
 import threading
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
@@ -99,12 +100,12 @@ class Signer:
         self.key_id = sha256_hex(raw)
 
     @classmethod
-    def generate(cls) -> "Signer":
+    def generate(cls) -> Signer:
         """A fresh random key."""
         return cls(Ed25519PrivateKey.generate())
 
     @classmethod
-    def from_pem(cls, data: bytes, origin: str = "key") -> "Signer":
+    def from_pem(cls, data: bytes, origin: str = "key") -> Signer:
         """Parse a PKCS#8 PEM Ed25519 private key or a raw 32-byte seed; raises EvidenceError."""
         if len(data) == 32:
             return cls(Ed25519PrivateKey.from_private_bytes(data))
@@ -117,7 +118,7 @@ class Signer:
         return cls(key)
 
     @classmethod
-    def from_file(cls, path: str | os.PathLike) -> "Signer":
+    def from_file(cls, path: str | os.PathLike) -> Signer:
         """Read a key file (e.g. a Secret mounted as a volume); raises EvidenceError."""
         try:
             data = Path(path).read_bytes()

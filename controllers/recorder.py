@@ -35,22 +35,23 @@ import base64
 import copy
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Any, Callable
+from datetime import UTC, datetime
+from typing import Any
 
 import kubernetes.client
 from kubernetes.client.rest import ApiException
 
+from taugate import labels
+from taugate import record as admission_record
 from taugate.controllers import run_conditions as rc
 from taugate.controllers import run_membership as members
 from taugate.controllers.evidence import EvidenceError, EvidenceStore, Signer
 from taugate.controllers.kube import Kube, KubeError
+from taugate.controllers.recorder_config import FilesystemProbe, RecorderConfig, RunProbe
 from taugate.controllers.resources import Resource
 from taugate.kinds import KIND_NAMES, WorkloadKind, job, raycluster, rayjob
-from taugate.controllers.recorder_config import FilesystemProbe, RecorderConfig, RunProbe
-from taugate import labels
-from taugate import record as admission_record
 from taugate.settings import Settings
 
 log = logging.getLogger("taugate.recorder")
@@ -61,7 +62,7 @@ _DROP_META = ("managedFields", "resourceVersion", "generation", "selfLink")
 
 
 def _now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 # --------------------------------------------------------------------------------------------
@@ -272,7 +273,7 @@ class Recorder:
 
     # -- construction ------------------------------------------------------------------------
     @classmethod
-    def create(cls, config: RecorderConfig, settings: Settings, cfg: kubernetes.client.Configuration) -> "Recorder":
+    def create(cls, config: RecorderConfig, settings: Settings, cfg: kubernetes.client.Configuration) -> Recorder:
         """A recorder with its own ``ApiClient`` for ``cfg`` and the configured signing key.
 
         Raises EvidenceError when no usable signing key is configured (the operator then fails to
@@ -383,7 +384,7 @@ class Recorder:
         for t in self._tasks:
             try:
                 await asyncio.wait_for(t, timeout=30)
-            except (asyncio.CancelledError, asyncio.TimeoutError, Exception):
+            except (TimeoutError, asyncio.CancelledError, Exception):
                 pass
         self._tasks = []
 
@@ -515,7 +516,7 @@ class Recorder:
             await asyncio.to_thread(self._reconcile_sync, e, self.snapshot(e))  # rebound to the evidence's root
 
     # -- the reconcile step (runs in a worker thread; one run at a time) ------------------------
-    def _reconcile_sync(self, e: RunEntry, snap: "Snapshot") -> bool:
+    def _reconcile_sync(self, e: RunEntry, snap: Snapshot) -> bool:
         """Reconcile one run from ``snap``; True when the snapshot was taken for the wrong root
         (the evidence binds the run to another uid) and must be taken again."""
         now = self.clock()
@@ -539,7 +540,7 @@ class Recorder:
             except KubeError:
                 existing = None
             if existing:
-                e.progress = rc.ProgressState.from_wire(((existing.get("status") or {}).get("progress")))
+                e.progress = rc.ProgressState.from_wire((existing.get("status") or {}).get("progress"))
         owner, pods, workloads = snap.owner, snap.pods, snap.workloads
         items: list[tuple[str, dict, str]] = []
         t = rc.format_micro(now)
@@ -634,7 +635,7 @@ class Recorder:
                 return rc.ProgressSample({"kind": "Pod", "name": _name(p), "namespace": e.namespace}, count, step)
         return None
 
-    def _write_taurun(self, e: RunEntry, snap: "Snapshot", rec: Any, state: dict, conditions: list[dict]) -> None:
+    def _write_taurun(self, e: RunEntry, snap: Snapshot, rec: Any, state: dict, conditions: list[dict]) -> None:
         diag = rc.diagnose(conditions, namespace=e.namespace, run_id=e.run_id)
         ref = state.get("object") or {}
         failures = []

@@ -32,9 +32,10 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
-from typing import Any, Iterable, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from taugate import labels
 from taugate.kinds import KIND_NAMES, kind_for
@@ -75,17 +76,17 @@ def parse_time(value: Any) -> datetime | None:
         dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         return None
-    return dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)
+    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
 
 
 def format_time(dt: datetime) -> str:
     """An aware datetime -> RFC 3339 UTC with second precision (``metav1.Time`` format)."""
-    return dt.astimezone(timezone.utc).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return dt.astimezone(UTC).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def format_micro(dt: datetime) -> str:
     """An aware datetime -> RFC 3339 UTC with microseconds (``metav1.MicroTime`` format)."""
-    return dt.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return dt.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 # --------------------------------------------------------------------------------------------
@@ -133,7 +134,7 @@ class ProgressState:
         return {k: v for k, v in out.items() if v is not None}
 
     @classmethod
-    def from_wire(cls, data: Any) -> "ProgressState | None":
+    def from_wire(cls, data: Any) -> ProgressState | None:
         """Tolerant inverse of :meth:`wire`; None for anything malformed."""
         if not isinstance(data, Mapping):
             return None
@@ -402,7 +403,7 @@ def root_failure(failures: Sequence[Mapping]) -> Mapping | None:
 
     def key(f: Mapping) -> tuple:
         t = parse_time(f.get("finishedAt"))
-        return (t is None, t or datetime.max.replace(tzinfo=timezone.utc), _FAILURE_RANK.get(str(f.get("reason")), 9))
+        return (t is None, t or datetime.max.replace(tzinfo=UTC), _FAILURE_RANK.get(str(f.get("reason")), 9))
 
     return min(failures, key=key)
 

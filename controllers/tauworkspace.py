@@ -41,11 +41,17 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from taugate.controllers import resources as R
-from taugate.controllers.conditions import (carry_transition_times, condition, now_rfc3339, owned_patch,
-                                    selector_matches, subset_patch)
-from taugate.controllers.resources import Action
 from taugate import labels
+from taugate.controllers import resources as R
+from taugate.controllers.conditions import (
+    carry_transition_times,
+    condition,
+    now_rfc3339,
+    owned_patch,
+    selector_matches,
+    subset_patch,
+)
+from taugate.controllers.resources import Action
 from taugate.models import TauCluster, TauWorkspace
 from taugate.settings import Settings
 from taugate.tau_admission import namespace_refusal
