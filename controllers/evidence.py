@@ -26,217 +26,38 @@ Writes are atomic (temporary file in the same directory, fsync, rename, fsync of
 :meth:`EvidenceStore.load` sees a stale head and rebuilds ``evidence.json`` from the events, so
 nothing is lost, and since events are appended only for changes against the folded state,
 nothing is written twice.
+
+The parts: ``evidence_format`` (bytes, hashes, files), ``evidence_keys`` (Ed25519),
+``evidence_log`` (the chain and the fold), ``evidence_verify``; this module is the store and
+the one import for the recorder and the CLI.
 """
 
 from __future__ import annotations
 
-import base64
-import copy
-import hashlib
 import json
 import os
-import re
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
 
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
-
-from taugate.files import write_atomic
-
-SCHEMA = "taugate.evidence/v1"
-EVENTS_FILE = "events.jsonl"
-EVIDENCE_FILE = "evidence.json"
-GENESIS = "0" * 64
-NL = b"\n"
-RUN_ID_RE = re.compile(r"^[0-9a-f]{24}$")
-ORDER = ("Admitted", "Scheduled", "GPUHealthy", "Progressing", "Completed", "ArtifactSaved", "QuotaReleased", "GPUsReleased")
-
-
-class EvidenceError(Exception):
-    """A record cannot be read or written (missing, unreadable, or not a run-id)."""
-
-
-# --------------------------------------------------------------------------------------------
-# canonical bytes and hashes
-
-
-def canonical_line(obj: Any) -> bytes:
-    """One event as its canonical line (no newline): sorted keys, no spaces, UTF-8."""
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-
-
-def canonical_document(obj: Any) -> bytes:
-    """``evidence.json``'s exact bytes: sorted keys, indent 2, UTF-8, trailing newline."""
-    return (json.dumps(obj, sort_keys=True, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
-
-
-def sha256_hex(data: bytes) -> str:
-    """SHA-256 of ``data`` as 64 lowercase hex characters."""
-    return hashlib.sha256(data).hexdigest()
-
-
-# --------------------------------------------------------------------------------------------
-# keys
-
-
-class Signer:
-    """An Ed25519 signing key.
-
-    ``key_id`` is the SHA-256 (hex) of the raw 32-byte public key; ``public_key_b64`` the raw
-    public key in base64. Load one with :meth:`from_pem` / :meth:`from_file` (PKCS#8 PEM, or the
-    raw 32-byte seed, as a file or as a Kubernetes Secret's data value).
-    """
-
-    def __init__(self, key: Ed25519PrivateKey) -> None:
-        self._key = key
-        raw = key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-        self.public_raw = raw
-        self.public_key_b64 = base64.b64encode(raw).decode()
-        self.key_id = sha256_hex(raw)
-
-    @classmethod
-    def generate(cls) -> "Signer":
-        """A fresh random key."""
-        return cls(Ed25519PrivateKey.generate())
-
-    @classmethod
-    def from_pem(cls, data: bytes, origin: str = "key") -> "Signer":
-        """Parse a PKCS#8 PEM Ed25519 private key or a raw 32-byte seed; raises EvidenceError."""
-        if len(data) == 32:
-            return cls(Ed25519PrivateKey.from_private_bytes(data))
-        try:
-            key = serialization.load_pem_private_key(data, password=None)
-        except (ValueError, TypeError) as e:
-            raise EvidenceError(f"{origin}: not a PEM private key ({e})") from None
-        if not isinstance(key, Ed25519PrivateKey):
-            raise EvidenceError(f"{origin}: not an Ed25519 private key ({type(key).__name__})")
-        return cls(key)
-
-    @classmethod
-    def from_file(cls, path: str | os.PathLike) -> "Signer":
-        """Read a key file (e.g. a Secret mounted as a volume); raises EvidenceError."""
-        try:
-            data = Path(path).read_bytes()
-        except OSError as e:
-            raise EvidenceError(f"{path}: cannot read signing key ({e.strerror})") from None
-        return cls.from_pem(data, str(path))
-
-    def private_pem(self) -> bytes:
-        """The key as unencrypted PKCS#8 PEM (what a Secret or key file holds)."""
-        return self._key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                       serialization.NoEncryption())
-
-    def public_pem(self) -> bytes:
-        """The public key as SubjectPublicKeyInfo PEM (what ``verify --public-key`` reads)."""
-        return self._key.public_key().public_bytes(serialization.Encoding.PEM,
-                                                   serialization.PublicFormat.SubjectPublicKeyInfo)
-
-    def sign(self, data: bytes) -> bytes:
-        """The 64-byte Ed25519 signature of ``data``."""
-        return self._key.sign(data)
-
-
-def load_public_key(path: str | os.PathLike) -> Ed25519PublicKey:
-    """Read an Ed25519 public key (SubjectPublicKeyInfo PEM) or a private key PEM (its public
-    half); raises EvidenceError naming the file."""
-    try:
-        data = Path(path).read_bytes()
-    except OSError as e:
-        raise EvidenceError(f"{path}: cannot read public key ({e.strerror})") from None
-    try:
-        key = serialization.load_pem_public_key(data)
-    except (ValueError, TypeError):
-        return Signer.from_pem(data, str(path))._key.public_key()
-    if not isinstance(key, Ed25519PublicKey):
-        raise EvidenceError(f"{path}: not an Ed25519 public key")
-    return key
-
-
-# --------------------------------------------------------------------------------------------
-# atomic file writes
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write an evidence file atomically (``taugate.files.write_atomic``: temp file, fsync,
-    rename, directory fsync), creating its run directory."""
-    write_atomic(path, data, 0o640, make_parents=True)
-
-
-# --------------------------------------------------------------------------------------------
-# the fold
-
-
-def _condition_entry(ev: Mapping) -> dict:
-    d = dict(ev.get("data") if isinstance(ev.get("data"), dict) else {})
-    d["recordedAt"] = ev.get("time")
-    return d
-
-
-def fold(events: Sequence[Mapping]) -> dict:
-    """The evidence document for a list of events (pure; the same events give the same bytes).
-
-    Shape: ``{"schema", "runId", "namespace", "object", "admittedObject", "admission", "profile",
-    "profileSetHash", "workspace", "queue", "conditions": [current condition per type, lifecycle
-    order], "timeline": [every transition with recordedAt], "failures": [...], "artifacts":
-    {...}, "phase", "final"}``.
-    """
-    doc: dict[str, Any] = {"schema": SCHEMA, "runId": None, "namespace": None, "object": None,
-                           "admittedObject": None, "admission": {}, "profile": None, "profileSetHash": None,
-                           "workspace": None, "queue": None, "conditions": [], "timeline": [],
-                           "failures": [], "artifacts": None, "phase": None, "final": False}
-    current: dict[str, dict] = {}
-    for ev in events:
-        kind = ev.get("kind")
-        data = ev.get("data") if isinstance(ev.get("data"), dict) else {}
-        if kind == "run":
-            for k in ("runId", "namespace", "object", "admittedObject", "admission", "profile",
-                      "profileSetHash", "workspace", "queue"):
-                if k in data:
-                    doc[k] = copy.deepcopy(data[k])
-        elif kind == "condition":
-            entry = _condition_entry(ev)
-            t = str(entry.get("type"))
-            slot = "Completed" if t in ("Completed", "Failed") else t
-            current[slot] = entry
-            doc["timeline"].append(entry)
-        elif kind == "failure":
-            doc["failures"].append(dict(data))
-        elif kind == "artifacts":
-            doc["artifacts"] = dict(data)
-        elif kind == "final":
-            doc["final"] = True
-    doc["conditions"] = [current[t] for t in ORDER if t in current] + \
-        [v for k, v in current.items() if k not in ORDER]
-    doc["phase"] = _phase(current)
-    return doc
-
-
-def _phase(current: Mapping[str, Mapping]) -> str:
-    slot = current.get("Completed") or {}
-    if slot.get("type") == "Failed" and slot.get("status") == "True":
-        return "Failed"
-    if slot.get("type") == "Completed" and slot.get("status") == "True":
-        return "Succeeded"
-    if (current.get("Scheduled") or {}).get("status") == "True":
-        return "Running"
-    if (current.get("Admitted") or {}).get("status") == "True":
-        return "Scheduling"
-    return "Queued"
-
-
-def signed_document(events: Sequence[Mapping], head: str, signer: Signer) -> dict:
-    """``fold(events)`` plus ``events`` (count, head) and an Ed25519 signature of its digest."""
-    doc = fold(events)
-    doc["events"] = {"file": EVENTS_FILE, "count": len(events), "head": head}
-    digest = hashlib.sha256(canonical_document(doc)).digest()
-    doc["signature"] = {"algorithm": "Ed25519", "keyId": signer.key_id, "publicKey": signer.public_key_b64,
-                        "digest": digest.hex(), "value": base64.b64encode(signer.sign(digest)).decode()}
-    return doc
-
+from taugate.controllers.evidence_format import (
+    EVENTS_FILE,
+    EVIDENCE_FILE,
+    GENESIS,
+    NL,
+    ORDER,
+    RUN_ID_RE,
+    SCHEMA,
+    EvidenceError,
+    atomic_write,
+    canonical_document,
+    canonical_line,
+    sha256_hex,
+)
+from taugate.controllers.evidence_keys import Signer, load_public_key
+from taugate.controllers.evidence_log import check_chain, fold, signed_document
+from taugate.controllers.evidence_verify import Verification, verify_record
 
 # --------------------------------------------------------------------------------------------
 # the store
@@ -381,138 +202,27 @@ class EvidenceStore:
         return doc
 
 
-# --------------------------------------------------------------------------------------------
-# verification
-
-
-def check_chain(raw: bytes) -> tuple[list[str], list[dict], str]:
-    """Check ``events.jsonl`` bytes: every line canonical JSON, ``seq`` counting from 0, ``hash``
-    the SHA-256 of the line without it, and ``prev`` the SHA-256 of the line before. Returns
-    ``(problems, events, head)``; the first problem names the first bad line (1-based). A line
-    that is consistent in itself but not the one its successor chained to is reported as the bad
-    one (it was replaced). The complete lines are checked before a missing final newline is
-    reported, so an edit earlier in the log is the one named."""
-    events: list[dict] = []
-    head = GENESIS
-    if not raw:
-        return [], events, head
-    lines = raw.split(NL)
-    tail = lines.pop()  # b"" when the log ends with a newline, else the torn last line
-    for i, line in enumerate(lines):
-        n = i + 1
-        try:
-            ev = json.loads(line)
-        except ValueError as e:
-            return [f"line {n}: not JSON ({e.msg})"], events, head
-        if not isinstance(ev, dict) or canonical_line(ev) != line:
-            return [f"line {n}: not in canonical form (edited)"], events, head
-        if not isinstance(ev.get("kind"), str) or not isinstance(ev.get("data"), dict):
-            return [f"line {n}: not an evidence event (kind must be a string and data an object)"], events, head
-        body = {k: v for k, v in ev.items() if k != "hash"}
-        if ev.get("hash") != sha256_hex(canonical_line(body)):
-            return [f"line {n}: content does not match its SHA-256 (edited)"], events, head
-        if ev.get("seq") != i:
-            return [f"line {n}: seq is {ev.get('seq')!r}, expected {i}"], events, head
-        if ev.get("prev") != head:
-            if i == 0:
-                return ["line 1: prev is not the genesis hash (lines removed before it?)"], events, head
-            return [f"line {n - 1}: was replaced (its SHA-256 is not the prev recorded in line {n})"], events, head
-        head = sha256_hex(line)
-        events.append(ev)
-    if tail:
-        return [f"line {len(lines) + 1}: incomplete (no newline at end)"], events, head
-    return [], events, head
-
-
-@dataclass(frozen=True)
-class Verification:
-    """Result of :func:`verify_record`: ``ok``, the problems (first = first bad place),
-    ``first_bad_line`` of events.jsonl (1-based, None when the log itself is fine), the signing
-    key id and whether it was pinned by the caller's public key."""
-
-    ok: bool
-    problems: tuple[str, ...]
-    first_bad_line: int | None = None
-    key_id: str | None = None
-    pinned: bool = False
-    events: int = 0
-
-
-def _line_of(problem: str) -> int | None:
-    m = re.match(r"line (\d+)", problem)
-    return int(m.group(1)) if m else None
-
-
-def verify_record(run_dir: str | os.PathLike, public_key: Ed25519PublicKey | None = None) -> Verification:
-    """Verify a run directory: the event chain, ``evidence.json``'s canonical form, digest and
-    Ed25519 signature (against ``public_key`` when given, else the key recorded in the file),
-    that its head and count are the log's, and that its content is the fold of the log.
-
-    Raises EvidenceError when the run directory does not exist or a file cannot be read (bad
-    input: there is no record to check). A record directory missing one of its files, an empty
-    log, or a summary that is not a JSON object is a failed verification (tampering or
-    corruption), not an error.
-    """
-    d = Path(run_dir)
-    ev_path, doc_path = d / EVENTS_FILE, d / EVIDENCE_FILE
-    if not d.is_dir():
-        raise EvidenceError(f"{d}: no evidence record (directory missing)")
-    data: dict[str, bytes] = {}
-    for path in (ev_path, doc_path):
-        try:
-            data[path.name] = path.read_bytes()
-        except FileNotFoundError:
-            return Verification(False, (f"{path.name}: missing from the record",))
-        except OSError as e:
-            raise EvidenceError(f"{path}: unreadable ({e.strerror})") from None
-    raw, doc_raw = data[EVENTS_FILE], data[EVIDENCE_FILE]
-    if not raw:
-        return Verification(False, (f"{EVENTS_FILE}: the log is empty (every record starts with its run event)",), 1)
-    problems, events, head = check_chain(raw)
-    if problems:
-        return Verification(False, tuple(f"{EVENTS_FILE} {p}" for p in problems), _line_of(problems[0]))
-    try:
-        doc = json.loads(doc_raw)
-    except ValueError as e:
-        return Verification(False, (f"{EVIDENCE_FILE}: not JSON ({e})",))
-    if not isinstance(doc, dict):
-        return Verification(False, (f"{EVIDENCE_FILE}: not a JSON object (malformed)",))
-    if canonical_document(doc) != doc_raw:
-        return Verification(False, (f"{EVIDENCE_FILE}: not byte-identical to its canonical form (edited)",))
-    sig = doc.get("signature")
-    if not isinstance(sig, dict):
-        return Verification(False, (f"{EVIDENCE_FILE}: no signature",))
-    body = {k: v for k, v in doc.items() if k != "signature"}
-    digest = hashlib.sha256(canonical_document(body)).digest()
-    key_id = sig.get("keyId")
-    if sig.get("digest") != digest.hex():
-        return Verification(False, (f"{EVIDENCE_FILE}: content does not match its signed digest (edited)",), key_id=key_id)
-    pinned = public_key is not None
-    try:
-        value = base64.b64decode(str(sig.get("value")), validate=True)
-        recorded = base64.b64decode(str(sig.get("publicKey")), validate=True)
-    except (ValueError, TypeError):
-        return Verification(False, (f"{EVIDENCE_FILE}: signature fields are not base64 (edited)",), key_id=key_id)
-    if (sig.get("algorithm") != "Ed25519" or base64.b64encode(value).decode() != sig.get("value")
-            or base64.b64encode(recorded).decode() != sig.get("publicKey") or sha256_hex(recorded) != key_id
-            or set(sig) != {"algorithm", "keyId", "publicKey", "digest", "value"}):
-        return Verification(False, (f"{EVIDENCE_FILE}: signature block is inconsistent (edited)",), key_id=key_id)
-    try:
-        if public_key is None:
-            public_key = Ed25519PublicKey.from_public_bytes(recorded)
-        elif sha256_hex(public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)) != key_id:
-            return Verification(False, (f"{EVIDENCE_FILE}: signed by key {key_id}, not by the given public key",),
-                                key_id=key_id, pinned=True)
-        public_key.verify(value, digest)
-    except (InvalidSignature, ValueError, TypeError):
-        return Verification(False, (f"{EVIDENCE_FILE}: Ed25519 signature does not verify",), key_id=key_id, pinned=pinned)
-    evs = body.get("events") if isinstance(body.get("events"), dict) else {}
-    if evs.get("head") != head or evs.get("count") != len(events):
-        n = len(events)
-        return Verification(False, (f"{EVENTS_FILE} line {n}: the log's head (line {n}) is not the head signed in "
-                                    f"{EVIDENCE_FILE} ({evs.get('count')} events)",), n, key_id, pinned, n)
-    expected = fold(events)
-    actual = {k: v for k, v in body.items() if k != "events"}
-    if canonical_document(expected) != canonical_document(actual):
-        return Verification(False, (f"{EVIDENCE_FILE}: content is not the fold of {EVENTS_FILE}",), None, key_id, pinned, len(events))
-    return Verification(True, (), None, key_id, pinned, len(events))
+__all__ = [
+    "EVENTS_FILE",
+    "EVIDENCE_FILE",
+    "EvidenceError",
+    "EvidenceStore",
+    "GENESIS",
+    "NL",
+    "ORDER",
+    "RUN_ID_RE",
+    "RunRecord",
+    "SCHEMA",
+    "Signer",
+    "Verification",
+    "atomic_write",
+    "canonical_document",
+    "canonical_line",
+    "check_chain",
+    "check_run_id",
+    "fold",
+    "load_public_key",
+    "sha256_hex",
+    "signed_document",
+    "verify_record",
+]

@@ -102,11 +102,10 @@ def plan_cluster(obs: ClusterObservation, settings: Settings, now: str | None = 
     try:
         cluster = TauCluster.model_validate(obs.cluster)
     except ValidationError as e:
-        status = _invalid_spec_status(obs, e, now)
-        patch = owned_patch(old_status, status)
-        actions = [Action("patch", R.TAU_CLUSTERS, name, body={"status": patch}, subresource="status",
-                          reason="invalid spec")] if patch else []
-        return ClusterPlan(status, actions)
+        invalid = _invalid_spec_status(obs, e, now)
+        patch = owned_patch(old_status, invalid)
+        return ClusterPlan(invalid, [Action("patch", R.TAU_CLUSTERS, name, body={"status": patch},
+                                            subresource="status", reason="invalid spec")] if patch else [])
 
     spec = cluster.spec
     rules = list(spec.nodes.label_rules) if spec.nodes else []

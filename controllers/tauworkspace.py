@@ -41,11 +41,17 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from taugate.controllers import resources as R
-from taugate.controllers.conditions import (carry_transition_times, condition, now_rfc3339, owned_patch,
-                                    selector_matches, subset_patch)
-from taugate.controllers.resources import Action
 from taugate import labels
+from taugate.controllers import resources as R
+from taugate.controllers.conditions import (
+    carry_transition_times,
+    condition,
+    now_rfc3339,
+    owned_patch,
+    selector_matches,
+    subset_patch,
+)
+from taugate.controllers.resources import Action
 from taugate.models import TauCluster, TauWorkspace
 from taugate.settings import Settings
 from taugate.tau_admission import namespace_refusal
@@ -192,23 +198,46 @@ def _finish(obs: WorkspaceObservation, conds: list[dict], phase: str, now: str, 
                       "Ready" if not problems else problems[0]["reason"],
                       "every workspace object is in place" if not problems else problems[0]["message"],
                       now, generation)
-    status: dict[str, Any] = {"phase": phase,
-                              "conditions": carry_transition_times([ready, *conds],
-                                                                   (obs.workspace.get("status") or {}).get("conditions"))}
+    old_conditions = (obs.workspace.get("status") or {}).get("conditions")
+    status: dict[str, Any] = {"phase": phase, "conditions": carry_transition_times([ready, *conds], old_conditions)}
     if generation is not None:
         status["observedGeneration"] = generation
     status.update(extra)
     return status
 
 
+@dataclass
+class _Draft:
+    """A workspace plan being built, one step per child object: actions, conditions, status fields
+    (``extra``), and whether a child is awaited (``waiting``: Pending) or broken (``degraded``)."""
+
+    ws: TauWorkspace
+    ws_name: str
+    names: WorkspaceNames
+    now: str
+    generation: int | None
+    actions: list[Action]
+    conds: list[dict] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+    waiting: bool = False
+    degraded: bool = False
+
+    @property
+    def target(self) -> str:
+        return self.names.namespace
+
+    def condition(self, type_: str, ok: bool, reason: str, message: str) -> None:
+        self.conds.append(condition(type_, ok, reason, message, self.now, self.generation))
+
+
 def plan_workspace(obs: WorkspaceObservation, settings: Settings, now: str | None = None) -> WorkspacePlan:
     """Desired children, finalizer and status for one workspace (pure). A workspace being deleted
-    gets ``plan_cleanup`` instead."""
+    gets ``plan_cleanup`` instead. The children in order: Namespace, LocalQueue, RoleBinding,
+    ServiceAccount, data PVC (one ``_plan_*`` step each)."""
     now = now or now_rfc3339()
     ws_obj = obs.workspace
     if R.meta(ws_obj).get("deletionTimestamp"):
         return plan_cleanup(obs)
-    ws_name = R.name_of(ws_obj)
     generation = R.meta(ws_obj).get("generation")
     actions = _finalizer_actions(ws_obj, True)
     try:
@@ -221,51 +250,68 @@ def plan_workspace(obs: WorkspaceObservation, settings: Settings, now: str | Non
         return WorkspacePlan(actions + _status_action(ws_obj, status), status)
 
     names = workspace_names(ws, obs.cluster, obs.local_queue)
-    target = names.namespace
-    base = {"target": {"resolvedNamespace": target}}
-
-    refusal = namespace_refusal(target, settings) or namespace_conflict(ws_obj, obs.namespace, obs.other_workspaces, target)
+    draft = _Draft(ws, R.name_of(ws_obj), names, now, generation, actions,
+                   extra={"target": {"resolvedNamespace": names.namespace}})
+    refusal = (namespace_refusal(draft.target, settings)
+               or namespace_conflict(ws_obj, obs.namespace, obs.other_workspaces, draft.target))
     if refusal:
-        cond = condition("NamespaceReady", False, "NamespaceRefused", f"{refusal}; nothing was created", now, generation)
-        status = _finish(obs, [cond], "Degraded", now, generation, base)
-        return WorkspacePlan(actions + _status_action(ws_obj, status), status)
+        draft.condition("NamespaceReady", False, "NamespaceRefused", f"{refusal}; nothing was created")
+        status = _finish(obs, draft.conds, "Degraded", now, generation, draft.extra)
+        return WorkspacePlan(draft.actions + _status_action(ws_obj, status), status)
 
-    conds: list[dict] = []
-    waiting = degraded = False
-    claim = {labels.WORKSPACE: ws_name, labels.KUEUE_QUEUE_NAME: names.local_queue}
+    ns_labels = _plan_namespace(draft, obs)
+    if ns_labels is None:  # missing, and the workspace may not create it
+        phase = "Pending"
+    else:
+        _plan_local_queue(draft, obs, ns_labels)
+        _plan_role_binding(draft, obs)
+        _plan_service_account(draft, obs)
+        _plan_data_volume(draft, obs)
+        phase = "Degraded" if draft.degraded else ("Pending" if draft.waiting else "Ready")
+    status = _finish(obs, draft.conds, phase, now, generation, draft.extra)
+    return WorkspacePlan(draft.actions + _status_action(ws_obj, status), status)
 
-    # Namespace ------------------------------------------------------------------------------
+
+def _plan_namespace(draft: _Draft, obs: WorkspaceObservation) -> dict[str, str] | None:
+    """Create the workspace's namespace or claim it with the workspace and queue labels; its
+    labels as they will be, or None when it is missing and ``spec.target.createNamespace`` is false."""
+    target, ws_name = draft.target, draft.ws_name
+    claim = {labels.WORKSPACE: ws_name, labels.KUEUE_QUEUE_NAME: draft.names.local_queue}
     ns_labels = dict(R.labels_of(obs.namespace))
     if obs.namespace is None:
-        if ws.spec.target.create_namespace is False:
-            conds.append(condition("NamespaceReady", False, "NamespaceMissing",
-                                   f"namespace {target!r} does not exist and spec.target.createNamespace is false",
-                                   now, generation))
-            status = _finish(obs, conds, "Pending", now, generation, base)
-            return WorkspacePlan(actions + _status_action(ws_obj, status), status)
+        if draft.ws.spec.target.create_namespace is False:
+            draft.condition("NamespaceReady", False, "NamespaceMissing",
+                            f"namespace {target!r} does not exist and spec.target.createNamespace is false")
+            return None
         ns_labels = {**_child_labels(ws_name), **claim}
-        actions.append(Action("create", R.NAMESPACES, target, body={
+        draft.actions.append(Action("create", R.NAMESPACES, target, body={
             "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": target, "labels": ns_labels}},
             reason="workspace namespace"))
     else:
         patch = subset_patch(ns_labels, claim)
         if patch:
-            actions.append(Action("patch", R.NAMESPACES, target, body={"metadata": {"labels": patch}},
-                                  reason="workspace and queue labels"))
+            draft.actions.append(Action("patch", R.NAMESPACES, target, body={"metadata": {"labels": patch}},
+                                        reason="workspace and queue labels"))
             ns_labels.update(patch)
     # The same words whether the object was just created or found, so the next pass writes nothing.
-    conds.append(condition("NamespaceReady", True, "NamespaceReady",
-                           f"namespace {target!r} carries the workspace and queue labels", now, generation))
+    draft.condition("NamespaceReady", True, "NamespaceReady",
+                    f"namespace {target!r} carries the workspace and queue labels")
+    return ns_labels
 
-    # LocalQueue -----------------------------------------------------------------------------
+
+def _plan_local_queue(draft: _Draft, obs: WorkspaceObservation, ns_labels: dict[str, str]) -> None:
+    """Create the LocalQueue, and check it feeds the intended ClusterQueue and that the
+    ClusterQueue's ``namespaceSelector`` selects the namespace (Kueue admits nothing otherwise)."""
+    names, target, ws = draft.names, draft.target, draft.ws
     queue_status: dict[str, Any] = {"localQueue": names.local_queue, "clusterQueue": names.cluster_queue}
     cq_uid = R.meta(obs.cluster_queue).get("uid") if obs.cluster_queue else None
     if cq_uid:
         queue_status["clusterQueueUID"] = cq_uid
+    draft.extra["queue"] = queue_status
     if obs.local_queue is None:
-        actions.append(Action("create", R.LOCAL_QUEUES, names.local_queue, target, body={
+        draft.actions.append(Action("create", R.LOCAL_QUEUES, names.local_queue, target, body={
             "apiVersion": R.LOCAL_QUEUES.api_version, "kind": "LocalQueue",
-            "metadata": {"name": names.local_queue, "namespace": target, "labels": _child_labels(ws_name)},
+            "metadata": {"name": names.local_queue, "namespace": target, "labels": _child_labels(draft.ws_name)},
             "spec": {"clusterQueue": names.cluster_queue}}, reason="workspace LocalQueue"))
     queue_problem = None
     if obs.local_queue is not None and ws.spec.cluster_queue and names.cluster_queue != ws.spec.cluster_queue:
@@ -273,11 +319,12 @@ def plan_workspace(obs: WorkspaceObservation, settings: Settings, now: str | Non
                          f"LocalQueue {target}/{names.local_queue} points at ClusterQueue {names.cluster_queue!r}, not "
                          f"spec.clusterQueue {ws.spec.cluster_queue!r}; Kueue does not allow changing it: delete the "
                          f"LocalQueue or fix spec.clusterQueue")
-        degraded = True
+        draft.degraded = True
     elif obs.cluster_queue is None:
         queue_problem = ("ClusterQueueNotFound",
-                         f"ClusterQueue {names.cluster_queue!r} (behind LocalQueue {target}/{names.local_queue}) not found")
-        waiting = True
+                         f"ClusterQueue {names.cluster_queue!r} (behind LocalQueue {target}/{names.local_queue}) "
+                         f"not found")
+        draft.waiting = True
     else:
         ns_sel = (obs.cluster_queue.get("spec") or {}).get("namespaceSelector")
         visible = {**ns_labels, "kubernetes.io/metadata.name": target}
@@ -285,109 +332,113 @@ def plan_workspace(obs: WorkspaceObservation, settings: Settings, now: str | Non
             queue_problem = ("NamespaceNotSelected",
                              f"ClusterQueue {names.cluster_queue!r} has a namespaceSelector that does not select "
                              f"namespace {target!r}, so Kueue admits nothing from it")
-            degraded = True
+            draft.degraded = True
     if queue_problem:
-        conds.append(condition("QueueReady", False, queue_problem[0], queue_problem[1], now, generation))
+        draft.condition("QueueReady", False, queue_problem[0], queue_problem[1])
     else:
-        how = "managed by taugate" if obs.local_queue is None or _owned_by(obs.local_queue, ws_name) else "adopted"
-        conds.append(condition("QueueReady", True, "QueueReady",
-                               f"LocalQueue {target}/{names.local_queue} ({how}) feeds ClusterQueue {names.cluster_queue!r}",
-                               now, generation))
+        ours = obs.local_queue is None or _owned_by(obs.local_queue, draft.ws_name)
+        how = "managed by taugate" if ours else "adopted"
+        draft.condition("QueueReady", True, "QueueReady",
+                        f"LocalQueue {target}/{names.local_queue} ({how}) feeds ClusterQueue {names.cluster_queue!r}")
 
-    # RoleBinding ----------------------------------------------------------------------------
-    extra: dict[str, Any] = {**base, "queue": queue_status}
+
+def _plan_role_binding(draft: _Draft, obs: WorkspaceObservation) -> None:
+    """Bind ``spec.kubernetesSubject`` to the researcher ClusterRole in the namespace (none when
+    authorization is cluster-wide); a changed ``roleRef`` is delete + create (it is immutable,
+    Kubernetes RBAC rule)."""
+    ws, target, ws_name = draft.ws, draft.target, draft.ws_name
     cluster_wide = ws.spec.authorization is not None and ws.spec.authorization.mode == "cluster-wide"
     subject = _rbac_subject(ws, target)
     if cluster_wide or subject is None:
-        conds.append(condition("AccessReady", True, "ClusterWide" if cluster_wide else "NoSubject",
-                               "authorization is cluster-wide: no RoleBinding" if cluster_wide
-                               else "no spec.kubernetesSubject: no RoleBinding", now, generation))
+        draft.condition("AccessReady", True, "ClusterWide" if cluster_wide else "NoSubject",
+                        "authorization is cluster-wide: no RoleBinding" if cluster_wide
+                        else "no spec.kubernetesSubject: no RoleBinding")
+        return
+    want_rb = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+               "metadata": {"name": ROLE_BINDING, "namespace": target, "labels": _child_labels(ws_name)},
+               "roleRef": {"apiGroup": RBAC_GROUP, "kind": "ClusterRole", "name": RESEARCHER_CLUSTER_ROLE},
+               "subjects": [subject]}
+    bound = f"{subject['kind']} {subject['name']!r} bound to ClusterRole {RESEARCHER_CLUSTER_ROLE!r}"
+    rb = obs.role_binding
+    if rb is None:
+        draft.actions.append(Action("create", R.ROLE_BINDINGS, ROLE_BINDING, target, body=want_rb,
+                                    reason="researcher access"))
+        draft.condition("AccessReady", True, "RoleBindingReady", bound)
+    elif not _owned_by(rb, ws_name):
+        draft.condition("AccessReady", False, "RoleBindingConflict",
+                        f"RoleBinding {target}/{ROLE_BINDING} exists and is not managed by taugate for this "
+                        f"workspace; rename or remove it")
+        draft.degraded = True
     else:
-        want_rb = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-                   "metadata": {"name": ROLE_BINDING, "namespace": target, "labels": _child_labels(ws_name)},
-                   "roleRef": {"apiGroup": RBAC_GROUP, "kind": "ClusterRole", "name": RESEARCHER_CLUSTER_ROLE},
-                   "subjects": [subject]}
-        rb = obs.role_binding
-        if rb is None:
-            actions.append(Action("create", R.ROLE_BINDINGS, ROLE_BINDING, target, body=want_rb, reason="researcher access"))
-            conds.append(condition("AccessReady", True, "RoleBindingReady",
-                                   f"{subject['kind']} {subject['name']!r} bound to ClusterRole {RESEARCHER_CLUSTER_ROLE!r}",
-                                   now, generation))
-        elif not _owned_by(rb, ws_name):
-            conds.append(condition("AccessReady", False, "RoleBindingConflict",
-                                   f"RoleBinding {target}/{ROLE_BINDING} exists and is not managed by taugate for this "
-                                   f"workspace; rename or remove it", now, generation))
-            degraded = True
-        else:
-            if rb.get("roleRef") != want_rb["roleRef"]:  # roleRef is immutable (Kubernetes RBAC rule)
-                actions.append(Action("delete", R.ROLE_BINDINGS, ROLE_BINDING, target, reason="roleRef changed"))
-                actions.append(Action("create", R.ROLE_BINDINGS, ROLE_BINDING, target, body=want_rb, reason="roleRef changed"))
-            elif rb.get("subjects") != want_rb["subjects"]:
-                actions.append(Action("patch", R.ROLE_BINDINGS, ROLE_BINDING, target,
-                                      body={"subjects": want_rb["subjects"]}, reason="subject changed"))
-            conds.append(condition("AccessReady", True, "RoleBindingReady",
-                                   f"{subject['kind']} {subject['name']!r} bound to ClusterRole {RESEARCHER_CLUSTER_ROLE!r}",
-                                   now, generation))
-        extra["roleBinding"] = ROLE_BINDING
+        if rb.get("roleRef") != want_rb["roleRef"]:  # roleRef is immutable (Kubernetes RBAC rule)
+            draft.actions.append(Action("delete", R.ROLE_BINDINGS, ROLE_BINDING, target, reason="roleRef changed"))
+            draft.actions.append(Action("create", R.ROLE_BINDINGS, ROLE_BINDING, target, body=want_rb,
+                                        reason="roleRef changed"))
+        elif rb.get("subjects") != want_rb["subjects"]:
+            draft.actions.append(Action("patch", R.ROLE_BINDINGS, ROLE_BINDING, target,
+                                        body={"subjects": want_rb["subjects"]}, reason="subject changed"))
+        draft.condition("AccessReady", True, "RoleBindingReady", bound)
+    draft.extra["roleBinding"] = ROLE_BINDING
 
-    # ServiceAccount -------------------------------------------------------------------------
+
+def _plan_service_account(draft: _Draft, obs: WorkspaceObservation) -> None:
+    """Create the workloads' ServiceAccount (with the Azure Workload Identity client-id
+    annotation when asked), keep its labels/annotations on one we own, adopt one we do not."""
+    names, target, ws_name = draft.names, draft.target, draft.ws_name
     sa_meta: dict[str, Any] = {"name": names.service_account, "namespace": target, "labels": _child_labels(ws_name)}
-    if ws.spec.workload_identity is not None:
-        sa_meta["annotations"] = {WORKLOAD_IDENTITY_CLIENT_ID: ws.spec.workload_identity.client_id}
+    if draft.ws.spec.workload_identity is not None:
+        sa_meta["annotations"] = {WORKLOAD_IDENTITY_CLIENT_ID: draft.ws.spec.workload_identity.client_id}
     sa = obs.service_account
     if sa is None:
-        actions.append(Action("create", R.SERVICE_ACCOUNTS, names.service_account, target,
-                              body={"apiVersion": "v1", "kind": "ServiceAccount", "metadata": sa_meta},
-                              reason="workload service account"))
+        draft.actions.append(Action("create", R.SERVICE_ACCOUNTS, names.service_account, target,
+                                    body={"apiVersion": "v1", "kind": "ServiceAccount", "metadata": sa_meta},
+                                    reason="workload service account"))
         sa_msg = f"ServiceAccount {target}/{names.service_account} ready"
     elif _owned_by(sa, ws_name):
         patch = subset_patch(R.meta(sa), {k: v for k, v in sa_meta.items() if k in ("labels", "annotations")})
         if patch:
-            actions.append(Action("patch", R.SERVICE_ACCOUNTS, names.service_account, target, body={"metadata": patch},
-                                  reason="workload identity"))
+            draft.actions.append(Action("patch", R.SERVICE_ACCOUNTS, names.service_account, target,
+                                        body={"metadata": patch}, reason="workload identity"))
         sa_msg = f"ServiceAccount {target}/{names.service_account} ready"
     else:
         sa_msg = f"ServiceAccount {target}/{names.service_account} exists (adopted as is)"
-    conds.append(condition("ServiceAccountReady", True, "ServiceAccountReady", sa_msg, now, generation))
-    extra["serviceAccount"] = names.service_account
+    draft.condition("ServiceAccountReady", True, "ServiceAccountReady", sa_msg)
+    draft.extra["serviceAccount"] = names.service_account
 
-    # Data PVC -------------------------------------------------------------------------------
-    dv = ws.spec.data_volume
-    if dv is not None and names.data_claim:
-        pvc = obs.pvc
-        if pvc is None:
-            spec: dict[str, Any] = {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": dv.size}}}
-            if dv.storage_class_name:
-                spec["storageClassName"] = dv.storage_class_name
-            pvc = {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-                   "metadata": {"name": names.data_claim, "namespace": target, "labels": _child_labels(ws_name)},
-                   "spec": spec}
-            actions.append(Action("create", R.PVCS, names.data_claim, target, body=pvc, reason="workspace data volume"))
-        # Status from the PVC as found, or as just created.
-        pspec = pvc.get("spec") or {}
-        size = ((pspec.get("resources") or {}).get("requests") or {}).get("storage")
-        sc = pspec.get("storageClassName")
-        phase = (pvc.get("status") or {}).get("phase")
-        extra["dataVolume"] = {k: v for k, v in {"claimName": names.data_claim, "size": size,
-                                                 "storageClassName": sc, "phase": phase}.items() if v}
-        mismatch = []
-        if dv.storage_class_name and sc and sc != dv.storage_class_name:
-            mismatch.append(f"storage class {sc!r}, not {dv.storage_class_name!r}")
-        if size and size != dv.size:
-            mismatch.append(f"size {size}, not {dv.size}")
-        if phase == "Lost":
-            conds.append(condition("DataVolumeReady", False, "ClaimLost",
-                                   f"PVC {target}/{names.data_claim} lost its volume", now, generation))
-            degraded = True
-        else:
-            note = f" (differs from spec.dataVolume: {', '.join(mismatch)}; the PVC is kept as it is)" if mismatch else ""
-            conds.append(condition("DataVolumeReady", True, "DataVolumeReady",
-                                   f"PVC {target}/{names.data_claim} is {phase or 'present'}; runs mount it at /data{note}",
-                                   now, generation))
 
-    phase = "Degraded" if degraded else ("Pending" if waiting else "Ready")
-    status = _finish(obs, conds, phase, now, generation, extra)
-    return WorkspacePlan(actions + _status_action(ws_obj, status), status)
+def _plan_data_volume(draft: _Draft, obs: WorkspaceObservation) -> None:
+    """Create the data PVC (``spec.dataVolume``, ReadWriteMany); report it as found (kept as it is)."""
+    dv, claim, target = draft.ws.spec.data_volume, draft.names.data_claim, draft.target
+    if dv is None or not claim:
+        return
+    pvc = obs.pvc
+    if pvc is None:
+        spec: dict[str, Any] = {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": dv.size}}}
+        if dv.storage_class_name:
+            spec["storageClassName"] = dv.storage_class_name
+        pvc = {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+               "metadata": {"name": claim, "namespace": target, "labels": _child_labels(draft.ws_name)},
+               "spec": spec}
+        draft.actions.append(Action("create", R.PVCS, claim, target, body=pvc, reason="workspace data volume"))
+    # Status from the PVC as found, or as just created.
+    pspec = pvc.get("spec") or {}
+    size = ((pspec.get("resources") or {}).get("requests") or {}).get("storage")
+    sc = pspec.get("storageClassName")
+    phase = (pvc.get("status") or {}).get("phase")
+    draft.extra["dataVolume"] = {k: v for k, v in {"claimName": claim, "size": size,
+                                                   "storageClassName": sc, "phase": phase}.items() if v}
+    mismatch = []
+    if dv.storage_class_name and sc and sc != dv.storage_class_name:
+        mismatch.append(f"storage class {sc!r}, not {dv.storage_class_name!r}")
+    if size and size != dv.size:
+        mismatch.append(f"size {size}, not {dv.size}")
+    if phase == "Lost":
+        draft.condition("DataVolumeReady", False, "ClaimLost", f"PVC {target}/{claim} lost its volume")
+        draft.degraded = True
+    else:
+        note = f" (differs from spec.dataVolume: {', '.join(mismatch)}; the PVC is kept as it is)" if mismatch else ""
+        draft.condition("DataVolumeReady", True, "DataVolumeReady",
+                        f"PVC {target}/{claim} is {phase or 'present'}; runs mount it at /data{note}")
 
 
 def plan_cleanup(obs: WorkspaceObservation) -> WorkspacePlan:

@@ -1,0 +1,55 @@
+"""The evidence record's format: file names, canonical bytes (sorted keys, no spaces / indent 2),
+SHA-256 hashes, atomic writes, and the one error its readers and writers raise.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from taugate.files import write_atomic
+
+SCHEMA = "taugate.evidence/v1"
+EVENTS_FILE = "events.jsonl"
+EVIDENCE_FILE = "evidence.json"
+GENESIS = "0" * 64
+NL = b"\n"
+RUN_ID_RE = re.compile(r"^[0-9a-f]{24}$")
+ORDER = ("Admitted", "Scheduled", "GPUHealthy", "Progressing", "Completed", "ArtifactSaved", "QuotaReleased",
+         "GPUsReleased")
+
+
+class EvidenceError(Exception):
+    """A record cannot be read or written (missing, unreadable, or not a run-id)."""
+
+
+# --------------------------------------------------------------------------------------------
+# canonical bytes and hashes
+
+
+def canonical_line(obj: Any) -> bytes:
+    """One event as its canonical line (no newline): sorted keys, no spaces, UTF-8."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def canonical_document(obj: Any) -> bytes:
+    """``evidence.json``'s exact bytes: sorted keys, indent 2, UTF-8, trailing newline."""
+    return (json.dumps(obj, sort_keys=True, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def sha256_hex(data: bytes) -> str:
+    """SHA-256 of ``data`` as 64 lowercase hex characters."""
+    return hashlib.sha256(data).hexdigest()
+
+
+# --------------------------------------------------------------------------------------------
+# atomic file writes
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write an evidence file atomically (``taugate.files.write_atomic``: temp file, fsync,
+    rename, directory fsync), creating its run directory."""
+    write_atomic(path, data, 0o640, make_parents=True)

@@ -1,0 +1,124 @@
+"""The ``Admitted`` condition from Kueue ``Workload`` objects, and how many pods a run expects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from taugate import labels
+from taugate.controllers.run_values import ADMITTED, Finding, _conditions, _d, _is_true, _l, _meta, source_of
+from taugate.kinds import KIND_NAMES, kind_for
+
+# --------------------------------------------------------------------------------------------
+# Kueue workloads
+
+
+def workload_owner_uid(workload: Mapping) -> str | None:
+    """The UID of the job a Kueue Workload belongs to: the ``kueue.x-k8s.io/job-uid`` label,
+    else the controller owner reference's uid (Kueue sets both; its name hash is never rebuilt)."""
+    lbl = _d(_meta(workload).get("labels")).get(labels.KUEUE_JOB_UID)
+    if isinstance(lbl, str) and lbl:
+        return lbl
+    refs = [r for r in _l(_meta(workload).get("ownerReferences")) if isinstance(r, dict)]
+    for r in refs:
+        if r.get("controller") and r.get("uid"):
+            return str(r["uid"])
+    for r in refs:
+        if r.get("kind") in KIND_NAMES and r.get("uid"):
+            return str(r["uid"])
+    return None
+
+
+def _current_workload(workloads: Sequence[Mapping]) -> Mapping | None:
+    """The live Workload of a run (several only briefly, e.g. after a re-create): prefer one
+    not finished, then the newest by creationTimestamp."""
+    live = [w for w in workloads if not _meta(w).get("deletionTimestamp")] or list(workloads)
+    if not live:
+        return None
+    return sorted(live, key=lambda w: (not _is_true(_conditions(w).get("Finished")),
+                                       str(_meta(w).get("creationTimestamp") or "")))[-1]
+
+
+def expected_pod_count(owner: Mapping | None, workloads: Sequence[Mapping]) -> int | None:
+    """Pods the run needs at once: the admitted Workload's ``status.admission.podSetAssignments
+    [].count`` (partial admission may lower them), else ``spec.podSets[].count`` (Kueue), else the
+    owner's pod templates (head + workers x numOfHosts + submitter; Job parallelism). None when
+    unknown."""
+    wl = _current_workload(workloads)
+    if wl is not None:
+        psa = _l(_d(_d(wl.get("status")).get("admission")).get("podSetAssignments"))
+        for pod_sets in (psa, _l(_d(wl.get("spec")).get("podSets"))):
+            counts = [p.get("count") for p in pod_sets if isinstance(p, dict)]
+            whole = [c for c in counts if isinstance(c, int)]
+            if counts and len(whole) == len(counts):
+                return sum(whole)
+    if owner is not None:
+        kind = kind_for(owner.get("apiVersion"), owner.get("kind"))
+        if kind is not None:
+            try:
+                return sum(t.replicas for t in kind.pod_templates(dict(owner))) or None
+            except (TypeError, ValueError, AttributeError):
+                return None
+    return None
+
+
+def derive_admitted(owner: Mapping | None, workloads: Sequence[Mapping]) -> Finding | None:
+    """``Admitted`` from the Kueue Workload.
+
+    Kueue rule: a Workload is admitted when ``QuotaReserved`` and ``Admitted`` are True
+    (admission checks pass); ``Evicted`` True (reason ``Preempted``, ``PodsReadyTimeout``,
+    ``InactiveWorkload``...) takes it back; while pending, ``QuotaReserved`` is False with reason
+    ``Pending`` and a message naming the missing quota. Returns None when there is no Workload
+    and no owner (nothing to say: the previous condition stands).
+    """
+    wl = _current_workload(workloads)
+    if wl is None:
+        if owner is None:
+            return None
+        q = _d(_meta(owner).get("labels")).get(labels.KUEUE_QUEUE_NAME)
+        if not q:
+            suspended = bool(_d(owner.get("spec")).get("suspend"))
+            if not suspended:
+                return Finding(ADMITTED, "True", "NotQueued",
+                               f"{owner.get('kind')} has no {labels.KUEUE_QUEUE_NAME} label and is not suspended: "
+                               "it runs without Kueue admission", source_of(owner))
+        return Finding(ADMITTED, "Unknown", "WorkloadNotFound",
+                       f"no Kueue Workload with label {labels.KUEUE_JOB_UID}={_meta(owner).get('uid')} yet"
+                       + (f" (LocalQueue {q})" if q else ""), source_of(owner))
+    conds = _conditions(wl)
+    src = source_of(wl, "Workload")
+    qr, adm, ev, pre = conds.get("QuotaReserved"), conds.get("Admitted"), conds.get("Evicted"), conds.get("Preempted")
+    cq = _d(_d(wl.get("status")).get("admission")).get("clusterQueue")
+    if _is_true(ev) and not _is_true(adm):
+        reason = str(ev.get("reason") or "Evicted")
+        msg = f"evicted: {ev.get('message') or reason}"
+        if _is_true(pre):
+            msg += f"; preempted ({pre.get('reason')}): {pre.get('message') or ''}".rstrip(": ")
+        return Finding(ADMITTED, "False", reason, msg, src, ev.get("lastTransitionTime"))
+    if _is_true(adm):
+        flavors = sorted({f for p in _l(_d(_d(wl.get("status")).get("admission")).get("podSetAssignments"))
+                          for f in _d(_d(p).get("flavors")).values() if isinstance(f, str)})
+        msg = f"admitted by ClusterQueue {cq or '?'}" + (f" (ResourceFlavors {', '.join(flavors)})" if flavors else "")
+        return Finding(ADMITTED, "True", "Admitted", msg, src, adm.get("lastTransitionTime"))
+    if _is_true(qr):
+        checks = [c for c in _l(_d(wl.get("status")).get("admissionChecks")) if isinstance(c, dict)]
+        waiting = [f"{c.get('name')}={c.get('state')}" for c in checks if c.get("state") != "Ready"]
+        msg = f"quota reserved in ClusterQueue {cq or '?'}"
+        if waiting:
+            msg += f"; waiting for admission checks {', '.join(waiting)}"
+        return Finding(ADMITTED, "False", "AdmissionChecksPending" if waiting else "QuotaReserved", msg, src,
+                       qr.get("lastTransitionTime"))
+    if _is_true(conds.get("Finished")):
+        return None  # finished before we ever saw it admitted: keep what we have
+    if qr is not None:
+        reason = str(qr.get("reason") or "Pending")
+        msg = str(qr.get("message") or "waiting for quota")
+        if pre is not None and pre.get("status") == "True":
+            msg += f"; preempted earlier ({pre.get('reason')}): {pre.get('message') or ''}"
+        requeue = _d(_d(wl.get("status")).get("requeueState"))
+        if requeue.get("requeueAt"):
+            msg += f"; requeued at {requeue['requeueAt']} (count {requeue.get('count', 0)})"
+        return Finding(ADMITTED, "False", reason, msg, src, qr.get("lastTransitionTime"))
+    if _d(wl.get("spec")).get("active") is False:
+        return Finding(ADMITTED, "False", "Inactive", "Workload spec.active is false", src)
+    return Finding(ADMITTED, "False", "Pending", "Workload created, not yet considered by Kueue", src)

@@ -1,0 +1,276 @@
+"""How a run ended: the owner's outcome (KubeRay ``RayJob`` / ``batch/v1`` ``Job``), pod
+termination records (the failure evidence), and the ``Completed``/``Failed``, ``ArtifactSaved``,
+``QuotaReleased`` and ``GPUsReleased`` derivations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from taugate.controllers.run_admitted import _current_workload
+from taugate.controllers.run_values import (
+    _FAILURE_RANK,
+    ARTIFACT_SAVED,
+    COMPLETED,
+    FAILED,
+    GPUS_RELEASED,
+    QUOTA_RELEASED,
+    ArtifactListing,
+    Finding,
+    _conditions,
+    _d,
+    _is_true,
+    _l,
+    _meta,
+    _node_name,
+    _pod_name,
+    _pod_phase,
+    _terminal_pod,
+    parse_time,
+    source_of,
+)
+
+# --------------------------------------------------------------------------------------------
+# owner outcome (RayJob / Job)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The run's end state as its owner object reports it.
+
+    ``state`` is ``"succeeded"``, ``"failed"``, ``"running"`` or ``"pending"``; ``reason`` and
+    ``message`` are the owner's own (KubeRay ``status.reason``/``message``, Job condition);
+    ``since`` the owner's end time when known.
+    """
+
+    state: str
+    reason: str
+    message: str
+    since: str | None = None
+
+    @property
+    def terminal(self) -> bool:
+        """True for ``succeeded`` and ``failed``."""
+        return self.state in ("succeeded", "failed")
+
+
+def owner_outcome(owner: Mapping | None) -> Outcome | None:
+    """Read the end state of a RayJob (KubeRay ``ray.io/v1``) or Job (``batch/v1``).
+
+    KubeRay rule: a RayJob succeeded when ``jobDeploymentStatus`` is ``Complete`` and
+    ``jobStatus`` is ``SUCCEEDED``; it failed when ``jobDeploymentStatus`` is ``Failed`` or
+    ``ValidationFailed``, or ``Complete`` with ``jobStatus`` ``FAILED``/``STOPPED``.
+    Kubernetes Job rule: condition ``Complete`` (or ``SuccessCriteriaMet``) True is success,
+    ``Failed`` (or ``FailureTarget``) True is failure, ``spec.suspend`` means not started.
+    Returns None when ``owner`` is None (deleted: the previous state stands).
+    """
+    if owner is None:
+        return None
+    kind = owner.get("kind")
+    status = _d(owner.get("status"))
+    if kind == "RayJob":
+        dep = str(status.get("jobDeploymentStatus") or "")
+        job = str(status.get("jobStatus") or "")
+        reason = str(status.get("reason") or "")
+        message = str(status.get("message") or "")
+        end = status.get("endTime") if isinstance(status.get("endTime"), str) else None
+        detail = f"RayJob jobDeploymentStatus={dep or '(none)'}, jobStatus={job or '(none)'}"
+        if dep == "Complete" and job == "SUCCEEDED":
+            return Outcome("succeeded", "Succeeded", detail, end)
+        if dep in ("Failed", "ValidationFailed") or (dep == "Complete" and job in ("FAILED", "STOPPED")):
+            why = reason or (dep if dep != "Complete" else ("JobStopped" if job == "STOPPED" else "AppFailed"))
+            return Outcome("failed", why, f"{detail}" + (f": {message}" if message else ""), end)
+        if dep in ("Running", "Retrying") or job == "RUNNING":
+            return Outcome("running", dep or "Running", detail)
+        return Outcome("pending", dep or "NotStarted", detail)
+    if kind == "Job":
+        conds = _conditions(owner)
+        for t in ("Complete", "SuccessCriteriaMet"):
+            if _is_true(conds.get(t)):
+                c = conds[t]
+                said = c.get('message') or c.get('reason') or 'True'
+                return Outcome("succeeded", "Succeeded", f"Job condition {t}: {said}",
+                               status.get("completionTime") or c.get("lastTransitionTime"))
+        for t in ("Failed", "FailureTarget"):
+            if _is_true(conds.get(t)):
+                c = conds[t]
+                return Outcome("failed", str(c.get("reason") or "JobFailed"),
+                               f"Job condition {t}: {c.get('reason') or ''} {c.get('message') or ''}".strip(),
+                               c.get("lastTransitionTime"))
+        if _d(owner.get("spec")).get("suspend"):
+            return Outcome("pending", "Suspended", "Job spec.suspend is true (waiting for Kueue)")
+        if int(status.get("active") or 0) > 0:
+            return Outcome("running", "Running", f"Job has {status.get('active')} active pod(s)")
+        return Outcome("pending", "NotStarted", "Job has no active pod")
+    return Outcome("pending", "UnknownKind", f"unsupported owner kind {kind!r}")
+
+
+# --------------------------------------------------------------------------------------------
+# pod terminations (failure evidence)
+
+
+def pod_terminations(pod: Mapping) -> list[dict]:
+    """Failure records of one pod, from its container statuses and pod-level status.
+
+    Kubernetes rule (``ContainerStateTerminated``): a container terminated with ``reason`` such
+    as ``OOMKilled`` or ``Error`` and an ``exitCode``; ``Completed`` with exit code 0 is success.
+    Both ``state.terminated`` and ``lastState.terminated`` (a restarted container's previous
+    run) are read; a pod-level ``status.reason`` (``Evicted``, ``DeadlineExceeded``) on a
+    ``Failed`` pod is a record too. Each record: ``{"key", "pod", "podUid", "container", "node",
+    "reason", "exitCode", "signal", "message", "startedAt", "finishedAt"}``; ``key`` is stable
+    across observations, so a record is stored once.
+    """
+    meta = _meta(pod)
+    status = _d(pod.get("status"))
+    name = str(meta.get("name") or "?")
+    uid = str(meta.get("uid") or name)
+    node = _node_name(pod)
+    out: list[dict] = []
+    seen: set[str] = set()
+    for list_name in ("initContainerStatuses", "containerStatuses"):
+        for cs in _l(status.get(list_name)):
+            if not isinstance(cs, dict):
+                continue
+            for which in ("state", "lastState"):
+                term = _d(_d(cs.get(which)).get("terminated"))
+                if not term:
+                    continue
+                code = term.get("exitCode")
+                reason = str(term.get("reason") or ("Error" if code not in (0, None) else "Completed"))
+                if reason == "Completed" and code in (0, None):
+                    continue
+                finished = term.get("finishedAt") if isinstance(term.get("finishedAt"), str) else None
+                key = f"{uid}/{cs.get('name')}/{finished or cs.get('restartCount', 0)}/{which if not finished else ''}"
+                if key in seen:
+                    continue
+                seen.add(key)
+                rec = {"key": key, "pod": name, "podUid": uid, "container": cs.get("name"), "node": node,
+                       "reason": reason, "exitCode": code, "signal": term.get("signal"),
+                       "message": term.get("message"), "startedAt": term.get("startedAt"), "finishedAt": finished}
+                out.append({k: v for k, v in rec.items() if v is not None})
+    if _pod_phase(pod) == "Failed" and status.get("reason"):
+        key = f"{uid}/pod/{status.get('reason')}"
+        rec = {"key": key, "pod": name, "podUid": uid, "node": node, "reason": str(status["reason"]),
+               "message": status.get("message")}
+        out.append({k: v for k, v in rec.items() if v is not None})
+    return out
+
+
+def root_failure(failures: Sequence[Mapping]) -> Mapping | None:
+    """The failure record most likely to be the root cause: the earliest to finish, ties broken
+    by severity (``OOMKilled`` before ``Evicted`` before a plain ``Error``)."""
+    if not failures:
+        return None
+
+    def key(f: Mapping) -> tuple:
+        t = parse_time(f.get("finishedAt"))
+        return (t is None, t or datetime.max.replace(tzinfo=UTC), _FAILURE_RANK.get(str(f.get("reason")), 9))
+
+    return min(failures, key=key)
+
+
+def describe_failure(f: Mapping) -> str:
+    """One line for a failure record: pod, container, node, reason, exit code, time."""
+    where = f"pod {f.get('pod')}" + (f" container {f['container']}" if f.get("container") else "")
+    where += f" on node {f['node']}" if f.get("node") else ""
+    code = f" (exit code {f['exitCode']})" if f.get("exitCode") is not None else ""
+    when = f" at {f['finishedAt']}" if f.get("finishedAt") else ""
+    msg = f": {f['message']}" if f.get("message") else ""
+    return f"{where}: {f.get('reason')}{code}{when}{msg}"
+
+
+# --------------------------------------------------------------------------------------------
+# outcome, artifacts, releases
+
+
+def derive_outcome(owner: Mapping | None, failures: Sequence[Mapping]) -> Finding | None:
+    """The fifth slot: ``Completed`` (True on success, False while not finished) or ``Failed``.
+
+    The failure reason is the root pod termination record (``OOMKilled``, ``Evicted``...) when
+    there is one, else the owner's own reason (KubeRay ``AppFailed``/``DeadlineExceeded``, Job
+    ``BackoffLimitExceeded``). Returns None once the owner is deleted.
+    """
+    out = owner_outcome(owner)
+    if out is None:
+        return None
+    assert owner is not None
+    src = source_of(owner)
+    if out.state == "succeeded":
+        return Finding(COMPLETED, "True", "Succeeded", out.message, src, out.since)
+    if out.state == "failed":
+        root = root_failure(failures)
+        if root is not None:
+            return Finding(FAILED, "True", str(root.get("reason")),
+                           f"{describe_failure(root)}; {out.reason}: {out.message}",
+                           {"kind": "Pod", "name": root.get("pod"), "namespace": _meta(owner).get("namespace")},
+                           out.since)
+        return Finding(FAILED, "True", out.reason, out.message, src, out.since)
+    return Finding(COMPLETED, "False", out.reason or "NotStarted", out.message, src)
+
+
+def derive_artifact_saved(listing: ArtifactListing | None, *, terminal: bool) -> Finding | None:
+    """``ArtifactSaved``: an artifact index, or at least one file, under the run's output path.
+
+    True (``IndexWritten`` / ``FilesWritten``) as soon as there is one; before the end Unknown,
+    after the end False (``NoArtifacts``). None when no probe result is available.
+    """
+    if listing is None:
+        return None
+    src = {"kind": "Path", "path": listing.root}
+    if listing.index is not None:
+        items = _l(listing.index.get("artifacts"))
+        return Finding(ARTIFACT_SAVED, "True", "IndexWritten",
+                       f"artifact index under {listing.root} lists {len(items)} artifact(s)", src)
+    if listing.files:
+        size = sum(int(f.get("size") or 0) for f in listing.files)
+        return Finding(ARTIFACT_SAVED, "True", "FilesWritten",
+                       f"{len(listing.files)} file(s), {size} bytes under {listing.root}", src)
+    if terminal:
+        return Finding(ARTIFACT_SAVED, "False", "NoArtifacts", f"the run ended but {listing.root} has no files", src)
+    return Finding(ARTIFACT_SAVED, "Unknown", "AwaitingArtifacts", f"nothing under {listing.root} yet", src)
+
+
+def derive_quota_released(workloads: Sequence[Mapping], *, terminal: bool, ever_admitted: bool) -> Finding | None:
+    """``QuotaReleased``: Kueue gave the run's quota back.
+
+    Kueue rule: a Workload's ``Finished`` condition True means its quota is released; so does a
+    deleted Workload. While the run is active and the quota reserved: False (``QuotaHeld``).
+    """
+    wl = _current_workload(workloads)
+    if wl is None:
+        if terminal and ever_admitted:
+            return Finding(QUOTA_RELEASED, "True", "WorkloadDeleted", "the run's Kueue Workload is gone")
+        return None if ever_admitted else Finding(QUOTA_RELEASED, "Unknown", "NotReserved", "no quota reserved yet")
+    conds = _conditions(wl)
+    src = source_of(wl, "Workload")
+    fin = conds.get("Finished")
+    if _is_true(fin):
+        return Finding(QUOTA_RELEASED, "True", "WorkloadFinished",
+                       f"Workload finished ({fin.get('reason') or ''}): {fin.get('message') or ''}".replace(" ()", ""),
+                       src, fin.get("lastTransitionTime"))
+    if _is_true(conds.get("QuotaReserved")):
+        cq = _d(_d(wl.get("status")).get("admission")).get("clusterQueue")
+        return Finding(QUOTA_RELEASED, "False", "QuotaHeld", f"quota reserved in ClusterQueue {cq or '?'}", src)
+    if terminal and ever_admitted:
+        return Finding(QUOTA_RELEASED, "True", "QuotaNotReserved", "the Workload no longer holds a reservation", src)
+    return Finding(QUOTA_RELEASED, "Unknown", "NotReserved", "no quota reserved", src)
+
+
+def derive_gpus_released(pods: Sequence[Mapping], *, terminal: bool, ever_scheduled: bool) -> Finding | None:
+    """``GPUsReleased``: no pod of the run is left running on a node.
+
+    Kubernetes rule: a pod in phase ``Succeeded`` or ``Failed`` no longer holds its devices (the
+    scheduler and kubelet stop counting it); any other bound pod still does.
+    """
+    holding = [p for p in pods if _node_name(p) and not _terminal_pod(p)]
+    if holding:
+        names = ", ".join(f"{_pod_name(p)} ({_node_name(p)})" for p in holding[:5])
+        return Finding(GPUS_RELEASED, "False", "PodsOnNodes", f"{len(holding)} pod(s) still on nodes: {names}",
+                       source_of(holding[0], "Pod"))
+    if terminal:
+        return Finding(GPUS_RELEASED, "True", "NoPodsOnNodes", "no pod of the run is left running on a node")
+    if not ever_scheduled:
+        return Finding(GPUS_RELEASED, "Unknown", "NotScheduled", "the run holds no GPUs yet")
+    return None
