@@ -18,10 +18,10 @@ from pathlib import Path
 import orjson
 import yaml
 
-from taugate.kinds import kind_for
-from taugate.shape import json_problem
 from taugate.files import InputError, expand_paths
+from taugate.kinds import kind_for
 from taugate.settings import Settings
+from taugate.shape import json_problem
 from taugate.snapshot import SnapshotError, load_snapshot, read_objects
 from taugate.webhook.policy_set import PolicyError
 

@@ -25,7 +25,8 @@ import errno
 import logging
 import socket
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
@@ -104,7 +105,7 @@ class ConnectionGuard:
         self.max_connections = max_connections
         self.header_timeout = header_timeout
         self.sockets = 0
-        self.open: dict["GuardedHandler", None] = {}
+        self.open: dict[GuardedHandler, None] = {}
         self.closed = {"evicted": 0, "refused": 0, "header_timeout": 0}
         self._logged = dict(self.closed)
         self._last_log = 0.0
@@ -120,14 +121,14 @@ class ConnectionGuard:
     def socket_closed(self) -> None:
         self.sockets -= 1
 
-    def opened(self, handler: "GuardedHandler") -> bool:
+    def opened(self, handler: GuardedHandler) -> bool:
         """A connection finished its TLS handshake; False when it must be closed."""
         if len(self.open) >= self.max_connections and not self._make_room():
             return False
         self.open[handler] = None
         return True
 
-    def lost(self, handler: "GuardedHandler") -> None:
+    def lost(self, handler: GuardedHandler) -> None:
         self.open.pop(handler, None)
 
     def head_timed_out(self) -> None:
@@ -191,7 +192,7 @@ class ListeningSocket(socket.socket):
         return conn, addr
 
     @classmethod
-    def wrap(cls, sock: socket.socket, guard: ConnectionGuard) -> "ListeningSocket":
+    def wrap(cls, sock: socket.socket, guard: ConnectionGuard) -> ListeningSocket:
         listener = cls(sock.family, sock.type, sock.proto, fileno=sock.detach())
         listener._guard = guard
         return listener

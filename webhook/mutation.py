@@ -1,4 +1,4 @@
-"""Mutation: what taugate adds to a workload in a workspace (DESIGN.md section 2, step 3).
+"""Mutation: what taugate adds to a workload in a workspace (ARCHITECTURE.md section 2, step 3).
 
 Functions over plain dicts. Each ``edit_*`` edits the object it is given, which its caller owns
 (``review.mutate`` passes a deep copy unless the caller hands the review over), through
@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import re
 import secrets
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import orjson
 
@@ -163,7 +164,7 @@ def _mount_data(edits: Edits, spec: dict, path: Parts, claim: str) -> None:
 
 def edit_create(obj: dict, kind: WorkloadKind, templates: list[PodTemplate], res: Resolution,
                 state: ClusterState, settings: Settings) -> Edits:
-    """The edits of a top-level workload on CREATE (DESIGN.md section 2, step 3), made on ``obj``
+    """The edits of a top-level workload on CREATE (ARCHITECTURE.md section 2, step 3), made on ``obj``
     itself (``Edits.doc``; the caller owns it, see ``review.mutate``) with their JSONPatch.
 
     Sets ``suspend: true`` (as Kueue's defaulting webhook does for a queued job, even when the

@@ -31,7 +31,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from typing import Any, Awaitable, TypeVar
+from collections.abc import Awaitable
+from typing import Any, TypeVar
 from urllib.parse import quote, urlsplit
 
 import aiohttp

@@ -1,4 +1,4 @@
-"""The Rego policy engine behind one interface (DESIGN.md section 3).
+"""The Rego policy engine behind one interface (ARCHITECTURE.md section 3).
 
 What the rest of taugate calls::
 
@@ -93,7 +93,7 @@ class RecordingEngine:
         return bool(getattr(self.engine, "remote", False))
 
     @property
-    def store(self) -> "PolicyStore | None":
+    def store(self) -> PolicyStore | None:
         return getattr(self.engine, "store", None)
 
     def evaluate(self, input: dict) -> list[Violation]:

@@ -36,7 +36,11 @@ from taugate.webhook.decision import Decision, Violation
 from taugate.webhook.engines import load_policy_engine
 from taugate.webhook.policy import PolicyError, RecordingEngine, explain
 from taugate.webhook.policy_testing import (
-    default_cluster, default_cluster_candidates, default_policy_dir, render_report, run_policy_tests,
+    default_cluster,
+    default_cluster_candidates,
+    default_policy_dir,
+    render_report,
+    run_policy_tests,
 )
 
 # --------------------------------------------------------------------------- commands

@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from prometheus_client import Counter, Gauge
 
@@ -77,7 +77,7 @@ class PolicyStore:
         self.current: PolicySet = self._load()
 
     @classmethod
-    def serving(cls, ps: PolicySet) -> "PolicyStore":
+    def serving(cls, ps: PolicySet) -> PolicyStore:
         """A store that serves one already checked set as it is (no loading, no watching
         until ``start_watching``, which then reloads from ``ps.root``)."""
         store = cls.__new__(cls)

@@ -9,16 +9,24 @@ run-time failures on generated inputs (every sample with one field changed at a 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from taugate.settings import Settings
 from taugate.snapshot import ClusterState, SnapshotError, load_snapshot, read_objects
 from taugate.webhook.decision import Decision
 from taugate.webhook.policy import (
-    EmbeddedPolicyEngine, PolicyEngine, PolicyError, PolicySet, PolicyStore, TestOutcome,
-    build_regorus_engine, read_policy_set, run_rego_tests,
+    EmbeddedPolicyEngine,
+    PolicyEngine,
+    PolicyError,
+    PolicySet,
+    PolicyStore,
+    TestOutcome,
+    build_regorus_engine,
+    read_policy_set,
+    run_rego_tests,
 )
 
 SAMPLE_KINDS = ("allowed", "disallowed")

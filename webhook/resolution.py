@@ -1,4 +1,4 @@
-"""Workspace, workload profile and LocalQueue resolution (DESIGN.md section 2, step 1 and 2).
+"""Workspace, workload profile and LocalQueue resolution (ARCHITECTURE.md section 2, step 1 and 2).
 
 Pure: reads a ``ClusterState`` and the object, returns a ``Resolution`` or an ``Unresolved``
 holding the violations that explain, with the candidates, why none could be made. Mutation and validation both call it, so
@@ -12,10 +12,11 @@ from dataclasses import dataclass
 from taugate import labels
 from taugate.fieldpath import label_field
 from taugate.models import ResolvedProfile, TauWorkspace
-from taugate.settings import Settings
 from taugate.pods import PodTemplate
+from taugate.settings import Settings
 from taugate.snapshot import ClusterState
 from taugate.webhook.decision import Violation
+
 
 @dataclass(frozen=True, slots=True)
 class Resolution:

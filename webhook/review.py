@@ -1,4 +1,4 @@
-"""AdmissionReview in, decision out: the pure heart of the webhook (DESIGN.md section 2).
+"""AdmissionReview in, decision out: the pure heart of the webhook (ARCHITECTURE.md section 2).
 
 ``parse_review`` checks an AdmissionReview body; ``mutate`` and ``validate`` decide on its
 ``request`` from a ``ClusterState`` (no API call, no I/O; ``validate`` calls the policy engine);
@@ -112,7 +112,7 @@ class Context:
     engine: Engine | None
 
     @classmethod
-    def of(cls, request: dict, state: ClusterState, settings: Settings, engine: Engine | None = None) -> "Context":
+    def of(cls, request: dict, state: ClusterState, settings: Settings, engine: Engine | None = None) -> Context:
         """The context of ``request``."""
         operation = request.get("operation")
         old = request.get("oldObject") if operation == "UPDATE" else None

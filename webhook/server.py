@@ -49,9 +49,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import orjson
 from aiohttp import web
@@ -63,8 +64,8 @@ from taugate.snapshot import ClusterState
 from taugate.webhook import review
 from taugate.webhook.connections import ByteBudget, ConnectionGuard
 from taugate.webhook.decision import Decision
-from taugate.webhook.policy_set import PolicyUnavailable
 from taugate.webhook.metrics import AdmissionMetrics
+from taugate.webhook.policy_set import PolicyUnavailable
 from taugate.webhook.providers import StateProvider, TLSSource
 from taugate.webhook.routes import ROUTED_KINDS, ROUTES, Route
 
