@@ -4,7 +4,8 @@
 [--old STORED] [--as USER]`` runs every RayJob, RayCluster and Job in the files through mutation then
 validation, offline (an UPDATE of the stored objects in ``--old``, matched by kind and name, when given),
 like ``kyverno apply`` or ``gator test``: it prints the admitted objects (``-o patch``: a JSON
-array with one ``{file, kind, name, namespace, patch}`` per admitted workload), or the denial. Exit 0 when everything is allowed, 1 when anything is denied, 2 on bad input
+array with one ``{file, kind, name, namespace, patch}`` per admitted workload), or the denial.
+Exit 0 when everything is allowed, 1 when anything is denied, 2 on bad input
 (one line on stderr naming the file and the problem). Other kinds are printed unchanged.
 """
 

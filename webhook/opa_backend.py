@@ -128,7 +128,8 @@ class OpaServerPolicyEngine:
     # --- the engine's event loop -------------------------------------------------------------
 
     async def _open(self) -> aiohttp.ClientSession:
-        return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=64), json_serialize=lambda v: orjson.dumps(v).decode())
+        return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=64),
+                                     json_serialize=lambda v: orjson.dumps(v).decode())
 
     async def _make_lock(self) -> asyncio.Lock:
         return asyncio.Lock()
@@ -174,8 +175,8 @@ class OpaServerPolicyEngine:
                                                 data=f.source.encode(), headers={"Content-Type": "text/plain"})
                 if status == 400:
                     reason, file, line = _opa_error(status, body)
-                    raise PolicyError(f"OPA rejected the module: {reason}", f.display if file in (None, f.rel) else file,
-                                      line)
+                    where = f.display if file in (None, f.rel) else file
+                    raise PolicyError(f"OPA rejected the module: {reason}", where, line)
                 if status != 200:
                     raise PolicyUnavailable(f"OPA server at {self.url} answered HTTP {status} to a policy push "
                                             f"({_opa_error(status, body)[0]})")

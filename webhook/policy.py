@@ -114,7 +114,8 @@ def explain(engine: PolicyEngine, input: dict) -> dict[str, list[Violation]]:
 
 
 __all__ = [
-    "ACTIONS", "AGGREGATE_MODULE", "AGGREGATE_PACKAGE", "POLICIES_PACKAGE", "RESULTS_RULE", "EmbeddedPolicyEngine", "RecordingEngine", "PolicyEngine", "PolicyError", "PolicyEvaluationError", "PolicySet",
-    "PolicyStore", "PolicyUnavailable", "RegoFile", "TestOutcome", "TestRule", "build_regorus_engine", "check_policy_set", "explain",
+    "ACTIONS", "AGGREGATE_MODULE", "AGGREGATE_PACKAGE", "POLICIES_PACKAGE", "RESULTS_RULE", "EmbeddedPolicyEngine",
+    "RecordingEngine", "PolicyEngine", "PolicyError", "PolicyEvaluationError", "PolicySet", "PolicyStore",
+    "PolicyUnavailable", "RegoFile", "TestOutcome", "TestRule", "build_regorus_engine", "check_policy_set", "explain",
     "load_enforcement", "package_key", "read_policy_set", "run_rego_tests",
 ]

@@ -258,9 +258,11 @@ def load_enforcement(source: dict[str, str] | str | Path | None, known: set[str]
     for name, action in data.items():
         line = _line_of_key(text, str(name)) if text else None
         if action not in ACTIONS:
-            raise PolicyError(f"policy {name!r}: enforcement {action!r} is not one of {', '.join(ACTIONS)}", where, line)
+            raise PolicyError(f"policy {name!r}: enforcement {action!r} is not one of {', '.join(ACTIONS)}",
+                              where, line)
         if name not in known:
-            raise PolicyError(f"unknown policy {name!r} (policies here: {', '.join(sorted(known)) or 'none'})", where, line)
+            raise PolicyError(f"unknown policy {name!r} (policies here: {', '.join(sorted(known)) or 'none'})",
+                              where, line)
         out[str(name)] = action
     return out, where
 
@@ -293,7 +295,8 @@ def read_policy_set(policy_dir: str | Path, enforcement: dict[str, str] | str | 
                 raise PolicyError(f"package is {f.package!r}; a policy in folder {top!r} must use package {expected!r}",
                                   f.display, f.source.count("\n", 0, _PACKAGE.search(f.source).start()) + 1)
             policies[package_key(top)] = top
-            kinds[package_key(top)] = tuple(k for k in ("deny", "warn") if re.search(rf"^{k}\s+contains\b", f.source, re.M))
+            kinds[package_key(top)] = tuple(k for k in ("deny", "warn")
+                                            if re.search(rf"^{k}\s+contains\b", f.source, re.M))
             if not kinds[package_key(top)]:
                 raise PolicyError("defines no `deny contains v` or `warn contains v` rule", f.display)
         elif top != "lib" and not f.test:
@@ -307,7 +310,8 @@ def read_policy_set(policy_dir: str | Path, enforcement: dict[str, str] | str | 
         if top in policies.values():
             expected = f"{POLICIES_PACKAGE}.{package_key(top)}"
             if f.package not in (expected, expected + "_test"):
-                raise PolicyError(f"package is {f.package!r}; tests of policy {top!r} use package {expected!r}", f.display, 1)
+                raise PolicyError(f"package is {f.package!r}; tests of policy {top!r} use package {expected!r}",
+                                  f.display, 1)
     if enforcement is None and (root / DEFAULT_ENFORCEMENT_FILE).is_file():
         enforcement = root / DEFAULT_ENFORCEMENT_FILE
     actions, efile = load_enforcement(enforcement, set(policies.values()))

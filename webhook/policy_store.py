@@ -24,7 +24,8 @@ log = logging.getLogger("taugate.policy")
 POLICY_RELOADS = Counter("taugate_policy_reloads_total",
                          "Policy sets activated after a change on disk (initial load excluded).")
 POLICY_RELOAD_FAILURES = Counter("taugate_policy_reload_failures_total",
-                                 "Changed policy sets rejected (parse, compile or test failure); the previous set kept serving.")
+                                 "Changed policy sets rejected (parse, compile or test failure); "
+                                 "the previous set kept serving.")
 POLICY_SET_BROKEN = Gauge("taugate_policy_set_broken",
                           "1 while the policy files on disk fail to load and an older set is serving, else 0.")
 

@@ -366,7 +366,8 @@ def render_report(report: Report, *, verbose: bool = False) -> str:
             lines.append(f"FAIL {p}")
         lines.append(f"runtime errors (every rule on the samples and {report.generated} generated inputs):")
         for r in report.runtime:
-            lines.append(f"  FAIL {r.policy} failed at run time on {r.sample} with {r.field} = {r.value or 'as written'}"
+            lines.append(f"  FAIL {r.policy} failed at run time on {r.sample} with {r.field} = "
+                         f"{r.value or 'as written'}"
                          f"{f' (and {r.inputs - 1} more generated input(s))' if r.inputs > 1 else ''}: {r.error}")
         if not report.runtime:
             lines.append("  none")

@@ -1,7 +1,8 @@
 """Workspace, workload profile and LocalQueue resolution (ARCHITECTURE.md section 2, step 1 and 2).
 
 Pure: reads a ``ClusterState`` and the object, returns a ``Resolution`` or an ``Unresolved``
-holding the violations that explain, with the candidates, why none could be made. Mutation and validation both call it, so
+holding the violations that explain, with the candidates, why none could be made. Mutation and
+validation both call it, so
 the two webhooks can never disagree about which profile and queue an object belongs to.
 """
 
@@ -34,7 +35,8 @@ class Resolution:
 
 @dataclass(frozen=True, slots=True)
 class Unresolved:
-    """Why an object resolves to no workload profile or LocalQueue: ``violations``, each naming the label to set and the candidates."""
+    """Why an object resolves to no workload profile or LocalQueue: ``violations``, each naming the
+    label to set and the candidates."""
 
     violations: tuple[Violation, ...]
 

@@ -84,7 +84,8 @@ def parse_review(body: bytes | str | dict) -> dict:
             raise ReviewError(f"request.{key} is {json_type(req[key])}, not an object")
     if req.get("userInfo") is not None and not isinstance(req["userInfo"], dict):
         raise ReviewError("request.userInfo is not an object")
-    if req["operation"] in ("CREATE", "UPDATE") and not req.get("subResource") and not isinstance(req.get("object"), dict):
+    writes = req["operation"] in ("CREATE", "UPDATE") and not req.get("subResource")
+    if writes and not isinstance(req.get("object"), dict):
         raise ReviewError(f"request.object is missing; a {req['operation']} review carries the object")
     if req["operation"] == "UPDATE" and not req.get("subResource") and not isinstance(req.get("oldObject"), dict):
         raise ReviewError("request.oldObject is missing; an UPDATE review carries the old object")
@@ -236,7 +237,8 @@ def mutate(request: dict, state: ClusterState, settings: Settings, engine: Engin
             return Decision.deny(res.violations, obj=obj)
         queued = subject.kind.queued(obj)
         edits = mutation.edit_create(doc, subject.kind, subject.templates, res, state, settings)
-        mutation.annotate(edits, _record(res, ctx, queued), settings.admission_key_bytes(), ctx.request.get("namespace"))
+        mutation.annotate(edits, _record(res, ctx, queued), settings.admission_key_bytes(),
+                          ctx.request.get("namespace"))
         if res.note:
             warnings.append(res.note)
     patch = edits.patch() if edits is not None else None

@@ -47,6 +47,7 @@ also handed in by the CLI: webhook never imports certs or controllers).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -316,7 +317,8 @@ class AdmissionServer:
 
     async def _decide_body(self, route: Route, request: web.Request, deadline: float,
                            loop: asyncio.AbstractEventLoop, held: list[int] | None) -> _Reply:
-        """Read, parse and decide one body (only the parsed review is kept). A small body (at most ``inline_limit`` bytes) is parsed and,
+        """Read, parse and decide one body (only the parsed review is kept). A small body (at most
+        ``inline_limit`` bytes) is parsed and,
         with a local engine, decided on the event loop; a large one is parsed, then decided, in
         the thread pool, and so is every decision of a ``remote`` engine (it waits on I/O). The
         parse always completes (its uid is needed for any valid answer, even the deadline's); a
@@ -411,7 +413,8 @@ class AdmissionServer:
             self.check_tls()
         except Exception:
             log.exception("certificate check failed")
-        for fn in ([self.provider.check] if callable(getattr(self.provider, "check", None)) else []) + list(self.checks):
+        provider_check = getattr(self.provider, "check", None)  # optional in the StateProvider protocol
+        for fn in ([provider_check] if callable(provider_check) else []) + list(self.checks):
             try:
                 await asyncio.to_thread(fn)
             except Exception:
@@ -430,10 +433,8 @@ class AdmissionServer:
         task = asyncio.create_task(loop_checks(), name="taugate-checks")
         yield
         task.cancel()
-        try:
+        with contextlib.suppress(asyncio.CancelledError):
             await task
-        except asyncio.CancelledError:
-            pass
         provider_stop = getattr(self.provider, "stop", None)
         if callable(provider_stop):
             await provider_stop()
