@@ -84,7 +84,9 @@ class PolicyEngine(Protocol):
     ``PolicyUnavailable`` when the backend cannot answer. ``remote``: True when ``evaluate``
     waits on I/O (the server then never calls it on its event loop)."""
 
-    digest: str
+    @property
+    def digest(self) -> str: ...  # read-only: each engine derives it from its active policy set
+
     remote: bool
 
     def evaluate(self, input: dict) -> list[Violation]: ...

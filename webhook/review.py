@@ -48,7 +48,8 @@ class ReviewError(ValueError):
 class Engine(Protocol):
     """The policy engine as validation sees it (webhook/policy.py implements it)."""
 
-    digest: str
+    @property
+    def digest(self) -> str: ...  # read-only: each engine derives it from its active policy set
 
     def evaluate(self, input: dict) -> list[Violation]: ...
 
