@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 import secrets
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeGuard
 
 import orjson
 
@@ -47,7 +47,7 @@ def mint_run_id() -> str:
     return secrets.token_hex(labels.RUN_ID_LENGTH // 2)
 
 
-def valid_run_id(value: Any) -> bool:
+def valid_run_id(value: Any) -> TypeGuard[str]:
     """True for a well-formed run-id (24 lowercase hex characters)."""
     return isinstance(value, str) and bool(RUN_ID_RE.match(value))
 
@@ -215,7 +215,7 @@ def edit_create(obj: dict, kind: WorkloadKind, templates: list[PodTemplate], res
     if queued:
         path = kind.suspend_path
         # What Kueue's own webhook does on CREATE: Kueue unsuspends the object on admission.
-        edits.set(_at(edited, path[:-1]), path[:-1], path[-1], True)
+        edits.set(_at(edited, path[:-1]), path[:-1], str(path[-1]), True)  # a field name: "suspend"
 
     place_templates(edits, templates, res, settings)
     return edits
@@ -264,6 +264,11 @@ PINNED_LABELS = (labels.MANAGED_BY, labels.WORKSPACE, labels.WORKLOAD_PROFILE, l
                  labels.GPU_CLASS)
 
 
+def json_object(value: Any) -> dict:
+    """``value`` when it is a JSON object, else an empty one (for reading optional metadata)."""
+    return value if isinstance(value, dict) else {}
+
+
 def edit_update(obj: dict, old: dict | None, templates: list[PodTemplate], kind: WorkloadKind,
                 admitted: Callable[[], Resolution | None] | None = None,
                 settings: Settings | None = None) -> Edits | None:
@@ -292,16 +297,15 @@ def edit_update(obj: dict, old: dict | None, templates: list[PodTemplate], kind:
     An object being deleted (``metadata.deletionTimestamp``) gets nothing. None when nothing
     needs to change.
     """
-    old_meta = (old or {}).get("metadata")
-    old_meta = old_meta if isinstance(old_meta, dict) else {}
-    old_labels = old_meta.get("labels") if isinstance(old_meta.get("labels"), dict) else {}
-    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    old_meta = json_object((old or {}).get("metadata"))
+    old_labels = json_object(old_meta.get("labels"))
+    meta = json_object(obj.get("metadata"))
     if meta.get("deletionTimestamp"):
         return None
     old_run_id = old_labels.get(labels.RUN_ID)
     if not valid_run_id(old_run_id):
         return None  # not admitted by taugate (created before it was installed): nothing is ours
-    now_labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
+    now_labels = json_object(meta.get("labels"))
     restore: dict[str, str] = {}
     for key in PINNED_LABELS:
         value = old_labels.get(key)
@@ -311,9 +315,8 @@ def edit_update(obj: dict, old: dict | None, templates: list[PodTemplate], kind:
         value = old_labels.get(key)
         if isinstance(value, str) and value and kind.queued(obj) and not now_labels.get(key):
             restore[key] = value
-    old_notes = old_meta.get("annotations") if isinstance(old_meta.get("annotations"), dict) else {}
-    record = old_notes.get(labels.ADMISSION_RECORD)
-    notes = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
+    record = json_object(old_meta.get("annotations")).get(labels.ADMISSION_RECORD)
+    notes = json_object(meta.get("annotations"))
     restore_record = isinstance(record, str) and notes.get(labels.ADMISSION_RECORD) != record
     owned = templates if isinstance(old, dict) and kind.templates_mutable(old) else []
     edits = Edits(obj)

@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Awaitable
+from collections.abc import Coroutine
 from typing import Any, TypeVar
 from urllib.parse import quote, urlsplit
 
@@ -70,7 +70,8 @@ def _opa_error(status: int, body: Any) -> tuple[str, str | None, int | None]:
         return f"HTTP {status}", None, None
     first = (body.get("errors") or [None])[0]
     if isinstance(first, dict):
-        loc = first.get("location") if isinstance(first.get("location"), dict) else {}
+        loc = first.get("location")
+        loc = loc if isinstance(loc, dict) else {}
         file = loc.get("file")
         if isinstance(file, str) and file.startswith(POLICY_ID_PREFIX + "/"):
             file = file[len(POLICY_ID_PREFIX) + 1:]
@@ -134,15 +135,15 @@ class OpaServerPolicyEngine:
     async def _make_lock(self) -> asyncio.Lock:
         return asyncio.Lock()
 
-    def _wait(self, coro: Awaitable[T], timeout_s: float) -> T:
+    def _wait(self, coro: Coroutine[Any, Any, T], timeout_s: float) -> T:
         """Run ``coro`` on the engine's loop and wait for it from this (non-loop) thread. The
         coroutines bound themselves; ``timeout_s`` (plus a second) only guards a dead loop."""
         try:
             _refuse_on_a_loop()
         except RuntimeError:
-            coro.close()  # type: ignore[attr-defined]
+            coro.close()
             raise
-        future = asyncio.run_coroutine_threadsafe(coro, self._loop)  # type: ignore[arg-type]
+        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
         try:
             return future.result(timeout_s + 1.0)
         except TimeoutError:

@@ -31,7 +31,7 @@ POLICY_SET_BROKEN = Gauge("taugate_policy_set_broken",
 
 
 def _fingerprint(root: Path, extra: Path | None) -> tuple:
-    items = []
+    items: list[tuple[str, int | None, int | None]] = []  # (path, mtime ns, size); None: unreadable
     try:
         paths = sorted(root.rglob("*.rego"))
     except OSError:

@@ -387,10 +387,11 @@ def render_report(report: Report, *, verbose: bool = False) -> str:
         for p in report.problems:
             lines.append(f"FAIL {p}")
         lines.append(f"runtime errors (every rule on the samples and {report.generated} generated inputs):")
-        for r in report.runtime:
-            lines.append(f"  FAIL {r.policy} failed at run time on {r.sample} with {r.field} = "
-                         f"{r.value or 'as written'}"
-                         f"{f' (and {r.inputs - 1} more generated input(s))' if r.inputs > 1 else ''}: {r.error}")
+        for failure in report.runtime:
+            more = failure.inputs - 1
+            lines.append(f"  FAIL {failure.policy} failed at run time on {failure.sample} with {failure.field} = "
+                         f"{failure.value or 'as written'}"
+                         f"{f' (and {more} more generated input(s))' if more > 0 else ''}: {failure.error}")
         if not report.runtime:
             lines.append("  none")
     lines.append(f"{report.passed} passed, {report.failures} failed")

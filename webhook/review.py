@@ -32,7 +32,7 @@ from taugate.settings import Settings
 from taugate.shape import json_type, object_depth_problem
 from taugate.snapshot import ClusterState
 from taugate.webhook import mutation, validation
-from taugate.webhook.decision import Decision, Violation
+from taugate.webhook.decision import Action, Decision, Violation
 from taugate.webhook.policy_set import PolicyEvaluationError
 from taugate.webhook.resolution import Resolution, Unresolved, resolve
 
@@ -177,7 +177,7 @@ def _subject(ctx: Context) -> _Subject | None:
     kind = kind_for(gvk.get("group") or obj.get("apiVersion"), gvk.get("kind") or obj.get("kind"))
     if kind is None:
         return None
-    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    meta = mutation.json_object(obj.get("metadata"))
     namespace = request.get("namespace") or meta.get("namespace")
     ws = state.workspace_for(namespace) if isinstance(namespace, str) else None
     if ws is None:
@@ -209,8 +209,8 @@ def _admitted_resolution(ctx: Context, subject: _Subject) -> Resolution | None:
     profile = old_labels.get(labels.WORKLOAD_PROFILE) if isinstance(old_labels, dict) else None
     if not isinstance(profile, str):
         return None
-    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
-    now_labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
+    meta = mutation.json_object(obj.get("metadata"))
+    now_labels = mutation.json_object(meta.get("labels"))
     view = {**obj, "metadata": {**meta, "labels": {**now_labels, labels.WORKLOAD_PROFILE: profile}}}
     res = resolve(view, subject.templates, subject.workspace, ctx.state, ctx.settings)
     return res if isinstance(res, Resolution) else None
@@ -267,7 +267,9 @@ def mutate(request: dict, state: ClusterState, settings: Settings, engine: Engin
                           ctx.request.get("namespace"))
         if res.note:
             warnings.append(res.note)
-    patch = edits.patch() if edits is not None else None
+    if edits is None:
+        return Decision(True, patch=None, object=obj, warnings=warnings)
+    patch = edits.patch()
     return Decision(True, patch=patch, object=edits.doc if patch else obj, warnings=warnings)
 
 
@@ -298,7 +300,8 @@ def _policies(ctx: Context, engine: Engine, obj: dict, templates: list[PodTempla
         raise PolicyFailure(reason, dict(e.failed), list(e.results)) from None
 
 
-def _policy_failure_decision(failure: PolicyFailure, obj: dict, found: list[Violation], engine: Engine) -> Decision:
+def _policy_failure_decision(failure: PolicyFailure, obj: dict, found: list[Violation],
+                             engine: Engine | None) -> Decision:
     """The answer when policies failed at run time on ``obj``: an object nested deeper than
     ``MAX_DEPTH`` is denied naming the path (the object's fault); otherwise each failing policy
     is reported by its own enforcement action (``deny``: the request is denied with code 503,
@@ -314,7 +317,7 @@ def _policy_failure_decision(failure: PolicyFailure, obj: dict, found: list[Viol
     ps = getattr(getattr(engine, "store", None), "current", None)
     failed = []
     for policy, why in sorted(failure.failed.items()):
-        action = ps.action(policy, "deny") if ps is not None else "deny"
+        action: Action = ps.action(policy, "deny") if ps is not None else "deny"
         failed.append(Violation(policy, "", f"the policy failed on this object ({why}); it could not judge the "
                                             f"request; tell the platform team (the policy needs fixing)", action))
     return _decide(found + failure.results + failed, "", code=503 if any(v.action == "deny" for v in failed) else 403,
@@ -436,7 +439,8 @@ def request_for(obj: dict, *, namespace: str | None, operation: str = "CREATE", 
                 old: dict | None = None, dry_run: bool = True) -> dict:
     """A synthetic AdmissionRequest for ``obj``, as the API server would send it."""
     group, _, version = str(obj.get("apiVersion", "")).rpartition("/")
-    kind = obj.get("kind") if isinstance(obj.get("kind"), str) else ""
+    kind = obj.get("kind")
+    kind = kind if isinstance(kind, str) else ""
     gvk = {"group": group, "version": version, "kind": kind}
     workload = kind_for(group, kind)
     resource = workload.resource if workload is not None else kind.lower() + "s"

@@ -334,11 +334,11 @@ class AdmissionServer:
         except review.ReviewError as e:
             return _Reply(400, {"error": str(e)}, "invalid")
         del body  # the parsed review is what is kept from here on
-        reasons = self.unable_reasons()
-        if reasons:
+        state = self.provider.state  # read once: the decision uses the state the readiness check saw
+        reasons = self.unable_reasons() or ([] if state is not None else ["no cluster state yet"])
+        if reasons or state is None:
             return self._answer(route, rev, self._settle(route, rev, lambda: self._unavailable_decision(reasons)),
                                 "unavailable")
-        state = self.provider.state
         decider = _DECIDERS[route.name]
 
         def decide() -> Decision:
