@@ -167,6 +167,7 @@ class AcceptedSocket(socket.socket):
     """An accepted socket that tells its ``ConnectionGuard`` when it is closed."""
 
     __slots__ = ("_guard",)
+    _guard: ConnectionGuard | None
 
     def close(self) -> None:
         guard, self._guard = getattr(self, "_guard", None), None
@@ -180,9 +181,11 @@ class ListeningSocket(socket.socket):
     ``ConnectionGuard.accepted`` before any TLS state exists for the connection."""
 
     __slots__ = ("_guard",)
+    _guard: ConnectionGuard
 
     def accept(self):
-        fd, addr = self._accept()
+        # socket.socket.accept does the same: typeshed leaves the C type's private _accept out.
+        fd, addr = self._accept()  # type: ignore[attr-defined]
         conn = AcceptedSocket(self.family, self.type, self.proto, fileno=fd)
         if not self._guard.accepted():
             conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
@@ -269,9 +272,9 @@ class GuardedSite(web.SockSite):
         def protocol() -> GuardedHandler:  # aiohttp's Server.__call__, with our handler class
             return GuardedHandler(guard, server, loop=loop, **server._kwargs)
 
-        extra = {"ssl_handshake_timeout": guard.header_timeout} if self._ssl_context else {}
-        self._server = await loop.create_server(protocol, sock=self._sock, ssl=self._ssl_context,
-                                                backlog=self._backlog, **extra)
+        self._server = await loop.create_server(
+            protocol, sock=self._sock, ssl=self._ssl_context, backlog=self._backlog,
+            ssl_handshake_timeout=guard.header_timeout if self._ssl_context else None)  # None: plain HTTP
 
 
 def listen_socket(host: str, port: int) -> socket.socket:
