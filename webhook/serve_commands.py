@@ -149,23 +149,22 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from taugate.webhook import lifecycle
     from taugate.webhook import server as srv
 
-    engine = tls = None
+    opened: dict[str, object] = {}  # closed when serving ends (or fails to start): the TLS, then the engine
     try:
         settings = _settings(args)
         provider = _state_provider(args, settings)
-        engine = _policy_engine(args, settings)
+        engine = opened["engine"] = _policy_engine(args, settings)
         # Hot reload of the policy library (a changed set is activated only if it passes its tests).
         store = getattr(engine, "store", None)
         checks = tuple(fn for fn in (getattr(store, "check_for_changes", None),) if callable(fn))
-        tls = _tls(args)
+        tls = opened["tls"] = _tls(args)
         server = srv.AdmissionServer(provider, settings, engine, policies_required=not args.no_policies,
                                      checks=checks)
-        serving_tls = tls
 
         def started(running: lifecycle.RunningServer) -> None:
             paths = ", ".join(r.path for r in srv.ROUTES)
             print(f"taugate: serving {paths} on {running.url}", flush=True)
-            ca = Path(serving_tls.ca_path)
+            ca = Path(tls.ca_path)
             print(f"taugate: CA certificate: {ca}" if ca.is_file() else
                   f"taugate: CA certificate: none next to the serving certificate ({ca} is absent)", flush=True)
 
@@ -176,7 +175,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except OSError as e:
         return _err(e.strerror or str(e))
     finally:
-        for part in (tls, engine):
+        for part in (opened.get("tls"), opened.get("engine")):
             close = getattr(part, "close", None)
             if callable(close):
                 close()
