@@ -200,7 +200,7 @@ class WatchStateProvider:
 
     # -- on the event loop -----------------------------------------------------------------
     def _connected(self, res: Resource) -> None:
-        self._down_since[res] = None  # type: ignore[assignment]
+        self._down_since[res] = None
 
     def _disconnected(self, res: Resource) -> None:
         if self._down_since.get(res) is None:
