@@ -206,7 +206,9 @@ def _shaped_profile(ask: _Asked) -> tuple[str, ResolvedProfile | Violation]:
         return "shape", ready[0]
     if len(ready) > 1:
         tie_break = next((p for p in ready if p.name == default), None)
-        return "shape", tie_break or Violation("workload-profile", ask.field,
+        if tie_break is not None:
+            return "shape", tie_break
+        return "shape", Violation("workload-profile", ask.field,
             f"several workload profiles fit {ask.shape_text()}: {', '.join(_describe(p) for p in ready)}; "
             f"fix: add the label {labels.WORKLOAD_PROFILE}=<one of them>")
     if shaped:
