@@ -30,6 +30,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+# E402 below: these imports need the checkout on sys.path (the script runs as `python bench/policy_eval.py`).
 
 from taugate.settings import Settings  # noqa: E402
 from taugate.snapshot import load_snapshot  # noqa: E402

@@ -45,7 +45,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-
+# E402 below: these imports need the checkout on sys.path (the script runs as `python bench/run.py`).
 from bench import scale, workloads  # noqa: E402
 from taugate.settings import Settings  # noqa: E402
 from taugate.snapshot import load_snapshot  # noqa: E402
@@ -188,7 +188,10 @@ def handler_quantiles(before: dict[float, float], after: dict[float, float]) -> 
     total = counts[-1][1] if counts else 0
     if not total:
         return {"handler_p50_ms": None, "handler_p99_ms": None}
-    pick = lambda q: next(le for le, c in counts if c >= q * total) * 1000  # noqa: E731
+    def pick(q: float) -> float:
+        """The bucket bound (ms) under which a fraction ``q`` of the requests fell."""
+        return next(le for le, c in counts if c >= q * total) * 1000
+
     return {"handler_p50_ms": pick(0.5), "handler_p99_ms": pick(0.99)}
 
 

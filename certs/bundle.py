@@ -78,10 +78,14 @@ class CertSet:
     @classmethod
     def from_items(cls, items: dict[str, bytes | None], where: Callable[[str], str] = str) -> CertSet:
         """From item name -> bytes; ``CertError`` naming the first missing required item."""
-        for name in (CA_BUNDLE, CA_KEY, TLS_CERT, TLS_KEY):
-            if not items.get(name):
+        def required(name: str) -> bytes:
+            value = items.get(name)
+            if not value:
                 raise CertError(f"{where(name)}: missing")
-        return cls(items[CA_BUNDLE], items[CA_KEY], items[TLS_CERT], items[TLS_KEY],  # type: ignore[arg-type]
+            return value
+
+        # Arguments are evaluated in order: the first missing item is the one named.
+        return cls(required(CA_BUNDLE), required(CA_KEY), required(TLS_CERT), required(TLS_KEY),
                    items.get(CA_NEXT_KEY) or None)
 
 

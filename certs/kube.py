@@ -158,7 +158,10 @@ def sync(api: kubernetes.client.ApiClient, *, secret: str, namespace: str, servi
     Raises ``CertError`` when the Secret holds an unusable set (nothing is written), and
     ``kubernetes.client.ApiException`` for API errors (403, 409 on a concurrent update, ...)."""
     core = kubernetes.client.CoreV1Api(api)
-    where = lambda item: f"Secret {namespace}/{secret} key {item}"  # noqa: E731
+
+    def where(item: str) -> str:
+        return f"Secret {namespace}/{secret} key {item}"
+
     result = SyncResult()
     stored = _read_json(core.read_namespaced_secret, secret, namespace)
     current, published_at = None, None

@@ -42,7 +42,7 @@ class OpaServer:
         self.log = workdir / f"opa-{self.port}.log"
         self.proc: subprocess.Popen | None = None
 
-    def start(self, timeout_s: float = 30.0) -> "OpaServer":
+    def start(self, timeout_s: float = 30.0) -> OpaServer:
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
                 [str(self.binary), "run", "--server", f"--addr={LOOPBACK}:{self.port}", "--disable-telemetry",

@@ -4,26 +4,33 @@
 [--old STORED] [--as USER]`` runs every RayJob, RayCluster and Job in the files through mutation then
 validation, offline (an UPDATE of the stored objects in ``--old``, matched by kind and name, when given),
 like ``kyverno apply`` or ``gator test``: it prints the admitted objects (``-o patch``: a JSON
-array with one ``{file, kind, name, namespace, patch}`` per admitted workload), or the denial. Exit 0 when everything is allowed, 1 when anything is denied, 2 on bad input
+array with one ``{file, kind, name, namespace, patch}`` per admitted workload), or the denial.
+Exit 0 when everything is allowed, 1 when anything is denied, 2 on bad input
 (one line on stderr naming the file and the problem). Other kinds are printed unchanged.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import orjson
 import yaml
 
-from taugate.kinds import kind_for
-from taugate.shape import json_problem
 from taugate.files import InputError, expand_paths
+from taugate.kinds import kind_for
 from taugate.settings import Settings
-from taugate.snapshot import SnapshotError, load_snapshot, read_objects
+from taugate.shape import json_problem
+from taugate.snapshot import ClusterState, SnapshotError, load_snapshot, read_objects
 from taugate.webhook.policy_set import PolicyError
+
+if TYPE_CHECKING:  # annotations only: the CLI imports the decision code when it admits
+    from taugate.webhook.decision import Decision
 
 
 def _err(msg: str) -> None:
@@ -40,112 +47,157 @@ def load_engine(args: argparse.Namespace, settings: Settings):
     return load_policy_engine(args.policies or settings.policy_dir, enforcement=args.enforcement)
 
 
-def cmd_admit(args: argparse.Namespace) -> int:
-    """Handler of ``taugate admit``; returns the exit code."""
-    from taugate.webhook.review import admit
+class _BadInput(Exception):
+    """Input ``taugate admit`` cannot use: the message is the one stderr line, the exit code 2."""
 
-    settings = Settings()
+
+def _metadata(obj: dict) -> dict:
+    """``obj.metadata``, or an empty dict when it is missing or not an object."""
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, dict) else {}
+
+
+def _read_inputs(paths: list[str]) -> list[tuple[str, dict]]:
+    """The objects in the ``-f`` files as ``(file label, object)``, each as the API server would
+    hold it (timestamps and keys as strings). Raises ``_BadInput`` for a file that cannot be read,
+    holds no object, or an object that is not JSON or has no kind/apiVersion strings."""
     try:
-        state = load_snapshot(args.cluster, settings)
-    except SnapshotError as e:
-        _err(f"taugate: {e}")
-        return 2
-    inputs: list[tuple[str, dict]] = []
-    try:
-        files = expand_paths(args.file)
+        files = expand_paths(paths)
     except InputError as e:
-        _err(f"taugate: {e}")
-        return 2
+        raise _BadInput(f"taugate: {e}") from e
     if files.count("-") > 1:
-        _err("taugate: -f - (standard input) given more than once")
-        return 2
+        raise _BadInput("taugate: -f - (standard input) given more than once")
+    inputs: list[tuple[str, dict]] = []
     for f in files:
         label_f = "standard input" if f == "-" else f
         try:
             objs = read_objects(f)
         except SnapshotError as e:
-            _err(f"taugate: {e}")
-            return 2
+            raise _BadInput(f"taugate: {e}") from e
         if not objs:
-            _err(f"taugate: {label_f}: no Kubernetes object in the file")
-            return 2
+            raise _BadInput(f"taugate: {label_f}: no Kubernetes object in the file")
         for o in objs:
             problem = json_problem(o)
             if problem:
-                _err(f"taugate: {label_f}: {problem}")
-                return 2
+                raise _BadInput(f"taugate: {label_f}: {problem}")
             try:  # as the API server would hold it: timestamps as strings, keys as strings
                 o = orjson.loads(orjson.dumps(o, default=str, option=orjson.OPT_NON_STR_KEYS))
             except TypeError as e:
-                _err(f"taugate: {label_f}: not representable as JSON ({e})")
-                return 2
+                raise _BadInput(f"taugate: {label_f}: not representable as JSON ({e})") from e
             if not isinstance(o.get("kind"), str) or not isinstance(o.get("apiVersion"), str):
-                _err(f"taugate: {f}: an object has no kind/apiVersion strings")
-                return 2
+                raise _BadInput(f"taugate: {f}: an object has no kind/apiVersion strings")
             inputs.append((label_f, o))
-    stored: dict[tuple[str, str], dict] = {}
-    if args.old:
-        try:
-            olds = read_objects(args.old)
-        except SnapshotError as e:
-            _err(f"taugate: {e}")
-            return 2
-        for o in olds:
-            meta = o.get("metadata") if isinstance(o.get("metadata"), dict) else {}
-            stored[(str(o.get("kind")), str(meta.get("name")))] = orjson.loads(orjson.dumps(o, default=str))
+    return inputs
+
+
+def _read_stored(path: str | None) -> dict[tuple[str, str], dict]:
+    """The ``--old`` objects by ``(kind, name)`` (empty without ``--old``). Raises ``_BadInput``
+    when the file cannot be read."""
+    if not path:
+        return {}
     try:
-        engine = load_engine(args, settings)
-    except PolicyError as e:  # one line: file, line, reason
-        _err(f"taugate: policies: {e}")
-        return 2
-    status = 0
-    out_docs: list = []
-    for f, obj in inputs:
-        meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
-        name = str(meta.get("name") or f"{meta.get('generateName') or ''}*")
-        label = f"{obj['kind']} {name if len(name) <= 80 else name[:77] + '...'}"
-        if kind_for(obj.get("apiVersion"), obj.get("kind")) is None:
-            _err(f"{f}: {label}: not a kind taugate admits; unchanged")
-            if args.output != "patch":
-                out_docs.append(obj)
-            continue
-        own = meta.get("namespace")
-        if args.namespace and own and own != args.namespace:
-            _err(f"taugate: {f}: {label} is in namespace {own!r}, which does not match -n {args.namespace!r}")
-            return 2
-        ns = args.namespace or own
-        if not isinstance(ns, str) or not ns:
-            _err(f"taugate: {f}: {label} has no metadata.namespace; pass -n NAMESPACE")
-            return 2
-        if state.workspace_for(ns) is None:
-            _err(f"{f}: {label}: namespace {ns!r} is not a workspace ({', '.join(sorted(state.workspaces)) or 'none'}); unchanged")
-        old = None
-        if args.old:
-            old = stored.get((obj["kind"], str(meta.get("name"))))
-            if old is None:
-                _err(f"taugate: {f}: {label}: no {obj['kind']} named {meta.get('name')!r} in --old {args.old}; an UPDATE "
-                     f"needs the stored object")
-                return 2
-        user = {"username": args.as_user, "groups": []} if args.as_user else None
-        decision = admit(obj, state=state, settings=settings, engine=engine, namespace=ns,
-                         operation="UPDATE" if old is not None else "CREATE", old=old, user_info=user)
-        for w in decision.warnings:
-            _err(f"Warning: {w}")
-        if not decision.allowed:
-            _err(f"{f}: {label} denied: {decision.message}")
-            status = 1
-            continue
-        if args.output == "patch":
-            out_docs.append({"file": f, "kind": obj["kind"], "name": name, "namespace": ns,
-                             "patch": decision.patch or []})
-        else:
-            out_docs.append(decision.object)
-    if args.output == "json":
-        print(json.dumps(out_docs[0] if len(out_docs) == 1 else {"apiVersion": "v1", "kind": "List", "items": out_docs}, indent=2))
-    elif args.output == "patch":
+        olds = read_objects(path)
+    except SnapshotError as e:
+        raise _BadInput(f"taugate: {e}") from e
+    return {(str(o.get("kind")), str(_metadata(o).get("name"))): orjson.loads(orjson.dumps(o, default=str))
+            for o in olds}
+
+
+def _namespace(args: argparse.Namespace, f: str, label: str, meta: dict) -> str:
+    """The namespace to admit into: ``-n``, else the object's. Raises ``_BadInput`` when they
+    differ or neither is given."""
+    own = meta.get("namespace")
+    if args.namespace and own and own != args.namespace:
+        raise _BadInput(f"taugate: {f}: {label} is in namespace {own!r}, which does not match -n {args.namespace!r}")
+    ns = args.namespace or own
+    if not isinstance(ns, str) or not ns:
+        raise _BadInput(f"taugate: {f}: {label} has no metadata.namespace; pass -n NAMESPACE")
+    return ns
+
+
+def _admit_one(args: argparse.Namespace, f: str, obj: dict, stored: dict[tuple[str, str], dict],
+               state: ClusterState, decide: Callable[..., Decision]) -> tuple[bool, dict | None]:
+    """Admit one object read from file ``f`` with ``decide`` (``review.admit`` bound to the state,
+    settings and engine): ``(allowed, what to print)``, what to print being the admitted object,
+    its patch entry, the object unchanged when it is not a kind taugate admits, or None (a denial,
+    written to stderr, or a non-workload under ``-o patch``). Raises ``_BadInput`` for a namespace
+    or ``--old`` problem."""
+    meta = _metadata(obj)
+    name = str(meta.get("name") or f"{meta.get('generateName') or ''}*")
+    label = f"{obj['kind']} {name if len(name) <= 80 else name[:77] + '...'}"
+    if kind_for(obj.get("apiVersion"), obj.get("kind")) is None:
+        _err(f"{f}: {label}: not a kind taugate admits; unchanged")
+        return True, None if args.output == "patch" else obj
+    ns = _namespace(args, f, label, meta)
+    if state.workspace_for(ns) is None:
+        _err(f"{f}: {label}: namespace {ns!r} is not a workspace "
+             f"({', '.join(sorted(state.workspaces)) or 'none'}); unchanged")
+    old = None
+    if args.old:
+        old = stored.get((obj["kind"], str(meta.get("name"))))
+        if old is None:
+            raise _BadInput(f"taugate: {f}: {label}: no {obj['kind']} named {meta.get('name')!r} in --old "
+                            f"{args.old}; an UPDATE needs the stored object")
+    user = {"username": args.as_user, "groups": []} if args.as_user else None
+    decision = decide(obj, namespace=ns, operation="UPDATE" if old is not None else "CREATE", old=old,
+                      user_info=user)
+    for w in decision.warnings:
+        _err(f"Warning: {w}")
+    if not decision.allowed:
+        _err(f"{f}: {label} denied: {decision.message}")
+        return False, None
+    if args.output == "patch":
+        return True, {"file": f, "kind": obj["kind"], "name": name, "namespace": ns, "patch": decision.patch or []}
+    return True, decision.object
+
+
+def _print(out_docs: list, output: str) -> None:
+    """Print the admitted documents in ``-o`` format (one JSON object or a List, a JSON array of
+    patch entries, or a YAML stream)."""
+    if output == "json":
+        doc = out_docs[0] if len(out_docs) == 1 else {"apiVersion": "v1", "kind": "List", "items": out_docs}
+        print(json.dumps(doc, indent=2))
+    elif output == "patch":
         print(json.dumps(out_docs, indent=2))
     elif out_docs:
         sys.stdout.write(yaml.safe_dump_all(out_docs, sort_keys=False))
+
+
+def cmd_admit(args: argparse.Namespace) -> int:
+    """Handler of ``taugate admit``; returns the exit code (0 all allowed, 1 any denied, 2 bad
+    input)."""
+    from taugate.webhook.review import admit
+
+    settings = Settings()
+    try:
+        state = load_snapshot(args.cluster, settings)
+        inputs = _read_inputs(args.file)
+        stored = _read_stored(args.old)
+        engine = load_engine(args, settings)
+    except SnapshotError as e:
+        _err(f"taugate: {e}")
+        return 2
+    except PolicyError as e:  # one line: file, line, reason
+        _err(f"taugate: policies: {e}")
+        return 2
+    except _BadInput as e:
+        _err(str(e))
+        return 2
+
+    decide = functools.partial(admit, state=state, settings=settings, engine=engine)
+    status = 0
+    out_docs: list = []
+    for f, obj in inputs:
+        try:
+            allowed, doc = _admit_one(args, f, obj, stored, state, decide)
+        except _BadInput as e:
+            _err(str(e))
+            return 2
+        if not allowed:
+            status = 1
+        if doc is not None:
+            out_docs.append(doc)
+    _print(out_docs, args.output)
     return status
 
 

@@ -25,7 +25,8 @@ import errno
 import logging
 import socket
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
@@ -104,7 +105,7 @@ class ConnectionGuard:
         self.max_connections = max_connections
         self.header_timeout = header_timeout
         self.sockets = 0
-        self.open: dict["GuardedHandler", None] = {}
+        self.open: dict[GuardedHandler, None] = {}
         self.closed = {"evicted": 0, "refused": 0, "header_timeout": 0}
         self._logged = dict(self.closed)
         self._last_log = 0.0
@@ -120,14 +121,14 @@ class ConnectionGuard:
     def socket_closed(self) -> None:
         self.sockets -= 1
 
-    def opened(self, handler: "GuardedHandler") -> bool:
+    def opened(self, handler: GuardedHandler) -> bool:
         """A connection finished its TLS handshake; False when it must be closed."""
         if len(self.open) >= self.max_connections and not self._make_room():
             return False
         self.open[handler] = None
         return True
 
-    def lost(self, handler: "GuardedHandler") -> None:
+    def lost(self, handler: GuardedHandler) -> None:
         self.open.pop(handler, None)
 
     def head_timed_out(self) -> None:
@@ -166,6 +167,7 @@ class AcceptedSocket(socket.socket):
     """An accepted socket that tells its ``ConnectionGuard`` when it is closed."""
 
     __slots__ = ("_guard",)
+    _guard: ConnectionGuard | None
 
     def close(self) -> None:
         guard, self._guard = getattr(self, "_guard", None), None
@@ -179,9 +181,11 @@ class ListeningSocket(socket.socket):
     ``ConnectionGuard.accepted`` before any TLS state exists for the connection."""
 
     __slots__ = ("_guard",)
+    _guard: ConnectionGuard
 
     def accept(self):
-        fd, addr = self._accept()
+        # socket.socket.accept does the same: typeshed leaves the C type's private _accept out.
+        fd, addr = self._accept()  # type: ignore[attr-defined]
         conn = AcceptedSocket(self.family, self.type, self.proto, fileno=fd)
         if not self._guard.accepted():
             conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
@@ -191,7 +195,7 @@ class ListeningSocket(socket.socket):
         return conn, addr
 
     @classmethod
-    def wrap(cls, sock: socket.socket, guard: ConnectionGuard) -> "ListeningSocket":
+    def wrap(cls, sock: socket.socket, guard: ConnectionGuard) -> ListeningSocket:
         listener = cls(sock.family, sock.type, sock.proto, fileno=sock.detach())
         listener._guard = guard
         return listener
@@ -268,9 +272,9 @@ class GuardedSite(web.SockSite):
         def protocol() -> GuardedHandler:  # aiohttp's Server.__call__, with our handler class
             return GuardedHandler(guard, server, loop=loop, **server._kwargs)
 
-        extra = {"ssl_handshake_timeout": guard.header_timeout} if self._ssl_context else {}
-        self._server = await loop.create_server(protocol, sock=self._sock, ssl=self._ssl_context,
-                                                backlog=self._backlog, **extra)
+        self._server = await loop.create_server(
+            protocol, sock=self._sock, ssl=self._ssl_context, backlog=self._backlog,
+            ssl_handshake_timeout=guard.header_timeout if self._ssl_context else None)  # None: plain HTTP
 
 
 def listen_socket(host: str, port: int) -> socket.socket:

@@ -9,7 +9,6 @@ every check reports.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from taugate.violation import Action, Violation
 
@@ -65,13 +64,13 @@ class Decision:
 
     @classmethod
     def allow(cls, obj: dict | None = None, warnings: list[str] | None = None, *,
-              dryrun: list[Violation] | None = None, policy_failures: list[str] | None = None) -> "Decision":
+              dryrun: list[Violation] | None = None, policy_failures: list[str] | None = None) -> Decision:
         return cls(True, object=obj, warnings=list(warnings or []), dryrun=list(dryrun or []),
                    policy_failures=list(policy_failures or []))
 
     @classmethod
     def deny(cls, violations: list[Violation] | tuple[Violation, ...], *, warnings: list[str] | None = None,
              reason: str = "", obj: dict | None = None, code: int = 403, dryrun: list[Violation] | None = None,
-             policy_failures: list[str] | None = None) -> "Decision":
+             policy_failures: list[str] | None = None) -> Decision:
         return cls(False, violations=list(violations), warnings=list(warnings or []), reason=reason,
                    object=obj, code=code, dryrun=list(dryrun or []), policy_failures=list(policy_failures or []))

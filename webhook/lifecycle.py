@@ -9,7 +9,7 @@ import gc
 import logging
 import signal
 import socket
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 

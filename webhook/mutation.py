@@ -1,4 +1,4 @@
-"""Mutation: what taugate adds to a workload in a workspace (DESIGN.md section 2, step 3).
+"""Mutation: what taugate adds to a workload in a workspace (ARCHITECTURE.md section 2, step 3).
 
 Functions over plain dicts. Each ``edit_*`` edits the object it is given, which its caller owns
 (``review.mutate`` passes a deep copy unless the caller hands the review over), through
@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import re
 import secrets
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any, TypeGuard
 
 import orjson
 
@@ -46,7 +47,7 @@ def mint_run_id() -> str:
     return secrets.token_hex(labels.RUN_ID_LENGTH // 2)
 
 
-def valid_run_id(value: Any) -> bool:
+def valid_run_id(value: Any) -> TypeGuard[str]:
     """True for a well-formed run-id (24 lowercase hex characters)."""
     return isinstance(value, str) and bool(RUN_ID_RE.match(value))
 
@@ -141,7 +142,8 @@ def _place_gpu_template(edits: Edits, spec: dict, path: Parts, res: Resolution, 
 
 def _has(items: list, key: str, value: str) -> bool:
     """True when an object in ``items`` has ``key: value`` (a loop: a generator costs more here)."""
-    for item in items:
+    # noqa below: SIM110's any(...) form measured 720 ns against the loop's 300 ns for 3 items (CPython 3.11)
+    for item in items:  # noqa: SIM110
         if type(item) is dict and item.get(key) == value:
             return True
     return False
@@ -163,7 +165,7 @@ def _mount_data(edits: Edits, spec: dict, path: Parts, claim: str) -> None:
 
 def edit_create(obj: dict, kind: WorkloadKind, templates: list[PodTemplate], res: Resolution,
                 state: ClusterState, settings: Settings) -> Edits:
-    """The edits of a top-level workload on CREATE (DESIGN.md section 2, step 3), made on ``obj``
+    """The edits of a top-level workload on CREATE (ARCHITECTURE.md section 2, step 3), made on ``obj``
     itself (``Edits.doc``; the caller owns it, see ``review.mutate``) with their JSONPatch.
 
     Sets ``suspend: true`` (as Kueue's defaulting webhook does for a queued job, even when the
@@ -213,7 +215,7 @@ def edit_create(obj: dict, kind: WorkloadKind, templates: list[PodTemplate], res
     if queued:
         path = kind.suspend_path
         # What Kueue's own webhook does on CREATE: Kueue unsuspends the object on admission.
-        edits.set(_at(edited, path[:-1]), path[:-1], path[-1], True)
+        edits.set(_at(edited, path[:-1]), path[:-1], str(path[-1]), True)  # a field name: "suspend"
 
     place_templates(edits, templates, res, settings)
     return edits
@@ -262,8 +264,14 @@ PINNED_LABELS = (labels.MANAGED_BY, labels.WORKSPACE, labels.WORKLOAD_PROFILE, l
                  labels.GPU_CLASS)
 
 
+def json_object(value: Any) -> dict:
+    """``value`` when it is a JSON object, else an empty one (for reading optional metadata)."""
+    return value if isinstance(value, dict) else {}
+
+
 def edit_update(obj: dict, old: dict | None, templates: list[PodTemplate], kind: WorkloadKind,
-                admitted: Callable[[], Resolution | None] | None = None, settings: Settings | None = None) -> Edits | None:
+                admitted: Callable[[], Resolution | None] | None = None,
+                settings: Settings | None = None) -> Edits | None:
     """The edits on UPDATE, made on ``obj`` itself: only what taugate owns is restored from
     ``old`` (the stored object taugate admitted: its labels carry a valid run-id), and only where
     the API server allows it, so no UPDATE (the garbage collector removing a finalizer, Kueue
@@ -281,23 +289,23 @@ def edit_update(obj: dict, old: dict | None, templates: list[PodTemplate], kind:
       ``validateUpdateForQueueName``, and kubernetes-sigs/kueue PR 13293 closes the gap for a
       removal: without it the pods would run outside quota), and the priority-class label;
     - with ``admitted`` (called only when the templates may change: the resolution of the
-      profile the object was admitted with, or None) and mutable templates: the profile's placement on GPU pod templates and the workspace data volume, as
+      profile the object was admitted with, or None) and mutable templates: the profile's
+      placement on GPU pod templates and the workspace data volume, as
       on CREATE (``place_templates``: Kueue's flavor selectors and whatever else another writer
       set are kept).
 
     An object being deleted (``metadata.deletionTimestamp``) gets nothing. None when nothing
     needs to change.
     """
-    old_meta = (old or {}).get("metadata")
-    old_meta = old_meta if isinstance(old_meta, dict) else {}
-    old_labels = old_meta.get("labels") if isinstance(old_meta.get("labels"), dict) else {}
-    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    old_meta = json_object((old or {}).get("metadata"))
+    old_labels = json_object(old_meta.get("labels"))
+    meta = json_object(obj.get("metadata"))
     if meta.get("deletionTimestamp"):
         return None
     old_run_id = old_labels.get(labels.RUN_ID)
     if not valid_run_id(old_run_id):
         return None  # not admitted by taugate (created before it was installed): nothing is ours
-    now_labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
+    now_labels = json_object(meta.get("labels"))
     restore: dict[str, str] = {}
     for key in PINNED_LABELS:
         value = old_labels.get(key)
@@ -307,9 +315,8 @@ def edit_update(obj: dict, old: dict | None, templates: list[PodTemplate], kind:
         value = old_labels.get(key)
         if isinstance(value, str) and value and kind.queued(obj) and not now_labels.get(key):
             restore[key] = value
-    old_notes = old_meta.get("annotations") if isinstance(old_meta.get("annotations"), dict) else {}
-    record = old_notes.get(labels.ADMISSION_RECORD)
-    notes = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
+    record = json_object(old_meta.get("annotations")).get(labels.ADMISSION_RECORD)
+    notes = json_object(meta.get("annotations"))
     restore_record = isinstance(record, str) and notes.get(labels.ADMISSION_RECORD) != record
     owned = templates if isinstance(old, dict) and kind.templates_mutable(old) else []
     edits = Edits(obj)

@@ -31,7 +31,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from typing import Any, Awaitable, TypeVar
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 from urllib.parse import quote, urlsplit
 
 import aiohttp
@@ -69,7 +70,8 @@ def _opa_error(status: int, body: Any) -> tuple[str, str | None, int | None]:
         return f"HTTP {status}", None, None
     first = (body.get("errors") or [None])[0]
     if isinstance(first, dict):
-        loc = first.get("location") if isinstance(first.get("location"), dict) else {}
+        loc = first.get("location")
+        loc = loc if isinstance(loc, dict) else {}
         file = loc.get("file")
         if isinstance(file, str) and file.startswith(POLICY_ID_PREFIX + "/"):
             file = file[len(POLICY_ID_PREFIX) + 1:]
@@ -127,20 +129,21 @@ class OpaServerPolicyEngine:
     # --- the engine's event loop -------------------------------------------------------------
 
     async def _open(self) -> aiohttp.ClientSession:
-        return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=64), json_serialize=lambda v: orjson.dumps(v).decode())
+        return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=64),
+                                     json_serialize=lambda v: orjson.dumps(v).decode())
 
     async def _make_lock(self) -> asyncio.Lock:
         return asyncio.Lock()
 
-    def _wait(self, coro: Awaitable[T], timeout_s: float) -> T:
+    def _wait(self, coro: Coroutine[Any, Any, T], timeout_s: float) -> T:
         """Run ``coro`` on the engine's loop and wait for it from this (non-loop) thread. The
         coroutines bound themselves; ``timeout_s`` (plus a second) only guards a dead loop."""
         try:
             _refuse_on_a_loop()
         except RuntimeError:
-            coro.close()  # type: ignore[attr-defined]
+            coro.close()
             raise
-        future = asyncio.run_coroutine_threadsafe(coro, self._loop)  # type: ignore[arg-type]
+        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
         try:
             return future.result(timeout_s + 1.0)
         except TimeoutError:
@@ -173,8 +176,8 @@ class OpaServerPolicyEngine:
                                                 data=f.source.encode(), headers={"Content-Type": "text/plain"})
                 if status == 400:
                     reason, file, line = _opa_error(status, body)
-                    raise PolicyError(f"OPA rejected the module: {reason}", f.display if file in (None, f.rel) else file,
-                                      line)
+                    where = f.display if file in (None, f.rel) else file
+                    raise PolicyError(f"OPA rejected the module: {reason}", where, line)
                 if status != 200:
                     raise PolicyUnavailable(f"OPA server at {self.url} answered HTTP {status} to a policy push "
                                             f"({_opa_error(status, body)[0]})")

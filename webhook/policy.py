@@ -1,4 +1,4 @@
-"""The Rego policy engine behind one interface (DESIGN.md section 3).
+"""The Rego policy engine behind one interface (ARCHITECTURE.md section 3).
 
 What the rest of taugate calls::
 
@@ -93,7 +93,7 @@ class RecordingEngine:
         return bool(getattr(self.engine, "remote", False))
 
     @property
-    def store(self) -> "PolicyStore | None":
+    def store(self) -> PolicyStore | None:
         return getattr(self.engine, "store", None)
 
     def evaluate(self, input: dict) -> list[Violation]:
@@ -114,7 +114,8 @@ def explain(engine: PolicyEngine, input: dict) -> dict[str, list[Violation]]:
 
 
 __all__ = [
-    "ACTIONS", "AGGREGATE_MODULE", "AGGREGATE_PACKAGE", "POLICIES_PACKAGE", "RESULTS_RULE", "EmbeddedPolicyEngine", "RecordingEngine", "PolicyEngine", "PolicyError", "PolicyEvaluationError", "PolicySet",
-    "PolicyStore", "PolicyUnavailable", "RegoFile", "TestOutcome", "TestRule", "build_regorus_engine", "check_policy_set", "explain",
+    "ACTIONS", "AGGREGATE_MODULE", "AGGREGATE_PACKAGE", "POLICIES_PACKAGE", "RESULTS_RULE", "EmbeddedPolicyEngine",
+    "RecordingEngine", "PolicyEngine", "PolicyError", "PolicyEvaluationError", "PolicySet", "PolicyStore",
+    "PolicyUnavailable", "RegoFile", "TestOutcome", "TestRule", "build_regorus_engine", "check_policy_set", "explain",
     "load_enforcement", "package_key", "read_policy_set", "run_rego_tests",
 ]

@@ -7,7 +7,8 @@ loads the policy set (a parse or compile error fails with file, line and reason)
 the webhook's own code path — against ``<policy>/samples/cluster.yaml`` if present, else the
 ``--cluster`` snapshot (default ``DIR/../examples/cluster.yaml``, or, for a policy folder with no
 ``examples/`` beside it, the repository's ``examples/cluster.yaml`` shipped next to the package;
-the report names the snapshot used), in the sample's ``metadata.namespace``. A disallowed sample passes when that policy reports it (a denial, a
+the report names the snapshot used), in the sample's ``metadata.namespace``. A disallowed sample
+passes when that policy reports it (a denial, a
 warning or a dry-run result, whatever its enforcement); an allowed sample passes when that
 policy reports nothing. Exit 0 when everything passed, 1 on any failure, 2 for bad
 command-line input.
@@ -36,7 +37,11 @@ from taugate.webhook.decision import Decision, Violation
 from taugate.webhook.engines import load_policy_engine
 from taugate.webhook.policy import PolicyError, RecordingEngine, explain
 from taugate.webhook.policy_testing import (
-    default_cluster, default_cluster_candidates, default_policy_dir, render_report, run_policy_tests,
+    default_cluster,
+    default_cluster_candidates,
+    default_policy_dir,
+    render_report,
+    run_policy_tests,
 )
 
 # --------------------------------------------------------------------------- commands

@@ -28,13 +28,13 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeGuard
 
 import yaml
 
-from taugate.webhook.decision import Violation
+from taugate.webhook.decision import Action, Violation
 
-ACTIONS = ("deny", "warn", "dryrun")
+ACTIONS: tuple[Action, ...] = ("deny", "warn", "dryrun")
 AGGREGATE_PACKAGE = "taugate.aggregate"
 AGGREGATE_MODULE = "taugate/aggregate.rego"
 RESULTS_RULE = f"data.{AGGREGATE_PACKAGE}.results"
@@ -84,7 +84,9 @@ class PolicyEngine(Protocol):
     ``PolicyUnavailable`` when the backend cannot answer. ``remote``: True when ``evaluate``
     waits on I/O (the server then never calls it on its event loop)."""
 
-    digest: str
+    @property
+    def digest(self) -> str: ...  # read-only: each engine derives it from its active policy set
+
     remote: bool
 
     def evaluate(self, input: dict) -> list[Violation]: ...
@@ -132,7 +134,7 @@ class PolicySet:
     modules: tuple[RegoFile, ...]
     tests: tuple[RegoFile, ...]
     policies: dict[str, str]
-    enforcement: dict[str, str]
+    enforcement: dict[str, Action]
     enforcement_file: str | None
     digest: str
     kinds: dict[str, tuple[str, ...]] = field(default_factory=dict)
@@ -165,7 +167,7 @@ class PolicySet:
                     out.append(TestRule(f, f.source.count("\n", 0, m.start()) + 1, m.group(1)))
         return out
 
-    def action(self, policy: str, kind: str) -> str:
+    def action(self, policy: str, kind: str) -> Action:
         """The enforcement action of one result: configured for the policy, else its rule kind."""
         return self.enforcement.get(policy, "warn" if kind == "warn" else "deny")
 
@@ -181,7 +183,7 @@ class PolicySet:
             v = v if isinstance(v, dict) else {"msg": json.dumps(v)}
             msg = v.get("msg")
             out.append(Violation(name, str(v.get("field") or ""), msg if isinstance(msg, str) else json.dumps(msg),
-                                 self.action(name, kind)))  # type: ignore[arg-type]
+                                 self.action(name, kind)))
         out.sort(key=lambda x: (x.policy, x.field, x.message))
         return out
 
@@ -226,7 +228,13 @@ def _line_of_key(text: str, key: str) -> int | None:
     return None
 
 
-def load_enforcement(source: dict[str, str] | str | Path | None, known: set[str]) -> tuple[dict[str, str], str | None]:
+def _is_action(value: Any) -> TypeGuard[Action]:
+    """True for an enforcement action: one of ``ACTIONS``."""
+    return value in ACTIONS
+
+
+def load_enforcement(source: dict[str, str] | str | Path | None,
+                     known: set[str]) -> tuple[dict[str, Action], str | None]:
     """Read an enforcement configuration: a mapping ``policy-name: deny | warn | dryrun`` given
     as a dict or a YAML file. Returns (mapping, file or None). Raises ``PolicyError`` naming the
     file and line for invalid YAML, a value that is not an action, or an unknown policy (a typo
@@ -254,13 +262,15 @@ def load_enforcement(source: dict[str, str] | str | Path | None, known: set[str]
             data = {}
     if not isinstance(data, dict):
         raise PolicyError(f"enforcement must be a mapping of policy name to {' | '.join(ACTIONS)}", where)
-    out: dict[str, str] = {}
+    out: dict[str, Action] = {}
     for name, action in data.items():
         line = _line_of_key(text, str(name)) if text else None
-        if action not in ACTIONS:
-            raise PolicyError(f"policy {name!r}: enforcement {action!r} is not one of {', '.join(ACTIONS)}", where, line)
+        if not _is_action(action):
+            raise PolicyError(f"policy {name!r}: enforcement {action!r} is not one of {', '.join(ACTIONS)}",
+                              where, line)
         if name not in known:
-            raise PolicyError(f"unknown policy {name!r} (policies here: {', '.join(sorted(known)) or 'none'})", where, line)
+            raise PolicyError(f"unknown policy {name!r} (policies here: {', '.join(sorted(known)) or 'none'})",
+                              where, line)
         out[str(name)] = action
     return out, where
 
@@ -290,10 +300,12 @@ def read_policy_set(policy_dir: str | Path, enforcement: dict[str, str] | str | 
                 raise PolicyError(f"policy folder name {top!r} must be lowercase letters, digits and '-'", f.display)
             expected = f"{POLICIES_PACKAGE}.{package_key(top)}"
             if f.package != expected:
+                stated = _PACKAGE.search(f.source)
                 raise PolicyError(f"package is {f.package!r}; a policy in folder {top!r} must use package {expected!r}",
-                                  f.display, f.source.count("\n", 0, _PACKAGE.search(f.source).start()) + 1)
+                                  f.display, f.source.count("\n", 0, stated.start()) + 1 if stated else 1)
             policies[package_key(top)] = top
-            kinds[package_key(top)] = tuple(k for k in ("deny", "warn") if re.search(rf"^{k}\s+contains\b", f.source, re.M))
+            kinds[package_key(top)] = tuple(k for k in ("deny", "warn")
+                                            if re.search(rf"^{k}\s+contains\b", f.source, re.M))
             if not kinds[package_key(top)]:
                 raise PolicyError("defines no `deny contains v` or `warn contains v` rule", f.display)
         elif top != "lib" and not f.test:
@@ -307,7 +319,8 @@ def read_policy_set(policy_dir: str | Path, enforcement: dict[str, str] | str | 
         if top in policies.values():
             expected = f"{POLICIES_PACKAGE}.{package_key(top)}"
             if f.package not in (expected, expected + "_test"):
-                raise PolicyError(f"package is {f.package!r}; tests of policy {top!r} use package {expected!r}", f.display, 1)
+                raise PolicyError(f"package is {f.package!r}; tests of policy {top!r} use package {expected!r}",
+                                  f.display, 1)
     if enforcement is None and (root / DEFAULT_ENFORCEMENT_FILE).is_file():
         enforcement = root / DEFAULT_ENFORCEMENT_FILE
     actions, efile = load_enforcement(enforcement, set(policies.values()))

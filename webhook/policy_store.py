@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from prometheus_client import Counter, Gauge
 
@@ -24,13 +24,14 @@ log = logging.getLogger("taugate.policy")
 POLICY_RELOADS = Counter("taugate_policy_reloads_total",
                          "Policy sets activated after a change on disk (initial load excluded).")
 POLICY_RELOAD_FAILURES = Counter("taugate_policy_reload_failures_total",
-                                 "Changed policy sets rejected (parse, compile or test failure); the previous set kept serving.")
+                                 "Changed policy sets rejected (parse, compile or test failure); "
+                                 "the previous set kept serving.")
 POLICY_SET_BROKEN = Gauge("taugate_policy_set_broken",
                           "1 while the policy files on disk fail to load and an older set is serving, else 0.")
 
 
 def _fingerprint(root: Path, extra: Path | None) -> tuple:
-    items = []
+    items: list[tuple[str, int | None, int | None]] = []  # (path, mtime ns, size); None: unreadable
     try:
         paths = sorted(root.rglob("*.rego"))
     except OSError:
@@ -77,7 +78,7 @@ class PolicyStore:
         self.current: PolicySet = self._load()
 
     @classmethod
-    def serving(cls, ps: PolicySet) -> "PolicyStore":
+    def serving(cls, ps: PolicySet) -> PolicyStore:
         """A store that serves one already checked set as it is (no loading, no watching
         until ``start_watching``, which then reloads from ``ps.root``)."""
         store = cls.__new__(cls)

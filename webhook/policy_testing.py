@@ -9,16 +9,24 @@ run-time failures on generated inputs (every sample with one field changed at a 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from taugate.settings import Settings
 from taugate.snapshot import ClusterState, SnapshotError, load_snapshot, read_objects
 from taugate.webhook.decision import Decision
 from taugate.webhook.policy import (
-    EmbeddedPolicyEngine, PolicyEngine, PolicyError, PolicySet, PolicyStore, TestOutcome,
-    build_regorus_engine, read_policy_set, run_rego_tests,
+    EmbeddedPolicyEngine,
+    PolicyEngine,
+    PolicyError,
+    PolicySet,
+    PolicyStore,
+    TestOutcome,
+    build_regorus_engine,
+    read_policy_set,
+    run_rego_tests,
 )
 
 SAMPLE_KINDS = ("allowed", "disallowed")
@@ -272,48 +280,70 @@ def run_policy_tests(policy_dir: str | Path, *, cluster: str | Path | None = Non
     for t in report.tests:
         by_file[t.test.file.rel] = by_file.get(t.test.file.rel, 0) + 1
     engine = engine_factory(ps) if engine_factory else EmbeddedPolicyEngine(PolicyStore.serving(ps))
-    snapshots: dict[Path, ClusterState | None] = {}
+    snapshots: dict[Path | None, ClusterState | None] = {}
     fallback = Path(cluster) if cluster else default_cluster(root)
     report.cluster = fallback
     admitted: list[tuple[Path, dict, ClusterState]] = []
     for name, items in sample_files(ps).items():
-        if not any(rel.startswith(f"{name}/") for rel in by_file):
-            report.problems.append(f"{root / name}: policy {name!r} has no test_ rules (add {name}/policy_test.rego)")
-        for kind in SAMPLE_KINDS:
-            if not any(k == kind for k, _ in items):
-                report.problems.append(f"{root / name / 'samples'}: policy {name!r} has no example_{kind}*.yaml sample")
-        own = root / name / "samples" / "cluster.yaml"
-        snap = own if own.is_file() else fallback
-        if snap is None:
-            if None not in snapshots:
-                looked = " or ".join(str(c) for c in default_cluster_candidates(root))
-                report.problems.append(f"no cluster snapshot for samples: looked for {looked}; "
-                                       f"pass --cluster SNAPSHOT")
-            snapshots[None] = None  # type: ignore[index]
-            continue
-        if snap not in snapshots:
-            try:
-                snapshots[snap] = load_snapshot(snap, settings)
-            except SnapshotError as e:
-                snapshots[snap] = None
-                report.problems.append(f"cluster snapshot for samples: {e}")
-        state = snapshots[snap]
-        if state is None:
-            continue
-        for kind, path in items:
-            result = admit_sample(name, kind, path, engine=engine, state=state, settings=settings)
-            report.samples.append(result)
-            if result.decision is not None:
-                for policy in result.decision.policy_failures:
-                    report.runtime.append(RuntimeFailure(policy, path, "(the sample as written)", "",
-                                                         _failure_message(result.decision, policy)))
-                admitted.append((path, read_objects(path)[0], state))
+        report.problems += _coverage_problems(root, name, items, by_file)
+        state = _sample_state(root / name / "samples" / "cluster.yaml", fallback, snapshots, settings, report)
+        if state is not None:
+            admitted += _admit_samples(report, name, items, engine, state, settings)
     # Every rule on generated inputs: each sample with one field changed at a time.
     if (engine_factory is None if generated is None else generated) and admitted:
         report.runtime += [f for f in find_runtime_failures(admitted, engine=engine, settings=settings)
                            if f.policy not in {r.policy for r in report.runtime}]
         report.generated = sum(len(generated_inputs(obj)) for _, obj, _ in admitted)
     return report
+
+
+def _coverage_problems(root: Path, name: str, items: list[tuple[str, Path]], tested_files: dict[str, int]) -> list[str]:
+    """What policy ``name`` lacks: test_ rules in a file under its folder, and a sample of each
+    of ``SAMPLE_KINDS`` among ``items`` (``(kind, path)`` pairs)."""
+    problems = []
+    if not any(rel.startswith(f"{name}/") for rel in tested_files):
+        problems.append(f"{root / name}: policy {name!r} has no test_ rules (add {name}/policy_test.rego)")
+    for kind in SAMPLE_KINDS:
+        if not any(k == kind for k, _ in items):
+            problems.append(f"{root / name / 'samples'}: policy {name!r} has no example_{kind}*.yaml sample")
+    return problems
+
+
+def _sample_state(own: Path, fallback: Path | None, snapshots: dict[Path | None, ClusterState | None],
+                  settings: Settings, report: Report) -> ClusterState | None:
+    """The cluster state a policy's samples are admitted in: its own ``samples/cluster.yaml``
+    when there is one, else ``fallback``; loaded once per snapshot into ``snapshots``. None (and
+    one problem in ``report`` per snapshot) when there is none or it does not load."""
+    snap = own if own.is_file() else fallback
+    if snap in snapshots:
+        return snapshots[snap]
+    snapshots[snap] = None
+    if snap is None:
+        looked = " or ".join(str(c) for c in default_cluster_candidates(report.policy_dir))
+        report.problems.append(f"no cluster snapshot for samples: looked for {looked}; pass --cluster SNAPSHOT")
+        return None
+    try:
+        snapshots[snap] = load_snapshot(snap, settings)
+    except SnapshotError as e:
+        report.problems.append(f"cluster snapshot for samples: {e}")
+    return snapshots[snap]
+
+
+def _admit_samples(report: Report, name: str, items: list[tuple[str, Path]], engine: PolicyEngine,
+                   state: ClusterState, settings: Settings) -> list[tuple[Path, dict, ClusterState]]:
+    """Admit policy ``name``'s samples into ``report`` (a runtime failure for each policy that
+    failed on a sample as written); returns the admitted ``(path, object, state)`` the generated
+    inputs start from."""
+    admitted = []
+    for kind, path in items:
+        result = admit_sample(name, kind, path, engine=engine, state=state, settings=settings)
+        report.samples.append(result)
+        if result.decision is not None:
+            for policy in result.decision.policy_failures:
+                report.runtime.append(RuntimeFailure(policy, path, "(the sample as written)", "",
+                                                     _failure_message(result.decision, policy)))
+            admitted.append((path, read_objects(path)[0], state))
+    return admitted
 
 
 def _failure_message(decision: Decision, policy: str) -> str:
@@ -357,9 +387,11 @@ def render_report(report: Report, *, verbose: bool = False) -> str:
         for p in report.problems:
             lines.append(f"FAIL {p}")
         lines.append(f"runtime errors (every rule on the samples and {report.generated} generated inputs):")
-        for r in report.runtime:
-            lines.append(f"  FAIL {r.policy} failed at run time on {r.sample} with {r.field} = {r.value or 'as written'}"
-                         f"{f' (and {r.inputs - 1} more generated input(s))' if r.inputs > 1 else ''}: {r.error}")
+        for failure in report.runtime:
+            more = failure.inputs - 1
+            lines.append(f"  FAIL {failure.policy} failed at run time on {failure.sample} with {failure.field} = "
+                         f"{failure.value or 'as written'}"
+                         f"{f' (and {more} more generated input(s))' if more > 0 else ''}: {failure.error}")
         if not report.runtime:
             lines.append("  none")
     lines.append(f"{report.passed} passed, {report.failures} failed")

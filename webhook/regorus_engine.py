@@ -30,7 +30,6 @@ from taugate.webhook.policy_set import (
 )
 
 
-
 class ActiveSet(Protocol):
     """Where an engine reads the policy set to serve: ``current`` (a ``PolicyStore``)."""
 
@@ -53,7 +52,7 @@ def _regorus_error(e: BaseException, ps: PolicySet, cls: type[PolicyError] = Pol
     return cls(why)
 
 
-def build_regorus_engine(ps: PolicySet, *, with_tests: bool = False) -> "regorus.Engine":
+def build_regorus_engine(ps: PolicySet, *, with_tests: bool = False) -> regorus.Engine:
     """A regorus engine holding the set's modules (and test files), compiled: the results rule
     is evaluated once on an empty input, which makes regorus resolve every rule and function
     of every module. Use it only on the thread that built it. Raises ``PolicyError``
@@ -87,7 +86,7 @@ class TestOutcome:
     seconds: float = 0.0
 
 
-def run_rego_tests(ps: PolicySet, engine: "regorus.Engine | None" = None) -> list[TestOutcome]:
+def run_rego_tests(ps: PolicySet, engine: regorus.Engine | None = None) -> list[TestOutcome]:
     """Evaluate every ``test_`` rule with regorus (like ``opa test``: a test passes when its
     rule is true). ``engine`` must hold the tests (``build_regorus_engine(with_tests=True)``);
     built here when None. Raises ``PolicyError`` when the set does not compile."""
@@ -137,7 +136,7 @@ class EmbeddedPolicyEngine:
     def digest(self) -> str:
         return self.store.current.digest
 
-    def _engine(self, ps: PolicySet) -> "regorus.Engine":
+    def _engine(self, ps: PolicySet) -> regorus.Engine:
         local = self._local
         if getattr(local, "digest", None) != ps.digest:
             local.engine = build_regorus_engine(ps)

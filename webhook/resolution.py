@@ -1,8 +1,9 @@
-"""Workspace, workload profile and LocalQueue resolution (DESIGN.md section 2, step 1 and 2).
+"""Workspace, workload profile and LocalQueue resolution (ARCHITECTURE.md section 2, step 1 and 2).
 
 Pure: reads a ``ClusterState`` and the object, returns a ``Resolution`` or an ``Unresolved``
-holding the violations that explain, with the candidates, why none could be made. Mutation and validation both call it, so
-the two webhooks can never disagree about which profile and queue an object belongs to.
+holding the violations that explain, with the candidates, why none could be made. Mutation and
+validation both call it, so the two webhooks can never disagree about which profile and queue an
+object belongs to.
 """
 
 from __future__ import annotations
@@ -12,10 +13,11 @@ from dataclasses import dataclass
 from taugate import labels
 from taugate.fieldpath import label_field
 from taugate.models import ResolvedProfile, TauWorkspace
-from taugate.settings import Settings
 from taugate.pods import PodTemplate
+from taugate.settings import Settings
 from taugate.snapshot import ClusterState
 from taugate.webhook.decision import Violation
+
 
 @dataclass(frozen=True, slots=True)
 class Resolution:
@@ -33,7 +35,8 @@ class Resolution:
 
 @dataclass(frozen=True, slots=True)
 class Unresolved:
-    """Why an object resolves to no workload profile or LocalQueue: ``violations``, each naming the label to set and the candidates."""
+    """Why an object resolves to no workload profile or LocalQueue: ``violations``, each naming the
+    label to set and the candidates."""
 
     violations: tuple[Violation, ...]
 
@@ -116,83 +119,137 @@ def resolve(obj: dict, templates: list[PodTemplate], ws: TauWorkspace, state: Cl
         return Unresolved((Violation("workload-profile", "", state.profile_set_problem),))
     meta_labels = (obj.get("metadata") or {}).get("labels") or {}
     lane = lane_of(obj, settings)
-    applicable = state.applicable_profiles(ws, lane)
-
-    def names() -> str:  # only for messages: a request that resolves never pays for it
-        return ", ".join(sorted(p.name for p in applicable)) or "none"
-
-    wsname = ws.metadata.name
-    problems: list[Violation] = []
-    mig = mig_only(templates)
-
-    profile: ResolvedProfile | None = None
-    how = "label"
     requested = meta_labels.get(labels.WORKLOAD_PROFILE)
-    field = label_field(labels.WORKLOAD_PROFILE) if requested is not None else "metadata"
     shape, classes = object_shape(templates, settings)
-
-    def asked() -> str:  # only for messages
-        return f"{'/'.join(map(str, sorted(shape) or [0]))} GPU(s) per pod"
-    if requested is not None:
-        candidate = state.profiles.get(requested)
-        if candidate is None:
-            problems.append(Violation("workload-profile", field,
-                f"asks for workload profile {requested!r}, which does not exist; allowed in workspace "
-                f"{wsname!r} (lane {lane}): {names()}; fix: set the label to one of them or remove it"))
-        elif not any(p is candidate for p in applicable):
-            problems.append(Violation("workload-profile", field,
-                f"asks for workload profile {requested!r}, which does not apply to workspace {wsname!r} "
-                f"(namespace {ws.target_namespace}, lane {lane}); allowed: {names()}; fix: use one of them"))
-        elif mig and candidate.gpus_per_worker > 0:
-            problems.append(_mig_violation(field, mig, f"asks for workload profile {_describe(candidate)}",
-                                           applicable))
-        else:
-            profile = candidate
-    else:
-        shaped = [p for p in applicable if matches_shape(p, shape, classes)]
-        ready = [p for p in shaped if p.is_ready()]
-        default = ws.spec.defaults.workload_profile
-        if len(ready) == 1:
-            profile, how = ready[0], "shape"
-        elif len(ready) > 1:
-            profile, how = next((p for p in ready if p.name == default), None), "shape"
-            if profile is None:
-                problems.append(Violation("workload-profile", field,
-                    f"several workload profiles fit {asked()}: {', '.join(_describe(p) for p in ready)}; "
-                    f"fix: add the label {labels.WORKLOAD_PROFILE}=<one of them>"))
-        elif shaped:
-            # The profile made for this shape exists but cannot place runs: say so, rather than
-            # falling back to a default that was never meant for this object.
-            profile, how = shaped[0], "shape"
-        elif default:
-            profile, how = state.profiles.get(default), "default"
-            if mig and profile is not None and profile.gpus_per_worker > 0:
-                problems.append(_mig_violation(field, mig, f"would get the workspace default {_describe(profile)}",
-                                               applicable))
-                profile = None
-            elif profile is None or not any(p is profile for p in applicable):
-                problems.append(Violation("workload-profile", field,
-                    f"no applicable workload profile matches {asked()} and the workspace default {default!r} is "
-                    f"{'missing' if profile is None else 'not applicable'}; allowed: "
-                    f"{', '.join(_describe(p) for p in applicable) or 'none'}; fix: set the label "
-                    f"{labels.WORKLOAD_PROFILE} or ask the platform team to fix workspace {wsname!r}"))
-                profile = None
-        else:
-            problems.append(Violation("workload-profile", field,
-                f"no applicable workload profile matches {asked()} in workspace {wsname!r} and it has no default "
-                f"profile; allowed: {', '.join(_describe(p) for p in applicable) or 'none'}; fix: change the GPUs "
-                f"per pod to one of those or set the label {labels.WORKLOAD_PROFILE}"))
+    ask = _Asked(ws, state, lane, state.applicable_profiles(ws, lane),
+                 label_field(labels.WORKLOAD_PROFILE) if requested is not None else "metadata",
+                 mig_only(templates), shape, classes)
+    problems: list[Violation] = []
+    how, chosen = ("label", _labelled_profile(ask, requested)) if requested is not None else _shaped_profile(ask)
+    profile = chosen if isinstance(chosen, ResolvedProfile) else None
+    if isinstance(chosen, Violation):
+        problems.append(chosen)
     if profile is not None and not profile.is_ready():
-        why = next((c.message for c in profile.conditions if c.type == "Ready"), "no Ready condition")
-        others = ", ".join(sorted(p.name for p in applicable if p.is_ready() and p is not profile)) or "none"
-        problems.append(Violation("workload-profile", field,
-            f"{'asks for' if how == 'label' else 'resolves to'} workload profile {profile.name!r}, which is not "
-            f"Ready ({why}); allowed: a Ready profile ({others}); fix: wait for the platform team to fix "
-            f"{profile.name!r} or choose another with the label {labels.WORKLOAD_PROFILE}"))
+        problems.append(_not_ready(ask, profile, how))
+    queue, queue_problem = _queue(ask, meta_labels.get(labels.KUEUE_QUEUE_NAME))
+    if queue_problem is not None:
+        problems.append(queue_problem)
+    if problems or profile is None:
+        return Unresolved(tuple(problems))
+    note = ""
+    if how == "default":
+        note = (f"no workload profile in workspace {ws.metadata.name!r} matches {ask.shape_text()}, so the "
+                f"workspace default {_describe(profile)} applies; to use another, set the label "
+                f"{labels.WORKLOAD_PROFILE}")
+    return Resolution(ws, profile, queue, lane, how, note)
 
+
+@dataclass(frozen=True, slots=True)
+class _Asked:
+    """What ``resolve`` decides from, for one object: the workspace ``ws``, the ``state``, the
+    ``lane``, the profiles ``applicable`` in that workspace and lane, the ``field`` path a
+    profile violation names, the MIG slices ``mig`` asked for instead of whole GPUs
+    (``mig_only``), and the object's ``shape`` (GPUs per pod) and GPU ``classes``
+    (``object_shape``)."""
+
+    ws: TauWorkspace
+    state: ClusterState
+    lane: str
+    applicable: tuple[ResolvedProfile, ...]
+    field: str
+    mig: list[str]
+    shape: set[int]
+    classes: set[str]
+
+    def names(self) -> str:
+        """The applicable profiles' names (only for messages: a request that resolves never pays)."""
+        return ", ".join(sorted(p.name for p in self.applicable)) or "none"
+
+    def described(self) -> str:
+        """The applicable profiles described with their GPUs per worker and class (for messages)."""
+        return ", ".join(_describe(p) for p in self.applicable) or "none"
+
+    def shape_text(self) -> str:
+        """The object's GPUs per pod, as a message says them."""
+        return f"{'/'.join(map(str, sorted(self.shape) or [0]))} GPU(s) per pod"
+
+
+def _labelled_profile(ask: _Asked, requested: str) -> ResolvedProfile | Violation:
+    """The profile the ``tau.azure.com/workload-profile`` label names, or why it cannot be used:
+    it does not exist, does not apply to the workspace and lane, or is a full-GPU profile for an
+    object that asks only for MIG slices."""
+    wsname = ask.ws.metadata.name
+    candidate = ask.state.profiles.get(requested)
+    if candidate is None:
+        return Violation("workload-profile", ask.field,
+            f"asks for workload profile {requested!r}, which does not exist; allowed in workspace "
+            f"{wsname!r} (lane {ask.lane}): {ask.names()}; fix: set the label to one of them or remove it")
+    if not any(p is candidate for p in ask.applicable):
+        return Violation("workload-profile", ask.field,
+            f"asks for workload profile {requested!r}, which does not apply to workspace {wsname!r} "
+            f"(namespace {ask.ws.target_namespace}, lane {ask.lane}); allowed: {ask.names()}; fix: use one of them")
+    if ask.mig and candidate.gpus_per_worker > 0:
+        return _mig_violation(ask.field, ask.mig, f"asks for workload profile {_describe(candidate)}", ask.applicable)
+    return candidate
+
+
+def _shaped_profile(ask: _Asked) -> tuple[str, ResolvedProfile | Violation]:
+    """Without the label: ``("shape", profile)`` for the single applicable Ready profile matching
+    the object's shape (the workspace default wins a tie; a matching profile that is not Ready is
+    still chosen, so the not-Ready denial names it), else ``("default", profile)`` for the
+    workspace default; or the violation saying why neither applies."""
+    wsname = ask.ws.metadata.name
+    shaped = [p for p in ask.applicable if matches_shape(p, ask.shape, ask.classes)]
+    ready = [p for p in shaped if p.is_ready()]
+    default = ask.ws.spec.defaults.workload_profile
+    if len(ready) == 1:
+        return "shape", ready[0]
+    if len(ready) > 1:
+        tie_break = next((p for p in ready if p.name == default), None)
+        if tie_break is not None:
+            return "shape", tie_break
+        return "shape", Violation("workload-profile", ask.field,
+            f"several workload profiles fit {ask.shape_text()}: {', '.join(_describe(p) for p in ready)}; "
+            f"fix: add the label {labels.WORKLOAD_PROFILE}=<one of them>")
+    if shaped:
+        # The profile made for this shape exists but cannot place runs: say so, rather than
+        # falling back to a default that was never meant for this object.
+        return "shape", shaped[0]
+    if not default:
+        return "shape", Violation("workload-profile", ask.field,
+            f"no applicable workload profile matches {ask.shape_text()} in workspace {wsname!r} and it has no "
+            f"default profile; allowed: {ask.described()}; fix: change the GPUs per pod to one of those or set "
+            f"the label {labels.WORKLOAD_PROFILE}")
+    profile = ask.state.profiles.get(default)
+    if ask.mig and profile is not None and profile.gpus_per_worker > 0:
+        return "default", _mig_violation(ask.field, ask.mig, f"would get the workspace default {_describe(profile)}",
+                                         ask.applicable)
+    if profile is None or not any(p is profile for p in ask.applicable):
+        return "default", Violation("workload-profile", ask.field,
+            f"no applicable workload profile matches {ask.shape_text()} and the workspace default {default!r} is "
+            f"{'missing' if profile is None else 'not applicable'}; allowed: {ask.described()}; fix: set the "
+            f"label {labels.WORKLOAD_PROFILE} or ask the platform team to fix workspace {wsname!r}")
+    return "default", profile
+
+
+def _not_ready(ask: _Asked, profile: ResolvedProfile, how: str) -> Violation:
+    """The violation for a chosen ``profile`` that is not Ready, naming its Ready condition's
+    message and the Ready alternatives."""
+    why = next((c.message for c in profile.conditions if c.type == "Ready"), "no Ready condition")
+    others = ", ".join(sorted(p.name for p in ask.applicable if p.is_ready() and p is not profile)) or "none"
+    return Violation("workload-profile", ask.field,
+        f"{'asks for' if how == 'label' else 'resolves to'} workload profile {profile.name!r}, which is not "
+        f"Ready ({why}); allowed: a Ready profile ({others}); fix: wait for the platform team to fix "
+        f"{profile.name!r} or choose another with the label {labels.WORKLOAD_PROFILE}")
+
+
+def _queue(ask: _Asked, asked_queue: str | None) -> tuple[str, Violation | None]:
+    """The workspace's LocalQueue (its first), and the violation when the
+    ``kueue.x-k8s.io/queue-name`` label names another queue (whose it is, or that it does not
+    exist) or when the workspace's own LocalQueue does not exist in its namespace."""
+    ws, state = ask.ws, ask.state
     allowed_queues = state.queues_of(ws)
     queue = allowed_queues[0]
-    asked_queue = meta_labels.get(labels.KUEUE_QUEUE_NAME)
     qfield = label_field(labels.KUEUE_QUEUE_NAME)
     if asked_queue is not None and asked_queue not in allowed_queues:
         owner = next((w.metadata.name for w in state.workspaces.values()
@@ -200,18 +257,12 @@ def resolve(obj: dict, templates: list[PodTemplate], ws: TauWorkspace, state: Cl
         where = (f"the LocalQueue of workspace {owner!r}" if owner else
                  f"a LocalQueue that does not exist in namespace {ws.target_namespace!r}"
                  if (ws.target_namespace, asked_queue) not in state.local_queues else
-                 f"a LocalQueue that workspace {wsname!r} may not use")
-        problems.append(Violation("queue", qfield,
+                 f"a LocalQueue that workspace {ws.metadata.name!r} may not use")
+        return queue, Violation("queue", qfield,
             f"names queue {asked_queue!r}, {where}; allowed: {', '.join(allowed_queues)}; "
-            f"fix: set {labels.KUEUE_QUEUE_NAME}={queue} or remove the label"))
-    elif (ws.target_namespace, queue) not in state.local_queues:
-        problems.append(Violation("queue", qfield,
-            f"workspace {wsname!r} uses LocalQueue {queue!r}, which does not exist in namespace "
-            f"{ws.target_namespace!r}; nothing can be queued until the platform team creates it"))
-    if problems or profile is None:
-        return Unresolved(tuple(problems))
-    note = ""
-    if how == "default":
-        note = (f"no workload profile in workspace {wsname!r} matches {asked()}, so the workspace default "
-                f"{_describe(profile)} applies; to use another, set the label {labels.WORKLOAD_PROFILE}")
-    return Resolution(ws, profile, queue, lane, how, note)
+            f"fix: set {labels.KUEUE_QUEUE_NAME}={queue} or remove the label")
+    if (ws.target_namespace, queue) not in state.local_queues:
+        return queue, Violation("queue", qfield,
+            f"workspace {ws.metadata.name!r} uses LocalQueue {queue!r}, which does not exist in namespace "
+            f"{ws.target_namespace!r}; nothing can be queued until the platform team creates it")
+    return queue, None

@@ -1,4 +1,4 @@
-"""AdmissionReview in, decision out: the pure heart of the webhook (DESIGN.md section 2).
+"""AdmissionReview in, decision out: the pure heart of the webhook (ARCHITECTURE.md section 2).
 
 ``parse_review`` checks an AdmissionReview body; ``mutate`` and ``validate`` decide on its
 ``request`` from a ``ClusterState`` (no API call, no I/O; ``validate`` calls the policy engine);
@@ -32,7 +32,7 @@ from taugate.settings import Settings
 from taugate.shape import json_type, object_depth_problem
 from taugate.snapshot import ClusterState
 from taugate.webhook import mutation, validation
-from taugate.webhook.decision import Decision, Violation
+from taugate.webhook.decision import Action, Decision, Violation
 from taugate.webhook.policy_set import PolicyEvaluationError
 from taugate.webhook.resolution import Resolution, Unresolved, resolve
 
@@ -48,7 +48,8 @@ class ReviewError(ValueError):
 class Engine(Protocol):
     """The policy engine as validation sees it (webhook/policy.py implements it)."""
 
-    digest: str
+    @property
+    def digest(self) -> str: ...  # read-only: each engine derives it from its active policy set
 
     def evaluate(self, input: dict) -> list[Violation]: ...
 
@@ -58,6 +59,17 @@ def parse_review(body: bytes | str | dict) -> dict:
     the request). Raises ``ReviewError`` naming the first problem: not JSON, not an object,
     wrong apiVersion/kind, no request, missing or non-string uid, unknown operation, a missing
     kind, or an ``object``/``oldObject`` that is not an object."""
+    review = _decode(body)
+    req = review["request"]
+    _check_request_identity(req)
+    _check_request_objects(req)
+    _check_request_strings(req)
+    return review
+
+
+def _decode(body: bytes | str | dict) -> dict:
+    """The AdmissionReview envelope: a JSON object of kind AdmissionReview in admission.k8s.io/v1
+    holding a ``request`` object. Raises ``ReviewError`` otherwise."""
     if isinstance(body, dict):
         review = body
     else:
@@ -70,31 +82,46 @@ def parse_review(body: bytes | str | dict) -> dict:
     if review.get("kind") != "AdmissionReview" or review.get("apiVersion") not in API_VERSIONS:
         raise ReviewError(f"expected kind AdmissionReview in admission.k8s.io/v1, got kind={review.get('kind')!r} "
                           f"apiVersion={review.get('apiVersion')!r}")
-    req = review.get("request")
-    if not isinstance(req, dict):
+    if not isinstance(review.get("request"), dict):
         raise ReviewError("AdmissionReview has no request object")
+    return review
+
+
+def _check_request_identity(req: dict) -> None:
+    """``uid`` a non-empty string, ``operation`` a known one, ``kind`` an object with a kind."""
     if not isinstance(req.get("uid"), str) or not req["uid"]:
         raise ReviewError("request.uid is missing or not a string")
     if req.get("operation") not in OPERATIONS:
         raise ReviewError(f"request.operation is {req.get('operation')!r}; expected one of {sorted(OPERATIONS)}")
     if not isinstance(req.get("kind"), dict) or not req["kind"].get("kind"):
         raise ReviewError("request.kind (group, version, kind) is missing")
+
+
+def _check_request_objects(req: dict) -> None:
+    """``object``, ``oldObject`` and ``userInfo`` objects when present; ``object`` present on a
+    CREATE or UPDATE of the resource itself (not a subresource), ``oldObject`` on such an UPDATE."""
     for key in ("object", "oldObject"):
         if req.get(key) is not None and not isinstance(req[key], dict):
             raise ReviewError(f"request.{key} is {json_type(req[key])}, not an object")
     if req.get("userInfo") is not None and not isinstance(req["userInfo"], dict):
         raise ReviewError("request.userInfo is not an object")
-    if req["operation"] in ("CREATE", "UPDATE") and not req.get("subResource") and not isinstance(req.get("object"), dict):
+    if req.get("subResource"):
+        return
+    if req["operation"] in ("CREATE", "UPDATE") and not isinstance(req.get("object"), dict):
         raise ReviewError(f"request.object is missing; a {req['operation']} review carries the object")
-    if req["operation"] == "UPDATE" and not req.get("subResource") and not isinstance(req.get("oldObject"), dict):
+    if req["operation"] == "UPDATE" and not isinstance(req.get("oldObject"), dict):
         raise ReviewError("request.oldObject is missing; an UPDATE review carries the old object")
+
+
+def _check_request_strings(req: dict) -> None:
+    """``namespace``, ``name`` and ``subResource`` strings when present; the kind's group, version
+    and kind strings."""
     for key in ("namespace", "name", "subResource"):
         if req.get(key) is not None and not isinstance(req[key], str):
             raise ReviewError(f"request.{key} is {json_type(req[key])}, not a string")
     gvk = req["kind"]
     if type(gvk.get("group", "")) is not str or type(gvk.get("version", "")) is not str or type(gvk["kind"]) is not str:
         raise ReviewError("request.kind group, version and kind must be strings")
-    return review
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +139,7 @@ class Context:
     engine: Engine | None
 
     @classmethod
-    def of(cls, request: dict, state: ClusterState, settings: Settings, engine: Engine | None = None) -> "Context":
+    def of(cls, request: dict, state: ClusterState, settings: Settings, engine: Engine | None = None) -> Context:
         """The context of ``request``."""
         operation = request.get("operation")
         old = request.get("oldObject") if operation == "UPDATE" else None
@@ -150,7 +177,7 @@ def _subject(ctx: Context) -> _Subject | None:
     kind = kind_for(gvk.get("group") or obj.get("apiVersion"), gvk.get("kind") or obj.get("kind"))
     if kind is None:
         return None
-    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    meta = mutation.json_object(obj.get("metadata"))
     namespace = request.get("namespace") or meta.get("namespace")
     ws = state.workspace_for(namespace) if isinstance(namespace, str) else None
     if ws is None:
@@ -182,8 +209,8 @@ def _admitted_resolution(ctx: Context, subject: _Subject) -> Resolution | None:
     profile = old_labels.get(labels.WORKLOAD_PROFILE) if isinstance(old_labels, dict) else None
     if not isinstance(profile, str):
         return None
-    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
-    now_labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
+    meta = mutation.json_object(obj.get("metadata"))
+    now_labels = mutation.json_object(meta.get("labels"))
     view = {**obj, "metadata": {**meta, "labels": {**now_labels, labels.WORKLOAD_PROFILE: profile}}}
     res = resolve(view, subject.templates, subject.workspace, ctx.state, ctx.settings)
     return res if isinstance(res, Resolution) else None
@@ -236,10 +263,13 @@ def mutate(request: dict, state: ClusterState, settings: Settings, engine: Engin
             return Decision.deny(res.violations, obj=obj)
         queued = subject.kind.queued(obj)
         edits = mutation.edit_create(doc, subject.kind, subject.templates, res, state, settings)
-        mutation.annotate(edits, _record(res, ctx, queued), settings.admission_key_bytes(), ctx.request.get("namespace"))
+        mutation.annotate(edits, _record(res, ctx, queued), settings.admission_key_bytes(),
+                          ctx.request.get("namespace"))
         if res.note:
             warnings.append(res.note)
-    patch = edits.patch() if edits is not None else None
+    if edits is None:
+        return Decision(True, patch=None, object=obj, warnings=warnings)
+    patch = edits.patch()
     return Decision(True, patch=patch, object=edits.doc if patch else obj, warnings=warnings)
 
 
@@ -270,7 +300,8 @@ def _policies(ctx: Context, engine: Engine, obj: dict, templates: list[PodTempla
         raise PolicyFailure(reason, dict(e.failed), list(e.results)) from None
 
 
-def _policy_failure_decision(failure: PolicyFailure, obj: dict, found: list[Violation], engine: Engine) -> Decision:
+def _policy_failure_decision(failure: PolicyFailure, obj: dict, found: list[Violation],
+                             engine: Engine | None) -> Decision:
     """The answer when policies failed at run time on ``obj``: an object nested deeper than
     ``MAX_DEPTH`` is denied naming the path (the object's fault); otherwise each failing policy
     is reported by its own enforcement action (``deny``: the request is denied with code 503,
@@ -286,7 +317,7 @@ def _policy_failure_decision(failure: PolicyFailure, obj: dict, found: list[Viol
     ps = getattr(getattr(engine, "store", None), "current", None)
     failed = []
     for policy, why in sorted(failure.failed.items()):
-        action = ps.action(policy, "deny") if ps is not None else "deny"
+        action: Action = ps.action(policy, "deny") if ps is not None else "deny"
         failed.append(Violation(policy, "", f"the policy failed on this object ({why}); it could not judge the "
                                             f"request; tell the platform team (the policy needs fixing)", action))
     return _decide(found + failure.results + failed, "", code=503 if any(v.action == "deny" for v in failed) else 403,
@@ -408,7 +439,8 @@ def request_for(obj: dict, *, namespace: str | None, operation: str = "CREATE", 
                 old: dict | None = None, dry_run: bool = True) -> dict:
     """A synthetic AdmissionRequest for ``obj``, as the API server would send it."""
     group, _, version = str(obj.get("apiVersion", "")).rpartition("/")
-    kind = obj.get("kind") if isinstance(obj.get("kind"), str) else ""
+    kind = obj.get("kind")
+    kind = kind if isinstance(kind, str) else ""
     gvk = {"group": group, "version": version, "kind": kind}
     workload = kind_for(group, kind)
     resource = workload.resource if workload is not None else kind.lower() + "s"

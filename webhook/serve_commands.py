@@ -1,8 +1,9 @@
 """``taugate serve``: the admission webhooks over HTTPS.
 
 ``taugate serve --cluster SNAPSHOT [--cert-dir DIR] [--host 127.0.0.1] [--port 8443]
-[--policies DIR] [--enforcement FILE] [--policy-backend embedded|opa --opa-url URL]`` serves ``/mutate``, ``/validate``, ``/validate-tau``,
-``/healthz``, ``/readyz`` and ``/metrics`` (see ``webhook.server``). TLS comes from
+[--policies DIR] [--enforcement FILE] [--policy-backend embedded|opa --opa-url URL]`` serves
+``/mutate``, ``/validate``, ``/validate-tau``, ``/healthz``, ``/readyz`` and ``/metrics`` (see
+``webhook.server``). TLS comes from
 ``--cert-dir`` (``tls.crt``, ``tls.key``; reloaded without restart when they change), or, without
 it, from a CA and serving certificate generated at start (its CA path is printed). In a cluster
 pass ``--host 0.0.0.0``. ``--policy-backend opa --opa-url http://127.0.0.1:8181`` evaluates the
@@ -23,13 +24,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import ValidationError
 
 from taugate import argtypes
 from taugate.settings import Settings
 from taugate.snapshot import SnapshotError
+from taugate.webhook.providers import StateProvider, TLSSource
+
+if TYPE_CHECKING:  # annotations only: the serve command imports the policy engines when it runs
+    from taugate.webhook.policy import PolicyEngine
 
 
 def _err(msg: str) -> int:
@@ -37,12 +44,22 @@ def _err(msg: str) -> int:
     return 2
 
 
-def cmd_serve(args: argparse.Namespace) -> int:
-    """Handler of ``taugate serve``; returns the exit code."""
-    from taugate.webhook import lifecycle
-    from taugate.webhook import server as srv
-    from taugate.webhook.providers import SnapshotStateProvider
+class _ServingTLS(TLSSource, Protocol):
+    """The serving TLS the CLI wires (``certs.serving.ServingTLS``): a ``TLSSource`` that also
+    names the CA bundle that signed it (``ca_path``, printed at start)."""
 
+    ca_path: Path
+
+
+class _Unusable(Exception):
+    """A flag, file or setting ``taugate serve`` cannot start with: the message is the one stderr
+    line, the exit code 2."""
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    """The settings (environment) with the ``--deadline``, ``--policy-backend`` and ``--opa-url``
+    flags over them. Raises ``_Unusable`` naming the flag or setting that is invalid, or an OPA
+    backend without a URL."""
     try:
         settings = Settings()
         overrides = {k: v for k, v in (("admission_deadline_seconds", args.deadline),
@@ -55,77 +72,110 @@ def cmd_serve(args: argparse.Namespace) -> int:
         where = ".".join(map(str, first["loc"]))
         flag = {"admission_deadline_seconds": f"--deadline {args.deadline}", "policy_backend": "--policy-backend",
                 "opa_url": "--opa-url", "": "settings"}.get(where, f"settings.{where} (TAUGATE_{where.upper()})")
-        return _err(f"{flag}: {first['msg'].removeprefix('Value error, ')}")
+        raise _Unusable(f"{flag}: {first['msg'].removeprefix('Value error, ')}") from e
     if settings.policy_backend == "opa" and not settings.opa_url:
-        return _err("--policy-backend opa needs --opa-url (for example http://127.0.0.1:8181)")
-    # Cluster state.
+        raise _Unusable("--policy-backend opa needs --opa-url (for example http://127.0.0.1:8181)")
+    return settings
+
+
+def _state_provider(args: argparse.Namespace, settings: Settings) -> StateProvider:
+    """Cluster state: the ``--cluster`` snapshot file, or with ``--in-cluster`` the watch-based
+    provider the CLI wired (``args.state_provider_factory``). Raises ``_Unusable`` when the
+    snapshot is broken, nothing is wired, or the API configuration is unusable."""
+    from taugate.webhook.providers import SnapshotStateProvider
+
     if args.cluster is not None:
         try:
-            provider = SnapshotStateProvider(args.cluster, settings)
+            return SnapshotStateProvider(args.cluster, settings)
         except SnapshotError as e:
-            return _err(str(e))
-    elif args.in_cluster:
-        factory = getattr(args, "state_provider_factory", None)
-        if factory is None:
-            return _err("--in-cluster needs the controllers part (no watch-based state provider is wired)")
-        try:
-            provider = factory(settings, kubeconfig=args.kubeconfig)
-        except ValueError as e:  # no usable API configuration
-            return _err(str(e))
-    else:
-        return _err("give --cluster SNAPSHOT (or --in-cluster inside a cluster)")
-    # Policies.
-    engine = None
-    if not args.no_policies:
-        from taugate.webhook.engines import load_policy_engine
-        from taugate.webhook.policy import PolicyError
+            raise _Unusable(str(e)) from e
+    if not args.in_cluster:
+        raise _Unusable("give --cluster SNAPSHOT (or --in-cluster inside a cluster)")
+    factory = getattr(args, "state_provider_factory", None)
+    if factory is None:
+        raise _Unusable("--in-cluster needs the controllers part (no watch-based state provider is wired)")
+    try:
+        return factory(settings, kubeconfig=args.kubeconfig)
+    except ValueError as e:  # no usable API configuration
+        raise _Unusable(str(e)) from e
 
-        try:
-            engine = load_policy_engine(args.policies or settings.policy_dir, enforcement=args.enforcement,
-                                        backend=settings.policy_backend, opa_url=settings.opa_url,
-                                        opa_timeout_s=settings.opa_timeout_seconds)
-        except PolicyError as e:  # one line: file, line, reason
-            return _err(f"policies: {e}")
-    # Hot reload of the policy library (a changed set is activated only if it passes its tests).
-    store = getattr(engine, "store", None)
-    checks = tuple(fn for fn in (getattr(store, "check_for_changes", None),) if callable(fn))
-    # TLS.
+
+def _policy_engine(args: argparse.Namespace, settings: Settings) -> PolicyEngine | None:
+    """The policy engine (None with ``--no-policies``). Raises ``_Unusable`` with the engine's
+    one-line ``PolicyError`` (file, line, reason) when the library does not load."""
+    if args.no_policies:
+        return None
+    from taugate.webhook.engines import load_policy_engine
+    from taugate.webhook.policy import PolicyError
+
+    try:
+        return load_policy_engine(args.policies or settings.policy_dir, enforcement=args.enforcement,
+                                  backend=settings.policy_backend, opa_url=settings.opa_url,
+                                  opa_timeout_s=settings.opa_timeout_seconds)
+    except PolicyError as e:  # one line: file, line, reason
+        raise _Unusable(f"policies: {e}") from e
+
+
+def _tls(args: argparse.Namespace) -> _ServingTLS:
+    """The serving TLS from the factory the CLI wired (``args.tls_factory``). Raises ``_Unusable``
+    when none is wired or the certificate is unusable."""
     tls_factory = getattr(args, "tls_factory", None)
     if tls_factory is None:
-        return _err("no TLS provider is wired (run through the taugate command, which wires certs)")
+        raise _Unusable("no TLS provider is wired (run through the taugate command, which wires certs)")
     try:
-        tls = tls_factory(args.cert_dir, service=args.service, namespace=args.namespace)
+        return tls_factory(args.cert_dir, service=args.service, namespace=args.namespace)
     except ValueError as e:  # certs.pki.CertError
-        return _err(str(e))
+        raise _Unusable(str(e)) from e
 
-    server = srv.AdmissionServer(provider, settings, engine, policies_required=not args.no_policies,
-                                 checks=checks)
 
-    def started(running: lifecycle.RunningServer) -> None:
-        paths = ", ".join(r.path for r in srv.ROUTES)
-        print(f"taugate: serving {paths} on {running.url}", flush=True)
-        ca = Path(tls.ca_path)
-        print(f"taugate: CA certificate: {ca}" if ca.is_file() else
-              f"taugate: CA certificate: none next to the serving certificate ({ca} is absent)", flush=True)
-
-    async def main() -> None:
-        await lifecycle.serve_forever(server, tls, host=args.host, port=args.port, shutdown_delay=args.shutdown_delay,
-                                on_started=started)
-
+def _run(main: Coroutine[Any, Any, None], loop: str) -> None:
+    """Run ``main`` to its end on asyncio's default event loop, or uvloop's with ``--loop uvloop``.
+    Raises ``_Unusable`` when uvloop is asked for and not installed."""
+    if loop != "uvloop":
+        asyncio.run(main)
+        return
     try:
-        if args.loop == "uvloop":
-            try:
-                import uvloop
-            except ModuleNotFoundError:
-                return _err("--loop uvloop: uvloop is not installed (pip install uvloop)")
-            with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-                runner.run(main())
-        else:
-            asyncio.run(main())
+        import uvloop
+    except ModuleNotFoundError as e:
+        main.close()
+        raise _Unusable("--loop uvloop: uvloop is not installed (pip install uvloop)") from e
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(main)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    """Handler of ``taugate serve``; returns the exit code (0 after a clean shutdown, 2 when it
+    cannot start)."""
+    from taugate.webhook import lifecycle
+    from taugate.webhook import server as srv
+
+    opened: dict[str, object] = {}  # closed when serving ends (or fails to start): the TLS, then the engine
+    try:
+        settings = _settings(args)
+        provider = _state_provider(args, settings)
+        engine = opened["engine"] = _policy_engine(args, settings)
+        # Hot reload of the policy library (a changed set is activated only if it passes its tests).
+        store = getattr(engine, "store", None)
+        checks = tuple(fn for fn in (getattr(store, "check_for_changes", None),) if callable(fn))
+        tls = opened["tls"] = _tls(args)
+        server = srv.AdmissionServer(provider, settings, engine, policies_required=not args.no_policies,
+                                     checks=checks)
+
+        def started(running: lifecycle.RunningServer) -> None:
+            paths = ", ".join(r.path for r in srv.ROUTES)
+            print(f"taugate: serving {paths} on {running.url}", flush=True)
+            ca = Path(tls.ca_path)
+            print(f"taugate: CA certificate: {ca}" if ca.is_file() else
+                  f"taugate: CA certificate: none next to the serving certificate ({ca} is absent)", flush=True)
+
+        _run(lifecycle.serve_forever(server, tls, host=args.host, port=args.port,
+                                     shutdown_delay=args.shutdown_delay, on_started=started), args.loop)
+    except _Unusable as e:
+        return _err(str(e))
     except OSError as e:
         return _err(e.strerror or str(e))
     finally:
-        for part in (tls, engine):
+        for part in (opened.get("tls"), opened.get("engine")):
             close = getattr(part, "close", None)
             if callable(close):
                 close()

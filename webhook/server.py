@@ -47,11 +47,13 @@ also handed in by the CLI: webhook never imports certs or controllers).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import orjson
 from aiohttp import web
@@ -63,8 +65,8 @@ from taugate.snapshot import ClusterState
 from taugate.webhook import review
 from taugate.webhook.connections import ByteBudget, ConnectionGuard
 from taugate.webhook.decision import Decision
-from taugate.webhook.policy_set import PolicyUnavailable
 from taugate.webhook.metrics import AdmissionMetrics
+from taugate.webhook.policy_set import PolicyUnavailable
 from taugate.webhook.providers import StateProvider, TLSSource
 from taugate.webhook.routes import ROUTED_KINDS, ROUTES, Route
 
@@ -315,7 +317,8 @@ class AdmissionServer:
 
     async def _decide_body(self, route: Route, request: web.Request, deadline: float,
                            loop: asyncio.AbstractEventLoop, held: list[int] | None) -> _Reply:
-        """Read, parse and decide one body (only the parsed review is kept). A small body (at most ``inline_limit`` bytes) is parsed and,
+        """Read, parse and decide one body (only the parsed review is kept). A small body (at most
+        ``inline_limit`` bytes) is parsed and,
         with a local engine, decided on the event loop; a large one is parsed, then decided, in
         the thread pool, and so is every decision of a ``remote`` engine (it waits on I/O). The
         parse always completes (its uid is needed for any valid answer, even the deadline's); a
@@ -331,11 +334,11 @@ class AdmissionServer:
         except review.ReviewError as e:
             return _Reply(400, {"error": str(e)}, "invalid")
         del body  # the parsed review is what is kept from here on
-        reasons = self.unable_reasons()
-        if reasons:
+        state = self.provider.state  # read once: the decision uses the state the readiness check saw
+        reasons = self.unable_reasons() or ([] if state is not None else ["no cluster state yet"])
+        if reasons or state is None:
             return self._answer(route, rev, self._settle(route, rev, lambda: self._unavailable_decision(reasons)),
                                 "unavailable")
-        state = self.provider.state
         decider = _DECIDERS[route.name]
 
         def decide() -> Decision:
@@ -410,7 +413,8 @@ class AdmissionServer:
             self.check_tls()
         except Exception:
             log.exception("certificate check failed")
-        for fn in ([self.provider.check] if callable(getattr(self.provider, "check", None)) else []) + list(self.checks):
+        provider_check = getattr(self.provider, "check", None)  # optional in the StateProvider protocol
+        for fn in ([provider_check] if callable(provider_check) else []) + list(self.checks):
             try:
                 await asyncio.to_thread(fn)
             except Exception:
@@ -429,10 +433,8 @@ class AdmissionServer:
         task = asyncio.create_task(loop_checks(), name="taugate-checks")
         yield
         task.cancel()
-        try:
+        with contextlib.suppress(asyncio.CancelledError):
             await task
-        except asyncio.CancelledError:
-            pass
         provider_stop = getattr(self.provider, "stop", None)
         if callable(provider_stop):
             await provider_stop()

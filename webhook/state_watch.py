@@ -6,7 +6,7 @@ ClusterQueues and ResourceFlavors (one thread per kind, through an ``ApiReader``
 the objects in memory and rebuilds the immutable ``ClusterState`` with
 ``taugate.snapshot.build_state`` in a worker thread when they change (debounced), so admission
 reads ``provider.state`` with no API call per request. It satisfies the webhook server's
-``StateProvider`` protocol (``taugate.webhook.server``): ``state``, ``ready``, ``age_seconds()``,
+``StateProvider`` protocol (``taugate.webhook.providers``): ``state``, ``ready``, ``age_seconds()``,
 ``async start()``, ``async stop()``.
 
 - ``ready`` turns True once every kind has been listed and the first state built; until then
@@ -200,7 +200,7 @@ class WatchStateProvider:
 
     # -- on the event loop -----------------------------------------------------------------
     def _connected(self, res: Resource) -> None:
-        self._down_since[res] = None  # type: ignore[assignment]
+        self._down_since[res] = None
 
     def _disconnected(self, res: Resource) -> None:
         if self._down_since.get(res) is None:

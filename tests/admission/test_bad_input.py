@@ -8,8 +8,8 @@ import copy
 import pytest
 import yaml
 
-from taugate.kinds import rayjob
 from taugate.cli import main
+from taugate.kinds import rayjob
 from taugate.snapshot import SnapshotError, load_snapshot
 from taugate.webhook.review import ReviewError, admit, mutate, parse_review, request_for, validate
 from tests.admission.conftest import EXAMPLE_CLUSTER

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 import taugate.kinds
-from taugate.kinds import KIND_NAMES, KINDS, WorkloadKind, kind_for, kind_of, resources_by_group_version
 from taugate.fieldpath import field_path
+from taugate.kinds import KIND_NAMES, KINDS, WorkloadKind, kind_for, kind_of, resources_by_group_version
 from taugate.kinds.base import WorkloadKind as Base
 from taugate.settings import Settings
 from taugate.webhook import mutation, review, routes, server
@@ -114,7 +114,7 @@ def test_the_admission_request_of_taugate_admit_names_each_kinds_resource():
 
 
 def test_children_of_every_kind_are_recognised_by_their_controller_owner():
-    assert mutation.WORKLOAD_OWNER_KINDS == {(k.group, k.kind) for k in KINDS}
+    assert {(k.group, k.kind) for k in KINDS} == mutation.WORKLOAD_OWNER_KINDS
     for k in KINDS:
         child = {"metadata": {"ownerReferences": [{"apiVersion": k.api_version, "kind": k.kind, "controller": True,
                                                    "name": "parent", "uid": "u"}]}}

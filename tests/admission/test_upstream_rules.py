@@ -14,9 +14,10 @@ import pytest
 import yaml
 
 from taugate import labels
-from taugate.kinds import job as job_kind, rayjob as rayjob_kind
-from taugate.pods import pod_request
 from taugate.cli import main
+from taugate.kinds import job as job_kind
+from taugate.kinds import rayjob as rayjob_kind
+from taugate.pods import pod_request
 from taugate.snapshot import build_state, read_objects
 from taugate.webhook.review import admit, mutate, request_for, validate
 from tests import upstream_manifests as m

@@ -14,12 +14,11 @@ from taugate.certs import store
 from taugate.certs.pki import fingerprint, issued_by, load_certificates
 from taugate.certs.serving import ServingTLS
 from taugate.settings import Settings
-from taugate.webhook import server as srv
-from tests.server.conftest import EXAMPLE_CLUSTER, EXAMPLE_RAYJOB
-from tests.server.https import AdmissionClient, admission_review, check_response, workload_request
 from taugate.webhook import lifecycle
 from taugate.webhook import server as srv
 from taugate.webhook.providers import SnapshotStateProvider
+from tests.server.conftest import EXAMPLE_CLUSTER, EXAMPLE_RAYJOB
+from tests.server.https import AdmissionClient, admission_review, check_response, workload_request
 
 DURATION = 10.0
 ROTATE_AT = 3.0

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from taugate import labels
-from taugate.state_objects import STATE_RESOURCES
 from taugate.kinds import KINDS
+from taugate.state_objects import STATE_RESOURCES
 from tests.install.chart import NAMESPACE, allowed, crds, find, hook_events, objects, one, pod_spec, rules_of
 
 # The kinds the webhook's in-cluster state provider (webhook/state_watch.py) lists and

@@ -75,7 +75,8 @@ def test_the_workload_webhooks_intercept_every_registered_kind_and_only_those(de
     for route in ("/mutate", "/validate"):
         name = next(r["name"] for r in routes_file() if r["path"] == route)
         _, w = webhooks[name]
-        rules = {(g, v, res) for r in w["rules"] for g in r["apiGroups"] for v in r["apiVersions"] for res in r["resources"]}
+        rules = {(g, v, res) for r in w["rules"]
+                 for g in r["apiGroups"] for v in r["apiVersions"] for res in r["resources"]}
         assert rules == {(k.group, k.version, k.resource) for k in KINDS}, name
         assert all(r["operations"] == ["CREATE", "UPDATE"] for r in w["rules"]), name
 

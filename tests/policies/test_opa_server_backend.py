@@ -59,7 +59,8 @@ def test_the_opa_server_backend_gives_the_same_decisions_as_the_embedded_engine(
     assert flagged >= 20
     held = opa_server.policies()
     assert "taugate/lib/taugate.rego" in held and "taugate/taugate/aggregate.rego" in held
-    assert held["taugate/gpu-total-fits-queue/policy.rego"] == (POLICIES / "gpu-total-fits-queue/policy.rego").read_text()
+    written = (POLICIES / "gpu-total-fits-queue/policy.rego").read_text()
+    assert held["taugate/gpu-total-fits-queue/policy.rego"] == written
 
 
 def test_the_opa_backend_pushes_the_policies_again_after_the_server_lost_them(opa_server, remote_engine,

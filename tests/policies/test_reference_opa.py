@@ -6,12 +6,10 @@ installs it. If it is missing these tests FAIL (an import error), they never ski
 
 from __future__ import annotations
 
-import opa_bindings  # noqa: E402,F401  - a missing package must fail this module, not skip it
+import opa_bindings  # noqa: F401  - imported only so that a missing package must fail this module, not skip it
 
 from taugate.webhook.policy import EmbeddedPolicyEngine, PolicyStore, read_policy_set
 from taugate.webhook.policy_testing import run_policy_tests
-
-import opa_bindings  # noqa: E402,F401  - a missing package must fail this module, not skip it
 from tests.policies.conftest import POLICIES
 from tests.policies.reference import OpaLibraryEngine
 

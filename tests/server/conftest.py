@@ -9,14 +9,11 @@ import yaml
 
 from taugate.certs import store
 from taugate.certs.serving import ServingTLS
-from tests.paths import DATA, K8S_API
-from tests.server.https import AdmissionClient
 from taugate.webhook import lifecycle
 from taugate.webhook import server as srv
 from taugate.webhook.providers import SnapshotStateProvider
-
-from tests.paths import EXAMPLE_CLUSTER, EXAMPLE_RAYJOB, REPO  # noqa: F401  (imported by the tests here)
 from tests.paths import DATA, EXAMPLE_CLUSTER, EXAMPLE_RAYJOB, K8S_API, REPO  # noqa: F401  (imported by the tests here)
+from tests.server.https import AdmissionClient
 
 K8S_DOCS = DATA / "admission" / "kubernetes-docs"
 """AdmissionReviews shaped like the Kubernetes documentation's examples (project-written)."""

@@ -12,13 +12,13 @@ import yaml
 
 from taugate.cli import main
 from taugate.settings import Settings
+from taugate.webhook.providers import SnapshotStateProvider
 from tests.paths import POLICIES
 from tests.server.conftest import EXAMPLE_CLUSTER
 from tests.server.https import AdmissionClient, admission_review, check_response, workload_request
 from tests.server.process import serve as _serve
 from tests.server.process import serving
 from tests.server.process import startup_lines as _startup_lines
-from taugate.webhook.providers import SnapshotStateProvider
 
 
 async def test_serve_generates_a_ca_serves_reviews_and_stops_cleanly_on_sigterm(rayjob):

@@ -9,11 +9,10 @@ import copy
 
 from taugate import labels
 from taugate.settings import Settings
-from taugate.webhook import server as srv
+from taugate.webhook.providers import SnapshotStateProvider
 from tests import upstream_manifests as m
 from tests.paths import POLICIES
 from tests.server.https import admission_review, apply, check_response, patch_of, workload_request
-from taugate.webhook.providers import SnapshotStateProvider
 
 
 async def _mutate(gate, request):
