@@ -20,7 +20,7 @@ the labels the webhook pins.
 
 and writes only two things: the ``TauRun`` (namespace of the run, named by run-id) and the
 evidence directory (``controllers/evidence.py``). Every decision is
-``controllers/run_conditions.py`` over the observed objects; the recorder is the I/O around it:
+``controllers/run_merge.py`` (with the ``run_*`` modules) over the observed objects; the recorder is the I/O around it:
 this module (construction, kopf wiring, lifecycle, observation, the worker),
 ``recorder_objects`` (pure readers of the watched objects), ``recorder_index`` (what is held per
 run, the snapshot), ``recorder_reconcile`` (the reconcile step) and ``recorder_writer`` (TauRuns).
@@ -45,7 +45,6 @@ import kubernetes.client
 from kubernetes.client import ApiException
 
 from taugate import labels
-from taugate.controllers import run_conditions as rc
 from taugate.controllers import run_membership as members
 from taugate.controllers.evidence import EvidenceError, EvidenceStore, Signer
 from taugate.controllers.recorder_config import FilesystemProbe, RecorderConfig, RunProbe
@@ -73,6 +72,8 @@ from taugate.controllers.recorder_objects import (
 )
 from taugate.controllers.recorder_reconcile import RunReconciler
 from taugate.controllers.recorder_writer import TauRunWriter
+from taugate.controllers.run_admitted import workload_owner_uid
+from taugate.controllers.run_completion import pod_terminations
 from taugate.kinds import job, raycluster, rayjob
 from taugate.settings import Settings
 
@@ -183,7 +184,7 @@ class Recorder:
             return {rid: dict(body)} if rid else None
 
         def by_owner_uid(body: Any, **_: Any) -> dict | None:
-            uid = rc.workload_owner_uid(dict(body))
+            uid = workload_owner_uid(dict(body))
             return {uid: dict(body)} if uid else None
 
         def by_node_name(body: Any, **_: Any) -> dict:
@@ -277,7 +278,7 @@ class Recorder:
 
     def observe_workload(self, event_type: str | None, obj: dict) -> None:
         """A Kueue Workload event: the run of its owner (known once the owner was seen) is marked."""
-        uid = rc.workload_owner_uid(obj)
+        uid = workload_owner_uid(obj)
         rid = self.by_uid.get(uid or "")
         if rid is not None:
             self.mark(rid)
@@ -289,7 +290,7 @@ class Recorder:
         if rid is None:
             return
         e = self._entry(rid, namespace_of(obj))
-        for f in rc.pod_terminations(obj):
+        for f in pod_terminations(obj):
             e.pending_failures.setdefault(f["key"], (f, members.controller_uid(obj)))
         self.mark(rid)
 

@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from taugate.controllers import run_conditions as rc
 from taugate.controllers.evidence import (
     EVIDENCE_FILE,
     EvidenceError,
@@ -42,8 +41,11 @@ from taugate.controllers.evidence import (
     load_public_key,
     verify_record,
 )
+from taugate.controllers.run_completion import describe_failure
+from taugate.controllers.run_diagnosis import diagnose, phase
+from taugate.controllers.run_values import COMPLETED, FAILED, RELEASE_TYPES, RUN_ID_RE, STATE_ORDER
 
-_LABELS = {rc.COMPLETED: "Completed", rc.FAILED: "Failed"}
+_LABELS = {COMPLETED: "Completed", FAILED: "Failed"}
 
 
 def _err(msg: str) -> int:
@@ -207,7 +209,7 @@ def _from_evidence(root: Path, run: str) -> tuple[dict | None, OpenedRecord]:
     """A TauRun-shaped view of an evidence record (for ``status --evidence-root``) and the record
     it was read from; the view is None when ``evidence.json`` is not a JSON object."""
     store = EvidenceStore(root)
-    if not rc.RUN_ID_RE.match(run):
+    if not RUN_ID_RE.match(run):
         matches = []
         for rid in store.run_ids():
             try:
@@ -246,7 +248,7 @@ def _s(value: Any) -> str:
 
 
 def _failure(f: Any) -> str:
-    return rc.describe_failure(f) if isinstance(f, dict) else json.dumps(f, sort_keys=True)
+    return describe_failure(f) if isinstance(f, dict) else json.dumps(f, sort_keys=True)
 
 
 def _src(src: Any) -> str:
@@ -265,17 +267,17 @@ def render_status(run: dict) -> str:
     by = {_s(c.get("type")): c for c in conds}
     obj = _d(spec.get("object"))
     lines = [f"Run {meta.get('name')}  {obj.get('kind', '?')} {meta.get('namespace')}/{obj.get('name', '?')}  "
-             f"phase {status.get('phase') or rc.phase(conds)}"]
+             f"phase {status.get('phase') or phase(conds)}"]
     extra = [f"{k} {spec[k]}" for k in ("workspace", "queue", "profile") if spec.get(k)]
     if extra:
         lines.append("  " + "  ".join(extra))
     lines.append("")
     rows = []
-    for i, t in enumerate(rc.STATE_ORDER, 1):
+    for i, t in enumerate(STATE_ORDER, 1):
         unobserved = {"type": t, "status": "Unknown", "reason": "NotObserved"}
-        c = by.get(t) or (by.get(rc.FAILED) if t == rc.COMPLETED else None) or unobserved
+        c = by.get(t) or (by.get(FAILED) if t == COMPLETED else None) or unobserved
         rows.append((str(i), c))
-    for t in rc.RELEASE_TYPES:
+    for t in RELEASE_TYPES:
         if t in by:
             rows.append((" ", by[t]))
     for n, c in rows:
@@ -284,7 +286,7 @@ def render_status(run: dict) -> str:
         s = _src(c.get("source"))
         if s:
             lines.append(f"   {'':<14}{'':<8}source: {s}")
-    d = rc.diagnose(conds, namespace=_s(meta.get("namespace")) or None, run_id=_s(meta.get("name")) or None)
+    d = diagnose(conds, namespace=_s(meta.get("namespace")) or None, run_id=_s(meta.get("name")) or None)
     lines.append("")
     if d.stage == "Done":
         lines.append("Stage: Done (finished; artifacts saved)")
@@ -318,7 +320,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         return 1
     if args.output == "json":
         meta = _d(run.get("metadata"))
-        d = rc.diagnose([c for c in _l(_d(run.get("status")).get("conditions")) if isinstance(c, dict)],
+        d = diagnose([c for c in _l(_d(run.get("status")).get("conditions")) if isinstance(c, dict)],
                         namespace=_s(meta.get("namespace")) or None, run_id=_s(meta.get("name")) or None)
         out = dict(run)
         out["diagnosis"] = {"stage": d.stage, "summary": d.summary, "status": d.status, "reason": d.reason,

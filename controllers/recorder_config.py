@@ -18,7 +18,8 @@ from typing import Protocol
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from taugate.controllers.run_conditions import ArtifactListing, ProgressSample, parse_metrics_jsonl
+from taugate.controllers.run_progress import parse_metrics_jsonl
+from taugate.controllers.run_values import ArtifactListing, ProgressSample
 
 
 class RecorderConfig(BaseSettings):

@@ -9,13 +9,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from taugate.controllers import run_conditions as rc
 from taugate.controllers import run_membership as members
 from taugate.controllers.recorder_objects import (
     name_of,
     namespace_of,
     uid_of,
 )
+from taugate.controllers.run_values import ArtifactListing, ProgressState
 
 log = logging.getLogger("taugate.recorder")
 
@@ -32,9 +32,9 @@ class RunEntry:
     # failure key -> (failure record, the uid of its pod's controller)
     pending_failures: dict[str, tuple[dict, str | None]] = field(default_factory=dict)
     ignored: set[str] = field(default_factory=set)  # uids of intruders already logged
-    progress: rc.ProgressState | None = None
+    progress: ProgressState | None = None
     progress_loaded: bool = False
-    artifacts: rc.ArtifactListing | None = None
+    artifacts: ArtifactListing | None = None
     terminal_since: datetime | None = None
     last_log_read: datetime | None = None
     final: bool = False

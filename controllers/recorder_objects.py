@@ -10,7 +10,7 @@ from typing import Any
 
 from taugate import labels
 from taugate import record as admission_record
-from taugate.controllers import run_conditions as rc
+from taugate.controllers.run_values import RUN_ID_RE
 from taugate.kinds import KIND_NAMES, WorkloadKind
 
 _DROP_META = ("managedFields", "resourceVersion", "generation", "selfLink")
@@ -75,7 +75,7 @@ def is_child_job(obj: dict) -> bool:
 
 def run_id_of(obj: dict) -> str | None:
     rid = ((obj.get("metadata") or {}).get("labels") or {}).get(labels.RUN_ID)
-    return rid if isinstance(rid, str) and rc.RUN_ID_RE.match(rid) else None
+    return rid if isinstance(rid, str) and RUN_ID_RE.match(rid) else None
 
 
 def name_of(obj: dict) -> str:

@@ -11,13 +11,28 @@ from datetime import datetime
 
 from kubernetes.client import ApiException
 
-from taugate.controllers import run_conditions as rc
 from taugate.controllers.evidence import EvidenceStore, RunRecord
 from taugate.controllers.kube import KubeError
 from taugate.controllers.recorder_config import RecorderConfig, RunProbe
 from taugate.controllers.recorder_index import RunEntry, Snapshot
 from taugate.controllers.recorder_objects import name_of, namespace_of, parse_admission_record, trimmed_object
 from taugate.controllers.recorder_writer import TauRunWriter, taurun_identity, taurun_status
+from taugate.controllers.run_completion import owner_outcome
+from taugate.controllers.run_diagnosis import phase
+from taugate.controllers.run_merge import derive
+from taugate.controllers.run_progress import advance_progress, parse_log_progress
+from taugate.controllers.run_values import (
+    ARTIFACT_SAVED,
+    COMPLETED,
+    FAILED,
+    RELEASE_TYPES,
+    DeriveOptions,
+    ProgressSample,
+    ProgressState,
+    RunView,
+    format_micro,
+    object_ref,
+)
 from taugate.settings import Settings
 
 log = logging.getLogger("taugate.recorder")
@@ -39,7 +54,7 @@ class RunReconciler:
         self.store = store
         self.probe = probe
         self.clock = clock
-        self.options = rc.DeriveOptions(tuple(settings.gpu_health_conditions), config.stall_seconds)
+        self.options = DeriveOptions(tuple(settings.gpu_health_conditions), config.stall_seconds)
 
     def reconcile(self, e: RunEntry, snap: Snapshot) -> bool:
         """Reconcile one run from ``snap``: append what changed to its evidence, update its
@@ -60,7 +75,7 @@ class RunReconciler:
             return False
         self._load_progress(e)
         owner = snap.owner
-        t = rc.format_micro(now)
+        t = format_micro(now)
         items = self._run_event(e, owner, t) if not rec.has("run") and owner is not None else []
         known = rec.failure_keys()
         new_failures = [f for k, f in snap.pending_failures.items() if k not in known]
@@ -69,12 +84,12 @@ class RunReconciler:
         workspace = state.get("workspace") or (self._admission(owner).get("workspace") if owner else None)
         self._read_probes(e, snap, workspace, now)
         prev_conditions = [{k: v for k, v in c.items() if k != "recordedAt"} for c in state.get("conditions") or []]
-        view = rc.RunView(run_id=e.run_id, namespace=e.namespace, owner=owner, owner_deleted=owner is None,
+        view = RunView(run_id=e.run_id, namespace=e.namespace, owner=owner, owner_deleted=owner is None,
                           workloads=snap.workloads, pods=snap.pods, nodes=snap.nodes,
                           failures=[*(state.get("failures") or []), *new_failures],
                           progress=e.progress, artifacts=e.artifacts, log_pattern=self.config.log_pattern,
                           metrics_path=self.probe.describe(e.namespace, e.run_id, workspace) or None)
-        conditions, transitions = rc.derive(view, prev_conditions, now, self.options)
+        conditions, transitions = derive(view, prev_conditions, now, self.options)
         items += [("condition", tr, t) for tr in transitions]
         items += self._ending_events(e, conditions, state, now, t)
 
@@ -101,7 +116,7 @@ class RunReconciler:
         except KubeError:
             existing = None
         if existing:
-            e.progress = rc.ProgressState.from_wire((existing.get("status") or {}).get("progress"))
+            e.progress = ProgressState.from_wire((existing.get("status") or {}).get("progress"))
 
     def _run_event(self, e: RunEntry, owner: dict, t: str) -> list[tuple[str, dict, str]]:
         """The ``run`` event: the root object as admitted and its admission record (kept only
@@ -111,7 +126,7 @@ class RunReconciler:
             log.warning("run %s: the admission record of %s %s/%s is not trusted: %s", e.run_id, owner.get("kind"),
                         namespace_of(owner), name_of(owner), adm.get("untrusted"))
         return [("run", {
-            "runId": e.run_id, "namespace": e.namespace, "object": rc.object_ref(owner),
+            "runId": e.run_id, "namespace": e.namespace, "object": object_ref(owner),
             "admittedObject": trimmed_object(owner), "admission": adm,
             "profile": adm.get("profile"), "profileSetHash": adm.get("profileSetHash"),
             "workspace": adm.get("workspace"), "queue": adm.get("queue"),
@@ -129,8 +144,8 @@ class RunReconciler:
                 e.last_log_read is None or (now - e.last_log_read).total_seconds() >= self.config.poll_seconds):
             e.last_log_read = now  # one log read per run per poll period, whatever the event rate
             sample = self._log_sample(e, snap.pods)
-        e.progress = rc.advance_progress(e.progress, sample, now)
-        outcome = rc.owner_outcome(snap.owner)
+        e.progress = advance_progress(e.progress, sample, now)
+        outcome = owner_outcome(snap.owner)
         # over (owner finished, or deleted): only then are artifact files hashed
         ending = outcome.terminal if outcome is not None else True
         with contextlib.suppress(OSError):
@@ -141,7 +156,7 @@ class RunReconciler:
         """Once the run ended: the ``artifacts`` event when the listing changed, and ``final``
         when both release lines are True and the artifacts are saved (or their grace is over)."""
         by = {c["type"]: c for c in conditions}
-        terminal = by.get(rc.COMPLETED, {}).get("status") == "True" or by.get(rc.FAILED, {}).get("status") == "True"
+        terminal = by.get(COMPLETED, {}).get("status") == "True" or by.get(FAILED, {}).get("status") == "True"
         if not terminal:
             return []
         items: list[tuple[str, dict, str]] = []
@@ -151,13 +166,13 @@ class RunReconciler:
             listing = {"root": e.artifacts.root, "index": e.artifacts.index, "files": list(e.artifacts.files)}
             if listing != state.get("artifacts") and (e.artifacts.files or e.artifacts.index):
                 items.append(("artifacts", listing, t))
-        released = all(by.get(x, {}).get("status") == "True" for x in rc.RELEASE_TYPES)
+        released = all(by.get(x, {}).get("status") == "True" for x in RELEASE_TYPES)
         waited = (now - e.terminal_since).total_seconds() >= self.config.artifact_grace_seconds
-        if released and (by.get(rc.ARTIFACT_SAVED, {}).get("status") == "True" or waited):
-            items.append(("final", {"phase": rc.phase(conditions)}, t))
+        if released and (by.get(ARTIFACT_SAVED, {}).get("status") == "True" or waited):
+            items.append(("final", {"phase": phase(conditions)}, t))
         return items
 
-    def _log_sample(self, e: RunEntry, pods: list[dict]) -> rc.ProgressSample | None:
+    def _log_sample(self, e: RunEntry, pods: list[dict]) -> ProgressSample | None:
         """Progress from pod logs: the Ray head pod, else a Job's pods (first running one)."""
         running = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"]
         heads = [p for p in running
@@ -169,9 +184,9 @@ class RunReconciler:
                 text = self.writer.pod_log(e.namespace, name_of(p), None, self.config.log_tail_lines)
             except (ApiException, OSError, ValueError):
                 continue
-            count, step = rc.parse_log_progress(text or "", self.config.log_pattern)
+            count, step = parse_log_progress(text or "", self.config.log_pattern)
             if count:
-                return rc.ProgressSample({"kind": "Pod", "name": name_of(p), "namespace": e.namespace}, count, step)
+                return ProgressSample({"kind": "Pod", "name": name_of(p), "namespace": e.namespace}, count, step)
         return None
 
     def _write_taurun(self, e: RunEntry, snap: Snapshot, rec: RunRecord, state: dict, conditions: list[dict]) -> None:

@@ -9,11 +9,12 @@ from typing import Any
 import kubernetes.client
 
 from taugate import labels
-from taugate.controllers import run_conditions as rc
 from taugate.controllers.evidence import EvidenceStore, RunRecord
 from taugate.controllers.kube import Kube
 from taugate.controllers.recorder_index import RunEntry, Snapshot
 from taugate.controllers.resources import Resource
+from taugate.controllers.run_diagnosis import diagnose, phase
+from taugate.controllers.run_gpu_health import run_nodes
 
 TAU_RUNS = Resource(labels.GROUP, labels.VERSION, "tauruns", "TauRun", True)
 MAX_FAILURES_IN_STATUS = 20
@@ -58,23 +59,23 @@ _FAILURE_FIELDS = ("key", "pod", "podUid", "container", "node", "reason", "exitC
 
 def taurun_status(e: RunEntry, snap: Snapshot, rec: RunRecord, state: dict, conditions: list[dict],
                   store: EvidenceStore) -> dict:
-    """The TauRun's ``status``: phase, the stage and what it says (``run_conditions.diagnose``),
+    """The TauRun's ``status``: phase, the stage and what it says (``run_diagnosis.diagnose``),
     conditions, the current Workload, nodes, at most ``MAX_FAILURES_IN_STATUS`` failure records,
     progress, the artifact summary (count, bytes) and where the evidence is (path, events, head,
     signing key id, final). Fields without a value are left out."""
-    diag = rc.diagnose(conditions, namespace=e.namespace, run_id=e.run_id)
+    diag = diagnose(conditions, namespace=e.namespace, run_id=e.run_id)
     failures = [{k: v for k, v in f.items() if k in _FAILURE_FIELDS}
                 for f in (state.get("failures") or [])[:MAX_FAILURES_IN_STATUS]]
     art = e.artifacts
     wl_names = snap.workload_names
     status = {
-        "phase": rc.phase(conditions),
+        "phase": phase(conditions),
         "stage": diag.stage,
         "reason": diag.reason,
         "message": diag.message[:1024],
         "conditions": conditions,
         "workload": wl_names[-1] if wl_names else None,
-        "nodes": rc.run_nodes(snap.pods),
+        "nodes": run_nodes(snap.pods),
         "failures": failures,
         "progress": e.progress.wire() if e.progress else None,
         "artifacts": ({"root": art.root, "index": art.index is not None, "files": len(art.files),

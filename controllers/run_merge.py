@@ -1,4 +1,38 @@
-"""All derivations together for one run, merged into the previous conditions Kubernetes style
+"""Pure derivation of a run's six states (and its two release lines) from plain observed objects.
+
+Everything here is a function over dicts as the API server returns them (Kueue ``Workload``,
+KubeRay ``RayJob``, ``batch/v1`` ``Job``, core ``Pod`` and ``Node``) plus what the probes read
+from the run's data path; no I/O, no clock (``now`` is an argument). The recorder
+(``controllers/recorder.py``) gathers the objects and writes the result.
+
+The six states, in the order a run goes through them (``STATE_ORDER``):
+
+1. ``Admitted``: the Kueue Workload holds a quota reservation and is admitted (Kueue conditions
+   ``QuotaReserved`` / ``Admitted`` / ``Evicted`` / ``Preempted``).
+2. ``Scheduled``: every pod of the run is bound to a node (``spec.nodeName``; the pod's
+   ``PodScheduled`` condition says why not).
+3. ``GPUHealthy``: no node the run's pods run on has a Node Problem Detector GPU condition that is
+   ``True`` (``Settings.gpu_health_conditions``), and every such node is ``Ready``.
+4. ``Progressing``: training metrics advance (metrics JSONL or log lines); ``False`` with reason
+   ``Stalled`` after a quiet period.
+5. ``Completed`` or ``Failed`` (one slot): KubeRay ``jobDeploymentStatus``/``jobStatus`` or the
+   Job's ``Complete``/``Failed`` conditions; the failure reason comes from pod termination
+   records (e.g. ``OOMKilled``), captured while the pods still exist.
+6. ``ArtifactSaved``: an artifact index or files under the run's output path.
+
+Then the two release lines (``RELEASE_TYPES``): ``QuotaReleased`` (the Workload is ``Finished``
+or gone) and ``GPUsReleased`` (no pod of the run is left running on a node).
+
+A derivation returns ``None`` when its evidence is gone (pods deleted after the end, the
+Workload garbage-collected): the previous condition then stands, so a finished run keeps its
+history after Kubernetes deletes the objects that proved it.
+
+The derivations live in modules of one job each: ``run_values`` (condition types, value types,
+readers), ``run_admitted``, ``run_scheduled``, ``run_gpu_health``, ``run_progress``,
+``run_completion``, this module (``derive``: all of them merged) and ``run_diagnosis`` (the
+phase and the stage a TauRun shows).
+
+This module merges all derivations for one run into the previous conditions Kubernetes style
 (``metav1.Condition``: ``lastTransitionTime`` changes only with the status).
 """
 

@@ -51,7 +51,7 @@ def test_the_run_stays_bound_to_its_object_after_a_restart_and_the_objects_delet
     copycat = o.rayjob(name="copycat", uid="b1f2c3d4-0000-4000-8000-00000000bb02", workers=1, created=LATER)
     kube.apply([copycat])
     with kube.operator(SETTINGS, recorder=config, resync_seconds=60):
-        # deleted before it finished: the run ends Failed/Deleted (run_conditions.RunView.owner_deleted)
+        # deleted before it finished: the run ends Failed/Deleted (run_values.RunView.owner_deleted)
         wait_state(kube, "Failed", "True", "Deleted")
         assert taurun(kube)["spec"]["object"]["uid"] == rj["metadata"]["uid"]
     assert _evidence(config)["object"]["uid"] == rj["metadata"]["uid"]
