@@ -123,6 +123,15 @@ def test_the_operator_patches_nodes_only_when_node_labelling_is_enabled(default_
     assert allowed(rules_of(enabled, "taugate-operator"), "patch", "", "nodes")
 
 
+def test_the_operators_recorder_may_watch_every_registered_kind_and_no_more(default_objects):
+    # The recorder follows runs of every registered kind (roots and their children), read-only.
+    granted = rules_of(default_objects, "taugate-operator")
+    for k in KINDS:
+        for verb in ("get", "list", "watch"):
+            assert allowed(granted, verb, k.group, k.resource), (verb, k.kind)
+        assert not any(allowed(granted, verb, k.group, k.resource) for verb in WRITE_VERBS), k.kind
+
+
 def test_the_researcher_role_lets_researchers_submit_and_manage_every_registered_kind(default_objects):
     rules = [(None, r) for r in one(default_objects, "ClusterRole", "tau-researcher-v1")["rules"]]
     for k in KINDS:
