@@ -39,7 +39,10 @@ def build(state: ClusterState, settings: Settings, namespace: str = "vision") ->
     rayjob = _first(CLASSIFIER, "RayJob")
     rayjob["metadata"]["namespace"] = namespace
     create = request_for(rayjob, namespace=namespace, dry_run=False)
-    admitted = jsonpatch.apply_patch(rayjob, mutate(create, state, settings).patch)
+    patch = mutate(create, state, settings).patch
+    if patch is None:
+        raise RuntimeError("the benchmark's RayJob must be changed by /mutate at CREATE; it was not")
+    admitted = jsonpatch.apply_patch(rayjob, patch)
     job = _first(KUEUE_JOB, "Job")
     job["metadata"]["namespace"] = namespace
     job["metadata"]["labels"].pop("kueue.x-k8s.io/queue-name", None)
