@@ -2,7 +2,9 @@
 # Installs taugate and everything its tests need (idempotent).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python3 -m pip install -q -e '.[test]'
+# Pinned (scripts/test-constraints.txt), so ruff and mypy judge the code against the same libraries
+# on every machine.
+python3 -m pip install -q -e '.[test]' -c scripts/test-constraints.txt
 # Real OPA semantics for the policy reference tests. Its metadata asks for Python >= 3.14 but it
 # works on 3.11; a failure to install fails CI rather than skipping those tests.
 python3 -m pip install -q --ignore-requires-python opa-golib-python-bindings==0.4.4
