@@ -80,6 +80,16 @@ def test_editing_any_byte_of_events_jsonl_makes_verify_fail(store):
     assert verify_record(d).ok
 
 
+def test_a_byte_that_is_not_utf_8_in_events_jsonl_names_its_line_as_not_json(store):
+    d = store.run_dir(RID)
+    lines = (d / EVENTS_FILE).read_bytes().split(b"\n")
+    lines[2] = lines[2].replace(b"Admitted", b"Admitt\xffd", 1)
+    (d / EVENTS_FILE).write_bytes(b"\n".join(lines))
+    v = verify_record(d)
+    assert not v.ok and v.first_bad_line == 3
+    assert v.problems[0].startswith("events.jsonl line 3: not JSON (") and "utf-8" in v.problems[0], v.problems
+
+
 def test_editing_any_byte_of_evidence_json_makes_verify_fail(store):
     d = store.run_dir(RID)
     original = (d / EVIDENCE_FILE).read_bytes()
