@@ -185,8 +185,8 @@ def build_policy_input(*, obj: dict[str, Any], templates: list[PodTemplate], ope
                                                                    exclude=_PROFILE_RESOLUTION_FIELDS),
         "cluster": {
             "gpuClassLabel": gpu_class_label,
-            "gpuClasses": {name: s.as_input() for name, s in state.gpu_classes.items()},
-            "migResources": {name: m.as_input() for name, m in state.mig_resources.items()},
+            "gpuClasses": state.classes_input,
+            "migResources": state.mig_input,
             "queue": None if lq is None else {
                 "localQueue": queue,
                 "clusterQueue": (lq.get("spec") or {}).get("clusterQueue"),

@@ -17,6 +17,7 @@ import datetime as _dt
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal
+from functools import cached_property
 from pathlib import Path as _Path
 from typing import Any
 
@@ -133,6 +134,17 @@ class ClusterState:
     applicable: dict[tuple[str, str], tuple[ResolvedProfile, ...]] = field(default_factory=dict)
     lanes: frozenset[str] = frozenset()
     mig_resources: dict[str, MigSummary] = field(default_factory=dict)
+
+    @cached_property
+    def classes_input(self) -> dict[str, dict[str, Any]]:
+        """``gpu_classes`` as the policy input's ``cluster.gpuClasses`` holds them, built once per
+        state (shared by every request: read it, never change it)."""
+        return {name: s.as_input() for name, s in self.gpu_classes.items()}
+
+    @cached_property
+    def mig_input(self) -> dict[str, dict[str, Any]]:
+        """``mig_resources`` as the policy input's ``cluster.migResources``, built once per state."""
+        return {name: m.as_input() for name, m in self.mig_resources.items()}
 
     def applicable_profiles(self, ws: TauWorkspace, lane: str) -> tuple[ResolvedProfile, ...]:
         """The profiles that apply to workspace ``ws`` for ``lane``, precomputed at build time so

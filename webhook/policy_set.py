@@ -27,12 +27,14 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Protocol, TypeGuard
 
 import yaml
 
 from taugate.webhook.decision import Action, Violation
+from taugate.webhook.input_use import InputUse, scan
 
 ACTIONS: tuple[Action, ...] = ("deny", "warn", "dryrun")
 AGGREGATE_PACKAGE = "taugate.aggregate"
@@ -154,6 +156,12 @@ class PolicySet:
     def serving_modules(self) -> tuple[RegoFile, ...]:
         """What a serving engine loads: the library's modules plus the generated aggregate."""
         return self.modules + (self.aggregate,)
+
+    @cached_property
+    def input_use(self) -> InputUse:
+        """Which parts of the input the serving modules can read, and whether their results depend
+        on the input alone (``webhook.input_use.scan``); computed once per set."""
+        return scan([m.source for m in self.serving_modules])
 
     def test_rules(self) -> list[TestRule]:
         """Every ``test_`` rule in the test files, in file order (OPA's convention: a rule whose

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -118,19 +119,35 @@ def check_policy_set(ps: PolicySet) -> None:
 
 
 
+DEFAULT_RESULTS_CACHE = 1024
+"""How many evaluations ``EmbeddedPolicyEngine`` remembers by default (each entry is one trimmed
+input, a few KiB: a few MiB in all)."""
+
+
 class EmbeddedPolicyEngine:
     """The in-process backend: one regorus engine per thread, for the store's active set.
 
-    ``evaluate`` sets the input (serialised with orjson: ``json.dumps`` alone would cost a
-    third of the budget) and evaluates ``data.taugate.aggregate.results`` once (about 0.2 ms
-    for the KubeRay GPU RayJob sample on the 2-core dev machine, see bench/policy_eval.py); it
-    may be called from any thread, the server's event loop included (``remote`` is False)."""
+    ``evaluate`` trims the input to what the policy set can read (``PolicySet.input_use``: the
+    object's metadata, ``userInfo`` and ``operation`` go when no rule reads them), serialises it
+    with orjson (``json.dumps`` alone would cost a third of the budget) and evaluates
+    ``data.taugate.aggregate.results`` once (about 0.2 ms for the KubeRay GPU RayJob sample on the
+    2-core dev machine, see bench/policy_eval.py). The results are remembered by the policy set's
+    digest and the trimmed input's bytes, least recently used first out, ``cache_size`` entries (0:
+    none; never for a set that calls a non-deterministic built-in): the same trimmed input always
+    gets the same results, since a policy reads nothing but its input and the set. Errors are never
+    remembered. It may be called from any thread, the server's event loop included (``remote`` is
+    False)."""
 
     remote = False
 
-    def __init__(self, store: ActiveSet):
+    def __init__(self, store: ActiveSet, cache_size: int = DEFAULT_RESULTS_CACHE):
         self.store = store
         self._local = threading.local()
+        self.cache_size = cache_size
+        self._cache: OrderedDict[tuple[str, bytes], list] = OrderedDict()
+        self._cache_lock = threading.Lock()
+        self.cache_hits = 0
+        self.cache_misses = 0
 
     @property
     def digest(self) -> str:
@@ -144,16 +161,34 @@ class EmbeddedPolicyEngine:
         return local.engine
 
     def raw_results(self, input: dict, ps: PolicySet | None = None) -> tuple[PolicySet, list]:
-        """The set used and the raw ``results`` list for one input."""
+        """The set used and the raw ``results`` list for one input (remembered, see the class);
+        the list is shared with the cache: read it, never change it."""
         ps = ps or self.store.current
+        use = ps.input_use
+        text = orjson.dumps(use.trim(input))
+        key = (ps.digest, text) if use.deterministic and self.cache_size > 0 else None
+        if key is not None:
+            with self._cache_lock:
+                hit = self._cache.get(key)
+                if hit is not None:
+                    self._cache.move_to_end(key)
+                    self.cache_hits += 1
+                    return ps, hit
         engine = self._engine(ps)
         try:
-            engine.set_input_json(orjson.dumps(input).decode())
-            return ps, engine.eval_rule(RESULTS_RULE) or []
+            engine.set_input_json(text.decode())
+            raw = engine.eval_rule(RESULTS_RULE) or []
         except BaseException as e:
             if isinstance(e, (KeyboardInterrupt, SystemExit)):
                 raise
             raise _regorus_error(e, ps, PolicyEvaluationError) from None
+        if key is not None:
+            with self._cache_lock:
+                self.cache_misses += 1
+                self._cache[key] = raw
+                while len(self._cache) > self.cache_size:
+                    self._cache.popitem(last=False)
+        return ps, raw
 
     def evaluate(self, input: dict) -> list[Violation]:
         """Every result of every policy for ``input``, with enforcement actions applied.

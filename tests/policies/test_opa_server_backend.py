@@ -65,7 +65,7 @@ def test_the_opa_server_backend_gives_the_same_decisions_as_the_embedded_engine(
 
 def test_the_opa_backend_pushes_the_policies_again_after_the_server_lost_them(opa_server, remote_engine,
                                                                               sample_inputs):
-    remote = remote_engine()
+    remote = remote_engine(opa_timeout_s=10)  # pushing every module and compiling takes > 1 s on a loaded machine
     doc = next(d for d in sample_inputs if d["object"]["totalGpus"] > 32)
     expected = remote.evaluate(doc)
     assert expected

@@ -1,0 +1,115 @@
+"""The embedded engine evaluates the input trimmed to what the policy set can read, and remembers
+results by it (``webhook.input_use``, ``EmbeddedPolicyEngine.raw_results``)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from taugate.webhook.input_use import InputUse, scan
+from taugate.webhook.policy import EmbeddedPolicyEngine, PolicyStore, RecordingEngine
+from taugate.webhook.policy_testing import run_policy_tests
+from tests.policies.conftest import POLICIES
+from tests.policies.test_engine import image_classifier_input
+from tests.policies.test_hot_reload import tighten_queue_limit
+
+METADATA, USER, OPERATION = ("object", "metadata"), ("userInfo",), ("operation",)
+
+
+# ---- what a policy set can read --------------------------------------------------------------
+
+def test_the_policy_library_reads_no_metadata_user_or_operation_and_is_deterministic():
+    use = PolicyStore(POLICIES).current.input_use
+    assert use == InputUse(frozenset({METADATA, USER, OPERATION}), True)
+
+
+@pytest.mark.parametrize(("rule", "kept"), [
+    ('deny contains m if { input.object.metadata.name == "x"; m := {} }', {METADATA}),
+    ('deny contains m if { input["userInfo"].username == "x"; m := {} }', {USER}),
+    ('deny contains m if { input.operation == "UPDATE"; m := {} }', {OPERATION}),
+    ('deny contains m if { o := input.object; o.kind == "Job"; m := {} }', {METADATA}),  # an alias reaches metadata
+    ('deny contains m if { some k; input.object[k]; m := {} }', {METADATA}),
+    ('deny contains m if { walk(input, [p, v]); m := {} }', {METADATA, USER, OPERATION}),
+    ('deny contains m if { x := input; x.object; m := {} }', {METADATA, USER, OPERATION}),
+])
+def test_any_rule_that_can_reach_a_part_keeps_it(rule, kept):
+    use = scan(["package p\n" + rule + "\n"])
+    assert {METADATA, USER, OPERATION} - use.unread == kept
+
+
+def test_input_in_a_comment_or_a_message_is_not_a_reference():
+    use = scan(['package p\n# input.userInfo is never read here\n'
+                'deny contains m if { input.object.totalGpus > 8; m := {"msg": "input.object.metadata: too many"} }\n'])
+    assert use.unread == frozenset({METADATA, USER, OPERATION})
+
+
+@pytest.mark.parametrize("call", ["time.now_ns()", 'http.send({"method": "get", "url": "u"})', "rand.intn(\"s\", 9)"])
+def test_a_set_calling_a_non_deterministic_built_in_is_never_remembered(call):
+    assert scan([f"package p\nt := {call}\n"]).deterministic is False
+
+
+def test_trimming_drops_only_the_unread_parts_and_never_changes_the_input():
+    doc = {"operation": "CREATE", "userInfo": {"username": "a"}, "namespace": "vision",
+           "object": {"kind": "Job", "metadata": {"name": "j"}, "totalGpus": 8}, "cluster": {}}
+    before = copy.deepcopy(doc)
+    trimmed = InputUse(frozenset({METADATA, USER, OPERATION}), True).trim(doc)
+    assert trimmed == {"namespace": "vision", "object": {"kind": "Job", "totalGpus": 8}, "cluster": {}}
+    assert doc == before
+    assert InputUse(frozenset(), True).trim(doc) is doc
+
+
+# ---- remembering results ---------------------------------------------------------------------
+
+def test_every_policy_sample_gets_the_same_results_trimmed_as_whole(example_state, settings):
+    recorders = []
+
+    def factory(ps):
+        rec = RecordingEngine(EmbeddedPolicyEngine(PolicyStore(POLICIES)))
+        recorders.append(rec)
+        return rec
+
+    assert run_policy_tests(POLICIES, engine_factory=factory).ok
+    docs = [doc for rec in recorders for doc in rec.inputs]
+    assert len(docs) >= 48
+    whole = EmbeddedPolicyEngine(PolicyStore(POLICIES), cache_size=0)
+    whole.store.current.__dict__["input_use"] = InputUse(frozenset(), True)  # evaluate the whole input
+    trimmed = EmbeddedPolicyEngine(PolicyStore(POLICIES))
+    for doc in docs:
+        assert trimmed.evaluate(doc) == whole.evaluate(doc)
+
+
+def test_an_object_of_the_same_shape_under_another_name_and_user_is_evaluated_once(example_state, settings):
+    engine = EmbeddedPolicyEngine(PolicyStore(POLICIES))
+    doc = image_classifier_input(example_state, settings, workers=16, gpus=4)
+    first = engine.evaluate(doc)
+    assert {v.policy for v in first} >= {"gpu-total-fits-queue"}
+    other = {**doc, "operation": "UPDATE", "userInfo": {"username": "bob"},
+             "object": {**doc["object"], "metadata": {"name": "sweep-2", "labels": {"tau.azure.com/run-id": "r2"}}}}
+    assert engine.evaluate(other) == first
+    assert (engine.cache_misses, engine.cache_hits) == (1, 1)
+    bigger = {**doc, "object": {**doc["object"], "totalGpus": doc["object"]["totalGpus"] + 8}}
+    engine.evaluate(bigger)
+    assert engine.cache_misses == 2
+
+
+def test_the_cache_holds_at_most_its_size_and_zero_turns_it_off(example_state, settings):
+    doc = image_classifier_input(example_state, settings, workers=4, gpus=4)
+    engine = EmbeddedPolicyEngine(PolicyStore(POLICIES), cache_size=2)
+    for n in range(5):
+        engine.evaluate({**doc, "object": {**doc["object"], "totalGpus": n}})
+    assert len(engine._cache) == 2
+    off = EmbeddedPolicyEngine(PolicyStore(POLICIES), cache_size=0)
+    off.evaluate(doc)
+    off.evaluate(doc)
+    assert (off.cache_hits, off.cache_misses, len(off._cache)) == (0, 0, 0)
+
+
+def test_a_changed_policy_set_is_never_answered_from_the_old_sets_results(policy_copy, example_state, settings):
+    doc = image_classifier_input(example_state, settings, workers=4, gpus=4)  # 16 GPUs of the queue's 32
+    store = PolicyStore(policy_copy)
+    engine = EmbeddedPolicyEngine(store)
+    assert not [v for v in engine.evaluate(doc) if v.policy == "gpu-total-fits-queue"]
+    tighten_queue_limit(policy_copy)
+    assert store.reload()
+    assert [v for v in engine.evaluate(doc) if v.policy == "gpu-total-fits-queue"]
