@@ -35,5 +35,10 @@ KUEUE_JOB = KUEUE_EXAMPLES / "03-agi-job.yaml"
 K8S_API = upstream.module_dir("kubernetes", "k8s.io/api")
 """k8s.io/api at the pinned Kubernetes version: ``testdata/HEAD/<group>.<version>.<Kind>.json``."""
 
+JOBSET = upstream.module_dir("jobset")
+"""JobSet's module: ``config/components/crd/bases`` (the module ships no examples; its KEPs' are
+copied into ``tests/data/admission/jobset``)."""
+JOBSET_CRD = JOBSET / "config" / "components" / "crd" / "bases" / "jobset.x-k8s.io_jobsets.yaml"
+
 TAUGRID = DATA / "taugrid"
 """TauGrid's CRDs and samples, written by the project after TauGrid's (not on the Go proxy)."""

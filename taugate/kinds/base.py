@@ -29,7 +29,10 @@ class WorkloadKind:
     - ``upstream``: the upstream sources whose rules the module follows (file + function);
     - ``default_lane``: the lane an object of this kind runs in without a ``tau.azure.com/lane``
       label (``Settings.default_lanes``);
-    - ``suspend_path``: where ``suspend`` lives (``spec.suspend`` for all three kinds so far).
+    - ``suspend_path``: where the ``suspend`` Kueue sets on a queued object lives (``spec.suspend``;
+      a Kubeflow job's ``spec.runPolicy.suspend``, a RayService's ``spec.rayClusterConfig.suspend``);
+      None for a kind Kueue queues without suspending it (a LeaderWorkerSet: serving workloads
+      stay running, Kueue gates their pods instead).
 
     Methods a subclass overrides: ``pod_templates`` (always) and ``check_spec`` (always), and where
     the kind differs from the defaults here: ``queued``, ``templates_mutable``, ``checks``,
@@ -42,7 +45,7 @@ class WorkloadKind:
     kind: ClassVar[str]
     upstream: ClassVar[str]
     default_lane: ClassVar[str] = "training"
-    suspend_path: ClassVar[Path] = ("spec", "suspend")
+    suspend_path: ClassVar[Path | None] = ("spec", "suspend")
 
     @property
     def api_version(self) -> str:

@@ -37,6 +37,10 @@ SAMPLES = {
     "Job": {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"}, "spec": {"parallelism": 2,
             "template": {"spec": {"containers": [{"name": "t", "image": "pytorch",
                                                   "resources": {"limits": {"nvidia.com/gpu": 8}}}]}}}},
+    "JobSet": {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": "js"}, "spec": {
+        "replicatedJobs": [{"name": "workers", "replicas": 2, "template": {"spec": {"parallelism": 2, "template": {
+            "spec": {"containers": [{"name": "t", "image": "pytorch",
+                                     "resources": {"limits": {"nvidia.com/gpu": 8}}}]}}}}}]}},
 }
 """One small well-formed object of each kind; a new kind adds its own here."""
 
