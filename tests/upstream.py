@@ -28,6 +28,8 @@ MAIN_MODULE = {
     "kubernetes": "k8s.io/kubernetes",
     "kwok": "sigs.k8s.io/kwok",
     "jobset": "sigs.k8s.io/jobset",
+    "lws": "sigs.k8s.io/lws",
+    "kubeflow": "github.com/kubeflow/training-operator",
 }
 """The module each component's ``go.mod`` pins, when the caller names none."""
 

@@ -41,11 +41,11 @@ How to add a workload kind (e.g. Kubeflow's ``PyTorchJob``):
 
 from __future__ import annotations
 
-from taugate.kinds import job, jobset, raycluster, rayjob
+from taugate.kinds import job, jobset, leaderworkerset, pytorchjob, raycluster, rayjob, rayservice
 from taugate.kinds.base import WorkloadKind
 
 KINDS: tuple[WorkloadKind, ...] = (rayjob.KIND, raycluster.KIND, job.KIND,
-                                   jobset.KIND)
+                                   jobset.KIND, leaderworkerset.KIND, pytorchjob.KIND, rayservice.KIND)
 """Every workload kind taugate admits, in the order webhook rules list them."""
 
 _BY_GROUP_KIND: dict[tuple[str, str], WorkloadKind] = {(k.group, k.kind): k for k in KINDS}
