@@ -20,7 +20,7 @@ from taugate import labels
 from taugate.fieldpath import field_path
 from taugate.kinds import kind_of
 from taugate.models import ResolvedProfile, TauWorkspace
-from taugate.pods import PodTemplate, is_sidecar
+from taugate.pods import WORKER_ROLES, PodTemplate, is_sidecar
 from taugate.snapshot import ClusterState
 
 # Annotations never shown to policies: a full copy of the object (input size drives evaluation
@@ -39,42 +39,21 @@ def _whole(value: Any) -> int:
     return n if n == value else n + 1
 
 
-def _group_at(obj: dict[str, Any], path: tuple[Any, ...]) -> dict[str, Any]:
-    cur: Any = obj
-    for part in path:
-        if isinstance(cur, dict) and isinstance(part, str):
-            cur = cur.get(part)
-        elif isinstance(cur, list) and isinstance(part, int) and 0 <= part < len(cur):
-            cur = cur[part]
-        else:
-            return {}
-    return cur if isinstance(cur, dict) else {}
-
-
 def _mapping(value: Any) -> dict[str, Any]:
     """``value`` when it is a JSON object, else an empty one."""
     return value if isinstance(value, dict) else {}
 
 
-def _replica_fields(obj: dict[str, Any], t: PodTemplate, autoscaling: bool) -> tuple[str | None, int]:
-    """Where a template's pod count is set and the most pods it may scale to.
-
-    KubeRay: a worker group's ``replicas`` (x ``numOfHosts``); with ``enableInTreeAutoscaling``
-    the autoscaler may grow it to ``maxReplicas`` (x ``numOfHosts``). batch/v1 Job:
-    ``spec.parallelism``. Head and submitter: one pod, no field."""
+def _replicas_field(t: PodTemplate) -> str | None:
+    """Where a template's pod count is set: a batch/v1 Job's ``spec.parallelism``; none for the
+    Ray head and the RayJob submitter (one pod each); for every other role the ``replicas`` of its
+    group spec (``PodTemplate.group_path``: a Ray worker group, a JobSet replicated job, a
+    Kubeflow replica spec, a LeaderWorkerSet's ``spec``)."""
     if t.role == "job":
-        return field_path(t.group_path + ("parallelism",)), t.replicas
-    if t.role != "worker":
-        return None, t.replicas
-    group = _group_at(obj, t.group_path)
-    most = t.replicas
-    max_replicas = group.get("maxReplicas")
-    if autoscaling and isinstance(max_replicas, int) and not isinstance(max_replicas, bool):
-        given = group.get("numOfHosts")
-        hosts = given if isinstance(given, int) else 1
-        most = max(most, max_replicas * max(hosts, 1))
-    return field_path(t.group_path + ("replicas",)), most
-
+        return field_path(t.group_path + ("parallelism",))
+    if t.role not in WORKER_ROLES:
+        return None
+    return field_path(t.group_path + ("replicas",))
 
 
 def _without_nulls(value: Any) -> Any:
@@ -88,7 +67,7 @@ def _without_nulls(value: Any) -> Any:
         return [_without_nulls(v) for v in value if v is not None]
     return value
 
-def _template_input(t: PodTemplate, obj: dict[str, Any] | None = None, autoscaling: bool = False) -> dict[str, Any]:
+def _template_input(t: PodTemplate, most: int) -> dict[str, Any]:
     spec = t.spec
     gpus: dict[tuple[str, int], Any] = {(g.kind, g.index): g.effective for g in t.gpus()}
     containers = []
@@ -103,16 +82,15 @@ def _template_input(t: PodTemplate, obj: dict[str, Any] | None = None, autoscali
             "gpus": _whole(gpus.get((kind, i), 0)),
             "sidecar": is_sidecar(kind, c),
         })
-    replicas_field, max_replicas = _replica_fields(obj or {}, t, autoscaling)
     return {
         "role": t.role,
         "group": t.group,
         "field": field_path(t.path),
         "groupField": field_path(t.group_path),
-        "replicasField": replicas_field,
+        "replicasField": _replicas_field(t),
         "replicas": t.replicas,
         "minReplicas": t.min_replicas,
-        "maxReplicas": max_replicas,
+        "maxReplicas": most,
         "gpusPerPod": t.gpus_per_pod,
         "migPerPod": t.mig_per_pod,
         "rayNumGpus": None if t.ray_num_gpus is None else float(t.ray_num_gpus),
@@ -136,7 +114,8 @@ def build_policy_input(*, obj: dict[str, Any], templates: list[PodTemplate], ope
     or null, usage) plus ``gpu``, the ``nvidia.com/gpu`` quota for the profile's GPU class with
     ``max``, what Kueue can ever admit; null when the LocalQueue is unknown. The profile leaves
     out how it was resolved (conditions, applicability, queues, flavors, description). Per pod
-    template: ``replicas`` (pods now), ``maxReplicas`` (pods the KubeRay autoscaler may reach),
+    template: ``replicas`` (pods now), ``maxReplicas`` (pods an autoscaler may reach: the kind's
+    ``most_pods`` when it autoscales, e.g. KubeRay's ``maxReplicas``, a PyTorchJob's elastic HPA),
     ``gpusPerPod`` and each container's ``gpus`` (whole devices: limit,
     else request, as Kubernetes defaults an extended resource's request to its limit; native
     sidecars add to the main containers, KEP-753), ``minReplicas`` (the fewest pods Kueue may admit
@@ -146,13 +125,15 @@ def build_policy_input(*, obj: dict[str, Any], templates: list[PodTemplate], ope
     object: ``totalGpus`` (sum of GPUs per pod x pods), ``minTotalGpus`` (the same at
     ``minReplicas``: what Kueue's partial admission needs at least), ``mig`` (MIG slices by
     resource: ``total``, ``minTotal``), ``maxGpusPerPod`` and ``workers`` (worker
-    pods: Ray worker groups and a Job's parallelism, all of them and those holding GPUs, now and
-    at the autoscaler's maximum), so a policy can leave early on the common, compliant case.
+    pods: every role but a Ray head and a RayJob submitter, ``pods.WORKER_ROLES``; all of them
+    and those holding GPUs, now and at the autoscaler's maximum), so a policy can leave early on
+    the common, compliant case.
     """
     meta = obj.get("metadata") or {}
     kind = kind_of(obj)
     autoscaling = kind is not None and kind.autoscaling(obj)
-    pod_templates = [_template_input(t, obj, autoscaling) for t in templates]
+    pod_templates = [_template_input(t, kind.most_pods(obj, t) if kind is not None and autoscaling else t.replicas)
+                     for t in templates]
     annotations = meta.get("annotations")
     if isinstance(annotations, dict):
         annotations = {k: v for k, v in annotations.items() if k not in _HIDDEN_ANNOTATIONS}
@@ -213,9 +194,10 @@ def _mig_totals(templates: list[PodTemplate]) -> dict[str, dict[str, int]]:
 
 
 def _workers(pod_templates: list[dict[str, Any]]) -> dict[str, int]:
-    """Worker pods (role ``worker`` or ``job``): ``pods``/``maxPods`` over all of them,
-    ``gpuPods``/``maxGpuPods`` over those holding GPUs."""
-    workers = [t for t in pod_templates if t["role"] in ("worker", "job")]
+    """Worker pods (every role in ``pods.WORKER_ROLES``: all but a Ray head and a RayJob
+    submitter): ``pods``/``maxPods`` over all of them, ``gpuPods``/``maxGpuPods`` over those
+    holding GPUs."""
+    workers = [t for t in pod_templates if t["role"] in WORKER_ROLES]
     gpu = [t for t in workers if t["gpusPerPod"] > 0]
     return {"pods": sum(t["replicas"] for t in workers), "maxPods": sum(t["maxReplicas"] for t in workers),
             "gpuPods": sum(t["replicas"] for t in gpu), "maxGpuPods": sum(t["maxReplicas"] for t in gpu)}

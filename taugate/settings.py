@@ -37,9 +37,10 @@ class Settings(BaseSettings):
     - ``default_lanes``: the lane of an object without a ``tau.azure.com/lane`` label, by kind (each
       kind's ``default_lane``, ``taugate.kinds``).
     - ``admin_groups`` / ``admin_users``: who may approve TauQuotaRequests.
-    - ``controller_users``: the usernames whose creates of an owned RayCluster or Job are trusted
-      as children of a RayJob, RayCluster or Job (they inherit the parent's run-id and nothing
-      else); an owned object anyone else creates is a top-level workload.
+    - ``controller_users``: the usernames whose creates of an owned workload are trusted as
+      children of a workload kind (``taugate.kinds``: a RayJob's RayCluster, KubeRay's submitter
+      Job, a JobSet's Jobs): they inherit the parent's run-id and nothing else; an owned object
+      anyone else creates is a top-level workload.
     - ``kueue_elastic_jobs``: Kueue's ElasticJobsViaWorkloadSlices feature gate is on in the
       cluster (alpha, off by default in Kueue 0.17), so a RayCluster/RayJob annotated
       ``kueue.x-k8s.io/elastic-job: "true"`` may use the Ray autoscaler under Kueue.
@@ -100,6 +101,11 @@ class Settings(BaseSettings):
         "system:serviceaccount:kube-system:job-controller",
         "system:serviceaccount:kube-system:cronjob-controller",
         "system:kube-controller-manager",
+        # Issue 17 kinds' controllers: JobSet's Jobs, LeaderWorkerSet's StatefulSets and Pods,
+        # training-operator's Pods (their install manifests' service accounts).
+        "system:serviceaccount:jobset-system:jobset-controller-manager",
+        "system:serviceaccount:lws-system:lws-controller-manager",
+        "system:serviceaccount:kubeflow:training-operator",
     )
     kueue_elastic_jobs: bool = False
     admission_key: SecretStr | None = None

@@ -168,8 +168,9 @@ def edit_create(obj: dict, kind: WorkloadKind, templates: list[PodTemplate], res
     """The edits of a top-level workload on CREATE (ARCHITECTURE.md section 2, step 3), made on ``obj``
     itself (``Edits.doc``; the caller owns it, see ``review.mutate``) with their JSONPatch.
 
-    Sets ``suspend: true`` (as Kueue's defaulting webhook does for a queued job, even when the
-    object says false; Kueue's own webhook may run before ours). Adds, where missing: the Kueue
+    Sets ``suspend: true`` at ``kind.suspend_path`` (as Kueue's defaulting webhook does for a
+    queued job, even when the object says false; Kueue's own webhook may run before ours); a kind
+    without one (a LeaderWorkerSet) is queued by its label alone. Adds, where missing: the Kueue
     queue label, a run-id on the object and every pod template, workspace / profile /
     profile-set-hash / gpu-class / managed-by labels, the Kueue priority-class label, the
     profile's node selector, GPU-class selector and tolerations on GPU pod templates only (never
@@ -179,7 +180,9 @@ def edit_create(obj: dict, kind: WorkloadKind, templates: list[PodTemplate], res
     template in ``K8sJobMode``, so its submitter pod carries the run-id too; a pod template a
     default adds is labelled and placed like the others). An object Kueue does not queue
     (``kind.queued``: a RayJob on an existing RayCluster) gets no queue or priority label and no
-    ``suspend``.
+    ``suspend``. A kind Kueue queues without ``suspend`` gets on every pod template the metadata
+    Kueue's webhook gives it (``kind.queued_template_metadata``: a LeaderWorkerSet's pods are
+    gated by Kueue's pod integration).
     """
     edits = Edits(obj)
     edited = obj
@@ -211,11 +214,22 @@ def edit_create(obj: dict, kind: WorkloadKind, templates: list[PodTemplate], res
         known = {t.path for t in templates}
         templates = [*templates, *(t for t in kind.pod_templates(edited) if t.path not in known)]
     label_run(edits, templates, run_id_of(obj, templates) or mint_run_id())
-
     if queued:
-        path = kind.suspend_path
-        # What Kueue's own webhook does on CREATE: Kueue unsuspends the object on admission.
-        edits.set(_at(edited, path[:-1]), path[:-1], str(path[-1]), True)  # a field name: "suspend"
+        for key, values in kind.queued_template_metadata(obj_labels).items():
+            for t in templates:
+                meta = edits.container(_at(edited, t.path), t.path, "metadata", dict)
+                values_at = edits.container(meta, t.path + ("metadata",), key, dict)
+                for k, v in values.items():
+                    edits.set_default(values_at, t.path + ("metadata", key), k, v)
+
+    path = kind.suspend_path
+    if queued and path is not None:
+        # What Kueue's own webhook does on CREATE: Kueue unsuspends the object on admission. The
+        # objects on the way (a PyTorchJob's spec.runPolicy) are created when missing.
+        holder: dict = edited
+        for i, part in enumerate(path[:-1]):
+            holder = edits.container(holder, path[:i], str(part), dict)
+        edits.set(holder, path[:-1], str(path[-1]), True)  # a field name: "suspend"
 
     place_templates(edits, templates, res, settings)
     return edits

@@ -37,6 +37,12 @@ describe(t) := "the RayJob submitter" if t.role == "submitter"
 
 describe(t) := "the Job's pod template" if t.role == "job"
 
+describe(t) := sprintf("replicated job %s", [t.group]) if t.role == "replicated-job"
+
+describe(t) := sprintf("the %s replica", [t.group]) if t.role == "master"
+
+describe(t) := "the leader" if t.role == "leader"
+
 # gpu_field(t) is the field path of the GPU limit (else request) of the first container of t
 # that holds GPUs, e.g. spec.template.spec.containers[0].resources.limits["nvidia.com/gpu"].
 gpu_field(t) := f if {

@@ -5,7 +5,9 @@
 # `workerCount`. Workers are Ray worker-group pods (the larger of KubeRay's
 # clamp(replicas, minReplicas, maxReplicas) and Kueue's replicas, x numOfHosts; with the KubeRay
 # autoscaler on, up to maxReplicas x numOfHosts) and the pods a batch/v1 Job runs at a time
-# (min(parallelism, completions)); for a GPU profile only pod templates that hold GPUs count.
+# (min(parallelism, completions)), and the pods of every other role but the Ray head and the RayJob
+# submitter (JobSet replicated jobs, Kubeflow Master and Worker, LeaderWorkerSet leaders and
+# workers); for a GPU profile only pod templates that hold GPUs count.
 package taugate.policies.workers_match_profile
 
 import data.taugate.lib
@@ -21,9 +23,9 @@ most := input.object.workers.maxGpuPods if input.profile.gpusPerWorker > 0
 
 else := input.object.workers.maxPods
 
-workers := [t | some t in input.object.podTemplates; t.role in {"worker", "job"}; t.gpusPerPod > 0] if {
+workers := [t | some t in input.object.podTemplates; not t.role in {"head", "submitter"}; t.gpusPerPod > 0] if {
 	input.profile.gpusPerWorker > 0
-} else := [t | some t in input.object.podTemplates; t.role in {"worker", "job"}]
+} else := [t | some t in input.object.podTemplates; not t.role in {"head", "submitter"}]
 
 groups := concat(", ", [sprintf("%s: %d", [t.group, t.replicas]) | some t in workers])
 
@@ -48,13 +50,14 @@ deny contains lib.violation(name, field, msg) if {
 	)
 }
 
-# The KubeRay autoscaler may grow the worker groups past the profile's count.
+# An autoscaler may grow the workers past the profile's count: KubeRay's (worker groups up to
+# maxReplicas) or a PyTorchJob's elastic HPA (the Worker up to elasticPolicy.maxReplicas).
 deny contains lib.violation(name, field, msg) if {
 	input.object.autoscaling
 	now <= input.profile.workerCount
 	most > input.profile.workerCount
 	msg := sprintf(
-		"lets the Ray autoscaler grow to %d workers (maxReplicas); allowed: at most %d under workload profile %s (mode %s, workerCount %d); fix: set maxReplicas so the worker groups add up to at most %d",
+		"lets the autoscaler grow to %d workers (maxReplicas); allowed: at most %d under workload profile %s (mode %s, workerCount %d); fix: set maxReplicas so the workers add up to at most %d",
 		[most, input.profile.workerCount, input.profile.name, input.profile.mode, input.profile.workerCount, input.profile.workerCount],
 	)
 }

@@ -29,11 +29,14 @@ class WorkloadKind:
     - ``upstream``: the upstream sources whose rules the module follows (file + function);
     - ``default_lane``: the lane an object of this kind runs in without a ``tau.azure.com/lane``
       label (``Settings.default_lanes``);
-    - ``suspend_path``: where ``suspend`` lives (``spec.suspend`` for all three kinds so far).
+    - ``suspend_path``: where the ``suspend`` Kueue sets on a queued object lives (``spec.suspend``;
+      a Kubeflow job's ``spec.runPolicy.suspend``, a RayService's ``spec.rayClusterConfig.suspend``);
+      None for a kind Kueue queues without suspending it (a LeaderWorkerSet: serving workloads
+      stay running, Kueue gates their pods instead).
 
     Methods a subclass overrides: ``pod_templates`` (always) and ``check_spec`` (always), and where
     the kind differs from the defaults here: ``queued``, ``templates_mutable``, ``checks``,
-    ``create_defaults``, ``autoscaling``.
+    ``create_defaults``, ``queued_template_metadata``, ``autoscaling`` with ``most_pods``.
     """
 
     group: ClassVar[str]
@@ -42,7 +45,7 @@ class WorkloadKind:
     kind: ClassVar[str]
     upstream: ClassVar[str]
     default_lane: ClassVar[str] = "training"
-    suspend_path: ClassVar[Path] = ("spec", "suspend")
+    suspend_path: ClassVar[Path | None] = ("spec", "suspend")
 
     @property
     def api_version(self) -> str:
@@ -98,7 +101,20 @@ class WorkloadKind:
         (set-if-missing, so reinvocation changes nothing). Default: none."""
         return []
 
+    def queued_template_metadata(self, obj_labels: dict[str, Any]) -> dict[str, dict[str, str]]:
+        """``{"labels": {...}, "annotations": {...}}`` mutation sets (when missing) on every pod
+        template of a queued object on CREATE, given the object's labels after taugate's own:
+        what Kueue's defaulting webhook writes there for a kind it queues without ``suspend``
+        (its pods are gated instead), so the pods are held whichever webhook runs first.
+        Default: nothing."""
+        return {}
+
     def autoscaling(self, obj: dict[str, Any]) -> bool:
         """True when ``obj`` turns on an autoscaler that may grow its worker pods past their
         ``replicas``. Default: False."""
         return False
+
+    def most_pods(self, obj: dict[str, Any], template: PodTemplate) -> int:
+        """The most pods ``template`` of ``obj`` may grow to under the autoscaler ``autoscaling``
+        reports (asked only when it is on). Default: ``template.replicas``."""
+        return template.replicas

@@ -15,6 +15,8 @@ from typing import Any
 
 import aiohttp
 
+from taugate.kinds import KINDS
+
 SERVICE_NAME = "taugate-webhook.taugate-system.svc"
 """The in-cluster name the apiserver verifies (``https://SVC.NS.svc:443/mutate``)."""
 
@@ -93,7 +95,7 @@ def admission_review(request: dict) -> dict:
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
 
 
-PLURALS = {"RayJob": "rayjobs", "RayCluster": "rayclusters", "Job": "jobs"}
+PLURALS = {k.kind: k.resource for k in KINDS}
 
 
 def workload_request(obj: dict | None, *, operation: str = "CREATE", namespace: str = "vision",
