@@ -23,12 +23,13 @@ from typing import Any
 from pydantic import ValidationError
 
 from taugate import labels
+from taugate.fieldpath import field_path, loc_path
 from taugate.files import InputError, load_documents, read_limited
 from taugate.models import ResolvedProfile, TauCluster, TauWorkspace
 from taugate.pods import MIG_PREFIX, quantity
 from taugate.profiles import is_applicable, profile_set_hash, resolve_profile
 from taugate.settings import Settings
-from taugate.shape import json_problem, json_type, state_object_problem
+from taugate.structure import json_problem, json_type, state_object_problem
 
 
 class SnapshotError(ValueError):
@@ -319,7 +320,7 @@ def build_state(objects: Iterable[dict[str, Any]], settings: Settings | None = N
 
 def _check_shape(obj: dict[str, Any], source: str) -> None:
     """Raise ``SnapshotError`` when a Kubernetes or Kueue object's fields have the wrong type
-    (``taugate.shape.state_object_problem``) or a TauCluster/TauWorkspace is not plain JSON."""
+    (``taugate.structure.state_object_problem``) or a TauCluster/TauWorkspace is not plain JSON."""
     kind = obj.get("kind")
     meta = found if isinstance(found := obj.get("metadata"), dict) else {}
     name = meta.get("name")
@@ -364,8 +365,8 @@ class _Objects:
                 self._take_workspace(obj, source=source, check_shapes=check_shapes)
         except ValidationError as e:
             err = e.errors()[0]
-            loc = ".".join(str(p) for p in err["loc"])
-            raise SnapshotError(f"{source}: {kind} {name!r}: {loc}: {err['msg']}") from None
+            where = field_path(loc_path(err["loc"]))
+            raise SnapshotError(f"{source}: {kind} {name!r}: {where}: {err['msg']}") from None
         if kind == "Node":
             self.nodes.append(obj)
         elif kind == "LocalQueue":

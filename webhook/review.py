@@ -29,8 +29,8 @@ from taugate.models import TauWorkspace
 from taugate.pods import PodTemplate
 from taugate.policy_input import build_policy_input
 from taugate.settings import Settings
-from taugate.shape import json_type, object_depth_problem
 from taugate.snapshot import ClusterState
+from taugate.structure import json_type, object_depth_problem
 from taugate.webhook import mutation, validation
 from taugate.webhook.decision import Action, Decision, Violation
 from taugate.webhook.policy_set import PolicyEvaluationError

@@ -6,7 +6,8 @@ A kind module (``rayjob``, ``raycluster``, ``job``) holds all taugate knows abou
 - its API group, version, resource (plural) and kind;
 - pod-template access: the path of every pod template, its role, replicas and GPU demand
   (``pod_templates``; the GPU arithmetic itself is shared, in ``taugate.pods``);
-- its structural check (``check_spec``, with ``taugate.shape.Shape``), its built-in rules
+- the pydantic model of its ``spec`` (``spec_model``, checked by ``malformed``; ``taugate.structure``
+  says how to write one), its built-in rules
   (``checks``), the defaults mutation sets on CREATE (``create_defaults``), whether Kueue queues
   an object (``queued``) and whether an UPDATE may change its pod templates
   (``templates_mutable``);
@@ -26,8 +27,9 @@ How to add a workload kind (e.g. Kubeflow's ``PyTorchJob``):
 1. Write ``taugate/kinds/<kind>.py``: a ``WorkloadKind`` subclass setting ``group``, ``version``,
    ``resource``, ``kind`` and ``upstream``, overriding ``pod_templates`` (every pod template,
    with the pods Kueue reserves for it: read the kind's Kueue integration,
-   ``pkg/controller/jobs/<kind>``, ``PodSets``) and ``check_spec`` (the types of every field
-   ``pod_templates`` reads), and, where the kind differs from the defaults, ``queued``,
+   ``pkg/controller/jobs/<kind>``, ``PodSets``), setting ``spec_model`` (a ``TypedDict`` of every
+   field ``pod_templates`` reads, typed as the kind's Go API types, pod templates as
+   ``taugate.structure.PodTemplateSpec``), and, where the kind differs from the defaults, ``queued``,
    ``templates_mutable``, ``checks``, ``create_defaults`` and ``autoscaling``; end with
    ``KIND = <Class>()``.
 2. Add ``<kind>.KIND`` to ``KINDS`` below.

@@ -1,0 +1,499 @@
+"""Structure checks: does an object have the types its API gives it, where taugate reads or writes?
+
+One way to check structure in taugate: pydantic (v2). taugate's own kinds (TauCluster,
+TauWorkspace, TauQuotaRequest, TauRun) are pydantic models in ``taugate.models`` and
+``taugate.run_models`` (which also generate their CRDs); everyone else's objects (core/v1,
+batch/v1, KubeRay, Kueue) are described here as ``TypedDict``s of exactly the fields taugate reads,
+validated with a ``pydantic.TypeAdapter``. Their schemas belong to their owners: the models name
+only what taugate reads, unknown fields are ignored, and the object itself is never replaced by
+the validated copy (validation only).
+
+The API server checks an object against its schema only after the mutating webhooks have run, so
+they see objects exactly as a client sent them. ``workload_problems`` (through
+``taugate.kinds.base.WorkloadKind.malformed``) and ``state_object_problem`` (the Node and Kueue
+objects a snapshot holds) give ``(field path, problem)`` for every field without its API type, so a
+bad object is denied naming the path, never crashes the webhook.
+
+Rules of every model here:
+
+- strict types (``validate_python(..., strict=True)``): ``"2"`` is not a number, ``"true"`` not a
+  boolean, as in the Go API types;
+- null is an absent field where Kubernetes treats it so (an optional pointer, slice or map in Go):
+  write such a field ``NotRequired`` (``total=False``) with ``| None``; a field the API requires
+  is ``Required[...]`` without ``None`` (null then reads "is missing; it is required");
+- ranges and grammars are ``Annotated`` types whose validator raises ``PydanticCustomError`` with
+  taugate's own message (``Int32``, ``Quantity``, ...): what was asked, what is allowed;
+- ``problem`` turns each pydantic error into one line in those words, its ``loc`` into the one
+  field-path type (``taugate.fieldpath.loc_path``).
+
+How to write a new workload kind's model (``taugate.kinds``): in the kind's module, a
+``TypedDict`` (``total=False``) of its ``spec`` with every field ``pod_templates`` (and the kind's
+``checks``) read, typed from the kind's Go API types (``*int32`` -> ``Int32 | None``; ``bool`` ->
+``bool | None``; a ``corev1.PodTemplateSpec`` -> ``PodTemplateSpec``; a ``map[string]string`` ->
+``StringMap | None``); a rule across fields is an ``AfterValidator`` raising ``PydanticCustomError``
+(its ``at`` context names the field under the model, as ``RayJobSpec`` does). Set it as the kind's
+``spec_model``; ``WorkloadKind.malformed`` checks ``metadata`` (``ObjectMeta``) and ``spec`` with it.
+
+``object_depth_problem`` and ``json_problem`` find values no Kubernetes object can hold at all
+(nesting, integers past int64): not type checks, but the structure's outer bounds.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from decimal import Decimal
+from functools import lru_cache
+from typing import Annotated, Any, NotRequired, Required  # pydantic needs this TypedDict on Python 3.11
+
+from pydantic import AfterValidator, PlainValidator, TypeAdapter, ValidationError
+from pydantic_core import ErrorDetails, PydanticCustomError
+from typing_extensions import TypedDict
+
+from taugate.fieldpath import Path, field_path, loc_path
+from taugate.pods import INT32_MAX, quantity
+
+
+def json_type(value: Any) -> str:
+    """The JSON name of a value's type: an object, an array, a string, a number, a boolean or null."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return "an object"
+
+
+def _short(value: Any) -> str:
+    """``repr`` of a value quoted in a problem, cut to 80 characters."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+# --- Annotated types: ranges and grammars, with taugate's messages --------------------------------
+
+INT64 = (-(2**63), 2**63 - 1)
+"""The range of a Kubernetes integer field (int64; apimachinery decodes JSON numbers into it)."""
+
+
+def whole_number(lo: int, hi: int, what: str) -> Any:
+    """An ``Annotated`` int from ``lo`` to ``hi`` (a JSON integer, never a boolean or a float);
+    ``what`` is the allowed range in words, quoted in the problem."""
+    def check(value: Any) -> int:
+        if type(value) is int and lo <= value <= hi:
+            return value
+        asked = str(value) if type(value) is int else f"{json_type(value)} ({_short(value)})"
+        raise PydanticCustomError("whole_number", "is {asked}; it must be {what}", {"asked": asked, "what": what})
+    return Annotated[int, PlainValidator(check)]
+
+
+Int32 = whole_number(0, INT32_MAX, f"a whole number from 0 to {INT32_MAX} (int32)")
+"""A count the Go API types as ``*int32`` and that is never negative (replicas, parallelism)."""
+PositiveInt32 = whole_number(1, INT32_MAX, f"a whole number from 1 to {INT32_MAX} (int32)")
+"""An ``*int32`` of at least 1 (KubeRay's ``numOfHosts``)."""
+Weight = whole_number(1, 100, "a whole number from 1 to 100")
+"""core/v1 ``PreferredSchedulingTerm.weight``."""
+Seconds = whole_number(*INT64, "a whole number of seconds (int64)")
+"""An ``*int64`` of seconds (``Toleration.tolerationSeconds``)."""
+
+# A non-negative Kubernetes quantity (apimachinery resource.Quantity grammar): a decimal number,
+# then a binary (Ki..Ei) or decimal (n, u, m, k, M..E) suffix or a decimal exponent.
+_QUANTITY = re.compile(r"^\+?(\d+(\.\d*)?|\.\d+)([KMGTPE]i|[numkMGTPE]|[eE][+-]?\d+)?$")
+
+
+@lru_cache(maxsize=1024)
+def _quantity_text(raw: str) -> bool:
+    """True when ``raw`` matches the quantity grammar; the same few strings ("1", "8Gi")
+    recur on every request, so the answers are remembered."""
+    return _QUANTITY.match(raw) is not None
+
+
+def _quantity(raw: Any) -> Any:
+    if (type(raw) is str and _quantity_text(raw)) or (type(raw) is int and raw >= 0):
+        return raw  # the usual case, without parsing
+    q = quantity(raw) if isinstance(raw, (str, int, float)) and not isinstance(raw, bool) else None
+    if q is None:
+        raise PydanticCustomError("quantity", "is {asked}, which is not a Kubernetes quantity (e.g. 2, 500m, 8Gi)",
+                                  {"asked": json.dumps(raw)})
+    if q < 0:
+        raise PydanticCustomError("quantity", "is {asked}; quantities must not be negative", {"asked": raw})
+    return raw
+
+
+Quantity = Annotated[Any, PlainValidator(_quantity)]
+"""A container's resource quantity (``resources.requests``/``limits`` values): a string in the
+quantity grammar (``"500m"``, ``"8Gi"``) or a number, never negative."""
+
+MAX_QUANTITY = Decimal(2**63 - 1)
+"""The largest quantity cluster state reads (Kubernetes quantities are int64-backed)."""
+
+
+def _bounded(q: Decimal | None) -> bool:
+    return q is not None and q.is_finite() and 0 <= q <= MAX_QUANTITY
+
+
+@lru_cache(maxsize=1024)
+def _bounded_text(raw: str) -> bool:
+    """True when ``raw`` is a quantity from 0 to ``MAX_QUANTITY``; a Node's "96", "1800Gi"
+    recur on every node of a snapshot, so the answers are remembered."""
+    return _bounded(quantity(raw))
+
+
+def _bounded_quantity(value: Any) -> Any:
+    if type(value) is str:
+        if _bounded_text(value):
+            return value
+    elif type(value) in (int, float) and _bounded(quantity(value)):  # a boolean is no quantity
+        return value
+    raise PydanticCustomError("bounded_quantity", "is {asked}; it must be a Kubernetes quantity from 0 to {most} "
+                              "(e.g. 8, 500m, 64Gi)",
+                              {"asked": f"{json_type(value)} ({_short(value)})", "most": str(MAX_QUANTITY)})
+
+
+BoundedQuantity = Annotated[Any, PlainValidator(_bounded_quantity)]
+"""A quantity cluster state reads (Node allocatable, ClusterQueue quotas and usage): 0 to
+``MAX_QUANTITY``."""
+
+StringMap = dict[str, str]
+"""Labels, annotations, node selectors, ``rayStartParams``: string keys to string values."""
+
+# --- core/v1, as far as taugate reads it ------------------------------------------------------
+
+
+class ObjectMeta(TypedDict, total=False):
+    """meta/v1 ObjectMeta: the names taugate reads and writes, labels and annotations."""
+
+    name: str | None
+    generateName: str | None
+    namespace: str | None
+    labels: StringMap | None
+    annotations: StringMap | None
+
+
+class NamedMeta(ObjectMeta, total=False):
+    """ObjectMeta of a stored object, whose ``name`` cluster state reads."""
+
+    name: Required[str]
+
+
+class NodeSelectorRequirement(TypedDict, total=False):
+    key: str | None
+    operator: str | None
+    values: list[str] | None
+
+
+class NodeSelectorTerm(TypedDict, total=False):
+    matchExpressions: list[NodeSelectorRequirement] | None
+    matchFields: list[NodeSelectorRequirement] | None
+
+
+class NodeSelector(TypedDict, total=False):
+    nodeSelectorTerms: list[NodeSelectorTerm] | None
+
+
+class PreferredSchedulingTerm(TypedDict, total=False):
+    weight: Weight | None
+    preference: NodeSelectorTerm | None
+
+
+class NodeAffinity(TypedDict, total=False):
+    requiredDuringSchedulingIgnoredDuringExecution: NodeSelector | None
+    preferredDuringSchedulingIgnoredDuringExecution: list[PreferredSchedulingTerm] | None
+
+
+class Affinity(TypedDict, total=False):
+    """core/v1 Affinity, as far as placement reads it: the node affinity's terms."""
+
+    nodeAffinity: NodeAffinity | None
+
+
+class Toleration(TypedDict, total=False):
+    key: str | None
+    operator: str | None
+    value: str | None
+    effect: str | None
+    tolerationSeconds: Seconds | None
+
+
+class ResourceRequirements(TypedDict, total=False):
+    requests: dict[str, Quantity] | None
+    limits: dict[str, Quantity] | None
+
+
+class Container(TypedDict, total=False):
+    name: str | None
+    resources: ResourceRequirements | None
+    volumeMounts: list[dict[str, Any]] | None
+
+
+class PodSpec(TypedDict, total=False):
+    """core/v1 PodSpec: the containers' resources (GPU demand), the placement taugate injects and
+    checks (nodeSelector, affinity, tolerations) and the volumes policies read."""
+
+    containers: Required[list[Container]]
+    initContainers: list[Container] | None
+    nodeSelector: StringMap | None
+    affinity: Affinity | None
+    tolerations: list[Toleration] | None
+    volumes: list[dict[str, Any]] | None
+
+
+def _some_container(spec: PodSpec) -> PodSpec:
+    if not spec["containers"]:
+        raise PydanticCustomError("containers", "is empty; a pod needs at least one container",
+                                  {"at": "containers"})
+    return spec
+
+
+class PodTemplateSpec(TypedDict, total=False):
+    """core/v1 PodTemplateSpec (a workload's pod template): ``spec`` required, with at least one
+    container."""
+
+    metadata: ObjectMeta | None
+    spec: Required[Annotated[PodSpec, AfterValidator(_some_container)]]
+
+
+# --- cluster state: core/v1 Node and Kueue's objects, as far as taugate.snapshot reads them -----
+# Field types follow the Go API types (k8s.io/api core/v1; sigs.k8s.io/kueue apis/kueue/v1beta2;
+# a snapshot may still hold v1beta1 objects, whose ClusterQueue names its cohort ``cohort``).
+
+
+class Taint(TypedDict, total=False):
+    key: Required[str]
+    value: str | None
+    effect: str | None
+
+
+class NodeCondition(TypedDict):
+    type: str
+    status: str
+
+
+class NodeSpec(TypedDict, total=False):
+    unschedulable: bool | None
+    taints: list[Taint] | None
+
+
+class NodeStatus(TypedDict, total=False):
+    allocatable: dict[str, BoundedQuantity | None] | None
+    capacity: dict[str, BoundedQuantity | None] | None
+    conditions: list[NodeCondition] | None
+
+
+class Node(TypedDict, total=False):
+    """core/v1 Node: schedulability, taints, allocatable and capacity, condition types."""
+
+    metadata: Required[NamedMeta]
+    spec: NodeSpec | None
+    status: NodeStatus | None
+
+
+class LocalQueueSpec(TypedDict):
+    clusterQueue: str
+
+
+class LocalQueue(TypedDict, total=False):
+    """Kueue LocalQueue: ``spec.clusterQueue``, required."""
+
+    metadata: Required[NamedMeta]
+    spec: Required[LocalQueueSpec]
+
+
+class LabelSelectorRequirement(TypedDict, total=False):
+    key: Required[str]
+    operator: Required[str]
+    values: list[str] | None
+
+
+class LabelSelector(TypedDict, total=False):
+    matchLabels: StringMap | None
+    matchExpressions: list[LabelSelectorRequirement] | None
+
+
+class ResourceQuota(TypedDict, total=False):
+    name: Required[str]
+    nominalQuota: BoundedQuantity | None
+    borrowingLimit: BoundedQuantity | None
+    lendingLimit: BoundedQuantity | None
+
+
+class FlavorQuotas(TypedDict, total=False):
+    name: Required[str]
+    resources: list[ResourceQuota] | None
+
+
+class ResourceGroup(TypedDict, total=False):
+    coveredResources: list[str] | None
+    flavors: list[FlavorQuotas] | None
+
+
+class ClusterQueueSpec(TypedDict, total=False):
+    cohort: str | None
+    cohortName: str | None
+    queueingStrategy: str | None
+    namespaceSelector: LabelSelector | None
+    resourceGroups: list[ResourceGroup] | None
+
+
+class ResourceUsage(TypedDict, total=False):
+    name: Required[str]
+    total: BoundedQuantity | None
+    borrowed: BoundedQuantity | None
+
+
+class FlavorUsage(TypedDict, total=False):
+    name: Required[str]
+    resources: list[ResourceUsage] | None
+
+
+class ClusterQueueStatus(TypedDict, total=False):
+    flavorsUsage: list[FlavorUsage] | None
+    flavorsReservation: list[FlavorUsage] | None
+
+
+class ClusterQueue(TypedDict, total=False):
+    """Kueue ClusterQueue: cohort, namespace selector, queueing strategy, the quotas of
+    ``spec.resourceGroups`` and the usage in ``status.flavorsUsage``/``flavorsReservation``."""
+
+    metadata: Required[NamedMeta]
+    spec: ClusterQueueSpec | None
+    status: ClusterQueueStatus | None
+
+
+class ResourceFlavorSpec(TypedDict, total=False):
+    nodeLabels: StringMap | None
+    nodeTaints: list[Taint] | None
+    tolerations: list[Toleration] | None
+    topologyName: str | None
+
+
+class ResourceFlavor(TypedDict, total=False):
+    """Kueue ResourceFlavor: node labels, node taints, tolerations, topology name."""
+
+    metadata: Required[NamedMeta]
+    spec: ResourceFlavorSpec | None
+
+
+class WorkloadPriorityClass(TypedDict):
+    """Kueue WorkloadPriorityClass: only its name is read."""
+
+    metadata: NamedMeta
+
+
+# --- checking: pydantic errors in taugate's words ---------------------------------------------
+
+_MUST_BE = {"dict_type": "an object", "list_type": "an array", "string_type": "a string",
+            "bool_type": "true or false", "int_type": "a whole number", "float_type": "a number"}
+"""What a field of each of pydantic's strict type errors must be."""
+
+
+def problem(err: ErrorDetails) -> tuple[str, str]:
+    """``(field path, problem)`` for one pydantic error: the path from its ``loc``
+    (``taugate.fieldpath.loc_path``; a custom error's ``at`` context names a field below it), the
+    problem in taugate's words: what the field is (its JSON type, the value for a scalar) and what
+    it must be; a custom error (``PydanticCustomError``) carries its own message."""
+    kind, value, ctx = err["type"], err["input"], err.get("ctx") or {}
+    path = loc_path(err["loc"]) + ((ctx["at"],) if "at" in ctx else ())
+    must = _MUST_BE.get(kind)
+    if kind == "missing" or (must is not None and value is None):
+        return field_path(path), "is missing; it is required"
+    if must is None:
+        return field_path(path), err["msg"]
+    if kind in ("dict_type", "list_type"):
+        return field_path(path), f"is {json_type(value)}; it must be {must}"
+    return field_path(path), f"is {json_type(value)} ({_short(value)}); it must be {must}"
+
+
+def problems(adapter: TypeAdapter[Any], obj: Any) -> list[tuple[str, str]]:
+    """``(field path, problem)`` for every field of ``obj`` that does not have the type
+    ``adapter``'s model gives it (strict: no coercion), in the order pydantic finds them; ``[]``
+    when it has. ``obj`` is only read."""
+    try:
+        adapter.validate_python(obj, strict=True)
+    except ValidationError as e:
+        return [problem(err) for err in e.errors(include_url=False)]
+    return []
+
+
+@lru_cache(maxsize=64)
+def workload_adapter(spec_model: Any) -> TypeAdapter[Any]:
+    """The ``TypeAdapter`` of a workload object whose ``spec`` (required) is ``spec_model`` and
+    whose ``metadata`` is ``ObjectMeta``; built once per model (pydantic compiles it to Rust)."""
+    # The functional form: the spec's model is only known here.
+    workload = TypedDict("workload", {"metadata": NotRequired[ObjectMeta | None],  # type: ignore[misc]  # noqa: UP013
+                                      "spec": Required[spec_model]}, total=False)
+    return TypeAdapter(workload)
+
+
+def workload_problems(spec_model: Any, obj: Any) -> list[tuple[str, str]]:
+    """``(field path, problem)`` for every field of a workload ``obj`` (``metadata`` and ``spec``,
+    ``spec_model`` the kind's model) without the type its API gives it."""
+    return problems(workload_adapter(spec_model), obj)
+
+
+STATE_KINDS: dict[str, TypeAdapter[Any]] = {
+    kind: TypeAdapter(model) for kind, model in (
+        ("Node", Node), ("LocalQueue", LocalQueue), ("ClusterQueue", ClusterQueue),
+        ("ResourceFlavor", ResourceFlavor), ("WorkloadPriorityClass", WorkloadPriorityClass))}
+"""The other owners' kinds cluster state reads, and their models' adapters."""
+
+
+def state_object_problem(obj: dict[str, Any]) -> str | None:
+    """The first type problem of a Node, LocalQueue, ClusterQueue, ResourceFlavor or
+    WorkloadPriorityClass (``STATE_KINDS``) as one line, ``field: problem`` (a Kubernetes field
+    path); None when it has the shape cluster state reads, and for other kinds."""
+    kind = obj.get("kind")
+    adapter = STATE_KINDS.get(kind) if isinstance(kind, str) else None
+    found = problems(adapter, obj) if adapter is not None else []
+    return f"{found[0][0]}: {found[0][1]}" if found else None
+
+
+# --- values no Kubernetes object can hold ------------------------------------------------------
+
+MAX_DEPTH = 100
+"""How deep an object may nest (levels below its root). Kubernetes objects nest ~20 levels (a
+pod template's affinity is among the deepest). A review nested past 255 levels is HTTP 400
+(orjson's limit). Checking depth costs ~70 us a RayJob, too much for every request, so it is
+checked where depth breaks something: when the policy engine (whose JSON reader stops at 128
+levels) or a copy fails on an object, and for every object ``taugate admit`` reads; an object
+past ``MAX_DEPTH`` is then denied naming the path (``object_depth_problem``), never a 500."""
+
+
+def object_depth_problem(obj: Any, limit: int = MAX_DEPTH) -> tuple[str, str] | None:
+    """``(field path, problem)`` for the first place ``obj`` nests deeper than ``limit``
+    levels, or None. Iterative (no recursion limit), stops at the first such place."""
+    stack: list[tuple[Any, Path]] = [(obj, ())]
+    while stack:
+        value, path = stack.pop()
+        if len(path) > limit:
+            return field_path(path[:limit + 1]), (f"nests more than {limit} levels deep; Kubernetes objects nest about "
+                                                  f"20 levels, taugate reads up to {limit}")
+        if type(value) is dict:
+            stack.extend((v, path + (k,)) for k, v in value.items())
+        elif type(value) is list:
+            stack.extend((v, path + (i,)) for i, v in enumerate(value))
+    return None
+
+
+def json_problem(obj: Any) -> str | None:
+    """One line naming the first value of ``obj`` that no Kubernetes object can hold: nesting
+    past ``MAX_DEPTH``, or an integer outside int64 (``INT64``); None when there is none."""
+    deep = object_depth_problem(obj)
+    if deep:
+        return f"{deep[0]}: {deep[1]}"
+    stack: list[tuple[Any, Path]] = [(obj, ())]
+    while stack:
+        value, path = stack.pop()
+        if type(value) is dict:
+            stack.extend((v, path + (k,)) for k, v in value.items())
+        elif type(value) is list:
+            stack.extend((v, path + (i,)) for i, v in enumerate(value))
+        elif type(value) is int and not INT64[0] <= value <= INT64[1]:
+            return f"{field_path(path)}: {value} is outside the 64-bit integer range of Kubernetes fields"
+    return None
+
