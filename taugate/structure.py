@@ -81,24 +81,24 @@ INT64 = (-(2**63), 2**63 - 1)
 """The range of a Kubernetes integer field (int64; apimachinery decodes JSON numbers into it)."""
 
 
-def whole_number(lo: int, hi: int, what: str) -> Any:
-    """An ``Annotated`` int from ``lo`` to ``hi`` (a JSON integer, never a boolean or a float);
-    ``what`` is the allowed range in words, quoted in the problem."""
+def whole_number(lo: int, hi: int, what: str) -> PlainValidator:
+    """The validator of an ``Annotated`` int from ``lo`` to ``hi`` (a JSON integer, never a boolean
+    or a float); ``what`` is the allowed range in words, quoted in the problem."""
     def check(value: Any) -> int:
         if type(value) is int and lo <= value <= hi:
             return value
         asked = str(value) if type(value) is int else f"{json_type(value)} ({_short(value)})"
         raise PydanticCustomError("whole_number", "is {asked}; it must be {what}", {"asked": asked, "what": what})
-    return Annotated[int, PlainValidator(check)]
+    return PlainValidator(check)
 
 
-Int32 = whole_number(0, INT32_MAX, f"a whole number from 0 to {INT32_MAX} (int32)")
+Int32 = Annotated[int, whole_number(0, INT32_MAX, f"a whole number from 0 to {INT32_MAX} (int32)")]
 """A count the Go API types as ``*int32`` and that is never negative (replicas, parallelism)."""
-PositiveInt32 = whole_number(1, INT32_MAX, f"a whole number from 1 to {INT32_MAX} (int32)")
+PositiveInt32 = Annotated[int, whole_number(1, INT32_MAX, f"a whole number from 1 to {INT32_MAX} (int32)")]
 """An ``*int32`` of at least 1 (KubeRay's ``numOfHosts``)."""
-Weight = whole_number(1, 100, "a whole number from 1 to 100")
+Weight = Annotated[int, whole_number(1, 100, "a whole number from 1 to 100")]
 """core/v1 ``PreferredSchedulingTerm.weight``."""
-Seconds = whole_number(*INT64, "a whole number of seconds (int64)")
+Seconds = Annotated[int, whole_number(*INT64, "a whole number of seconds (int64)")]
 """An ``*int64`` of seconds (``Toleration.tolerationSeconds``)."""
 
 # A non-negative Kubernetes quantity (apimachinery resource.Quantity grammar): a decimal number,
@@ -175,10 +175,13 @@ class ObjectMeta(TypedDict, total=False):
     annotations: StringMap | None
 
 
-class NamedMeta(ObjectMeta, total=False):
-    """ObjectMeta of a stored object, whose ``name`` cluster state reads."""
+class NamedMeta(TypedDict, total=False):
+    """ObjectMeta of a stored object, whose ``name`` cluster state reads (``ObjectMeta`` otherwise)."""
 
     name: Required[str]
+    namespace: str | None
+    labels: StringMap | None
+    annotations: StringMap | None
 
 
 class NodeSelectorRequirement(TypedDict, total=False):
@@ -258,155 +261,46 @@ class PodTemplateSpec(TypedDict, total=False):
     spec: Required[Annotated[PodSpec, AfterValidator(_some_container)]]
 
 
-# --- cluster state: core/v1 Node and Kueue's objects, as far as taugate.snapshot reads them -----
-# Field types follow the Go API types (k8s.io/api core/v1; sigs.k8s.io/kueue apis/kueue/v1beta2;
-# a snapshot may still hold v1beta1 objects, whose ClusterQueue names its cohort ``cohort``).
-
-
-class Taint(TypedDict, total=False):
-    key: Required[str]
-    value: str | None
-    effect: str | None
-
-
-class NodeCondition(TypedDict):
-    type: str
-    status: str
-
-
-class NodeSpec(TypedDict, total=False):
-    unschedulable: bool | None
-    taints: list[Taint] | None
-
-
-class NodeStatus(TypedDict, total=False):
-    allocatable: dict[str, BoundedQuantity | None] | None
-    capacity: dict[str, BoundedQuantity | None] | None
-    conditions: list[NodeCondition] | None
-
-
-class Node(TypedDict, total=False):
-    """core/v1 Node: schedulability, taints, allocatable and capacity, condition types."""
-
-    metadata: Required[NamedMeta]
-    spec: NodeSpec | None
-    status: NodeStatus | None
-
-
-class LocalQueueSpec(TypedDict):
-    clusterQueue: str
-
-
-class LocalQueue(TypedDict, total=False):
-    """Kueue LocalQueue: ``spec.clusterQueue``, required."""
-
-    metadata: Required[NamedMeta]
-    spec: Required[LocalQueueSpec]
-
-
-class LabelSelectorRequirement(TypedDict, total=False):
-    key: Required[str]
-    operator: Required[str]
-    values: list[str] | None
-
-
-class LabelSelector(TypedDict, total=False):
-    matchLabels: StringMap | None
-    matchExpressions: list[LabelSelectorRequirement] | None
-
-
-class ResourceQuota(TypedDict, total=False):
-    name: Required[str]
-    nominalQuota: BoundedQuantity | None
-    borrowingLimit: BoundedQuantity | None
-    lendingLimit: BoundedQuantity | None
-
-
-class FlavorQuotas(TypedDict, total=False):
-    name: Required[str]
-    resources: list[ResourceQuota] | None
-
-
-class ResourceGroup(TypedDict, total=False):
-    coveredResources: list[str] | None
-    flavors: list[FlavorQuotas] | None
-
-
-class ClusterQueueSpec(TypedDict, total=False):
-    cohort: str | None
-    cohortName: str | None
-    queueingStrategy: str | None
-    namespaceSelector: LabelSelector | None
-    resourceGroups: list[ResourceGroup] | None
-
-
-class ResourceUsage(TypedDict, total=False):
-    name: Required[str]
-    total: BoundedQuantity | None
-    borrowed: BoundedQuantity | None
-
-
-class FlavorUsage(TypedDict, total=False):
-    name: Required[str]
-    resources: list[ResourceUsage] | None
-
-
-class ClusterQueueStatus(TypedDict, total=False):
-    flavorsUsage: list[FlavorUsage] | None
-    flavorsReservation: list[FlavorUsage] | None
-
-
-class ClusterQueue(TypedDict, total=False):
-    """Kueue ClusterQueue: cohort, namespace selector, queueing strategy, the quotas of
-    ``spec.resourceGroups`` and the usage in ``status.flavorsUsage``/``flavorsReservation``."""
-
-    metadata: Required[NamedMeta]
-    spec: ClusterQueueSpec | None
-    status: ClusterQueueStatus | None
-
-
-class ResourceFlavorSpec(TypedDict, total=False):
-    nodeLabels: StringMap | None
-    nodeTaints: list[Taint] | None
-    tolerations: list[Toleration] | None
-    topologyName: str | None
-
-
-class ResourceFlavor(TypedDict, total=False):
-    """Kueue ResourceFlavor: node labels, node taints, tolerations, topology name."""
-
-    metadata: Required[NamedMeta]
-    spec: ResourceFlavorSpec | None
-
-
-class WorkloadPriorityClass(TypedDict):
-    """Kueue WorkloadPriorityClass: only its name is read."""
-
-    metadata: NamedMeta
-
-
 # --- checking: pydantic errors in taugate's words ---------------------------------------------
 
-_MUST_BE = {"dict_type": "an object", "list_type": "an array", "string_type": "a string",
-            "bool_type": "true or false", "int_type": "a whole number", "float_type": "a number"}
-"""What a field of each of pydantic's strict type errors must be."""
+_MUST_BE = {"dict_type": "an object", "model_type": "an object", "list_type": "an array", "string_type": "a string",
+            "bool_type": "true or false", "bool_parsing": "true or false", "int_type": "a whole number",
+            "int_parsing": "a whole number", "int_from_float": "a whole number", "float_type": "a number",
+            "float_parsing": "a number"}
+"""What a field must be, by pydantic's type errors (strict and lax)."""
 
 
 def problem(err: ErrorDetails) -> tuple[str, str]:
     """``(field path, problem)`` for one pydantic error: the path from its ``loc``
     (``taugate.fieldpath.loc_path``; a custom error's ``at`` context names a field below it), the
-    problem in taugate's words: what the field is (its JSON type, the value for a scalar) and what
-    it must be; a custom error (``PydanticCustomError``) carries its own message."""
+    problem in taugate's words, what the field is (its JSON type, and the value of a scalar) and
+    what it must be. A custom error (``PydanticCustomError``, whose message starts ``is ...``)
+    carries its own message; another of pydantic's (a taugate model's enum, a validator's
+    ``ValueError``) is quoted after what the field is."""
     kind, value, ctx = err["type"], err["input"], err.get("ctx") or {}
-    path = loc_path(err["loc"]) + ((ctx["at"],) if "at" in ctx else ())
+    where = field_path(loc_path(err["loc"]) + ((ctx["at"],) if "at" in ctx else ()))
     must = _MUST_BE.get(kind)
     if kind == "missing" or (must is not None and value is None):
-        return field_path(path), "is missing; it is required"
+        return where, "is missing; it is required"
+    if must is None and err["msg"].startswith("is "):
+        return where, err["msg"]
+    asked = json_type(value) if isinstance(value, (dict, list)) else f"{json_type(value)} ({_short(value)})"
     if must is None:
-        return field_path(path), err["msg"]
-    if kind in ("dict_type", "list_type"):
-        return field_path(path), f"is {json_type(value)}; it must be {must}"
-    return field_path(path), f"is {json_type(value)} ({_short(value)}); it must be {must}"
+        said = err["msg"].removeprefix("Value error, ")
+        return where, f"is {asked}; {said[:1].lower()}{said[1:]}"
+    return where, f"is {asked}; it must be {must}"
+
+
+def validation_problems(error: ValidationError) -> list[tuple[str, str]]:
+    """``(field path, problem)`` for every error of a pydantic ``ValidationError`` (``problem``),
+    for foreign objects and taugate's own kinds alike."""
+    return [problem(err) for err in error.errors(include_url=False)]
+
+
+def first_problem(error: ValidationError) -> str:
+    """The first problem of a ``ValidationError`` as one line, ``field: problem``."""
+    where, what = problem(error.errors(include_url=False)[0])
+    return f"{where}: {what}" if where else what
 
 
 def problems(adapter: TypeAdapter[Any], obj: Any) -> list[tuple[str, str]]:
@@ -416,7 +310,7 @@ def problems(adapter: TypeAdapter[Any], obj: Any) -> list[tuple[str, str]]:
     try:
         adapter.validate_python(obj, strict=True)
     except ValidationError as e:
-        return [problem(err) for err in e.errors(include_url=False)]
+        return validation_problems(e)
     return []
 
 
@@ -425,7 +319,7 @@ def workload_adapter(spec_model: Any) -> TypeAdapter[Any]:
     """The ``TypeAdapter`` of a workload object whose ``spec`` (required) is ``spec_model`` and
     whose ``metadata`` is ``ObjectMeta``; built once per model (pydantic compiles it to Rust)."""
     # The functional form: the spec's model is only known here.
-    workload = TypedDict("workload", {"metadata": NotRequired[ObjectMeta | None],  # type: ignore[misc]  # noqa: UP013
+    workload = TypedDict("workload", {"metadata": NotRequired[ObjectMeta | None],  # noqa: UP013
                                       "spec": Required[spec_model]}, total=False)
     return TypeAdapter(workload)
 
@@ -434,23 +328,6 @@ def workload_problems(spec_model: Any, obj: Any) -> list[tuple[str, str]]:
     """``(field path, problem)`` for every field of a workload ``obj`` (``metadata`` and ``spec``,
     ``spec_model`` the kind's model) without the type its API gives it."""
     return problems(workload_adapter(spec_model), obj)
-
-
-STATE_KINDS: dict[str, TypeAdapter[Any]] = {
-    kind: TypeAdapter(model) for kind, model in (
-        ("Node", Node), ("LocalQueue", LocalQueue), ("ClusterQueue", ClusterQueue),
-        ("ResourceFlavor", ResourceFlavor), ("WorkloadPriorityClass", WorkloadPriorityClass))}
-"""The other owners' kinds cluster state reads, and their models' adapters."""
-
-
-def state_object_problem(obj: dict[str, Any]) -> str | None:
-    """The first type problem of a Node, LocalQueue, ClusterQueue, ResourceFlavor or
-    WorkloadPriorityClass (``STATE_KINDS``) as one line, ``field: problem`` (a Kubernetes field
-    path); None when it has the shape cluster state reads, and for other kinds."""
-    kind = obj.get("kind")
-    adapter = STATE_KINDS.get(kind) if isinstance(kind, str) else None
-    found = problems(adapter, obj) if adapter is not None else []
-    return f"{found[0][0]}: {found[0][1]}" if found else None
 
 
 # --- values no Kubernetes object can hold ------------------------------------------------------
