@@ -31,8 +31,8 @@ def field_path(path: Path) -> str:
 
 def loc_path(loc: tuple[str | int, ...]) -> Path:
     """A pydantic error's ``loc`` (its keys and indexes, aliases as the object spells them) as a
-    ``Path``; the marker pydantic adds after a mapping key it rejects (``"[key]"``) is dropped."""
-    return tuple(part for part in loc if part != "[key]")
+    ``Path``; the marker pydantic ends it with for a mapping key it rejects (``"[key]"``) is dropped."""
+    return loc[:-1] if loc and loc[-1] == "[key]" else loc
 
 
 @lru_cache(maxsize=256)

@@ -44,11 +44,11 @@ import json
 import re
 from decimal import Decimal
 from functools import lru_cache
-from typing import Annotated, Any, NotRequired, Required  # pydantic needs this TypedDict on Python 3.11
+from typing import Annotated, Any, Literal, NotRequired, Required
 
-from pydantic import AfterValidator, PlainValidator, TypeAdapter, ValidationError
+from pydantic import AfterValidator, Field, PlainValidator, TypeAdapter, ValidationError
 from pydantic_core import ErrorDetails, PydanticCustomError
-from typing_extensions import TypedDict
+from typing_extensions import TypedDict  # pydantic needs this TypedDict on Python 3.11
 
 from taugate.fieldpath import Path, field_path, loc_path
 from taugate.pods import INT32_MAX, quantity
@@ -261,6 +261,53 @@ class PodTemplateSpec(TypedDict, total=False):
     spec: Required[Annotated[PodSpec, AfterValidator(_some_container)]]
 
 
+# --- admission.k8s.io/v1 AdmissionReview, as the webhook reads it --------------------------------
+
+
+class GroupVersionKind(TypedDict, total=False):
+    group: str
+    version: str
+    kind: Required[Annotated[str, Field(min_length=1)]]
+
+
+class AdmissionRequest(TypedDict, total=False):
+    """admission/v1 ``AdmissionRequest``: who asks (``uid``, ``userInfo``), for what (``kind``,
+    ``operation``, ``namespace``, ``name``, ``subResource``) and the objects."""
+
+    uid: Required[Annotated[str, Field(min_length=1)]]
+    kind: Required[GroupVersionKind]
+    operation: Required[Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]]
+    namespace: str | None
+    name: str | None
+    subResource: str | None
+    object: dict[str, Any] | None
+    oldObject: dict[str, Any] | None
+    userInfo: dict[str, Any] | None
+
+
+def _carries_its_objects(req: AdmissionRequest) -> AdmissionRequest:
+    """The API server sends ``object`` on a CREATE or UPDATE of the resource itself (not a
+    subresource) and ``oldObject`` on such an UPDATE (k8s.io/api admission/v1 types.go)."""
+    if req.get("subResource"):
+        return req
+    operation = req["operation"]
+    if operation in ("CREATE", "UPDATE") and req.get("object") is None:
+        raise PydanticCustomError("review_object", "is missing; a {operation} review carries the object",
+                                  {"operation": operation, "at": "object"})
+    if operation == "UPDATE" and req.get("oldObject") is None:
+        raise PydanticCustomError("review_object", "is missing; an UPDATE review carries the old object",
+                                  {"at": "oldObject"})
+    return req
+
+
+class AdmissionReviewModel(TypedDict):
+    """admission.k8s.io/v1 (or v1beta1) ``AdmissionReview`` holding a request."""
+
+    apiVersion: Literal["admission.k8s.io/v1", "admission.k8s.io/v1beta1"]
+    kind: Literal["AdmissionReview"]
+    request: Annotated[AdmissionRequest, AfterValidator(_carries_its_objects)]
+
+
 # --- checking: pydantic errors in taugate's words ---------------------------------------------
 
 _MUST_BE = {"dict_type": "an object", "model_type": "an object", "list_type": "an array", "string_type": "a string",
@@ -322,6 +369,10 @@ def workload_adapter(spec_model: Any) -> TypeAdapter[Any]:
     workload = TypedDict("workload", {"metadata": NotRequired[ObjectMeta | None],  # noqa: UP013
                                       "spec": Required[spec_model]}, total=False)
     return TypeAdapter(workload)
+
+
+ADMISSION_REVIEW: TypeAdapter[AdmissionReviewModel] = TypeAdapter(AdmissionReviewModel)
+"""Checks an AdmissionReview (``problems(ADMISSION_REVIEW, review)``)."""
 
 
 def workload_problems(spec_model: Any, obj: Any) -> list[tuple[str, str]]:
