@@ -2,19 +2,21 @@
 
 One way to check structure in taugate: pydantic (v2). taugate's own kinds (TauCluster,
 TauWorkspace, TauQuotaRequest, TauRun) are pydantic models in ``taugate.models`` and
-``taugate.run_models`` (which also generate their CRDs); everyone else's objects (core/v1,
-batch/v1, KubeRay, Kueue) are described here as ``TypedDict``s of exactly the fields taugate reads,
-validated with a ``pydantic.TypeAdapter``. Their schemas belong to their owners: the models name
-only what taugate reads, unknown fields are ignored, and the object itself is never replaced by
-the validated copy (validation only).
+``taugate.run_models`` (which also generate their CRDs). Everyone else's objects (core/v1,
+batch/v1, KubeRay, Kueue, the AdmissionReview) are ``TypedDict``s of exactly the fields taugate
+reads, validated with a ``pydantic.TypeAdapter`` (compiled once, to pydantic-core): the shared
+parts here (``ObjectMeta``, ``PodTemplateSpec``, ``AdmissionReviewModel``), each workload kind's
+``spec`` in its module (``taugate.kinds``), the objects cluster state reads in
+``taugate.state_objects``. Their schemas belong to their owners: unknown fields are ignored, and
+the object itself is never replaced by the validated copy (validation only).
 
 The API server checks an object against its schema only after the mutating webhooks have run, so
 they see objects exactly as a client sent them. ``workload_problems`` (through
-``taugate.kinds.base.WorkloadKind.malformed``) and ``state_object_problem`` (the Node and Kueue
-objects a snapshot holds) give ``(field path, problem)`` for every field without its API type, so a
-bad object is denied naming the path, never crashes the webhook.
+``taugate.kinds.base.WorkloadKind.malformed``, on every admission request) gives ``(field path,
+problem)`` for every field without its API type, so a bad object is denied naming the path and
+never crashes the webhook.
 
-Rules of every model here:
+Rules of every model:
 
 - strict types (``validate_python(..., strict=True)``): ``"2"`` is not a number, ``"true"`` not a
   boolean, as in the Go API types;
@@ -22,22 +24,24 @@ Rules of every model here:
   write such a field ``NotRequired`` (``total=False``) with ``| None``; a field the API requires
   is ``Required[...]`` without ``None`` (null then reads "is missing; it is required");
 - ranges and grammars are ``Annotated`` types whose validator raises ``PydanticCustomError`` with
-  taugate's own message (``Int32``, ``Quantity``, ...): what was asked, what is allowed;
-- ``problem`` turns each pydantic error into one line in those words, its ``loc`` into the one
-  field-path type (``taugate.fieldpath.loc_path``).
+  taugate's own message, starting ``is ...`` (``Int32``, ``Quantity``, ...): what was asked, what
+  is allowed;
+- ``problem`` turns every pydantic error (foreign objects and taugate's own kinds alike) into one
+  line in those words, its ``loc`` into the one field-path type (``taugate.fieldpath.loc_path``).
 
 How to write a new workload kind's model (``taugate.kinds``): in the kind's module, a
-``TypedDict`` (``total=False``) of its ``spec`` with every field ``pod_templates`` (and the kind's
-``checks``) read, typed from the kind's Go API types (``*int32`` -> ``Int32 | None``; ``bool`` ->
-``bool | None``; a ``corev1.PodTemplateSpec`` -> ``PodTemplateSpec``; a ``map[string]string`` ->
-``StringMap | None``); a rule across fields is an ``AfterValidator`` raising ``PydanticCustomError``
-(its ``at`` context names the field under the model, as ``RayJobSpec`` does). Set it as the kind's
-``spec_model``; ``WorkloadKind.malformed`` checks ``metadata`` (``ObjectMeta``) and ``spec`` with it.
+``TypedDict`` (``total=False``, from ``typing_extensions``, which pydantic needs on Python 3.11) of
+its ``spec`` with every field ``pod_templates`` (and the kind's ``checks``) read, typed from the
+kind's Go API types (``*int32`` -> ``Int32 | None``; ``*bool`` -> ``bool | None``; a
+``corev1.PodTemplateSpec`` -> ``PodTemplateSpec``; ``map[string]string`` -> ``StringMap | None``;
+a required struct -> ``Required[...]``); a rule across fields is an ``AfterValidator`` raising
+``PydanticCustomError`` (its ``at`` context names the field under the model, as ``RayJobSpec``
+does). Set it as the kind's ``spec_model``; ``WorkloadKind.malformed`` checks ``metadata``
+(``ObjectMeta``) and ``spec`` with it. ``tests/admission/test_structure.py`` has a sketch.
 
 ``object_depth_problem`` and ``json_problem`` find values no Kubernetes object can hold at all
 (nesting, integers past int64): not type checks, but the structure's outer bounds.
 """
-
 from __future__ import annotations
 
 import json

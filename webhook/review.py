@@ -379,7 +379,8 @@ def review_response(review: dict, decision: Decision) -> dict:
 
 def metadata_of(obj: dict) -> dict:
     """``obj["metadata"]`` when it is an object, else an empty dict (a malformed one is then
-    reported by the kind's shape checks with its field path, not as a crash here)."""
+    reported by the kind's structure check, ``WorkloadKind.malformed``, with its field path, not
+    as a crash here)."""
     meta = obj.get("metadata")
     return meta if isinstance(meta, dict) else {}
 
