@@ -69,7 +69,8 @@ def parse_review(body: bytes | str | dict) -> dict:
     found = problems(ADMISSION_REVIEW, review)
     if found:
         where, what = found[0]
-        raise ReviewError(f"{where}: {what}" if where else f"body {what} (an AdmissionReview)")
+        raise ReviewError(f"not a usable AdmissionReview: {where}: {what}" if where else
+                          f"not a usable AdmissionReview: the body {what}")
     return review  # type: ignore[no-any-return]
 
 
