@@ -129,22 +129,30 @@ def usable_objects(objects: Iterable[Obj], system_namespace: str | None = None) 
 
 
 class Taint(TypedDict, total=False):
+    """core/v1 Taint: ``key`` (required), ``value``, ``effect``."""
+
     key: Required[str]
     value: str | None
     effect: str | None
 
 
 class NodeCondition(TypedDict):
+    """core/v1 NodeCondition: ``type`` and ``status`` (True, False, Unknown)."""
+
     type: str
     status: str
 
 
 class NodeSpec(TypedDict, total=False):
+    """core/v1 NodeSpec: ``unschedulable`` and ``taints``."""
+
     unschedulable: bool | None
     taints: list[Taint] | None
 
 
 class NodeStatus(TypedDict, total=False):
+    """core/v1 NodeStatus: ``allocatable`` and ``capacity`` (resource name to quantity), ``conditions``."""
+
     allocatable: dict[str, BoundedQuantity | None] | None
     capacity: dict[str, BoundedQuantity | None] | None
     conditions: list[NodeCondition] | None
@@ -159,6 +167,8 @@ class Node(TypedDict, total=False):
 
 
 class LocalQueueSpec(TypedDict):
+    """Kueue LocalQueueSpec: the ClusterQueue it submits to."""
+
     clusterQueue: str
 
 
@@ -170,17 +180,23 @@ class LocalQueue(TypedDict, total=False):
 
 
 class LabelSelectorRequirement(TypedDict, total=False):
+    """meta/v1 LabelSelectorRequirement: ``key``, ``operator``, ``values``."""
+
     key: Required[str]
     operator: Required[str]
     values: list[str] | None
 
 
 class LabelSelector(TypedDict, total=False):
+    """meta/v1 LabelSelector: ``matchLabels`` and ``matchExpressions``."""
+
     matchLabels: StringMap | None
     matchExpressions: list[LabelSelectorRequirement] | None
 
 
 class ResourceQuota(TypedDict, total=False):
+    """Kueue ResourceQuota: one resource of a flavor, its nominal quota and borrowing/lending limits."""
+
     name: Required[str]
     nominalQuota: BoundedQuantity | None
     borrowingLimit: BoundedQuantity | None
@@ -188,16 +204,22 @@ class ResourceQuota(TypedDict, total=False):
 
 
 class FlavorQuotas(TypedDict, total=False):
+    """Kueue FlavorQuotas: a ResourceFlavor and its resources' quotas."""
+
     name: Required[str]
     resources: list[ResourceQuota] | None
 
 
 class ResourceGroup(TypedDict, total=False):
+    """Kueue ResourceGroup: the resources it covers and the flavors that give them."""
+
     coveredResources: list[str] | None
     flavors: list[FlavorQuotas] | None
 
 
 class ClusterQueueSpec(TypedDict, total=False):
+    """Kueue ClusterQueueSpec (v1beta2, ``cohort`` from v1beta1): cohort, selector, quotas."""
+
     cohort: str | None
     cohortName: str | None
     queueingStrategy: str | None
@@ -206,17 +228,23 @@ class ClusterQueueSpec(TypedDict, total=False):
 
 
 class ResourceUsage(TypedDict, total=False):
+    """Kueue ResourceUsage: a resource's ``total`` and ``borrowed`` quantities."""
+
     name: Required[str]
     total: BoundedQuantity | None
     borrowed: BoundedQuantity | None
 
 
 class FlavorUsage(TypedDict, total=False):
+    """Kueue FlavorUsage: a flavor and the usage of each of its resources."""
+
     name: Required[str]
     resources: list[ResourceUsage] | None
 
 
 class ClusterQueueStatus(TypedDict, total=False):
+    """Kueue ClusterQueueStatus: usage (``flavorsUsage``) and reservation (``flavorsReservation``)."""
+
     flavorsUsage: list[FlavorUsage] | None
     flavorsReservation: list[FlavorUsage] | None
 
@@ -231,6 +259,8 @@ class ClusterQueue(TypedDict, total=False):
 
 
 class ResourceFlavorSpec(TypedDict, total=False):
+    """Kueue ResourceFlavorSpec: the nodes a flavor stands for and how to reach them."""
+
     nodeLabels: StringMap | None
     nodeTaints: list[Taint] | None
     tolerations: list[Toleration] | None

@@ -189,26 +189,36 @@ class NamedMeta(TypedDict, total=False):
 
 
 class NodeSelectorRequirement(TypedDict, total=False):
+    """core/v1 NodeSelectorRequirement: ``key``, ``operator`` (In, NotIn, Exists, ...) and ``values``."""
+
     key: str | None
     operator: str | None
     values: list[str] | None
 
 
 class NodeSelectorTerm(TypedDict, total=False):
+    """core/v1 NodeSelectorTerm: requirements on node labels and fields, all of which must hold."""
+
     matchExpressions: list[NodeSelectorRequirement] | None
     matchFields: list[NodeSelectorRequirement] | None
 
 
 class NodeSelector(TypedDict, total=False):
+    """core/v1 NodeSelector: terms of which one must hold (required node affinity)."""
+
     nodeSelectorTerms: list[NodeSelectorTerm] | None
 
 
 class PreferredSchedulingTerm(TypedDict, total=False):
+    """core/v1 PreferredSchedulingTerm: a term and its ``weight`` (1 to 100)."""
+
     weight: Weight | None
     preference: NodeSelectorTerm | None
 
 
 class NodeAffinity(TypedDict, total=False):
+    """core/v1 NodeAffinity: required terms and weighted preferred terms."""
+
     requiredDuringSchedulingIgnoredDuringExecution: NodeSelector | None
     preferredDuringSchedulingIgnoredDuringExecution: list[PreferredSchedulingTerm] | None
 
@@ -220,6 +230,8 @@ class Affinity(TypedDict, total=False):
 
 
 class Toleration(TypedDict, total=False):
+    """core/v1 Toleration: ``key``, ``operator``, ``value``, ``effect`` and ``tolerationSeconds`` (int64 s)."""
+
     key: str | None
     operator: str | None
     value: str | None
@@ -228,11 +240,15 @@ class Toleration(TypedDict, total=False):
 
 
 class ResourceRequirements(TypedDict, total=False):
+    """core/v1 ResourceRequirements: ``requests`` and ``limits``, resource name to quantity."""
+
     requests: dict[str, Quantity] | None
     limits: dict[str, Quantity] | None
 
 
 class Container(TypedDict, total=False):
+    """core/v1 Container: its name, resources (GPU demand) and volume mounts."""
+
     name: str | None
     resources: ResourceRequirements | None
     volumeMounts: list[dict[str, Any]] | None
@@ -269,6 +285,8 @@ class PodTemplateSpec(TypedDict, total=False):
 
 
 class GroupVersionKind(TypedDict, total=False):
+    """meta/v1 GroupVersionKind of an AdmissionRequest (``group`` "" for core/v1)."""
+
     group: str
     version: str
     kind: Required[Annotated[str, Field(min_length=1)]]

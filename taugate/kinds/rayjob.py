@@ -169,6 +169,8 @@ def kuberay_default_submitter(spec: dict[str, Any]) -> dict[str, Any] | None:
 
 
 class _RayJobSpec(TypedDict, total=False):
+    """KubeRay RayJobSpec fields admission reads (``RayJobSpec`` adds the rule across them)."""
+
     rayClusterSpec: RayClusterSpec | None
     clusterSelector: StringMap | None
     submitterPodTemplate: PodTemplateSpec | None
