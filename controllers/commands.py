@@ -151,6 +151,7 @@ def _recorder_config(args: argparse.Namespace):
     from pydantic import ValidationError
 
     from taugate.controllers.recorder_config import RecorderConfig
+    from taugate.structure import first_problem
 
     overrides = {k: v for k, v in (("evidence_root", args.evidence_root), ("data_root", args.data_root),
                                    ("signing_key_file", args.signing_key_file),
@@ -158,8 +159,7 @@ def _recorder_config(args: argparse.Namespace):
     try:
         config = RecorderConfig(**overrides)
     except ValidationError as e:
-        err = e.errors()[0]
-        raise ValueError(f"recorder configuration: {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+        raise ValueError(f"recorder configuration: {first_problem(e)}") from None
     has_key = config.signing_key_file is not None or config.signing_key_secret is not None
     if args.record is False or (args.record is None and not has_key):
         return None

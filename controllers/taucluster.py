@@ -35,6 +35,7 @@ from taugate.models import NodeLabelRule, TauCluster
 from taugate.profiles import profile_set_hash, resolve_profile
 from taugate.settings import Settings
 from taugate.snapshot import rule_matches, summarise_gpu_classes
+from taugate.structure import first_problem
 
 
 @dataclass(frozen=True)
@@ -82,9 +83,7 @@ def _selected(node: dict, selector: dict[str, str]) -> bool:
 
 
 def _invalid_spec_status(obs: ClusterObservation, error: ValidationError, now: str) -> dict:
-    err = error.errors()[0]
-    where = ".".join(str(p) for p in err["loc"])
-    message = f"the TauCluster does not match the TauGrid schema: {where}: {err['msg']}"
+    message = f"the TauCluster does not match the TauGrid schema: {first_problem(error)}"
     old = (obs.cluster.get("status") or {}).get("conditions")
     conds = carry_transition_times([condition("Ready", False, "InvalidSpec", message, now)], old)
     return {"phase": "Degraded", "conditions": conds}

@@ -34,6 +34,7 @@ from taugate.controllers.resources import Action
 from taugate.models import TauCluster, TauQuotaRequest, TauWorkspace
 from taugate.pods import quantity
 from taugate.settings import Settings
+from taugate.structure import first_problem
 
 
 @dataclass(frozen=True)
@@ -126,8 +127,7 @@ def plan_quota_request(obs: QuotaObservation, settings: Settings, now: str | Non
     try:
         model = TauQuotaRequest.model_validate(req)
     except ValidationError as e:
-        err = e.errors()[0]
-        msg = f"the TauQuotaRequest does not match the TauGrid schema: {'.'.join(map(str, err['loc']))}: {err['msg']}"
+        msg = f"the TauQuotaRequest does not match the TauGrid schema: {first_problem(e)}"
         invalid = {"conditions": carry_transition_times(
             [condition("Reviewed", False, "InvalidSpec", msg, now, generation)], old.get("conditions"))}
         patch = owned_patch(old, invalid)

@@ -54,6 +54,7 @@ from taugate.controllers.conditions import (
 from taugate.controllers.resources import Action
 from taugate.models import TauCluster, TauWorkspace
 from taugate.settings import Settings
+from taugate.structure import first_problem
 from taugate.tau_admission import namespace_refusal
 
 log = logging.getLogger("taugate.controllers.tauworkspace")
@@ -243,8 +244,7 @@ def plan_workspace(obs: WorkspaceObservation, settings: Settings, now: str | Non
     try:
         ws = TauWorkspace.model_validate(ws_obj)
     except ValidationError as e:
-        err = e.errors()[0]
-        msg = f"the TauWorkspace does not match the TauGrid schema: {'.'.join(map(str, err['loc']))}: {err['msg']}"
+        msg = f"the TauWorkspace does not match the TauGrid schema: {first_problem(e)}"
         status = _finish(obs, [condition("SpecValid", False, "InvalidSpec", msg, now, generation)], "Degraded", now,
                          generation, {})
         return WorkspacePlan(actions + _status_action(ws_obj, status), status)

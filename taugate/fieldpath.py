@@ -2,7 +2,8 @@
 in the form Kubernetes uses in its own validation errors (apimachinery ``field.Path``):
 ``spec.workerGroupSpecs[0].template``, ``metadata.labels["kueue.x-k8s.io/queue-name"]``.
 
-Every ``Violation.field`` taugate writes is ``field_path`` of a ``Path``.
+Every ``Violation.field`` taugate writes is ``field_path`` of a ``Path``; a pydantic error's ``loc``
+becomes a ``Path`` through ``loc_path``.
 """
 
 from __future__ import annotations
@@ -26,6 +27,12 @@ def field_path(path: Path) -> str:
         else:
             out += f".{part}" if out else part
     return out
+
+
+def loc_path(loc: tuple[str | int, ...]) -> Path:
+    """A pydantic error's ``loc`` (its keys and indexes, aliases as the object spells them) as a
+    ``Path``; the marker pydantic ends it with for a mapping key it rejects (``"[key]"``) is dropped."""
+    return loc[:-1] if loc and loc[-1] == "[key]" else loc
 
 
 @lru_cache(maxsize=256)

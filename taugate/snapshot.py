@@ -29,7 +29,8 @@ from taugate.models import ResolvedProfile, TauCluster, TauWorkspace
 from taugate.pods import MIG_PREFIX, quantity
 from taugate.profiles import is_applicable, profile_set_hash, resolve_profile
 from taugate.settings import Settings
-from taugate.shape import json_problem, json_type, state_object_problem
+from taugate.state_objects import state_object_problem
+from taugate.structure import first_problem, json_problem, json_type
 
 
 class SnapshotError(ValueError):
@@ -291,7 +292,7 @@ def _now() -> str:
 
 
 def build_state(objects: Iterable[dict[str, Any]], settings: Settings | None = None, *, generation: int = 0,
-                source: str = "snapshot", strict: bool = False, check_shapes: bool = False) -> ClusterState:
+                source: str = "snapshot", strict: bool = False, check_types: bool = False) -> ClusterState:
     """Build a ``ClusterState`` from plain objects (pure apart from reading the clock).
 
     When the TauCluster has no ``status.workloadProfiles`` (an offline snapshot), profiles are
@@ -299,13 +300,13 @@ def build_state(objects: Iterable[dict[str, Any]], settings: Settings | None = N
     differs from the hash of ``spec.workloadProfiles``, the set is stale and admission fails
     closed (``profile_set_problem``). Raises ``SnapshotError`` for objects that break the
     TauGrid schema, naming the object; with ``strict`` (a file, not watches) also for a second
-    TauCluster or one not named ``cluster`` (watches ignore those), and with ``check_shapes``
+    TauCluster or one not named ``cluster`` (watches ignore those), and with ``check_types``
     for Kubernetes and Kueue objects whose fields have the wrong type.
     """
     settings = settings or Settings()
     found = _Objects()
     for obj in objects:
-        found.take(obj, source=source, strict=strict, check_shapes=check_shapes)
+        found.take(obj, source=source, strict=strict, check_types=check_types)
     cluster, lqs, cqs, rfs = found.cluster, found.local_queues, found.cluster_queues, found.flavors
     rules = cluster.spec.nodes.label_rules if cluster and cluster.spec.nodes else []
     gpu_classes = summarise_gpu_classes(found.nodes, settings, rules)
@@ -329,9 +330,9 @@ def build_state(objects: Iterable[dict[str, Any]], settings: Settings | None = N
                         summarise_mig_resources(found.nodes, settings))
 
 
-def _check_shape(obj: dict[str, Any], source: str) -> None:
+def _check_types(obj: dict[str, Any], source: str) -> None:
     """Raise ``SnapshotError`` when a Kubernetes or Kueue object's fields have the wrong type
-    (``taugate.shape.state_object_problem``) or a TauCluster/TauWorkspace is not plain JSON."""
+    (``taugate.state_objects.state_object_problem``) or a TauCluster/TauWorkspace is not plain JSON."""
     kind = obj.get("kind")
     meta = found if isinstance(found := obj.get("metadata"), dict) else {}
     name = meta.get("name")
@@ -340,10 +341,7 @@ def _check_shape(obj: dict[str, Any], source: str) -> None:
                             f"{json_type(kind)}, apiVersion is {json_type(obj.get('apiVersion'))})")
     problem = state_object_problem(obj)
     if problem is None and kind in ("TauCluster", "TauWorkspace"):
-        if not isinstance(obj.get("metadata"), dict) or not isinstance(name, str):
-            problem = "metadata.name: must be a string"
-        else:
-            problem = json_problem(obj)
+        problem = json_problem(obj)
     if problem:
         raise SnapshotError(f"{source}: {kind} {name!r}: {problem}")
 
@@ -360,24 +358,22 @@ class _Objects:
     flavors: dict[str, dict[str, Any]] = field(default_factory=dict)
     priority_classes: set[str] = field(default_factory=set)  # WorkloadPriorityClass names
 
-    def take(self, obj: Any, *, source: str, strict: bool, check_shapes: bool) -> None:
+    def take(self, obj: Any, *, source: str, strict: bool, check_types: bool) -> None:
         """Add one object (other kinds are ignored); raises ``SnapshotError`` as ``build_state`` says."""
         if not isinstance(obj, dict):
             raise SnapshotError(f"{source}: expected Kubernetes objects, found {type(obj).__name__}")
         kind = obj.get("kind")
         meta = found if isinstance(found := obj.get("metadata"), dict) else {}
-        name: Any = meta.get("name")  # a string once shapes are checked; watched objects always have one
-        if check_shapes:
-            _check_shape(obj, source)
+        name: Any = meta.get("name")  # a string once types are checked; watched objects always have one
+        if check_types:
+            _check_types(obj, source)
         try:
             if kind == "TauCluster":
-                self._take_cluster(obj, name, source=source, strict=strict, check_shapes=check_shapes)
+                self._take_cluster(obj, name, source=source, strict=strict, check_types=check_types)
             elif kind == "TauWorkspace":
-                self._take_workspace(obj, source=source, check_shapes=check_shapes)
+                self._take_workspace(obj, source=source, check_types=check_types)
         except ValidationError as e:
-            err = e.errors()[0]
-            loc = ".".join(str(p) for p in err["loc"])
-            raise SnapshotError(f"{source}: {kind} {name!r}: {loc}: {err['msg']}") from None
+            raise SnapshotError(f"{source}: {kind} {name!r}: {first_problem(e)}") from None
         if kind == "Node":
             self.nodes.append(obj)
         elif kind == "LocalQueue":
@@ -389,7 +385,7 @@ class _Objects:
         elif kind == "WorkloadPriorityClass":
             self.priority_classes.add(name)
 
-    def _take_cluster(self, obj: dict[str, Any], name: Any, *, source: str, strict: bool, check_shapes: bool) -> None:
+    def _take_cluster(self, obj: dict[str, Any], name: Any, *, source: str, strict: bool, check_types: bool) -> None:
         if name != "cluster":
             if strict:
                 raise SnapshotError(f"{source}: TauCluster {name!r}: "
@@ -397,10 +393,10 @@ class _Objects:
             return
         if strict and self.cluster is not None:
             raise SnapshotError(f"{source}: a second TauCluster; a snapshot holds exactly one, named 'cluster'")
-        self.cluster = TauCluster.model_validate(obj, strict=check_shapes or None)
+        self.cluster = TauCluster.model_validate(obj, strict=check_types or None)
 
-    def _take_workspace(self, obj: dict[str, Any], *, source: str, check_shapes: bool) -> None:
-        ws = TauWorkspace.model_validate(obj, strict=check_shapes or None)
+    def _take_workspace(self, obj: dict[str, Any], *, source: str, check_types: bool) -> None:
+        ws = TauWorkspace.model_validate(obj, strict=check_types or None)
         other = self.workspaces.get(ws.target_namespace)
         if other is not None:
             raise SnapshotError(f"{source}: TauWorkspaces {other.metadata.name!r} and {ws.metadata.name!r} "
@@ -470,7 +466,7 @@ def load_snapshot(path: str | _Path, settings: Settings | None = None) -> Cluste
     wrong type is refused here instead of misleading admission later."""
     objects = read_objects(path)
     try:
-        state = build_state(objects, settings, source=str(path), strict=True, check_shapes=True)
+        state = build_state(objects, settings, source=str(path), strict=True, check_types=True)
     except SnapshotError:
         raise
     except (AttributeError, TypeError, KeyError, ValueError, ArithmeticError) as e:  # a check missing above

@@ -1,19 +1,22 @@
-"""The API objects a ``ClusterState`` is built from (pure): their resources, trimmed to what
-admission reads, and sorted into what ``taugate.snapshot.build_state`` can take and what it must
-leave out. Shared by the webhook's state watch (``taugate.webhook.state_watch``) and
-``taugate snapshot export`` (``taugate.controllers.export``), so both read the cluster alike.
+"""The API objects a ``ClusterState`` is built from (pure): their resources, their structure as far
+as cluster state reads them (pydantic models, ``state_object_problem``), trimmed to what admission
+reads, and sorted into what ``taugate.snapshot.build_state`` can take and what it must leave out.
+Shared by the webhook's state watch (``taugate.webhook.state_watch``) and ``taugate snapshot
+export`` (``taugate.controllers.export``), so both read the cluster alike.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Required
 
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
+from typing_extensions import TypedDict
 
 from taugate import labels
 from taugate.kubeaccess import Resource, meta, name_of, namespace_of
 from taugate.models import TauCluster, TauWorkspace
+from taugate.structure import BoundedQuantity, NamedMeta, StringMap, Toleration, first_problem, problems
 
 NODES = Resource("", "v1", "nodes", "Node", False)
 # Kueue's storage version since v0.15; v1beta1 is deprecated in v0.17 ("This version is
@@ -70,7 +73,7 @@ def _cluster_problem(obj: Obj) -> str | None:
     try:
         TauCluster.model_validate(obj)
     except ValidationError as e:
-        return f"{_where(obj)}: {e.errors()[0]['msg']} (no profile set: admission fails closed)"
+        return f"{_where(obj)}: {first_problem(e)} (no profile set: admission fails closed)"
     return None
 
 
@@ -102,7 +105,7 @@ def usable_objects(objects: Iterable[Obj], system_namespace: str | None = None) 
             try:
                 target = TauWorkspace.model_validate(obj).target_namespace
             except ValidationError as e:
-                skipped.append(f"{_where(obj)}: {e.errors()[0]['msg']}")
+                skipped.append(f"{_where(obj)}: {first_problem(e)}")
                 continue
             other = by_target.get(target)
             if other is not None:
@@ -117,3 +120,182 @@ def usable_objects(objects: Iterable[Obj], system_namespace: str | None = None) 
             by_target[target] = obj
         kept.append(obj)
     return kept, skipped
+
+
+# The models of the other owners' objects cluster state reads: core/v1 Node and Kueue's objects,
+# as far as ``taugate.snapshot`` reads them (pydantic, as ``taugate.structure`` says). Field types
+# follow the Go API types (k8s.io/api core/v1; sigs.k8s.io/kueue apis/kueue/v1beta2; a snapshot
+# may still hold v1beta1 objects, whose ClusterQueue names its cohort ``cohort``).
+
+
+class Taint(TypedDict, total=False):
+    """core/v1 Taint: ``key`` (required), ``value``, ``effect``."""
+
+    key: Required[str]
+    value: str | None
+    effect: str | None
+
+
+class NodeCondition(TypedDict):
+    """core/v1 NodeCondition: ``type`` and ``status`` (True, False, Unknown)."""
+
+    type: str
+    status: str
+
+
+class NodeSpec(TypedDict, total=False):
+    """core/v1 NodeSpec: ``unschedulable`` and ``taints``."""
+
+    unschedulable: bool | None
+    taints: list[Taint] | None
+
+
+class NodeStatus(TypedDict, total=False):
+    """core/v1 NodeStatus: ``allocatable`` and ``capacity`` (resource name to quantity), ``conditions``."""
+
+    allocatable: dict[str, BoundedQuantity | None] | None
+    capacity: dict[str, BoundedQuantity | None] | None
+    conditions: list[NodeCondition] | None
+
+
+class Node(TypedDict, total=False):
+    """core/v1 Node: schedulability, taints, allocatable and capacity, condition types."""
+
+    metadata: Required[NamedMeta]
+    spec: NodeSpec | None
+    status: NodeStatus | None
+
+
+class LocalQueueSpec(TypedDict):
+    """Kueue LocalQueueSpec: the ClusterQueue it submits to."""
+
+    clusterQueue: str
+
+
+class LocalQueue(TypedDict, total=False):
+    """Kueue LocalQueue: ``spec.clusterQueue``, required."""
+
+    metadata: Required[NamedMeta]
+    spec: Required[LocalQueueSpec]
+
+
+class LabelSelectorRequirement(TypedDict, total=False):
+    """meta/v1 LabelSelectorRequirement: ``key``, ``operator``, ``values``."""
+
+    key: Required[str]
+    operator: Required[str]
+    values: list[str] | None
+
+
+class LabelSelector(TypedDict, total=False):
+    """meta/v1 LabelSelector: ``matchLabels`` and ``matchExpressions``."""
+
+    matchLabels: StringMap | None
+    matchExpressions: list[LabelSelectorRequirement] | None
+
+
+class ResourceQuota(TypedDict, total=False):
+    """Kueue ResourceQuota: one resource of a flavor, its nominal quota and borrowing/lending limits."""
+
+    name: Required[str]
+    nominalQuota: BoundedQuantity | None
+    borrowingLimit: BoundedQuantity | None
+    lendingLimit: BoundedQuantity | None
+
+
+class FlavorQuotas(TypedDict, total=False):
+    """Kueue FlavorQuotas: a ResourceFlavor and its resources' quotas."""
+
+    name: Required[str]
+    resources: list[ResourceQuota] | None
+
+
+class ResourceGroup(TypedDict, total=False):
+    """Kueue ResourceGroup: the resources it covers and the flavors that give them."""
+
+    coveredResources: list[str] | None
+    flavors: list[FlavorQuotas] | None
+
+
+class ClusterQueueSpec(TypedDict, total=False):
+    """Kueue ClusterQueueSpec (v1beta2, ``cohort`` from v1beta1): cohort, selector, quotas."""
+
+    cohort: str | None
+    cohortName: str | None
+    queueingStrategy: str | None
+    namespaceSelector: LabelSelector | None
+    resourceGroups: list[ResourceGroup] | None
+
+
+class ResourceUsage(TypedDict, total=False):
+    """Kueue ResourceUsage: a resource's ``total`` and ``borrowed`` quantities."""
+
+    name: Required[str]
+    total: BoundedQuantity | None
+    borrowed: BoundedQuantity | None
+
+
+class FlavorUsage(TypedDict, total=False):
+    """Kueue FlavorUsage: a flavor and the usage of each of its resources."""
+
+    name: Required[str]
+    resources: list[ResourceUsage] | None
+
+
+class ClusterQueueStatus(TypedDict, total=False):
+    """Kueue ClusterQueueStatus: usage (``flavorsUsage``) and reservation (``flavorsReservation``)."""
+
+    flavorsUsage: list[FlavorUsage] | None
+    flavorsReservation: list[FlavorUsage] | None
+
+
+class ClusterQueue(TypedDict, total=False):
+    """Kueue ClusterQueue: cohort, namespace selector, queueing strategy, the quotas of
+    ``spec.resourceGroups`` and the usage in ``status.flavorsUsage``/``flavorsReservation``."""
+
+    metadata: Required[NamedMeta]
+    spec: ClusterQueueSpec | None
+    status: ClusterQueueStatus | None
+
+
+class ResourceFlavorSpec(TypedDict, total=False):
+    """Kueue ResourceFlavorSpec: the nodes a flavor stands for and how to reach them."""
+
+    nodeLabels: StringMap | None
+    nodeTaints: list[Taint] | None
+    tolerations: list[Toleration] | None
+    topologyName: str | None
+
+
+class ResourceFlavor(TypedDict, total=False):
+    """Kueue ResourceFlavor: node labels, node taints, tolerations, topology name."""
+
+    metadata: Required[NamedMeta]
+    spec: ResourceFlavorSpec | None
+
+
+class Named(TypedDict):
+    """An object cluster state reads only by name (Kueue WorkloadPriorityClass), or names before
+    its own model reads it (TauCluster, TauWorkspace: ``taugate.models``)."""
+
+    metadata: NamedMeta
+
+
+
+STATE_KINDS: dict[str, TypeAdapter[Any]] = {
+    kind: TypeAdapter(model) for kind, model in (
+        ("Node", Node), ("LocalQueue", LocalQueue), ("ClusterQueue", ClusterQueue),
+        ("ResourceFlavor", ResourceFlavor), ("WorkloadPriorityClass", Named), ("TauCluster", Named),
+        ("TauWorkspace", Named))}
+"""The other owners' kinds cluster state reads, and their models' adapters."""
+
+
+def state_object_problem(obj: dict[str, Any]) -> str | None:
+    """The first type problem of a Node, LocalQueue, ClusterQueue, ResourceFlavor or
+    WorkloadPriorityClass, or of a TauCluster's or TauWorkspace's name (``STATE_KINDS``) as one
+    line, ``field: problem`` (a Kubernetes field path); None when it has the structure cluster state
+    reads, and for other kinds."""
+    kind = obj.get("kind")
+    adapter = STATE_KINDS.get(kind) if isinstance(kind, str) else None
+    found = problems(adapter, obj) if adapter is not None else []
+    return f"{found[0][0]}: {found[0][1]}" if found else None

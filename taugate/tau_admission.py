@@ -36,6 +36,7 @@ from pydantic import BaseModel, ValidationError
 from taugate import labels
 from taugate.models import TauCluster, TauQuotaRequest, TauWorkspace
 from taugate.settings import Settings
+from taugate.structure import validation_problems
 from taugate.violation import Violation
 
 APPROVAL_KEYS = (labels.APPROVED, labels.REJECTED, labels.REVIEWED_BY)
@@ -95,14 +96,8 @@ def _schema_violations(model: type[BaseModel], obj: dict[str, Any]) -> list[Viol
     try:
         model.model_validate(obj)
     except ValidationError as e:
-        out = []
-        for err in e.errors():
-            field = ""
-            for part in err["loc"]:
-                field += f"[{part}]" if isinstance(part, int) else (f".{part}" if field else str(part))
-            out.append(_violation("tau-schema", field, f"{err['msg']} (got {err.get('input')!r}); "
-                                                       f"see the TauGrid schema for {model.__name__}"))
-        return out
+        return [_violation("tau-schema", field, f"{what}; see the TauGrid schema for {model.__name__}")
+                for field, what in validation_problems(e)]
     return []
 
 

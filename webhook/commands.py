@@ -25,8 +25,8 @@ import yaml
 from taugate.files import InputError, expand_paths
 from taugate.kinds import kind_for
 from taugate.settings import Settings
-from taugate.shape import json_problem
 from taugate.snapshot import ClusterState, SnapshotError, load_snapshot, read_objects
+from taugate.structure import json_problem
 from taugate.webhook.policy_set import PolicyError
 
 if TYPE_CHECKING:  # annotations only: the CLI imports the decision code when it admits

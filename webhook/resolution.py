@@ -51,7 +51,7 @@ def lane_of(obj: dict, settings: Settings) -> str:
 def object_shape(templates: list[PodTemplate], settings: Settings) -> tuple[set[int], set[str]]:
     """What a profile is matched against, read once per object: the distinct GPUs-per-pod
     values of the GPU pod templates (empty for a CPU-only object) and the GPU classes their
-    nodeSelectors name (``settings.gpu_class_label``). The object has passed its kind's shape
+    nodeSelectors name (``settings.gpu_class_label``). The object has passed its kind's structure
     checks (nodeSelector values are strings), as everything ``resolve`` reads has."""
     gpus: set[int] = set()
     classes: set[str] = set()

@@ -29,15 +29,14 @@ from taugate.models import TauWorkspace
 from taugate.pods import PodTemplate
 from taugate.policy_input import build_policy_input
 from taugate.settings import Settings
-from taugate.shape import json_type, object_depth_problem
 from taugate.snapshot import ClusterState
+from taugate.structure import ADMISSION_REVIEW, object_depth_problem, problems
 from taugate.webhook import mutation, validation
 from taugate.webhook.decision import Action, Decision, Violation
 from taugate.webhook.policy_set import PolicyEvaluationError
 from taugate.webhook.resolution import Resolution, Unresolved, resolve
 
 OPERATIONS = {"CREATE", "UPDATE", "DELETE", "CONNECT"}
-API_VERSIONS = {"admission.k8s.io/v1", "admission.k8s.io/v1beta1"}
 
 
 class ReviewError(ValueError):
@@ -56,20 +55,10 @@ class Engine(Protocol):
 
 def parse_review(body: bytes | str | dict) -> dict:
     """Parse and check an AdmissionReview; return the whole review (``review["request"]`` is
-    the request). Raises ``ReviewError`` naming the first problem: not JSON, not an object,
-    wrong apiVersion/kind, no request, missing or non-string uid, unknown operation, a missing
-    kind, or an ``object``/``oldObject`` that is not an object."""
-    review = _decode(body)
-    req = review["request"]
-    _check_request_identity(req)
-    _check_request_objects(req)
-    _check_request_strings(req)
-    return review
-
-
-def _decode(body: bytes | str | dict) -> dict:
-    """The AdmissionReview envelope: a JSON object of kind AdmissionReview in admission.k8s.io/v1
-    holding a ``request`` object. Raises ``ReviewError`` otherwise."""
+    the request). Raises ``ReviewError`` naming the first problem (``field: problem``): not JSON,
+    not an object, wrong apiVersion/kind, no request, a missing or empty uid, an unknown operation,
+    a missing kind, a field of the wrong type (``taugate.structure.AdmissionReviewModel``), or no
+    ``object``/``oldObject`` where the operation carries one."""
     if isinstance(body, dict):
         review = body
     else:
@@ -77,51 +66,12 @@ def _decode(body: bytes | str | dict) -> dict:
             review = orjson.loads(body)
         except (orjson.JSONDecodeError, TypeError) as e:
             raise ReviewError(f"body is not JSON: {e}") from None
-    if not isinstance(review, dict):
-        raise ReviewError(f"body is {json_type(review)}, not an AdmissionReview object")
-    if review.get("kind") != "AdmissionReview" or review.get("apiVersion") not in API_VERSIONS:
-        raise ReviewError(f"expected kind AdmissionReview in admission.k8s.io/v1, got kind={review.get('kind')!r} "
-                          f"apiVersion={review.get('apiVersion')!r}")
-    if not isinstance(review.get("request"), dict):
-        raise ReviewError("AdmissionReview has no request object")
-    return review
-
-
-def _check_request_identity(req: dict) -> None:
-    """``uid`` a non-empty string, ``operation`` a known one, ``kind`` an object with a kind."""
-    if not isinstance(req.get("uid"), str) or not req["uid"]:
-        raise ReviewError("request.uid is missing or not a string")
-    if req.get("operation") not in OPERATIONS:
-        raise ReviewError(f"request.operation is {req.get('operation')!r}; expected one of {sorted(OPERATIONS)}")
-    if not isinstance(req.get("kind"), dict) or not req["kind"].get("kind"):
-        raise ReviewError("request.kind (group, version, kind) is missing")
-
-
-def _check_request_objects(req: dict) -> None:
-    """``object``, ``oldObject`` and ``userInfo`` objects when present; ``object`` present on a
-    CREATE or UPDATE of the resource itself (not a subresource), ``oldObject`` on such an UPDATE."""
-    for key in ("object", "oldObject"):
-        if req.get(key) is not None and not isinstance(req[key], dict):
-            raise ReviewError(f"request.{key} is {json_type(req[key])}, not an object")
-    if req.get("userInfo") is not None and not isinstance(req["userInfo"], dict):
-        raise ReviewError("request.userInfo is not an object")
-    if req.get("subResource"):
-        return
-    if req["operation"] in ("CREATE", "UPDATE") and not isinstance(req.get("object"), dict):
-        raise ReviewError(f"request.object is missing; a {req['operation']} review carries the object")
-    if req["operation"] == "UPDATE" and not isinstance(req.get("oldObject"), dict):
-        raise ReviewError("request.oldObject is missing; an UPDATE review carries the old object")
-
-
-def _check_request_strings(req: dict) -> None:
-    """``namespace``, ``name`` and ``subResource`` strings when present; the kind's group, version
-    and kind strings."""
-    for key in ("namespace", "name", "subResource"):
-        if req.get(key) is not None and not isinstance(req[key], str):
-            raise ReviewError(f"request.{key} is {json_type(req[key])}, not a string")
-    gvk = req["kind"]
-    if type(gvk.get("group", "")) is not str or type(gvk.get("version", "")) is not str or type(gvk["kind"]) is not str:
-        raise ReviewError("request.kind group, version and kind must be strings")
+    found = problems(ADMISSION_REVIEW, review)
+    if found:
+        where, what = found[0]
+        raise ReviewError(f"not a usable AdmissionReview: {where}: {what}" if where else
+                          f"not a usable AdmissionReview: the body {what}")
+    return review  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True, slots=True)
@@ -430,7 +380,8 @@ def review_response(review: dict, decision: Decision) -> dict:
 
 def metadata_of(obj: dict) -> dict:
     """``obj["metadata"]`` when it is an object, else an empty dict (a malformed one is then
-    reported by the kind's shape checks with its field path, not as a crash here)."""
+    reported by the kind's structure check, ``WorkloadKind.malformed``, with its field path, not
+    as a crash here)."""
     meta = obj.get("metadata")
     return meta if isinstance(meta, dict) else {}
 

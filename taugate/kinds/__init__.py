@@ -7,7 +7,8 @@ A kind module (``rayjob``, ``raycluster``, ``job``, ``jobset``, ``leaderworkerse
 - its API group, version, resource (plural) and kind;
 - pod-template access: the path of every pod template, its role, replicas and GPU demand
   (``pod_templates``; the GPU arithmetic itself is shared, in ``taugate.pods``);
-- its structural check (``check_spec``, with ``taugate.shape.Shape``), its built-in rules
+- the pydantic model of its ``spec`` (``spec_model``, checked by ``malformed``; ``taugate.structure``
+  says how to write one), its built-in rules
   (``checks``), the defaults mutation sets on CREATE (``create_defaults``), whether Kueue queues
   an object (``queued``), where Kueue suspends it (``suspend_path``; None for a serving kind whose
   pods Kueue gates instead, ``queued_template_metadata``), whether an UPDATE may change its pod
@@ -29,9 +30,10 @@ How to add a workload kind (e.g. Kubeflow's ``TFJob``, after ``pytorchjob``):
 1. Write ``taugate/kinds/<kind>.py``: a ``WorkloadKind`` subclass setting ``group``, ``version``,
    ``resource``, ``kind`` and ``upstream``, overriding ``pod_templates`` (every pod template,
    with the pods Kueue reserves for it: read the kind's Kueue integration,
-   ``pkg/controller/jobs/<kind>``, ``PodSets``) and ``check_spec`` (the types of every field
-   ``pod_templates`` reads), and, where the kind differs from the defaults, ``suspend_path``,
-   ``queued``, ``templates_mutable``, ``checks``, ``create_defaults``,
+   ``pkg/controller/jobs/<kind>``, ``PodSets``), setting ``spec_model`` (a ``TypedDict`` of every
+   field ``pod_templates`` reads, typed as the kind's Go API types, pod templates as
+   ``taugate.structure.PodTemplateSpec``), and, where the kind differs from the defaults,
+   ``suspend_path``, ``queued``, ``templates_mutable``, ``checks``, ``create_defaults``,
    ``queued_template_metadata``, ``autoscaling`` and ``most_pods``; a new ``pods.Role`` needs
    its words in ``policies/lib/taugate.rego`` (``describe``) and ``policies/input.schema.json``;
    end with ``KIND = <Class>()``.

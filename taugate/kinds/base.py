@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 
 from taugate.fieldpath import Path
 from taugate.pods import PodTemplate
-from taugate.shape import Shape
+from taugate.structure import workload_problems
 from taugate.violation import Violation
 
 SHAPE_POLICY = "object-shape"
@@ -32,11 +32,14 @@ class WorkloadKind:
     - ``suspend_path``: where the ``suspend`` Kueue sets on a queued object lives (``spec.suspend``;
       a Kubeflow job's ``spec.runPolicy.suspend``, a RayService's ``spec.rayClusterConfig.suspend``);
       None for a kind Kueue queues without suspending it (a LeaderWorkerSet: serving workloads
-      stay running, Kueue gates their pods instead).
+      stay running, Kueue gates their pods instead);
+    - ``spec_model``: the pydantic model of the kind's ``spec`` (a ``TypedDict`` of every field
+      admission reads or writes, typed as the kind's Go API types; ``taugate.structure`` says how to
+      write one), which ``malformed`` checks.
 
-    Methods a subclass overrides: ``pod_templates`` (always) and ``check_spec`` (always), and where
-    the kind differs from the defaults here: ``queued``, ``templates_mutable``, ``checks``,
-    ``create_defaults``, ``queued_template_metadata``, ``autoscaling`` with ``most_pods``.
+    Methods a subclass overrides: ``pod_templates`` (always), and where the kind differs from the
+    defaults here: ``queued``, ``templates_mutable``, ``checks``, ``create_defaults``,
+    ``queued_template_metadata``, ``autoscaling`` with ``most_pods``.
     """
 
     group: ClassVar[str]
@@ -46,6 +49,7 @@ class WorkloadKind:
     upstream: ClassVar[str]
     default_lane: ClassVar[str] = "training"
     suspend_path: ClassVar[Path | None] = ("spec", "suspend")
+    spec_model: ClassVar[Any]
 
     @property
     def api_version(self) -> str:
@@ -62,21 +66,14 @@ class WorkloadKind:
         reports them)."""
         raise NotImplementedError
 
-    def check_spec(self, shape: Shape, obj: dict[str, Any]) -> None:
-        """Record in ``shape`` every field of ``obj``'s spec that admission reads or writes and that
-        does not have the type its API gives it (the kind's structural check)."""
-        raise NotImplementedError
-
     def malformed(self, obj: dict[str, Any]) -> list[Violation]:
-        """One ``object-shape`` violation per field of ``obj`` (metadata and spec) that admission
-        reads or writes and that does not have the type its API gives it. The API server checks
-        the schema only after mutating webhooks have run, so they see objects exactly as a client
-        sent them; an object with none of these problems is safe to read with ``pod_templates``."""
-        shape = Shape()
-        shape.meta(obj.get("metadata"), ("metadata",))
-        self.check_spec(shape, obj)
+        """One ``object-shape`` violation per field of ``obj`` (``metadata``, and ``spec`` by the
+        kind's ``spec_model``) that admission reads or writes and that does not have the type its
+        API gives it (``taugate.structure.workload_problems``). The API server checks the schema
+        only after mutating webhooks have run, so they see objects exactly as a client sent them;
+        an object with none of these problems is safe to read with ``pod_templates``."""
         return [Violation(SHAPE_POLICY, f, f"{problem}; fix the manifest (the API server would reject it too)")
-                for f, problem in shape.problems]
+                for f, problem in workload_problems(self.spec_model, obj)]
 
     def queued(self, obj: dict[str, Any]) -> bool:
         """True when Kueue queues ``obj`` (so taugate gives it a LocalQueue and suspends it)."""

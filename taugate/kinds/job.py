@@ -15,13 +15,25 @@ Upstream rules followed here:
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Required
+
+from typing_extensions import TypedDict
 
 from taugate.fieldpath import annotation_field
 from taugate.kinds.base import WorkloadKind
-from taugate.pods import INT32_MAX, PodTemplate, as_dict, as_int
-from taugate.shape import Shape
+from taugate.pods import PodTemplate, as_dict, as_int
+from taugate.structure import Int32, PodTemplateSpec
 from taugate.violation import Violation
+
+
+class JobSpec(TypedDict, total=False):
+    """batch/v1 ``JobSpec`` as far as admission reads it: ``parallelism`` and ``completions``
+    (``*int32``), ``suspend``, and the pod template (required)."""
+
+    parallelism: Int32 | None
+    completions: Int32 | None
+    suspend: bool | None
+    template: Required[PodTemplateSpec]
 
 
 def job_pods(spec: dict[str, Any]) -> int:
@@ -88,6 +100,7 @@ class Job(WorkloadKind):
     ``job_min_pods``, under Kueue's partial admission)."""
 
     group, version, resource, kind = "batch", "v1", "jobs", "Job"
+    spec_model = JobSpec
     upstream = ("kubernetes v1.37 pkg/apis/batch/validation/validation.go validatePodTemplateUpdate; "
                 "kueue v0.17 pkg/controller/jobs/job/job_controller.go podsCount, minPodsCount, job_webhook.go")
 
@@ -114,16 +127,6 @@ class Job(WorkloadKind):
         judged on the stored, suspended Job, so it may carry template changes."""
         spec, status = as_dict(old.get("spec")), as_dict(old.get("status"))
         return spec.get("suspend") is True and not status.get("startTime") and not status.get("active")
-
-    def check_spec(self, shape: Shape, obj: dict[str, Any]) -> None:
-        """Kubernetes: a Job needs ``spec.template``."""
-        spec = obj.get("spec")
-        if shape.obj(spec, ("spec",), required=True):
-            for key in ("parallelism", "completions"):  # *int32 in batch/v1 JobSpec
-                shape.scalar(spec.get(key), ("spec", key), int, f"a whole number from 0 to {INT32_MAX} (int32)", 0,
-                             INT32_MAX)
-            shape.scalar(spec.get("suspend"), ("spec", "suspend"), bool, "true or false")
-            shape.pod_template(spec.get("template"), ("spec", "template"))
 
     def checks(self, obj: dict[str, Any], templates: list[PodTemplate], *, queued: bool, old: dict[str, Any] | None,
                elastic_jobs: bool) -> list[Violation]:

@@ -21,12 +21,14 @@ Upstream rules followed here:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Required
+
+from typing_extensions import TypedDict
 
 from taugate.kinds.base import WorkloadKind
-from taugate.kinds.job import job_pods
+from taugate.kinds.job import JobSpec, job_pods
 from taugate.pods import INT32_MAX, PodTemplate, as_dict, as_int
-from taugate.shape import Shape
+from taugate.structure import Int32
 from taugate.violation import Violation
 
 MAX_POD_SETS = 8
@@ -43,11 +45,35 @@ def replicated_job_pods(rjob: dict[str, Any]) -> int:
     return max(as_int(rjob.get("replicas"), 1), 0) * job_pods(job_spec)
 
 
+
+class JobTemplateSpec(TypedDict, total=False):
+    """batch/v1 ``JobTemplateSpec``: the Job spec (``job.JobSpec``) of a replicated job."""
+
+    spec: Required[JobSpec]
+
+
+class ReplicatedJob(TypedDict, total=False):
+    """jobset v0.11.1 ``ReplicatedJob``: ``name``, ``replicas`` (int32) and the Job template."""
+
+    name: str | None
+    replicas: Int32 | None
+    template: Required[JobTemplateSpec]
+
+
+class JobSetSpec(TypedDict, total=False):
+    """jobset v0.11.1 ``api/jobset/v1alpha2/jobset_types.go`` ``JobSetSpec`` as far as admission
+    reads it: ``replicatedJobs`` (required) and ``suspend``."""
+
+    replicatedJobs: Required[list[ReplicatedJob]]
+    suspend: bool | None
+
+
 class JobSet(WorkloadKind):
     """JobSet ``jobset.x-k8s.io/v1alpha2``: one pod template per replicated job, each with
     ``replicated_job_pods`` pods."""
 
     group, version, resource, kind = "jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet"
+    spec_model = JobSetSpec
     upstream = ("kueue v0.17 pkg/controller/jobs/jobset/jobset_controller.go PodSets, podsCount, jobset_webhook.go "
                 "Default; jobset v0.11.1 pkg/webhooks/jobset_webhook.go ValidateCreate, ValidateUpdate")
 
@@ -67,33 +93,6 @@ class JobSet(WorkloadKind):
                                       ("spec", "replicatedJobs", i), replicated_job_pods(rjob), template["template"],
                                       {}))
         return out
-
-    def check_spec(self, shape: Shape, obj: dict[str, Any]) -> None:
-        """jobset v0.11.1 ``JobSetSpec``: ``replicatedJobs`` a list of objects, each with a
-        ``name`` (string), ``replicas`` (int32) and a JobTemplateSpec ``template`` whose ``spec``
-        has ``parallelism``/``completions`` (int32) and a pod ``template``; ``suspend`` a
-        boolean."""
-        spec = obj.get("spec")
-        if not shape.obj(spec, ("spec",), required=True):
-            return
-        shape.scalar(spec.get("suspend"), ("spec", "suspend"), bool, "true or false")
-        rjobs = spec.get("replicatedJobs")
-        if rjobs is None:
-            shape.bad(("spec", "replicatedJobs"), "is missing; a JobSet needs at least one replicated job")
-        for rjob, path in shape.each(rjobs, ("spec", "replicatedJobs")):
-            shape.string(rjob.get("name"), path + ("name",))
-            shape.scalar(rjob.get("replicas"), path + ("replicas",), int,
-                         f"a whole number from 0 to {INT32_MAX} (int32)", 0, INT32_MAX)
-            template = rjob.get("template")
-            if not shape.obj(template, path + ("template",), required=True):
-                continue
-            job_spec = template.get("spec")
-            if not shape.obj(job_spec, path + ("template", "spec"), required=True):
-                continue
-            for key in ("parallelism", "completions"):  # *int32 in batch/v1 JobSpec
-                shape.scalar(job_spec.get(key), path + ("template", "spec", key), int,
-                             f"a whole number from 0 to {INT32_MAX} (int32)", 0, INT32_MAX)
-            shape.pod_template(job_spec.get("template"), path + ("template", "spec", "template"))
 
     def templates_mutable(self, old: dict[str, Any]) -> bool:
         """False: jobset v0.11.1 ``pkg/webhooks/jobset_webhook.go`` ``ValidateUpdate`` keeps

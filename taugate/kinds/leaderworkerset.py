@@ -24,11 +24,13 @@ Upstream rules followed here:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Required
+
+from typing_extensions import TypedDict
 
 from taugate.kinds.base import WorkloadKind
 from taugate.pods import INT32_MAX, PodTemplate, as_dict, as_int
-from taugate.shape import Shape
+from taugate.structure import Int32, PodTemplateSpec, PositiveInt32
 from taugate.violation import Violation
 
 SUSPENDING_PARENT = "kueue.x-k8s.io/pod-suspending-parent"
@@ -50,12 +52,31 @@ def group_pods(spec: dict[str, Any]) -> tuple[int, int]:
     return max(as_int(spec.get("replicas"), 1), 0), max(size, 1)
 
 
+
+class LeaderWorkerTemplate(TypedDict, total=False):
+    """lws v0.8.0 ``LeaderWorkerTemplate``: ``size`` (int32, 1 or more), an optional leader pod
+    template and the worker pod template (required)."""
+
+    size: PositiveInt32 | None
+    leaderTemplate: PodTemplateSpec | None
+    workerTemplate: Required[PodTemplateSpec]
+
+
+class LeaderWorkerSetSpec(TypedDict, total=False):
+    """lws v0.8.0 ``api/leaderworkerset/v1/leaderworkerset_types.go`` ``LeaderWorkerSetSpec`` as
+    far as admission reads it: ``replicas`` (int32) and the leader-worker template (required)."""
+
+    replicas: Int32 | None
+    leaderWorkerTemplate: Required[LeaderWorkerTemplate]
+
+
 class LeaderWorkerSet(WorkloadKind):
     """LeaderWorkerSet ``leaderworkerset.x-k8s.io/v1``: a leader template (role ``leader``) and a
     worker template (role ``worker``), ``group_pods`` pods per group, queued per group, never
     suspended."""
 
     group, version, resource, kind = "leaderworkerset.x-k8s.io", "v1", "leaderworkersets", "LeaderWorkerSet"
+    spec_model = LeaderWorkerSetSpec
     default_lane = "serving"
     suspend_path = None
     upstream = ("kueue v0.17 pkg/controller/jobs/leaderworkerset/leaderworkerset_reconciler.go podSets, "
@@ -83,25 +104,6 @@ class LeaderWorkerSet(WorkloadKind):
             out.append(PodTemplate.of("worker", "worker", at + ("workerTemplate",), ("spec",), groups * size, worker,
                                       {}, size if groups else 0))
         return out
-
-    def check_spec(self, shape: Shape, obj: dict[str, Any]) -> None:
-        """lws v0.8.0 ``LeaderWorkerSetSpec``: ``replicas`` (int32, 0 or more), a
-        ``leaderWorkerTemplate`` with ``size`` (int32, 1 or more), an optional ``leaderTemplate``
-        and a required ``workerTemplate`` (pod templates)."""
-        spec = obj.get("spec")
-        if not shape.obj(spec, ("spec",), required=True):
-            return
-        shape.scalar(spec.get("replicas"), ("spec", "replicas"), int, f"a whole number from 0 to {INT32_MAX} (int32)",
-                     0, INT32_MAX)
-        lwt = spec.get("leaderWorkerTemplate")
-        at = ("spec", "leaderWorkerTemplate")
-        if not shape.obj(lwt, at, required=True):
-            return
-        shape.scalar(lwt.get("size"), at + ("size",), int, f"a whole number from 1 to {INT32_MAX} (int32)", 1,
-                     INT32_MAX)
-        if lwt.get("leaderTemplate") is not None:
-            shape.pod_template(lwt["leaderTemplate"], at + ("leaderTemplate",))
-        shape.pod_template(lwt.get("workerTemplate"), at + ("workerTemplate",))
 
     def templates_mutable(self, old: dict[str, Any]) -> bool:
         """False: Kueue holds a queued LeaderWorkerSet's pod template specs immutable

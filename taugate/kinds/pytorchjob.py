@@ -22,11 +22,13 @@ Upstream rules followed here:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Required
+
+from typing_extensions import TypedDict
 
 from taugate.kinds.base import WorkloadKind
-from taugate.pods import INT32_MAX, PodTemplate, Role, as_dict, as_int
-from taugate.shape import Shape
+from taugate.pods import PodTemplate, Role, as_dict, as_int
+from taugate.structure import Int32, PodTemplateSpec
 from taugate.violation import Violation
 
 REPLICA_TYPES: dict[str, Role] = {"Master": "master", "Worker": "worker"}
@@ -39,11 +41,43 @@ def replica_pods(replica_spec: dict[str, Any]) -> int:
     return max(as_int(replica_spec.get("replicas"), 1), 0)
 
 
+
+class ReplicaSpec(TypedDict, total=False):
+    """training-operator v1.9.3 ``ReplicaSpec``: ``replicas`` (int32) and the pod template."""
+
+    replicas: Int32 | None
+    template: Required[PodTemplateSpec]
+
+
+class RunPolicy(TypedDict, total=False):
+    """training-operator ``RunPolicy``: ``suspend``, where Kueue suspends the job."""
+
+    suspend: bool | None
+
+
+class ElasticPolicy(TypedDict, total=False):
+    """training-operator ``ElasticPolicy``: ``minReplicas``/``maxReplicas`` (int32)."""
+
+    minReplicas: Int32 | None
+    maxReplicas: Int32 | None
+
+
+class PyTorchJobSpec(TypedDict, total=False):
+    """training-operator v1.9.3 ``pkg/apis/kubeflow.org/v1/pytorch_types.go`` ``PyTorchJobSpec``
+    as far as admission reads it: the replica specs by type (required), ``runPolicy``,
+    ``elasticPolicy``."""
+
+    pytorchReplicaSpecs: Required[dict[str, ReplicaSpec]]
+    runPolicy: RunPolicy | None
+    elasticPolicy: ElasticPolicy | None
+
+
 class PyTorchJob(WorkloadKind):
     """Kubeflow ``kubeflow.org/v1`` PyTorchJob: ``Master`` (role ``master``) and ``Worker`` (role
     ``worker``) pod templates, ``replica_pods`` each; suspended at ``spec.runPolicy.suspend``."""
 
     group, version, resource, kind = "kubeflow.org", "v1", "pytorchjobs", "PyTorchJob"
+    spec_model = PyTorchJobSpec
     suspend_path = ("spec", "runPolicy", "suspend")
     upstream = ("kueue v0.17 pkg/controller/jobs/kubeflow/kubeflowjob/kubeflowjob_controller.go PodSets, podsCount, "
                 "Suspend; training-operator v1.9.3 pkg/webhooks/pytorch/pytorchjob_webhook.go "
@@ -61,31 +95,6 @@ class PyTorchJob(WorkloadKind):
                 out.append(PodTemplate.of(role, name, at + ("template",), at, replica_pods(rspec), rspec["template"],
                                           {}))
         return out
-
-    def check_spec(self, shape: Shape, obj: dict[str, Any]) -> None:
-        """training-operator v1.9.3 ``PyTorchJobSpec``: ``pytorchReplicaSpecs`` (required) maps
-        replica types to objects with ``replicas`` (int32) and a pod ``template``; ``runPolicy``
-        an object whose ``suspend`` is a boolean; ``elasticPolicy`` an object with int32
-        ``minReplicas``/``maxReplicas``."""
-        spec = obj.get("spec")
-        if not shape.obj(spec, ("spec",), required=True):
-            return
-        specs = spec.get("pytorchReplicaSpecs")
-        if shape.obj(specs, ("spec", "pytorchReplicaSpecs"), required=True):
-            for name, rspec in specs.items():
-                at = ("spec", "pytorchReplicaSpecs", name)
-                if shape.obj(rspec, at, required=True):
-                    shape.scalar(rspec.get("replicas"), at + ("replicas",), int,
-                                 f"a whole number from 0 to {INT32_MAX} (int32)", 0, INT32_MAX)
-                    shape.pod_template(rspec.get("template"), at + ("template",))
-        policy = spec.get("runPolicy")
-        if shape.obj(policy, ("spec", "runPolicy")):
-            shape.scalar(policy.get("suspend"), ("spec", "runPolicy", "suspend"), bool, "true or false")
-        elastic = spec.get("elasticPolicy")
-        if shape.obj(elastic, ("spec", "elasticPolicy")):
-            for key in ("minReplicas", "maxReplicas"):
-                shape.scalar(elastic.get(key), ("spec", "elasticPolicy", key), int,
-                             f"a whole number from 0 to {INT32_MAX} (int32)", 0, INT32_MAX)
 
     def checks(self, obj: dict[str, Any], templates: list[PodTemplate], *, queued: bool, old: dict[str, Any] | None,
                elastic_jobs: bool) -> list[Violation]:

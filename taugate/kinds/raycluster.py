@@ -15,12 +15,14 @@ Upstream rules followed here:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Required
+
+from typing_extensions import TypedDict
 
 from taugate.fieldpath import Path
 from taugate.kinds.base import WorkloadKind
 from taugate.pods import INT32_MAX, PodTemplate, as_dict, as_int
-from taugate.shape import Shape
+from taugate.structure import Int32, PodTemplateSpec, PositiveInt32, StringMap
 from taugate.violation import Violation
 
 # Kueue: a Workload has at most 8 PodSets; a RayCluster's head takes one, so at most 7 worker
@@ -72,33 +74,33 @@ def cluster_templates(spec: dict[str, Any], prefix: Path) -> list[PodTemplate]:
     return out
 
 
-def cluster_shape(shape: Shape, spec: Any, prefix: Path) -> None:
-    if not shape.obj(spec, prefix, required=True):
-        return
-    head = spec.get("headGroupSpec")
-    if shape.obj(head, prefix + ("headGroupSpec",), required=True):
-        shape.string_map(head.get("rayStartParams"), prefix + ("headGroupSpec", "rayStartParams"))
-        shape.pod_template(head.get("template"), prefix + ("headGroupSpec", "template"))
-    groups = spec.get("workerGroupSpecs")
-    if shape.array(groups, prefix + ("workerGroupSpecs",)):
-        for i, g in enumerate(groups):
-            gpath = prefix + ("workerGroupSpecs", i)
-            if not shape.obj(g, gpath, required=True):
-                continue
-            name = g.get("groupName")
-            if name is not None and type(name) is not str:
-                shape.scalar(name, gpath + ("groupName",), str, "a string")
-            for key in ("replicas", "minReplicas", "maxReplicas"):  # *int32 in KubeRay's WorkerGroupSpec
-                value = g.get(key)
-                if value is not None and not (type(value) is int and 0 <= value <= INT32_MAX):
-                    shape.scalar(value, gpath + (key,), int, f"a whole number from 0 to {INT32_MAX} (int32)", 0,
-                                 INT32_MAX)
-            hosts = g.get("numOfHosts")
-            if hosts is not None and not (type(hosts) is int and 1 <= hosts <= INT32_MAX):
-                shape.scalar(hosts, gpath + ("numOfHosts",), int, f"a whole number from 1 to {INT32_MAX} (int32)", 1,
-                             INT32_MAX)
-            shape.string_map(g.get("rayStartParams"), gpath + ("rayStartParams",))
-            shape.pod_template(g.get("template"), gpath + ("template",))
+class HeadGroupSpec(TypedDict, total=False):
+    """KubeRay ``HeadGroupSpec``: ``rayStartParams`` and the head's pod template."""
+
+    rayStartParams: StringMap | None
+    template: Required[PodTemplateSpec]
+
+
+class WorkerGroupSpec(TypedDict, total=False):
+    """KubeRay ``WorkerGroupSpec``: the counts ``worker_group_pods`` reads (``*int32``), and the
+    group's pod template."""
+
+    groupName: str | None
+    replicas: Int32 | None
+    minReplicas: Int32 | None
+    maxReplicas: Int32 | None
+    numOfHosts: PositiveInt32 | None
+    rayStartParams: StringMap | None
+    template: Required[PodTemplateSpec]
+
+
+class RayClusterSpec(TypedDict, total=False):
+    """KubeRay ``RayClusterSpec`` (ray-operator v1.5 ``apis/ray/v1/raycluster_types.go``) as far as
+    admission reads it: the head group (required), the worker groups, ``suspend``."""
+
+    headGroupSpec: Required[HeadGroupSpec]
+    workerGroupSpecs: list[WorkerGroupSpec] | None
+    suspend: bool | None
 
 
 def check_worker_groups(templates: list[PodTemplate], where: str) -> list[Violation]:
@@ -166,6 +168,7 @@ class RayCluster(WorkloadKind):
 
     group, version, resource, kind = "ray.io", "v1", "rayclusters", "RayCluster"
     default_lane = "interactive"
+    spec_model = RayClusterSpec
     upstream = ("ray-operator v1.5 controllers/ray/utils/util.go GetWorkerGroupDesiredReplicas; "
                 "kueue v0.17 pkg/controller/jobs/raycluster/common.go BuildPodSets, "
                 "raycluster_webhook.go validateCreate")
@@ -173,13 +176,6 @@ class RayCluster(WorkloadKind):
     def pod_templates(self, obj: dict[str, Any]) -> list[PodTemplate]:
         """The head group's template, then each worker group's (``cluster_templates``)."""
         return cluster_templates(as_dict(obj.get("spec")), ("spec",))
-
-    def check_spec(self, shape: Shape, obj: dict[str, Any]) -> None:
-        """KubeRay's ``RayClusterSpec`` as far as admission reads it (``cluster_shape``), and
-        ``spec.suspend`` a boolean."""
-        cluster_shape(shape, obj.get("spec"), ("spec",))
-        if isinstance(obj.get("spec"), dict):
-            shape.scalar(obj["spec"].get("suspend"), ("spec", "suspend"), bool, "true or false")
 
     def checks(self, obj: dict[str, Any], templates: list[PodTemplate], *, queued: bool, old: dict[str, Any] | None,
                elastic_jobs: bool) -> list[Violation]:

@@ -17,19 +17,23 @@ Upstream rules followed here:
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import AfterValidator
+from pydantic_core import PydanticCustomError
+from typing_extensions import TypedDict
 
 from taugate.kinds.base import WorkloadKind
 from taugate.kinds.raycluster import (
+    RayClusterSpec,
     autoscaled_worker_pods,
     check_autoscaling,
     check_worker_groups,
     cluster_autoscaling,
-    cluster_shape,
     cluster_templates,
 )
 from taugate.pods import PodTemplate, as_dict
-from taugate.shape import Shape
+from taugate.structure import PodTemplateSpec, StringMap
 from taugate.violation import Violation
 
 # KubeRay: a RayJob's name is used to build its RayCluster's name (name + "-" + 5 random
@@ -165,10 +169,35 @@ def kuberay_default_submitter(spec: dict[str, Any]) -> dict[str, Any] | None:
         "resources": {"limits": {"cpu": "1", "memory": "1Gi"}, "requests": {"cpu": "500m", "memory": "200Mi"}}}]}}
 
 
+class _RayJobSpec(TypedDict, total=False):
+    """KubeRay RayJobSpec fields admission reads (``RayJobSpec`` adds the rule across them)."""
+
+    rayClusterSpec: RayClusterSpec | None
+    clusterSelector: StringMap | None
+    submitterPodTemplate: PodTemplateSpec | None
+    suspend: bool | None
+    shutdownAfterJobFinishes: bool | None
+
+
+def _runs_somewhere(spec: _RayJobSpec) -> _RayJobSpec:
+    """KubeRay: a RayJob needs ``rayClusterSpec`` or ``clusterSelector``."""
+    if spec.get("rayClusterSpec") is None and not spec.get("clusterSelector"):
+        raise PydanticCustomError("rayjob_cluster", "is missing; a RayJob needs rayClusterSpec (or clusterSelector, "
+                                  "which Kueue does not queue)", {"at": "rayClusterSpec"})
+    return spec
+
+
+RayJobSpec = Annotated[_RayJobSpec, AfterValidator(_runs_somewhere)]
+"""KubeRay ``RayJobSpec`` (ray-operator v1.5 ``apis/ray/v1/rayjob_types.go``) as far as admission
+reads it: the RayCluster spec or a cluster selector (one of them, ``_runs_somewhere``), the
+submitter's pod template, ``suspend`` and ``shutdownAfterJobFinishes``."""
+
+
 class RayJob(WorkloadKind):
     """KubeRay ``ray.io/v1`` RayJob: the RayCluster spec plus the submitter pod template."""
 
     group, version, resource, kind = "ray.io", "v1", "rayjobs", "RayJob"
+    spec_model = RayJobSpec
     upstream = ("ray-operator v1.5 controllers/ray/utils/validation.go ValidateRayJobSpec, "
                 "controllers/ray/common/job.go GetSubmitterTemplate; kueue v0.17 pkg/controller/jobs/rayjob")
 
@@ -179,21 +208,6 @@ class RayJob(WorkloadKind):
         not use an existing cluster"); the RayCluster it runs on was queued itself."""
         spec = as_dict(obj.get("spec"))
         return spec.get("rayClusterSpec") is not None or not spec.get("clusterSelector")
-
-    def check_spec(self, shape: Shape, obj: dict[str, Any]) -> None:
-        """KubeRay: a RayJob needs ``rayClusterSpec`` or ``clusterSelector``."""
-        spec = obj.get("spec")
-        if shape.obj(spec, ("spec",), required=True):
-            if spec.get("rayClusterSpec") is None and not spec.get("clusterSelector"):
-                shape.bad(("spec", "rayClusterSpec"), "is missing; a RayJob needs rayClusterSpec (or clusterSelector, "
-                                                      "which Kueue does not queue)")
-            elif spec.get("rayClusterSpec") is not None:
-                cluster_shape(shape, spec["rayClusterSpec"], ("spec", "rayClusterSpec"))
-            shape.string_map(spec.get("clusterSelector"), ("spec", "clusterSelector"))
-            if spec.get("submitterPodTemplate") is not None:
-                shape.pod_template(spec["submitterPodTemplate"], ("spec", "submitterPodTemplate"))
-            for key in ("suspend", "shutdownAfterJobFinishes"):
-                shape.scalar(spec.get(key), ("spec", key), bool, "true or false")
 
     def pod_templates(self, obj: dict[str, Any]) -> list[PodTemplate]:
         """The RayCluster's templates under ``spec.rayClusterSpec`` (head, then worker groups), then

@@ -19,19 +19,20 @@ Upstream rules followed here:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Required
+
+from typing_extensions import TypedDict
 
 from taugate.kinds.base import WorkloadKind
 from taugate.kinds.raycluster import (
+    RayClusterSpec,
     autoscaled_worker_pods,
     check_autoscaling,
     check_worker_groups,
     cluster_autoscaling,
-    cluster_shape,
     cluster_templates,
 )
 from taugate.pods import PodTemplate, as_dict
-from taugate.shape import Shape
 from taugate.violation import Violation
 
 CLUSTER = ("spec", "rayClusterConfig")
@@ -39,11 +40,20 @@ CLUSTER = ("spec", "rayClusterConfig")
 ``rayClusterConfig``)."""
 
 
+
+class RayServiceSpec(TypedDict, total=False):
+    """KubeRay ``RayServiceSpec`` (ray-operator v1.5 ``apis/ray/v1/rayservice_types.go``) as far as
+    admission reads it: the RayCluster spec (required; its ``suspend`` is where Kueue suspends)."""
+
+    rayClusterConfig: Required[RayClusterSpec]
+
+
 class RayService(WorkloadKind):
     """KubeRay ``ray.io/v1`` RayService: the RayCluster spec at ``spec.rayClusterConfig``, queued and
     suspended there."""
 
     group, version, resource, kind = "ray.io", "v1", "rayservices", "RayService"
+    spec_model = RayServiceSpec
     default_lane = "serving"
     suspend_path = CLUSTER + ("suspend",)
     upstream = ("kueue v0.17 pkg/controller/jobs/rayservice/rayservice_controller.go PodSets, Suspend, "
@@ -53,16 +63,6 @@ class RayService(WorkloadKind):
     def pod_templates(self, obj: dict[str, Any]) -> list[PodTemplate]:
         """The RayCluster's templates under ``spec.rayClusterConfig`` (head, then worker groups)."""
         return cluster_templates(as_dict(as_dict(obj.get("spec")).get("rayClusterConfig")), CLUSTER)
-
-    def check_spec(self, shape: Shape, obj: dict[str, Any]) -> None:
-        """KubeRay: a RayService needs ``spec.rayClusterConfig``, a ``RayClusterSpec``
-        (``raycluster.cluster_shape``) whose ``suspend`` is a boolean."""
-        spec = obj.get("spec")
-        if shape.obj(spec, ("spec",), required=True):
-            cluster = spec.get("rayClusterConfig")
-            cluster_shape(shape, cluster, CLUSTER)
-            if isinstance(cluster, dict):
-                shape.scalar(cluster.get("suspend"), CLUSTER + ("suspend",), bool, "true or false")
 
     def checks(self, obj: dict[str, Any], templates: list[PodTemplate], *, queued: bool, old: dict[str, Any] | None,
                elastic_jobs: bool) -> list[Violation]:

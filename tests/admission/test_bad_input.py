@@ -170,10 +170,12 @@ def test_suspend_false_on_create_is_set_to_true_as_kueue_does(classifier, state,
 
 
 @pytest.mark.parametrize("request_patch, reason", [
-    ({"object": None}, "request.object is missing"),
-    ({"namespace": 5}, "request.namespace is a number"),
-    ({"operation": "UPDATE", "oldObject": None}, "request.oldObject is missing"),
-    ({"kind": {"group": "ray.io", "version": "v1", "kind": 7}}, "must be strings"),
+    ({"object": None}, r"request.object: is missing; a CREATE review carries the object"),
+    ({"namespace": 5}, r"request.namespace: is a number \(5\); it must be a string"),
+    ({"operation": "UPDATE", "oldObject": None}, r"request.oldObject: is missing; an UPDATE review carries the old"),
+    ({"kind": {"group": "ray.io", "version": "v1", "kind": 7}}, r"request.kind.kind: is a number \(7\); it must be a "
+                                                                 r"string"),
+    ({"operation": "PATCH"}, r"request.operation: is a string \('PATCH'\); input should be 'CREATE', 'UPDATE'"),
 ])
 def test_a_review_missing_what_its_operation_needs_is_rejected_with_the_reason(classifier, request_patch, reason):
     review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",

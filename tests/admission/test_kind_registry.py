@@ -14,12 +14,14 @@ import pkgutil
 from pathlib import Path
 
 import pytest
+from pydantic import TypeAdapter
 
 import taugate.kinds
 from taugate.fieldpath import field_path
 from taugate.kinds import KIND_NAMES, KINDS, WorkloadKind, kind_for, kind_of, resources_by_group_version
 from taugate.kinds.base import WorkloadKind as Base
 from taugate.settings import Settings
+from taugate.structure import workload_adapter
 from taugate.webhook import mutation, review, routes, server
 from tests import kubedouble
 
@@ -71,8 +73,9 @@ def test_every_kind_module_is_complete(name):
     for attr in ("group", "version", "resource", "kind", "upstream"):
         assert isinstance(getattr(kind, attr), str) and getattr(kind, attr), f"{name}: {attr} is not set"
     assert kind.resource == kind.resource.lower() and kind.resource.endswith("s"), "the resource is the plural"
-    for method in ("pod_templates", "check_spec"):
-        assert getattr(type(kind), method) is not getattr(Base, method), f"{name} does not override {method}"
+    assert type(kind).pod_templates is not Base.pod_templates, f"{name} does not override pod_templates"
+    assert "spec_model" in vars(type(kind)), f"{name}: the kind declares no spec_model"
+    assert isinstance(workload_adapter(kind.spec_model), TypeAdapter), f"{name}: spec_model is no pydantic model"
     assert "Upstream rules followed here" in (module.__doc__ or ""), f"{name}: the module docstring names no upstream"
     for method, function in vars(type(kind)).items():
         if callable(function) and not method.startswith("_"):

@@ -102,7 +102,7 @@ def _with(change) -> list[dict]:
     (lambda d: d["LocalQueue/vision-queue"]["spec"].__setitem__("clusterQueue", True),
      "LocalQueue 'vision-queue': spec.clusterQueue: is a boolean (True); it must be a string"),
     (lambda d: d["TauCluster/cluster"]["spec"]["workloadProfiles"][0].__setitem__("workerCount", 1e30),
-     "TauCluster 'cluster': spec.workloadProfiles.0.workerCount: Input should be a valid integer"),
+     "TauCluster 'cluster': spec.workloadProfiles[0].workerCount: is a number (1e+30); it must be a whole number"),
     (lambda d: d["TauCluster/cluster"]["spec"]["workloadProfiles"][0].__setitem__("workerCount", 10**30),
      "TauCluster 'cluster': spec.workloadProfiles[0].workerCount: 1000000000000000000000000000000 is outside the "
      "64-bit integer range"),

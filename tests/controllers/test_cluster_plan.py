@@ -167,7 +167,7 @@ def test_an_invalid_taucluster_is_reported_in_status_not_crashed_on(example_obje
     plan = plan_cluster(_obs(example_objects), settings, NOW)
     assert plan.status["phase"] == "Degraded"
     ready = _cond(plan.status["conditions"], "Ready")
-    assert ready["reason"] == "InvalidSpec" and "workloadProfiles.0.mode" in ready["message"]
+    assert ready["reason"] == "InvalidSpec" and "workloadProfiles[0].mode" in ready["message"]
     assert [a.subresource for a in plan.actions] == ["status"]
 
 
