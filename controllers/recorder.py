@@ -2,15 +2,20 @@
 
 Runs in the operator process (kopf). It watches, read-only:
 
-- RayJobs (``ray.io``) and Jobs (``batch``) with the ``tau.azure.com/run-id`` label (a Job whose
-  controller is a RayJob is KubeRay's submitter, part of the RayJob's run, not a run itself);
+- the runs' roots: objects of every registered workload kind (``taugate.kinds.KINDS``: RayJob,
+  RayCluster, Job, JobSet, LeaderWorkerSet, PyTorchJob, RayService, and any kind added there)
+  with the ``tau.azure.com/run-id`` label that no governed controller owns
+  (``recorder_objects.is_member_child``: a JobSet's Jobs, KubeRay's submitter Job, a
+  RayService's RayClusters, an LWS's StatefulSets are members of their owner's run, not runs);
 - Kueue Workloads, matched to a run through the ``kueue.x-k8s.io/job-uid`` label or their owner
-  reference (never by rebuilding Kueue's name hash);
-- RayClusters and KubeRay's submitter Jobs with the run-id label, and Pods with the run-id label
-  (their termination records are kept as soon as they are seen, so a failure reason survives the
-  pod's deletion); a child or pod joins its run only through its controller ownerReference
-  chain to the run's root object, and a run is bound to its first root object's uid
-  (``controllers/run_membership.py``), so a copied run-id label joins nothing;
+  reference (never by rebuilding Kueue's name hash): the root's, else its members' (Kueue's pod
+  integration owns a serving workload's Workloads by its pods);
+- the members: objects of the registered kinds and ReplicaSets with the run-id label whose
+  controller is governed, and Pods with the run-id label (their termination records are kept as
+  soon as they are seen, so a failure reason survives the pod's deletion); a child or pod joins
+  its run only through its controller ownerReference chain to the run's root object, and a run
+  is bound to its first root object's uid (``controllers/run_membership.py``), so a copied
+  run-id label joins nothing;
 - Nodes (conditions only, for ``GPUHealthy``).
 
 The root object's admission record (``tau.azure.com/admission``) is kept as evidence only when
@@ -50,20 +55,19 @@ from taugate.controllers.evidence import EvidenceError, EvidenceStore, Signer
 from taugate.controllers.recorder_config import FilesystemProbe, RecorderConfig, RunProbe
 from taugate.controllers.recorder_index import (
     INDEX_IDS,
-    IX_CHILD_JOBS,
-    IX_CLUSTERS,
-    IX_JOBS,
     IX_NODES,
     IX_PODS,
-    IX_RAYJOBS,
     IX_WORKLOADS,
     RunEntry,
     Snapshot,
+    child_index,
+    root_index,
     take_snapshot,
 )
 from taugate.controllers.recorder_objects import (
+    CHILD_RESOURCES,
     gvr,
-    is_child_job,
+    is_member_child,
     name_of,
     namespace_of,
     run_id_of,
@@ -74,7 +78,7 @@ from taugate.controllers.recorder_reconcile import RunReconciler
 from taugate.controllers.recorder_writer import TauRunWriter
 from taugate.controllers.run_admitted import workload_owner_uid
 from taugate.controllers.run_completion import pod_terminations
-from taugate.kinds import job, raycluster, rayjob
+from taugate.kinds import KINDS
 from taugate.settings import Settings
 
 log = logging.getLogger("taugate.recorder")
@@ -166,18 +170,19 @@ class Recorder:
     # -- kopf wiring -------------------------------------------------------------------------
     def register(self, registry: Any) -> None:
         """Add the recorder's handlers to a kopf ``OperatorRegistry``: indices and ``on.event``
-        handlers for RayJobs, Jobs, Pods (run-id label present), Kueue Workloads and Nodes, plus
+        handlers for every registered kind's roots and members, ReplicaSets and Pods (run-id label
+        present), Kueue Workloads and Nodes, plus
         startup/cleanup activities that start and stop the worker. Nothing here writes to the
         watched objects (no kopf annotations or finalizers)."""
         import kopf
 
         present = {labels.RUN_ID: kopf.PRESENT}
 
-        def not_child(body: Any, **_: Any) -> bool:
-            return not is_child_job(dict(body))
+        def root(body: Any, **_: Any) -> bool:
+            return not is_member_child(dict(body))
 
         def child(body: Any, **_: Any) -> bool:
-            return is_child_job(dict(body))
+            return is_member_child(dict(body))
 
         def by_run_id(body: Any, **_: Any) -> dict | None:
             rid = run_id_of(dict(body))
@@ -190,15 +195,20 @@ class Recorder:
         def by_node_name(body: Any, **_: Any) -> dict:
             return {name_of(dict(body)): trim_node(dict(body))}
 
-        # no version for Kueue: kopf watches the preferred one (v1beta2 or v1beta1; the status
-        # fields read here are the same in both)
+        # every registered kind: its roots (no governed controller) and its members (a governed
+        # controller); a Pod's members are IX_PODS. No version for Kueue: kopf watches the
+        # preferred one (v1beta2 or v1beta1; the status fields read here are the same in both)
+        roots: list[_Watch] = [(root_index(k), gvr(k), {"labels": present, "when": root}, by_run_id,
+                                self.observe_owner) for k in KINDS]
+        children: list[_Watch] = [(child_index(k.resource), gvr(k), {"labels": present, "when": child}, by_run_id,
+                                   self.observe_child) for k in KINDS if k.group or k.resource != "pods"]
+        children += [(child_index(r[2]), r, {"labels": present, "when": child}, by_run_id, self.observe_child)
+                     for r in CHILD_RESOURCES]
         specs: tuple[_Watch, ...] = (
-            (IX_RAYJOBS, gvr(rayjob.KIND), {"labels": present}, by_run_id, self.observe_owner),
-            (IX_JOBS, gvr(job.KIND), {"labels": present, "when": not_child}, by_run_id, self.observe_owner),
+            *roots,
             (IX_WORKLOADS, ("kueue.x-k8s.io", "workloads"), {}, by_owner_uid, self.observe_workload),
             (IX_PODS, ("", "v1", "pods"), {"labels": present}, by_run_id, self.observe_pod),
-            (IX_CLUSTERS, gvr(raycluster.KIND), {"labels": present}, by_run_id, self.observe_child),
-            (IX_CHILD_JOBS, gvr(job.KIND), {"labels": present, "when": child}, by_run_id, self.observe_child),
+            *children,
             (IX_NODES, ("", "v1", "nodes"), {}, by_node_name, self.observe_node),
         )
         for ix_id, resource, filters, indexer, observe in specs:
@@ -258,9 +268,10 @@ class Recorder:
             self._wake.set()
 
     def observe_owner(self, event_type: str | None, obj: dict) -> None:
-        """A RayJob or Job event (``event_type`` ``None``/ADDED/MODIFIED/DELETED)."""
+        """An event of a root: an object of a registered kind that no governed controller owns
+        (``event_type`` ``None``/ADDED/MODIFIED/DELETED)."""
         rid = run_id_of(obj)
-        if rid is None or (obj.get("kind") == "Job" and is_child_job(obj)):
+        if rid is None or is_member_child(obj):
             return
         self._entry(rid, namespace_of(obj))
         uid = uid_of(obj)
@@ -269,12 +280,21 @@ class Recorder:
         self.mark(rid)
 
     def observe_child(self, event_type: str | None, obj: dict) -> None:
-        """A RayCluster or KubeRay submitter Job event: its run is marked (membership is decided
-        on reconcile, from the ownerReference chain)."""
+        """An event of a member candidate (an object of a registered kind, or a ReplicaSet, whose
+        controller is governed): its run is marked (membership is decided on reconcile, from the
+        ownerReference chain)."""
         rid = run_id_of(obj)
         if rid is not None:
             self._entry(rid, namespace_of(obj))
+            self._follow(obj, rid)
             self.mark(rid)
+
+    def _follow(self, obj: dict, rid: str) -> None:
+        """Remember which run ``obj``'s uid is for, so the events of a Kueue Workload it owns (a
+        Deployment's pods', a RayService's RayCluster's) mark that run; binding is the reconcile's."""
+        uid = uid_of(obj)
+        if uid:
+            self.by_uid.setdefault(uid, rid)
 
     def observe_workload(self, event_type: str | None, obj: dict) -> None:
         """A Kueue Workload event: the run of its owner (known once the owner was seen) is marked."""
@@ -290,8 +310,11 @@ class Recorder:
         if rid is None:
             return
         e = self._entry(rid, namespace_of(obj))
+        self._follow(obj, rid)
+        # a pod's failure counts when its controller is the run's (a bare Pod: itself, the root)
+        holder = members.controller_uid(obj) or uid_of(obj)
         for f in pod_terminations(obj):
-            e.pending_failures.setdefault(f["key"], (f, members.controller_uid(obj)))
+            e.pending_failures.setdefault(f["key"], (f, holder))
         self.mark(rid)
 
     def observe_node(self, event_type: str | None, obj: dict) -> None:

@@ -11,11 +11,13 @@ from typing import Any
 
 from taugate.controllers import run_membership as members
 from taugate.controllers.recorder_objects import (
+    CHILD_RESOURCES,
     name_of,
     namespace_of,
     uid_of,
 )
 from taugate.controllers.run_values import ArtifactListing, ProgressState
+from taugate.kinds import KINDS, WorkloadKind
 
 log = logging.getLogger("taugate.recorder")
 
@@ -54,14 +56,30 @@ class Snapshot:
 
 
 # kopf index ids (also the names under which kopf passes them to handlers)
-IX_RAYJOBS = "recorder_rayjobs"      # run-id -> RayJob
-IX_JOBS = "recorder_jobs"            # run-id -> Job (not KubeRay's submitter Job)
 IX_WORKLOADS = "recorder_workloads"  # owner uid -> Kueue Workload
 IX_PODS = "recorder_pods"            # run-id -> Pod
-IX_CLUSTERS = "recorder_rayclusters"  # run-id -> RayCluster (KubeRay's, for a RayJob)
-IX_CHILD_JOBS = "recorder_child_jobs"  # run-id -> Job owned by a controller (KubeRay's submitter)
 IX_NODES = "recorder_nodes"          # node name -> Node (name, labels, conditions)
-INDEX_IDS = (IX_RAYJOBS, IX_JOBS, IX_WORKLOADS, IX_PODS, IX_NODES, IX_CLUSTERS, IX_CHILD_JOBS)
+
+
+def root_index(kind: WorkloadKind) -> str:
+    """The index of ``kind``'s roots: run-id -> object of that kind no governed controller owns."""
+    return f"recorder_roots_{kind.resource}"
+
+
+def child_index(resource: str) -> str:
+    """The index of a resource's members: run-id -> object whose controller is governed."""
+    return f"recorder_children_{resource}"
+
+
+def _is_pod(kind: WorkloadKind) -> bool:
+    return not kind.group and kind.resource == "pods"
+
+
+ROOT_INDEXES: tuple[str, ...] = tuple(root_index(k) for k in KINDS)
+CHILD_INDEXES: tuple[str, ...] = (*(child_index(k.resource) for k in KINDS if not _is_pod(k)),
+                                  *(child_index(r) for _, _, r in CHILD_RESOURCES))
+"""A Pod's children index is ``IX_PODS`` (every pod with the run-id, whatever its controller)."""
+INDEX_IDS = (IX_WORKLOADS, IX_PODS, IX_NODES, *ROOT_INDEXES, *CHILD_INDEXES)
 
 
 def take_snapshot(ix: dict[str, Any], e: RunEntry) -> Snapshot:
@@ -69,14 +87,14 @@ def take_snapshot(ix: dict[str, Any], e: RunEntry) -> Snapshot:
     loop): its root object (binding ``e`` to its first root), member children, pods, Workloads,
     the Nodes its pods are on and its pending failure records. Objects carrying the run-id
     without belonging to the run are logged once and left out."""
-    roots = [o for k in (IX_RAYJOBS, IX_JOBS) if k in ix for o in ix[k].get(e.run_id, ())]
+    roots = [o for k in ROOT_INDEXES if k in ix for o in ix[k].get(e.run_id, ())]
     owner, intruders = members.choose_owner(roots, e.owner_uid)
     if owner is not None and e.owner_uid is None:
         e.owner_uid = uid_of(owner)  # the run is bound to its first root (the worker checks the evidence)
     uid = e.owner_uid
-    children = [o for k in (IX_CLUSTERS, IX_CHILD_JOBS) if k in ix for o in ix[k].get(e.run_id, ())]
-    e.member_uids |= members.members(uid, children)
     labelled = ix[IX_PODS].get(e.run_id, ()) if IX_PODS in ix else ()
+    children = [o for k in CHILD_INDEXES if k in ix for o in ix[k].get(e.run_id, ())]
+    e.member_uids |= members.members(uid, [*children, *labelled])  # an LWS's chain runs through its leader pods
     pods, strays = members.run_pods(labelled, frozenset(e.member_uids))
     for other in [*intruders, *strays]:
         other_uid = uid_of(other) or ""
@@ -85,7 +103,7 @@ def take_snapshot(ix: dict[str, Any], e: RunEntry) -> Snapshot:
             log.warning("run %s: %s %s/%s (uid %s) carries the run-id but is not the run's (bound to uid %s); "
                         "it is not recorded", e.run_id, other.get("kind") or "Pod", namespace_of(other),
                         name_of(other), other_uid, uid)
-    workloads = list(ix[IX_WORKLOADS].get(uid, ())) if IX_WORKLOADS in ix and uid else []
+    workloads = _workloads(ix, uid, e.member_uids)
     nodes: dict[str, dict] = {}
     if IX_NODES in ix:
         for n in {name for p in pods if (name := (p.get("spec") or {}).get("nodeName"))}:
@@ -95,3 +113,20 @@ def take_snapshot(ix: dict[str, Any], e: RunEntry) -> Snapshot:
     failures = {k: f for k, (f, ctl) in e.pending_failures.items() if ctl in e.member_uids}
     return Snapshot(owner=owner, pods=pods, workloads=workloads, pending_failures=failures,
                     nodes=nodes, workload_names=sorted(name_of(w) for w in workloads))
+
+
+def _workloads(ix: dict[str, Any], root_uid: str | None, member_uids: set[str]) -> list[dict]:
+    """The run's Kueue Workloads: the root's (a RayJob, Job, JobSet, PyTorchJob, a suspended
+    RayService's RayCluster...), else its members' (Kueue's pod integration makes the Workload
+    of a Deployment's, StatefulSet's or LeaderWorkerSet's pods, owned by the pods; a RayService's
+    is its RayCluster's), each Workload once."""
+    if IX_WORKLOADS not in ix or not root_uid:
+        return []
+    own = list(ix[IX_WORKLOADS].get(root_uid, ()))
+    if own:
+        return own
+    found: dict[str, dict] = {}
+    for uid in sorted(member_uids - {root_uid}):
+        for w in ix[IX_WORKLOADS].get(uid, ()):
+            found.setdefault(uid_of(w) or name_of(w), w)
+    return list(found.values())

@@ -11,7 +11,7 @@ from typing import Any
 from taugate import labels
 from taugate import record as admission_record
 from taugate.controllers.run_values import RUN_ID_RE
-from taugate.kinds import KIND_NAMES, WorkloadKind
+from taugate.kinds import KINDS, WorkloadKind
 
 _DROP_META = ("managedFields", "resourceVersion", "generation", "selfLink")
 
@@ -64,12 +64,27 @@ def gvr(kind: WorkloadKind) -> tuple[str, str, str]:
     return (kind.group, kind.version, kind.resource)
 
 
-def is_child_job(obj: dict) -> bool:
-    """KubeRay's submitter Job (controller owner a RayJob, or any workload kind) belongs to its
-    owner's run."""
+MEMBER_OWNER_KINDS: frozenset[tuple[str, str]] = frozenset(
+    {(k.group, k.kind) for k in KINDS} | {("apps", "ReplicaSet")})
+"""``(group, kind)`` of the controllers whose children belong to their owner's run: every
+registered kind (``taugate.kinds.KINDS``: KubeRay's RayCluster and submitter Job of a RayJob, a
+JobSet's Jobs, an LWS's StatefulSets, a RayService's RayClusters, the pods of each) and the
+ReplicaSet a Deployment's pods hang from (kube-controller-manager's deployment controller)."""
+
+CHILD_RESOURCES: tuple[tuple[str, str, str], ...] = (("apps", "v1", "replicasets"),)
+"""Intermediate controllers of no registered kind the recorder follows as run members (with the
+run-id label, which the deployment controller copies from the pod template onto a ReplicaSet)."""
+
+
+def is_member_child(obj: dict) -> bool:
+    """True when ``obj``'s controller ownerReference is of a governed kind (``MEMBER_OWNER_KINDS``):
+    it belongs to its owner's run and is never a run's root."""
     for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
-        if isinstance(ref, dict) and ref.get("controller") and ref.get("kind") in KIND_NAMES:
-            return True
+        if isinstance(ref, dict) and ref.get("controller") and isinstance(ref.get("apiVersion"), str):
+            api_version = ref["apiVersion"]
+            group = api_version.split("/")[0] if "/" in api_version else ""
+            if (group, ref.get("kind")) in MEMBER_OWNER_KINDS:
+                return True
     return False
 
 

@@ -17,9 +17,9 @@ from taugate.controllers.recorder_config import RecorderConfig, RunProbe
 from taugate.controllers.recorder_index import RunEntry, Snapshot
 from taugate.controllers.recorder_objects import name_of, namespace_of, parse_admission_record, trimmed_object
 from taugate.controllers.recorder_writer import TauRunWriter, taurun_identity, taurun_status
-from taugate.controllers.run_completion import owner_outcome
 from taugate.controllers.run_diagnosis import phase
 from taugate.controllers.run_merge import derive
+from taugate.controllers.run_outcome import SERVING_KINDS, group_kind, owner_outcome
 from taugate.controllers.run_progress import advance_progress, parse_log_progress
 from taugate.controllers.run_values import (
     ARTIFACT_SAVED,
@@ -84,11 +84,12 @@ class RunReconciler:
         workspace = state.get("workspace") or (self._admission(owner).get("workspace") if owner else None)
         self._read_probes(e, snap, workspace, now)
         prev_conditions = [{k: v for k, v in c.items() if k != "recordedAt"} for c in state.get("conditions") or []]
+        serving = (group_kind(owner) or group_kind(state.get("object"))) in SERVING_KINDS
         view = RunView(run_id=e.run_id, namespace=e.namespace, owner=owner, owner_deleted=owner is None,
-                          workloads=snap.workloads, pods=snap.pods, nodes=snap.nodes,
-                          failures=[*(state.get("failures") or []), *new_failures],
-                          progress=e.progress, artifacts=e.artifacts, log_pattern=self.config.log_pattern,
-                          metrics_path=self.probe.describe(e.namespace, e.run_id, workspace) or None)
+                       serving=serving, workloads=snap.workloads, pods=snap.pods, nodes=snap.nodes,
+                       failures=[*(state.get("failures") or []), *new_failures],
+                       progress=e.progress, artifacts=e.artifacts, log_pattern=self.config.log_pattern,
+                       metrics_path=self.probe.describe(e.namespace, e.run_id, workspace) or None)
         conditions, transitions = derive(view, prev_conditions, now, self.options)
         items += [("condition", tr, t) for tr in transitions]
         items += self._ending_events(e, conditions, state, now, t)

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 
 from taugate import labels
 from taugate.controllers.run_values import ADMITTED, Finding, _conditions, _d, _is_true, _l, _meta, source_of
-from taugate.kinds import KIND_NAMES, kind_for
+from taugate.kinds import KIND_NAMES, kind_for, kind_of
 
 # --------------------------------------------------------------------------------------------
 # Kueue workloads
@@ -62,6 +62,23 @@ def expected_pod_count(owner: Mapping | None, workloads: Sequence[Mapping]) -> i
     return None
 
 
+def suspended(owner: Mapping) -> bool:
+    """True when Kueue holds ``owner``: ``suspend`` is true at its kind's ``suspend_path``
+    (``spec.suspend``; a PyTorchJob's ``spec.runPolicy.suspend``, a RayService's
+    ``spec.rayClusterConfig.suspend``); a kind without one (``suspend_path`` None: a Pod,
+    Deployment, StatefulSet, LeaderWorkerSet) is held by Kueue's pod scheduling gates instead,
+    so it is never suspended, and its Kueue Workload's ``Admitted`` condition says whether it was
+    admitted. A kind taugate does not register reads ``spec.suspend``."""
+    kind = kind_of(dict(owner))
+    path = kind.suspend_path if kind is not None else ("spec", "suspend")
+    if path is None:
+        return False
+    value: object = owner
+    for key in path:
+        value = value.get(key) if isinstance(value, Mapping) else None
+    return bool(value)
+
+
 def derive_admitted(owner: Mapping | None, workloads: Sequence[Mapping]) -> Finding | None:
     """``Admitted`` from the Kueue Workload.
 
@@ -76,12 +93,10 @@ def derive_admitted(owner: Mapping | None, workloads: Sequence[Mapping]) -> Find
         if owner is None:
             return None
         q = _d(_meta(owner).get("labels")).get(labels.KUEUE_QUEUE_NAME)
-        if not q:
-            suspended = bool(_d(owner.get("spec")).get("suspend"))
-            if not suspended:
-                return Finding(ADMITTED, "True", "NotQueued",
-                               f"{owner.get('kind')} has no {labels.KUEUE_QUEUE_NAME} label and is not suspended: "
-                               "it runs without Kueue admission", source_of(owner))
+        if not q and not suspended(owner):
+            return Finding(ADMITTED, "True", "NotQueued",
+                           f"{owner.get('kind')} has no {labels.KUEUE_QUEUE_NAME} label and is not suspended: "
+                           "it runs without Kueue admission", source_of(owner))
         return Finding(ADMITTED, "Unknown", "WorkloadNotFound",
                        f"no Kueue Workload with label {labels.KUEUE_JOB_UID}={_meta(owner).get('uid')} yet"
                        + (f" (LocalQueue {q})" if q else ""), source_of(owner))

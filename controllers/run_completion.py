@@ -6,10 +6,10 @@ termination records (the failure evidence), and the ``Completed``/``Failed``, ``
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from taugate.controllers.run_admitted import _current_workload
+from taugate.controllers.run_outcome import owner_outcome
 from taugate.controllers.run_values import (
     _FAILURE_RANK,
     ARTIFACT_SAVED,
@@ -31,81 +31,6 @@ from taugate.controllers.run_values import (
     parse_time,
     source_of,
 )
-
-# --------------------------------------------------------------------------------------------
-# owner outcome (RayJob / Job)
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """The run's end state as its owner object reports it.
-
-    ``state`` is ``"succeeded"``, ``"failed"``, ``"running"`` or ``"pending"``; ``reason`` and
-    ``message`` are the owner's own (KubeRay ``status.reason``/``message``, Job condition);
-    ``since`` the owner's end time when known.
-    """
-
-    state: str
-    reason: str
-    message: str
-    since: str | None = None
-
-    @property
-    def terminal(self) -> bool:
-        """True for ``succeeded`` and ``failed``."""
-        return self.state in ("succeeded", "failed")
-
-
-def owner_outcome(owner: Mapping | None) -> Outcome | None:
-    """Read the end state of a RayJob (KubeRay ``ray.io/v1``) or Job (``batch/v1``).
-
-    KubeRay rule: a RayJob succeeded when ``jobDeploymentStatus`` is ``Complete`` and
-    ``jobStatus`` is ``SUCCEEDED``; it failed when ``jobDeploymentStatus`` is ``Failed`` or
-    ``ValidationFailed``, or ``Complete`` with ``jobStatus`` ``FAILED``/``STOPPED``.
-    Kubernetes Job rule: condition ``Complete`` (or ``SuccessCriteriaMet``) True is success,
-    ``Failed`` (or ``FailureTarget``) True is failure, ``spec.suspend`` means not started.
-    Returns None when ``owner`` is None (deleted: the previous state stands).
-    """
-    if owner is None:
-        return None
-    kind = owner.get("kind")
-    status = _d(owner.get("status"))
-    if kind == "RayJob":
-        dep = str(status.get("jobDeploymentStatus") or "")
-        job = str(status.get("jobStatus") or "")
-        reason = str(status.get("reason") or "")
-        message = str(status.get("message") or "")
-        end = status.get("endTime") if isinstance(status.get("endTime"), str) else None
-        detail = f"RayJob jobDeploymentStatus={dep or '(none)'}, jobStatus={job or '(none)'}"
-        if dep == "Complete" and job == "SUCCEEDED":
-            return Outcome("succeeded", "Succeeded", detail, end)
-        if dep in ("Failed", "ValidationFailed") or (dep == "Complete" and job in ("FAILED", "STOPPED")):
-            why = reason or (dep if dep != "Complete" else ("JobStopped" if job == "STOPPED" else "AppFailed"))
-            return Outcome("failed", why, f"{detail}" + (f": {message}" if message else ""), end)
-        if dep in ("Running", "Retrying") or job == "RUNNING":
-            return Outcome("running", dep or "Running", detail)
-        return Outcome("pending", dep or "NotStarted", detail)
-    if kind == "Job":
-        conds = _conditions(owner)
-        for t in ("Complete", "SuccessCriteriaMet"):
-            if _is_true(conds.get(t)):
-                c = conds[t]
-                said = c.get('message') or c.get('reason') or 'True'
-                return Outcome("succeeded", "Succeeded", f"Job condition {t}: {said}",
-                               status.get("completionTime") or c.get("lastTransitionTime"))
-        for t in ("Failed", "FailureTarget"):
-            if _is_true(conds.get(t)):
-                c = conds[t]
-                return Outcome("failed", str(c.get("reason") or "JobFailed"),
-                               f"Job condition {t}: {c.get('reason') or ''} {c.get('message') or ''}".strip(),
-                               c.get("lastTransitionTime"))
-        if _d(owner.get("spec")).get("suspend"):
-            return Outcome("pending", "Suspended", "Job spec.suspend is true (waiting for Kueue)")
-        if int(status.get("active") or 0) > 0:
-            return Outcome("running", "Running", f"Job has {status.get('active')} active pod(s)")
-        return Outcome("pending", "NotStarted", "Job has no active pod")
-    return Outcome("pending", "UnknownKind", f"unsupported owner kind {kind!r}")
-
 
 # --------------------------------------------------------------------------------------------
 # pod terminations (failure evidence)

@@ -4,13 +4,20 @@ A run-id is a label, and anyone who can create a workload can write a label: a c
 the run-id of another run (taugate keeps a valid client-chosen run-id on CREATE, as TauGrid's
 CLI sets its own). So the recorder does not take the label's word for membership:
 
-- a run is bound to one root object (a RayJob or a Job no controller owns), the first one seen:
-  the uid in the run's evidence, else the oldest root carrying the run-id (``choose_owner``);
-  any other root with the same run-id is an intruder, recorded as such and never followed;
-- a pod, RayCluster or Job belongs to the run only through its controller ownerReference chain
+- a run is bound to one root object (an object of a registered workload kind no governed
+  controller owns), the first one seen: the uid in the run's evidence, else the oldest root
+  carrying the run-id (``choose_owner``); any other root with the same run-id is an intruder,
+  recorded as such and never followed;
+- a pod or child object belongs to the run only through its controller ownerReference chain
   back to that root (``members``): KubeRay's RayCluster and submitter Job are owned by the
-  RayJob (ray-operator v1.5 ``rayjob_controller.go`` sets the controller reference on both),
-  their pods by them; a batch Job's pods by the Job (kube-controller-manager's job controller).
+  RayJob (ray-operator v1.5 ``rayjob_controller.go`` sets the controller reference on both), a
+  RayService's RayClusters by it (``rayservice_controller.go``), their pods by them; a batch
+  Job's pods by the Job (kube-controller-manager's job controller); a JobSet's Jobs by the JobSet
+  (jobset v0.11.1 ``jobset_controller.go`` ``constructJob``); a Deployment's ReplicaSets by it
+  and their pods by them (the deployment and replicaset controllers); an LWS's leader
+  StatefulSet by the LWS, each group's worker StatefulSet by its leader pod (lws v0.8.0
+  ``leaderworkerset_controller.go``, ``pod_controller.go``); a PyTorchJob's pods by it
+  (training-operator v1.9.3 ``pod.go``). A bare Pod that is a root is its own run's.
   A pod that only copies the label does not join.
 """
 
@@ -43,9 +50,10 @@ def _created(obj: Mapping[str, Any]) -> tuple[str, str]:
 
 
 def choose_owner(roots: Iterable[Mapping[str, Any]], bound_uid: str | None) -> tuple[dict | None, list[dict]]:
-    """The run's root object and the intruders: ``roots`` are the RayJobs and Jobs carrying the
-    run-id. With ``bound_uid`` (the run is already bound) the root is the one with that uid (None
-    when it is gone: the run's owner was deleted); otherwise the oldest (creationTimestamp, then
+    """The run's root object and the intruders: ``roots`` are the objects of registered kinds no
+    governed controller owns carrying the run-id. With ``bound_uid`` (the run is already bound)
+    the root is the one with that uid (None when it is gone: the run's owner was deleted);
+    otherwise the oldest (creationTimestamp, then
     uid). Every other root is an intruder."""
     ordered = sorted((dict(r) for r in roots), key=_created)
     if bound_uid is None:
@@ -55,8 +63,9 @@ def choose_owner(roots: Iterable[Mapping[str, Any]], bound_uid: str | None) -> t
 
 
 def members(root_uid: str | None, children: Iterable[Mapping[str, Any]]) -> frozenset[str]:
-    """The uids of the run: the root and every child (RayCluster, KubeRay's submitter Job) whose
-    controller chain reaches it. ``children`` are the candidates carrying the run-id."""
+    """The uids of the run: the root and every child (a RayCluster, KubeRay's submitter Job, a
+    JobSet's Job, a ReplicaSet, a StatefulSet, a pod) whose controller chain reaches it.
+    ``children`` are the candidates carrying the run-id."""
     if root_uid is None:
         return frozenset()
     found = {root_uid}
@@ -74,9 +83,10 @@ def members(root_uid: str | None, children: Iterable[Mapping[str, Any]]) -> froz
 
 
 def run_pods(pods: Iterable[Mapping[str, Any]], uids: frozenset[str]) -> tuple[list[dict], list[dict]]:
-    """``pods`` split into (the run's pods: controller owner among ``uids``, the others)."""
+    """``pods`` split into (the run's pods: controller owner among ``uids``, or the pod itself
+    among them: a bare Pod that is the run's root, an LWS's leader pod; the others)."""
     mine: list[dict] = []
     others: list[dict] = []
     for p in pods:
-        (mine if controller_uid(p) in uids else others).append(dict(p))
+        (mine if controller_uid(p) in uids or uid_of(p) in uids else others).append(dict(p))
     return mine, others

@@ -15,9 +15,11 @@ The six states, in the order a run goes through them (``STATE_ORDER``):
    ``True`` (``Settings.gpu_health_conditions``), and every such node is ``Ready``.
 4. ``Progressing``: training metrics advance (metrics JSONL or log lines); ``False`` with reason
    ``Stalled`` after a quiet period.
-5. ``Completed`` or ``Failed`` (one slot): KubeRay ``jobDeploymentStatus``/``jobStatus`` or the
-   Job's ``Complete``/``Failed`` conditions; the failure reason comes from pod termination
-   records (e.g. ``OOMKilled``), captured while the pods still exist.
+5. ``Completed`` or ``Failed`` (one slot): the root object's own status, by its kind's rule
+   (``run_outcome``: KubeRay ``jobDeploymentStatus``/``jobStatus``, the Job's, JobSet's and
+   PyTorchJob's conditions, a bare Pod's phase; a serving kind's run ends when it is deleted);
+   the failure reason comes from pod termination records (e.g. ``OOMKilled``), captured while
+   the pods still exist.
 6. ``ArtifactSaved``: an artifact index or files under the run's output path.
 
 Then the two release lines (``RELEASE_TYPES``): ``QuotaReleased`` (the Workload is ``Finished``
@@ -50,10 +52,10 @@ from taugate.controllers.run_completion import (
     derive_outcome,
     derive_quota_released,
     describe_failure,
-    owner_outcome,
     root_failure,
 )
 from taugate.controllers.run_gpu_health import derive_gpu_healthy
+from taugate.controllers.run_outcome import owner_outcome
 from taugate.controllers.run_progress import derive_progressing
 from taugate.controllers.run_scheduled import derive_scheduled
 from taugate.controllers.run_values import (
@@ -111,14 +113,22 @@ def derive_findings(view: RunView, previous: Sequence[Mapping], now: datetime, o
                            all_scheduled=sched_f is not None and sched_f.status == "True"),
         derive_progressing(view.progress, now, options.stall_after, running_since=running_since,
                            terminal=terminal, expect=expect),
-        derive_outcome(view.owner, view.failures) if not deleted else Finding(
-            FAILED, "True", "Deleted", "the run's object was deleted before it finished"
-            + (f" ({describe_failure(root_failure(view.failures) or {})})" if view.failures else "")),
+        derive_outcome(view.owner, view.failures) if not deleted else _deleted(view),
         derive_artifact_saved(view.artifacts, terminal=terminal),
         derive_quota_released(view.workloads, terminal=terminal, ever_admitted=ever_admitted),
         derive_gpus_released(view.pods, terminal=terminal, ever_scheduled=ever_scheduled),
     ]
     return [f for f in findings if f is not None]
+
+
+def _deleted(view: RunView) -> Finding:
+    """The outcome of a run whose root object was deleted before it ended: a serving kind's run
+    (``view.serving``) ends there (``Completed``/``Deleted``: it never ends otherwise); any other
+    run failed (``Failed``/``Deleted``, with its root pod failure when there is one)."""
+    if view.serving:
+        return Finding(COMPLETED, "True", "Deleted", "the serving workload was deleted: its run ends with it")
+    return Finding(FAILED, "True", "Deleted", "the run's object was deleted before it finished"
+                   + (f" ({describe_failure(root_failure(view.failures) or {})})" if view.failures else ""))
 
 
 _PLACEHOLDER = {

@@ -145,14 +145,16 @@ class ArtifactListing:
 class RunView:
     """Everything observed about one run at one moment (plain data).
 
-    - ``owner``: the run's RayJob or Job (None once deleted).
+    - ``owner``: the run's root object, of any kind of ``taugate.kinds`` (None once deleted).
     - ``workloads``: the Kueue Workloads of the owner (by ``kueue.x-k8s.io/job-uid`` label or
       owner reference).
     - ``pods``: live pods carrying the run-id label; ``nodes``: Node objects by name.
     - ``failures``: termination records captured so far (see :func:`pod_terminations`).
     - ``progress``: the progress state; ``artifacts``: the latest artifact listing.
     - ``owner_deleted``: the owner was seen before and is gone now (deleted before it finished:
-      the run ends as ``Failed``/``Deleted``).
+      the run ends as ``Failed``/``Deleted``; ``Completed``/``Deleted`` when ``serving``).
+    - ``serving``: the root is of a kind that never ends on its own
+      (``run_outcome.SERVING_KINDS``: a Deployment, StatefulSet, LeaderWorkerSet, RayService).
     """
 
     run_id: str
@@ -167,6 +169,7 @@ class RunView:
     log_pattern: str | None = None
     metrics_path: str | None = None
     owner_deleted: bool = False
+    serving: bool = False
 
 
 @dataclass(frozen=True)
