@@ -14,7 +14,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from taugate.controllers.run_values import _conditions, _d, _is_true, _l
-from taugate.kinds import kind_of
 
 
 @dataclass(frozen=True)
@@ -232,8 +231,7 @@ def owner_outcome(owner: Mapping | None) -> Outcome | None:
     previous state stands)."""
     if owner is None:
         return None
-    kind = kind_of(dict(owner))
-    read = OUTCOMES.get((kind.group, kind.kind)) if kind is not None else None
+    read = OUTCOMES.get(group_kind(owner) or ("", ""))
     if read is None:
         return Outcome("pending", "UnknownKind", f"unsupported owner kind {owner.get('kind')!r}")
     return read(owner, _d(owner.get("status")))

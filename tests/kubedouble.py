@@ -118,6 +118,7 @@ RESOURCES: tuple[tuple[str, str, bool], ...] = (
     ("kueue.x-k8s.io/v1beta2/resourceflavors", "ResourceFlavor", False),
     ("kueue.x-k8s.io/v1beta2/workloadpriorityclasses", "WorkloadPriorityClass", False),
     ("kueue.x-k8s.io/v1beta2/workloads", "Workload", True),
+    ("apps/v1/replicasets", "ReplicaSet", True),  # the recorder follows a Deployment's pods through them
     *((f"{k.api_version}/{k.resource}", k.kind, True) for k in KINDS),  # the workload kinds (taugate.kinds)
     ("tau.azure.com/v1alpha1/clusters", "TauCluster", False),
     ("tau.azure.com/v1alpha1/workspaces", "TauWorkspace", True),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from taugate import labels
+from taugate.controllers.recorder_objects import CHILD_RESOURCES
 from taugate.kinds import KINDS
 from taugate.state_objects import STATE_RESOURCES
 from tests.install.chart import NAMESPACE, allowed, crds, find, hook_events, objects, one, pod_spec, rules_of
@@ -130,6 +131,9 @@ def test_the_operators_recorder_may_watch_every_registered_kind_and_no_more(defa
         for verb in ("get", "list", "watch"):
             assert allowed(granted, verb, k.group, k.resource), (verb, k.kind)
         assert not any(allowed(granted, verb, k.group, k.resource) for verb in WRITE_VERBS), k.kind
+    for group, _, resource in CHILD_RESOURCES:  # members of no registered kind (a Deployment's ReplicaSets)
+        assert all(allowed(granted, verb, group, resource) for verb in ("get", "list", "watch")), resource
+        assert not any(allowed(granted, verb, group, resource) for verb in WRITE_VERBS), resource
 
 
 def test_the_researcher_role_lets_researchers_submit_and_manage_every_registered_kind(default_objects):
