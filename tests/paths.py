@@ -35,5 +35,21 @@ KUEUE_JOB = KUEUE_EXAMPLES / "03-agi-job.yaml"
 K8S_API = upstream.module_dir("kubernetes", "k8s.io/api")
 """k8s.io/api at the pinned Kubernetes version: ``testdata/HEAD/<group>.<version>.<Kind>.json``."""
 
+JOBSET = upstream.module_dir("jobset")
+"""JobSet's module (``jobset.x-k8s.io``): its CRD in ``config/components/crd/bases``."""
+JOBSET_CRD = JOBSET / "config" / "components" / "crd" / "bases" / "jobset.x-k8s.io_jobsets.yaml"
+
+LWS = upstream.module_dir("lws")
+"""LeaderWorkerSet's module (``leaderworkerset.x-k8s.io``): ``config/crd/bases``, ``docs/examples``."""
+LWS_CRD = LWS / "config" / "crd" / "bases" / "leaderworkerset.x-k8s.io_leaderworkersets.yaml"
+LWS_EXAMPLES = LWS / "docs" / "examples"
+
+KUBEFLOW = upstream.module_dir("kubeflow")
+"""Kubeflow's training-operator module (``kubeflow.org`` v1 jobs): ``manifests/base/crds``, ``examples``."""
+PYTORCHJOB_CRD = KUBEFLOW / "manifests" / "base" / "crds" / "kubeflow.org_pytorchjobs.yaml"
+KUBEFLOW_EXAMPLES = KUBEFLOW / "examples"
+
+RAYSERVICE_CRD = KUBERAY / "config" / "crd" / "bases" / "ray.io_rayservices.yaml"
+
 TAUGRID = DATA / "taugrid"
 """TauGrid's CRDs and samples, written by the project after TauGrid's (not on the Go proxy)."""

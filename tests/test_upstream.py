@@ -14,7 +14,7 @@ def test_k8s_io_api_is_pinned_at_the_staging_version_of_the_pinned_kubernetes():
     assert module == "k8s.io/api" and api == "v0" + kubernetes[2:]  # v1.37.2 -> v0.37.2
 
 
-@pytest.mark.parametrize("component", ["kuberay", "kueue"])
+@pytest.mark.parametrize("component", ["kuberay", "kueue", "jobset", "lws", "kubeflow"])
 def test_each_module_directory_is_the_pinned_module_at_its_pinned_version(component):
     module, version = upstream.pinned(component)
     directory = upstream.module_dir(component)
@@ -24,7 +24,8 @@ def test_each_module_directory_is_the_pinned_module_at_its_pinned_version(compon
 
 def test_the_paths_the_tests_read_exist_in_the_modules():
     for path in (paths.IMAGE_CLASSIFIER, paths.RAYJOB_CRD, paths.RAYCLUSTER_CRD, paths.KUEUE_JOB,
-                 paths.KUEUE_CRDS / "kueue.x-k8s.io_workloads.yaml",
+                 paths.KUEUE_CRDS / "kueue.x-k8s.io_workloads.yaml", paths.JOBSET_CRD, paths.LWS_CRD,
+                 paths.PYTORCHJOB_CRD, paths.RAYSERVICE_CRD,
                  paths.K8S_API / "testdata" / "HEAD" / "admission.k8s.io.v1.AdmissionReview.json"):
         assert path.is_file(), path
 

@@ -27,6 +27,9 @@ MAIN_MODULE = {
     "kueue": "sigs.k8s.io/kueue",
     "kubernetes": "k8s.io/kubernetes",
     "kwok": "sigs.k8s.io/kwok",
+    "jobset": "sigs.k8s.io/jobset",
+    "lws": "sigs.k8s.io/lws",
+    "kubeflow": "github.com/kubeflow/training-operator",
 }
 """The module each component's ``go.mod`` pins, when the caller names none."""
 
