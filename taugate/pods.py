@@ -22,7 +22,10 @@ from kubernetes.utils import quantity as _kubernetes_quantity
 from taugate import labels
 from taugate.fieldpath import Path
 
-Role = Literal["head", "worker", "submitter", "job"]
+Role = Literal["head", "worker", "submitter", "job", "pod", "replica"]
+"""What a pod template is to its workload: a Ray ``head``/``worker`` group, KubeRay's ``submitter``,
+a batch/v1 Job's template (``job``), a bare Pod itself (``pod``), the template of a Deployment or
+StatefulSet, ``replicas`` identical pods (``replica``)."""
 ContainerList = Literal["containers", "initContainers"]
 """The two container lists of a pod spec that hold resources."""
 
@@ -213,7 +216,7 @@ class PodTemplate:
     convention (not ``frozen``: a frozen dataclass costs ~1 us more to build, per template, per
     review).
 
-    - ``role``: head / worker / submitter / job.
+    - ``role``: head / worker / submitter / job / pod / replica (``Role``).
     - ``group``: the Ray group name (``groupName``), ``head``, ``submitter`` or ``job``.
     - ``path``: where the template is in the object, e.g. ``("spec", "template")``.
     - ``group_path``: where the enclosing group spec is (RayJob/RayCluster), else ``path[:-1]``.
@@ -290,3 +293,10 @@ INT32_MAX = 2**31 - 1
 """The largest int32: replicas, parallelism and the like are ``*int32`` in the Go API types."""
 
 _WHOLE = re.compile(r"^[0-9]+$")
+
+
+def asks_for_gpus(templates: list[PodTemplate]) -> bool:
+    """True when a pod template holds a GPU: ``nvidia.com/gpu`` or a MIG slice
+    (``nvidia.com/mig-*``) in any container or init container (``gpus_per_pod``/``mig_per_pod``,
+    KEP-753 arithmetic)."""
+    return any(t.gpus_per_pod > 0 or t.mig_per_pod for t in templates)

@@ -24,6 +24,7 @@ from taugate.kinds import KINDS, WorkloadKind
 from taugate.pods import PodTemplate
 from taugate.settings import Settings
 from taugate.snapshot import ClusterState
+from taugate.unmanaged import RELAY_OWNER_KINDS
 from taugate.webhook.patching import Edits, Parts
 from taugate.webhook.resolution import Resolution
 
@@ -52,35 +53,63 @@ def valid_run_id(value: Any) -> TypeGuard[str]:
     return isinstance(value, str) and bool(RUN_ID_RE.match(value))
 
 
-def controller_owner(obj: dict) -> dict | None:
-    """The controller ownerReference when it is a workload kind (``WORKLOAD_OWNER_KINDS``: KubeRay's submitter
-    Job and the RayCluster a RayJob creates): such children are queued through their parent."""
+def controller_ref(obj: dict) -> dict | None:
+    """``obj``'s controller ownerReference (``controller: true``) whatever its kind, or None."""
     refs = (obj.get("metadata") or {}).get("ownerReferences")
     for ref in refs if isinstance(refs, list) else ():
-        if not isinstance(ref, dict) or not ref.get("controller"):
-            continue
-        api_version, kind = ref.get("apiVersion"), ref.get("kind")
-        if isinstance(api_version, str) and isinstance(kind, str) and "/" in api_version \
-                and (api_version.split("/")[0], kind) in WORKLOAD_OWNER_KINDS:
+        if isinstance(ref, dict) and ref.get("controller"):
             return ref
     return None
 
 
+def owner_group_kind(ref: dict) -> tuple[str, str] | None:
+    """``(API group, kind)`` of an ownerReference (``apps/v1`` -> ``apps``; the core ``v1`` ->
+    ``""``), or None when either field is not a string."""
+    api_version, kind = ref.get("apiVersion"), ref.get("kind")
+    if not isinstance(api_version, str) or not isinstance(kind, str):
+        return None
+    return (api_version.split("/")[0] if "/" in api_version else "", kind)
+
+
+def controller_owner(obj: dict) -> dict | None:
+    """The controller ownerReference when it is a workload kind (``WORKLOAD_OWNER_KINDS``: KubeRay's
+    submitter Job and the RayCluster a RayJob creates, a Job's or StatefulSet's pods) or an object
+    a governed workload's controller creates between it and its pods (``RELAY_OWNER_KINDS``: a
+    Deployment's ReplicaSet): such children are queued through their parent."""
+    ref = controller_ref(obj)
+    owner = owner_group_kind(ref) if ref is not None else None
+    return ref if owner is not None and (owner in WORKLOAD_OWNER_KINDS or owner in RELAY_OWNER_KINDS) else None
+
+
 def is_child(request: dict, obj: dict, settings: Settings) -> bool:
     """Is ``obj`` a child that only inherits its parent's run-id (KubeRay's submitter Job, the
-    RayCluster a RayJob creates), rather than a top-level workload that is queued, placed and
+    RayCluster a RayJob creates, the pods of a Job, RayCluster or StatefulSet, a Deployment's
+    ReplicaSet and its pods), rather than a top-level workload that is queued, placed and
     validated? Trust comes from who creates it, not from what it claims (issue 14: a researcher
-    can write any ownerReference):
+    can write any ownerReference); the webhook never asks the API server about the owner:
 
-    - CREATE: a controller ownerReference to a RayJob, RayCluster or Job (``controller_owner``)
+    - CREATE: a controller ownerReference to a workload kind or a relay kind (``controller_owner``)
       AND the request's user is one of ``settings.controller_users`` (KubeRay's operator, Kueue,
-      the controller-manager's Job and CronJob controllers, as the chart configures them);
+      the controller-manager's controllers, as the chart's ``webhook.trustedControllers`` name
+      them);
     - UPDATE: the stored object was admitted as a child: it has the same controller owner (same
       uid) and none of the labels taugate gives a top-level workload (``tau.azure.com/workspace``,
-      which ``edit_update`` restores, so it cannot be shed by an UPDATE).
+      which ``edit_update`` restores, so it cannot be shed by an UPDATE);
+    - and, for an object owned by a relay kind (a ReplicaSet's pod), a valid run-id: the
+      ReplicaSet controller copies its template's labels, so its pods carry the run-id exactly
+      when the ReplicaSet's template came from a governed Deployment.
+
+    What a forged label or ownerReference can achieve: a researcher's own object is never a
+    child (the creator decides); a run-id written into a bare ReplicaSet's template makes its
+    pods children, but that ReplicaSet asks for GPUs as an unmanaged kind and was refused, or
+    admitted with a warning, under ``Settings.unmanaged_gpu_workloads`` (``taugate.unmanaged``):
+    the label gains nothing the setting did not already allow.
     """
     owner = controller_owner(obj)
     if owner is None:
+        return False
+    if owner_group_kind(owner) in RELAY_OWNER_KINDS and \
+            not valid_run_id(((obj.get("metadata") or {}).get("labels") or {}).get(labels.RUN_ID)):
         return False
     if request.get("operation") != "UPDATE":
         return (request.get("userInfo") or {}).get("username") in settings.controller_users
@@ -212,13 +241,34 @@ def edit_create(obj: dict, kind: WorkloadKind, templates: list[PodTemplate], res
         templates = [*templates, *(t for t in kind.pod_templates(edited) if t.path not in known)]
     label_run(edits, templates, run_id_of(obj, templates) or mint_run_id())
 
-    if queued:
-        path = kind.suspend_path
+    path = kind.suspend_path
+    if queued and path is not None:
         # What Kueue's own webhook does on CREATE: Kueue unsuspends the object on admission.
         edits.set(_at(edited, path[:-1]), path[:-1], str(path[-1]), True)  # a field name: "suspend"
+    if queued:
+        _kueue_template_metadata(edits, kind, templates, wanted)
 
     place_templates(edits, templates, res, settings)
     return edits
+
+
+def _kueue_template_metadata(edits: Edits, kind: WorkloadKind, templates: list[PodTemplate],
+                             wanted: dict[str, str]) -> None:
+    """What Kueue's defaulting webhook for ``kind`` puts on the pod templates of a queued object
+    (``kind.kueue_template_metadata``, from the queue and priority-class labels in ``wanted``),
+    set where missing."""
+    queue = wanted.get(labels.KUEUE_QUEUE_NAME)
+    if not queue:
+        return
+    on_labels, on_annotations = kind.kueue_template_metadata(queue, wanted.get(labels.KUEUE_PRIORITY_CLASS))
+    for t in templates:
+        holder = _at(edits.doc, t.path)
+        for key, values in (("labels", on_labels), ("annotations", on_annotations)):
+            if values:
+                meta = edits.container(holder, t.path, "metadata", dict)
+                found = edits.container(meta, t.path + ("metadata",), key, dict)
+                for k, v in values.items():
+                    edits.set_default(found, t.path + ("metadata", key), k, v)
 
 
 def place_templates(edits: Edits, templates: list[PodTemplate], res: Resolution, settings: Settings) -> None:

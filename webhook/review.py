@@ -31,7 +31,8 @@ from taugate.policy_input import build_policy_input
 from taugate.settings import Settings
 from taugate.shape import json_type, object_depth_problem
 from taugate.snapshot import ClusterState
-from taugate.webhook import mutation, validation
+from taugate.unmanaged import unmanaged_kind_for
+from taugate.webhook import mutation, ungoverned, validation
 from taugate.webhook.decision import Action, Decision, Violation
 from taugate.webhook.policy_set import PolicyEvaluationError
 from taugate.webhook.resolution import Resolution, Unresolved, resolve
@@ -184,7 +185,10 @@ def _subject(ctx: Context) -> _Subject | None:
         return None
     malformed = kind.malformed(obj)
     child = not malformed and mutation.is_child(request, obj, settings)
-    return _Subject(obj, kind, [] if malformed else kind.pod_templates(obj), ws, child, malformed)
+    templates = [] if malformed else kind.pod_templates(obj)
+    if not malformed and ungoverned.left_alone(request, obj, kind, templates, child, settings):
+        return None
+    return _Subject(obj, kind, templates, ws, child, malformed)
 
 
 def _record(res: Resolution, ctx: Context, queued: bool = True) -> dict:
@@ -362,11 +366,17 @@ def validate(request: dict, state: ClusterState, settings: Settings, engine: Eng
     (``_policy_failure_decision``); the other policies' results are kept.
     """
     ctx = Context.of(request, state, settings, engine)
+    unmanaged = ungoverned.verdict(request, state, settings)
+    if unmanaged is not None:
+        return unmanaged
     subject = _subject(ctx)
     if subject is None or subject.child:
         return Decision.allow(request.get("object"))
     if subject.malformed:
         return Decision.deny(subject.malformed, obj=subject.obj)
+    added = ungoverned.gpus_added(request, subject.kind, subject.templates)
+    if added is not None:
+        return added
     old = ctx.old
     try:
         found, note = _violations(ctx, subject, subject.obj, subject.templates, old)
@@ -442,7 +452,7 @@ def request_for(obj: dict, *, namespace: str | None, operation: str = "CREATE", 
     kind = obj.get("kind")
     kind = kind if isinstance(kind, str) else ""
     gvk = {"group": group, "version": version, "kind": kind}
-    workload = kind_for(group, kind)
+    workload = kind_for(group, kind) or unmanaged_kind_for(group, kind)
     resource = workload.resource if workload is not None else kind.lower() + "s"
     return {"uid": str(uuid.uuid4()), "kind": gvk,
             "resource": {"group": group, "version": version, "resource": resource},

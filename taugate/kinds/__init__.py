@@ -41,10 +41,11 @@ How to add a workload kind (e.g. Kubeflow's ``PyTorchJob``):
 
 from __future__ import annotations
 
-from taugate.kinds import job, raycluster, rayjob
+from taugate.kinds import deployment, job, pod, raycluster, rayjob, statefulset
 from taugate.kinds.base import WorkloadKind
 
-KINDS: tuple[WorkloadKind, ...] = (rayjob.KIND, raycluster.KIND, job.KIND)
+KINDS: tuple[WorkloadKind, ...] = (rayjob.KIND, raycluster.KIND, job.KIND,
+                                   pod.KIND, deployment.KIND, statefulset.KIND)
 """Every workload kind taugate admits, in the order webhook rules list them."""
 
 _BY_GROUP_KIND: dict[tuple[str, str], WorkloadKind] = {(k.group, k.kind): k for k in KINDS}
@@ -53,13 +54,24 @@ KIND_NAMES: frozenset[str] = frozenset(k.kind for k in KINDS)
 """The kinds' names: ``RayJob``, ``RayCluster``, ``Job``."""
 
 
+_CORE_VERSIONS = frozenset(k.version for k in KINDS if not k.group)
+
+
+def group_of(api_version_or_group: str) -> str:
+    """The API group of an ``apiVersion`` (``ray.io/v1`` -> ``ray.io``; the core group's bare
+    ``v1`` -> ``""``) or of a bare group (``ray.io``)."""
+    if "/" in api_version_or_group:
+        return api_version_or_group.split("/")[0]
+    return "" if api_version_or_group in _CORE_VERSIONS else api_version_or_group
+
+
 def kind_for(api_version_or_group: str | None, kind: str | None) -> WorkloadKind | None:
-    """The workload kind of an object's ``apiVersion`` (``ray.io/v1``; or a bare group,
-    ``ray.io``) and ``kind``; None if taugate does not admit that kind (or either is not a
+    """The workload kind of an object's ``apiVersion`` (``ray.io/v1``, a Pod's ``v1``; or a bare
+    group, ``ray.io``) and ``kind``; None if taugate does not admit that kind (or either is not a
     string)."""
     if not isinstance(api_version_or_group, str) or not isinstance(kind, str):
         return None
-    return _BY_GROUP_KIND.get((api_version_or_group.split("/")[0], kind))
+    return _BY_GROUP_KIND.get((group_of(api_version_or_group), kind))
 
 
 def kind_of(obj: object) -> WorkloadKind | None:
@@ -77,4 +89,4 @@ def resources_by_group_version() -> dict[tuple[str, str], tuple[str, ...]]:
     return out
 
 
-__all__ = ["KINDS", "KIND_NAMES", "WorkloadKind", "kind_for", "kind_of", "resources_by_group_version"]
+__all__ = ["KINDS", "KIND_NAMES", "WorkloadKind", "group_of", "kind_for", "kind_of", "resources_by_group_version"]

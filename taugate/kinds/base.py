@@ -29,11 +29,13 @@ class WorkloadKind:
     - ``upstream``: the upstream sources whose rules the module follows (file + function);
     - ``default_lane``: the lane an object of this kind runs in without a ``tau.azure.com/lane``
       label (``Settings.default_lanes``);
-    - ``suspend_path``: where ``suspend`` lives (``spec.suspend`` for all three kinds so far).
+    - ``suspend_path``: where ``suspend`` lives (``spec.suspend``), None for a kind Kueue never
+      suspends (a Pod, Deployment or StatefulSet: Kueue gates its pods instead, and a serving
+      workload stays running).
 
     Methods a subclass overrides: ``pod_templates`` (always) and ``check_spec`` (always), and where
-    the kind differs from the defaults here: ``queued``, ``templates_mutable``, ``checks``,
-    ``create_defaults``, ``autoscaling``.
+    the kind differs from the defaults here: ``governs``, ``queued``, ``templates_mutable``,
+    ``checks``, ``create_defaults``, ``autoscaling``.
     """
 
     group: ClassVar[str]
@@ -42,12 +44,13 @@ class WorkloadKind:
     kind: ClassVar[str]
     upstream: ClassVar[str]
     default_lane: ClassVar[str] = "training"
-    suspend_path: ClassVar[Path] = ("spec", "suspend")
+    suspend_path: ClassVar[Path | None] = ("spec", "suspend")
 
     @property
     def api_version(self) -> str:
-        """``group/version`` (``ray.io/v1``), as an object's ``apiVersion`` reads."""
-        return f"{self.group}/{self.version}"
+        """``group/version`` (``ray.io/v1``), as an object's ``apiVersion`` reads; the bare
+        version for the core group (a Pod's ``v1``)."""
+        return f"{self.group}/{self.version}" if self.group else self.version
 
     def __repr__(self) -> str:
         return f"<{self.kind} {self.api_version} ({self.resource})>"
@@ -74,6 +77,22 @@ class WorkloadKind:
         self.check_spec(shape, obj)
         return [Violation(SHAPE_POLICY, f, f"{problem}; fix the manifest (the API server would reject it too)")
                 for f, problem in shape.problems]
+
+    def governs(self, templates: list[PodTemplate]) -> bool:
+        """True when taugate governs an object of this kind whose pod templates are
+        ``templates`` (queues, places, labels and validates it); False lets it pass admission
+        unchanged. Default: always (a RayJob, RayCluster or Job is a batch workload even on CPUs).
+        A core kind a workspace also runs without GPUs (a notebook Pod, a dashboard Deployment)
+        overrides it to ``taugate.pods.asks_for_gpus``."""
+        return True
+
+    def kueue_template_metadata(self, queue: str, priority_class: str | None) -> tuple[dict[str, str], dict[str, str]]:
+        """``(labels, annotations)`` Kueue's own defaulting webhook for this kind puts on the pod
+        templates of a queued object with LocalQueue ``queue`` (and WorkloadPriorityClass
+        ``priority_class``); mutation sets them where missing, so the pods are queued as Kueue
+        means even when Kueue's webhook ran before taugate's (webhooks run in name order and
+        Kueue's ``reinvocationPolicy`` is ``Never``). Default: none (Kueue reads the object)."""
+        return {}, {}
 
     def queued(self, obj: dict[str, Any]) -> bool:
         """True when Kueue queues ``obj`` (so taugate gives it a LocalQueue and suspends it)."""
