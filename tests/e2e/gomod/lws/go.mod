@@ -6,4 +6,4 @@ go 1.26.0
 // (config/crd/bases) and docs/examples/ through tests/upstream.py; the end-to-end stack installs
 // the CRD so Kueue's leaderworkerset integration starts (tests/e2e/stack.py).
 
-require sigs.k8s.io/lws v0.8.0 // indirect
+require sigs.k8s.io/lws v0.8.0
