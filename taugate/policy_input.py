@@ -61,9 +61,12 @@ def _replica_fields(obj: dict[str, Any], t: PodTemplate, autoscaling: bool) -> t
 
     KubeRay: a worker group's ``replicas`` (x ``numOfHosts``); with ``enableInTreeAutoscaling``
     the autoscaler may grow it to ``maxReplicas`` (x ``numOfHosts``). batch/v1 Job:
-    ``spec.parallelism``. Head and submitter: one pod, no field."""
+    ``spec.parallelism``. Deployment, StatefulSet: ``spec.replicas``. Head, submitter and a Pod:
+    no field."""
     if t.role == "job":
         return field_path(t.group_path + ("parallelism",)), t.replicas
+    if t.role == "replica":  # a Deployment's or StatefulSet's spec.replicas
+        return field_path(t.group_path + ("replicas",)), t.replicas
     if t.role != "worker":
         return None, t.replicas
     group = _group_at(obj, t.group_path)
