@@ -253,7 +253,7 @@ def edit_create(obj: dict, kind: WorkloadKind, templates: list[PodTemplate], res
 
 
 def _kueue_template_metadata(edits: Edits, kind: WorkloadKind, templates: list[PodTemplate],
-                             wanted: dict[str, str]) -> None:
+                             wanted: dict[str, str | None]) -> None:
     """What Kueue's defaulting webhook for ``kind`` puts on the pod templates of a queued object
     (``kind.kueue_template_metadata``, from the queue and priority-class labels in ``wanted``),
     set where missing."""

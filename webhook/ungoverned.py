@@ -128,8 +128,8 @@ def verdict(request: dict, state: ClusterState, settings: Settings) -> Decision 
         templates = unmanaged.pod_templates(obj)
         old_templates = unmanaged.pod_templates(old) if isinstance(old, dict) else None
         what, where = f"a {unmanaged.kind}", field_path(("spec", "template"))
-        fix = (f"run it as one of the managed kinds{' (a Deployment, not a bare ReplicaSet)' if unmanaged.parent else ''}"
-               f", which are queued and placed by the workspace's profile")
+        instead = " (a Deployment, not a bare ReplicaSet)" if unmanaged.parent else ""
+        fix = f"run it as one of the managed kinds{instead}, which are queued and placed by the workspace's profile"
     elif kind_for(group, name) is pod_kind.KIND:
         ref = unmanaged_pod(request, obj, settings)
         if ref is None:
