@@ -27,9 +27,11 @@ def _yaml(name: str) -> dict:
 
 
 def gpu_pod(gpus: int = 1) -> dict:
-    """The Kubernetes documentation's GPU Pod, asking for ``gpus`` nvidia.com/gpu."""
+    """The Kubernetes documentation's GPU Pod, asking for ``gpus`` nvidia.com/gpu, with the cpu
+    and memory requests the policy library requires (``requests-required``)."""
     obj = _yaml("gpu-pod.yaml")
     obj["spec"]["containers"][0]["resources"]["limits"][labels.GPU_RESOURCE] = gpus
+    obj["spec"]["containers"][0]["resources"]["requests"] = {"cpu": "4", "memory": "16Gi"}
     return obj
 
 
@@ -40,7 +42,8 @@ def gpu_deployment(replicas: int = 3, gpus: int = 1) -> dict:
     obj["spec"]["replicas"] = replicas
     del obj["spec"]["template"]["metadata"]["labels"][labels.KUEUE_QUEUE_NAME]
     obj["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] = {labels.GPU_RESOURCE: gpus}
-    obj["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"][labels.GPU_RESOURCE] = gpus
+    obj["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"].update(
+        {labels.GPU_RESOURCE: gpus, "memory": "16Gi"})
     return obj
 
 
@@ -79,6 +82,13 @@ def test_a_cpu_only_pod_in_a_workspace_passes_unchanged(state, settings, engine)
     d = _admit(notebook, state, settings, engine)
     assert d.allowed and d.patch is None
     assert labels.RUN_ID not in _labels_of(d.object)
+
+
+def test_a_gpu_pod_without_cpu_and_memory_requests_is_refused_naming_the_pod(state, settings, engine):
+    d = _admit(_yaml("gpu-pod.yaml"), state, settings, engine)
+    assert not d.allowed
+    assert "[requests-required] spec.containers[0].resources.requests.memory: container example-vector-add of " \
+           "the Pod requests no memory" in d.message
 
 
 def test_a_gpu_pod_is_admitted_again_with_an_empty_patch(state, settings, engine):
@@ -199,7 +209,8 @@ def test_the_admitted_deployment_json_patch_applies_to_the_api_servers_own_reque
     request = json.loads((DATA / "admission" / "apiserver-requests" / "deployment-create.json").read_text())
     obj = request["object"]
     obj["metadata"]["namespace"] = request["namespace"] = "vision"
-    obj["spec"]["template"]["spec"]["containers"][0].setdefault("resources", {})["limits"] = {labels.GPU_RESOURCE: 1}
+    obj["spec"]["template"]["spec"]["containers"][0]["resources"] = {
+        "requests": {"cpu": "2", "memory": "8Gi"}, "limits": {labels.GPU_RESOURCE: 1}}
     m = mutate(request, state, settings, engine)
     assert m.allowed and m.patch
     out = jsonpatch.apply_patch(obj, m.patch)
