@@ -216,3 +216,27 @@ def test_the_admitted_deployment_json_patch_applies_to_the_api_servers_own_reque
     out = jsonpatch.apply_patch(obj, m.patch)
     assert out["spec"]["template"]["metadata"]["labels"][labels.KUEUE_QUEUE_NAME] == "vision-queue"
     assert validate({**request, "object": out}, state, settings, engine).allowed
+
+
+# The workload profile's workers
+
+
+def test_a_deployments_replicas_are_the_profiles_workers(state, settings, engine):
+    # h100-1gpu (examples/cluster.yaml) is elastic with at most 4 workers of 1 GPU
+    assert _admit(gpu_deployment(replicas=4), state, settings, engine).allowed
+    d = _admit(gpu_deployment(replicas=5), state, settings, engine)
+    assert not d.allowed
+    assert "[workers-match-profile] spec.replicas: asks for 5 workers" in d.message, d.message
+
+
+def test_a_bare_8_gpu_pod_under_a_fixed_two_worker_profile_is_refused_pointing_at_the_pod_group(
+        state, settings, engine):
+    # h100-8gpu is fixed at 2 workers of 8 GPUs: one pod is half of it, a pod group of 2 is all of it
+    d = _admit(gpu_pod(8), state, settings, engine)
+    assert not d.allowed
+    assert f'[workers-match-profile] metadata.annotations["{pod.POD_GROUP_TOTAL_COUNT}"]: asks for 1 workers' \
+        in d.message, d.message
+    pair = gpu_pod(8)
+    pair["metadata"]["labels"] = {pod.POD_GROUP_NAME: "trainers"}
+    pair["metadata"]["annotations"] = {pod.POD_GROUP_TOTAL_COUNT: "2"}
+    assert _admit(pair, state, settings, engine).allowed
