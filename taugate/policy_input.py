@@ -17,8 +17,9 @@ from decimal import Decimal
 from typing import Any
 
 from taugate import labels
-from taugate.fieldpath import field_path
+from taugate.fieldpath import annotation_field, field_path
 from taugate.kinds import kind_of
+from taugate.kinds.pod import POD_GROUP_TOTAL_COUNT
 from taugate.models import ResolvedProfile, TauWorkspace
 from taugate.pods import PodTemplate, is_sidecar
 from taugate.snapshot import ClusterState
@@ -61,9 +62,14 @@ def _replica_fields(obj: dict[str, Any], t: PodTemplate, autoscaling: bool) -> t
 
     KubeRay: a worker group's ``replicas`` (x ``numOfHosts``); with ``enableInTreeAutoscaling``
     the autoscaler may grow it to ``maxReplicas`` (x ``numOfHosts``). batch/v1 Job:
-    ``spec.parallelism``. Head and submitter: one pod, no field."""
+    ``spec.parallelism``. Deployment, StatefulSet: ``spec.replicas``. A Pod: its
+    ``kueue.x-k8s.io/pod-group-total-count`` annotation. Head and submitter: no field."""
     if t.role == "job":
         return field_path(t.group_path + ("parallelism",)), t.replicas
+    if t.role == "replica":  # a Deployment's or StatefulSet's spec.replicas
+        return field_path(t.group_path + ("replicas",)), t.replicas
+    if t.role == "pod":  # a bare Pod: its Kueue pod group's size
+        return annotation_field(POD_GROUP_TOTAL_COUNT), t.replicas
     if t.role != "worker":
         return None, t.replicas
     group = _group_at(obj, t.group_path)
@@ -212,10 +218,16 @@ def _mig_totals(templates: list[PodTemplate]) -> dict[str, dict[str, int]]:
     return out
 
 
+WORKER_ROLES = ("worker", "job", "pod", "replica")
+"""The pod template roles whose pods are a workload profile's workers (``workerCount`` of
+``gpusPerWorker`` GPUs each): all but a Ray head and KubeRay's submitter."""
+
+
 def _workers(pod_templates: list[dict[str, Any]]) -> dict[str, int]:
-    """Worker pods (role ``worker`` or ``job``): ``pods``/``maxPods`` over all of them,
-    ``gpuPods``/``maxGpuPods`` over those holding GPUs."""
-    workers = [t for t in pod_templates if t["role"] in ("worker", "job")]
+    """Worker pods (role ``worker``, ``job``, ``pod`` or ``replica``: every pod template but a Ray
+    head and KubeRay's submitter): ``pods``/``maxPods`` over all of them, ``gpuPods``/``maxGpuPods``
+    over those holding GPUs."""
+    workers = [t for t in pod_templates if t["role"] in WORKER_ROLES]
     gpu = [t for t in workers if t["gpusPerPod"] > 0]
     return {"pods": sum(t["replicas"] for t in workers), "maxPods": sum(t["maxReplicas"] for t in workers),
             "gpuPods": sum(t["replicas"] for t in gpu), "maxGpuPods": sum(t["maxReplicas"] for t in gpu)}

@@ -39,11 +39,12 @@ class Settings(BaseSettings):
     - ``admin_groups`` / ``admin_users``: who may approve TauQuotaRequests.
     - ``controller_users``: the usernames whose creates of an owned object are trusted as children
       of a workload (a RayJob's RayCluster, a Job's, RayCluster's or StatefulSet's pods, a
-      Deployment's ReplicaSet and its pods: they inherit the parent's run-id and nothing else);
+      Deployment's ReplicaSet, the pods of a ReplicaSet, DaemonSet or ReplicationController: they
+      inherit the parent's run-id and nothing else);
       an owned object anyone else creates is a top-level workload.
     - ``unmanaged_gpu_workloads``: what admission does with a GPU workload in a workspace of a
       kind taugate does not manage (a bare ReplicaSet, a DaemonSet, a ReplicationController, a
-      Pod whose controller is such a kind: ``taugate.unmanaged``): ``deny`` (the default; the
+      Pod whose controller is another operator's kind: ``taugate.unmanaged``): ``deny`` (the default; the
       message names the managed kinds and the fix) or ``warn`` (allowed, with an AdmissionReview
       warning). Helm value ``webhook.unmanagedGpuWorkloads``.
     - ``kueue_elastic_jobs``: Kueue's ElasticJobsViaWorkloadSlices feature gate is on in the
@@ -108,6 +109,8 @@ class Settings(BaseSettings):
         "system:serviceaccount:kube-system:deployment-controller",
         "system:serviceaccount:kube-system:replicaset-controller",
         "system:serviceaccount:kube-system:statefulset-controller",
+        "system:serviceaccount:kube-system:daemon-set-controller",
+        "system:serviceaccount:kube-system:replication-controller",
         "system:kube-controller-manager",
     )
     unmanaged_gpu_workloads: Literal["deny", "warn"] = "deny"

@@ -1,8 +1,10 @@
 """Workload kinds taugate does not manage, that a workspace may still use to run GPU pods.
 
 A bare ReplicaSet, a DaemonSet or a ReplicationController makes pods from a pod template with no
-queue, no placement and no run-id, as does any controller of a kind outside ``taugate.kinds``
-(a Pod whose controller is such a kind). The platform setting ``Settings.unmanaged_gpu_workloads``
+queue, no placement and no run-id, as does another operator's controller creating Pods directly
+(a Pod whose controller is of a kind neither here nor in ``taugate.kinds``). The objects of this
+table are judged when they are created, so their pods are not judged again (they are children,
+``taugate.webhook.mutation.is_child``). The platform setting ``Settings.unmanaged_gpu_workloads``
 decides what happens to one that asks for GPUs in a workspace: ``deny`` (the default; the message
 names the managed kinds) or ``warn`` (admitted with an AdmissionReview warning); a CPU-only one
 always passes. ``UNMANAGED_KINDS`` is the one table of these kinds: the webhook's rules
@@ -56,10 +58,11 @@ UNMANAGED_KINDS: tuple[UnmanagedKind, ...] = (
 )
 """The kinds the webhook sees so that their GPU workloads in a workspace are refused or warned."""
 
-RELAY_OWNER_KINDS: frozenset[tuple[str, str]] = frozenset(
-    (u.group, u.kind) for u in UNMANAGED_KINDS if u.parent is not None)
-"""``(group, kind)`` of the objects a governed workload's controller puts between it and its pods
-(a Deployment's ReplicaSets): a pod they own is a child when it carries the run-id."""
+RELAY_OWNER_KINDS: frozenset[tuple[str, str]] = frozenset((u.group, u.kind) for u in UNMANAGED_KINDS)
+"""``(group, kind)`` of the unmanaged kinds, whose own admission judges the pods they will make: a
+pod one of them owns, created by a trusted controller, is that object's child (it inherits the
+run-id its template carries, and is not judged again). A Deployment's ReplicaSet is its
+Deployment's child; a bare GPU ReplicaSet was refused, or warned, when it was created."""
 
 _BY_GROUP_KIND = {(u.group, u.kind): u for u in UNMANAGED_KINDS}
 

@@ -24,10 +24,10 @@ import yaml
 
 from taugate.files import InputError, expand_paths
 from taugate.kinds import group_of, kind_for
-from taugate.unmanaged import unmanaged_kind_for
 from taugate.settings import Settings
 from taugate.shape import json_problem
 from taugate.snapshot import ClusterState, SnapshotError, load_snapshot, read_objects
+from taugate.unmanaged import unmanaged_kind_for
 from taugate.webhook.policy_set import PolicyError
 
 if TYPE_CHECKING:  # annotations only: the CLI imports the decision code when it admits

@@ -95,21 +95,21 @@ def is_child(request: dict, obj: dict, settings: Settings) -> bool:
     - UPDATE: the stored object was admitted as a child: it has the same controller owner (same
       uid) and none of the labels taugate gives a top-level workload (``tau.azure.com/workspace``,
       which ``edit_update`` restores, so it cannot be shed by an UPDATE);
-    - and, for an object owned by a relay kind (a ReplicaSet's pod), a valid run-id: the
-      ReplicaSet controller copies its template's labels, so its pods carry the run-id exactly
-      when the ReplicaSet's template came from a governed Deployment.
+    A pod owned by a relay kind (``RELAY_OWNER_KINDS``: a ReplicaSet, a DaemonSet, a
+    ReplicationController) is a child of that object, whose own admission judged the pods it
+    makes: a Deployment's ReplicaSet is the Deployment's child (its template carries the run-id,
+    which the pods inherit); a bare GPU ReplicaSet or DaemonSet was refused, or admitted with a
+    warning, under ``Settings.unmanaged_gpu_workloads`` (``taugate.unmanaged``).
 
-    What a forged label or ownerReference can achieve: a researcher's own object is never a
-    child (the creator decides); a run-id written into a bare ReplicaSet's template makes its
-    pods children, but that ReplicaSet asks for GPUs as an unmanaged kind and was refused, or
-    admitted with a warning, under ``Settings.unmanaged_gpu_workloads`` (``taugate.unmanaged``):
-    the label gains nothing the setting did not already allow.
+    What a forged label or ownerReference can achieve: nothing a researcher creates is a child
+    (the creator decides, and the API server, not the object, names the creator); a run-id or a
+    queue label written into a bare ReplicaSet's template reaches its pods, but that ReplicaSet
+    was judged as an unmanaged kind when it was created: the labels gain nothing the setting did
+    not already allow, and a run-id never moves quota (the queue label on the pods does, and
+    Kueue then queues them).
     """
     owner = controller_owner(obj)
     if owner is None:
-        return False
-    if owner_group_kind(owner) in RELAY_OWNER_KINDS and \
-            not valid_run_id(((obj.get("metadata") or {}).get("labels") or {}).get(labels.RUN_ID)):
         return False
     if request.get("operation") != "UPDATE":
         return (request.get("userInfo") or {}).get("username") in settings.controller_users
@@ -253,7 +253,7 @@ def edit_create(obj: dict, kind: WorkloadKind, templates: list[PodTemplate], res
 
 
 def _kueue_template_metadata(edits: Edits, kind: WorkloadKind, templates: list[PodTemplate],
-                             wanted: dict[str, str]) -> None:
+                             wanted: dict[str, str | None]) -> None:
     """What Kueue's defaulting webhook for ``kind`` puts on the pod templates of a queued object
     (``kind.kueue_template_metadata``, from the queue and priority-class labels in ``wanted``),
     set where missing."""

@@ -5,8 +5,9 @@ Two cases reach here (``taugate.unmanaged`` holds the table and says why):
 - an object of an ``UNMANAGED_KINDS`` kind (a bare ReplicaSet, a DaemonSet, a
   ReplicationController) whose pod template asks for GPUs, unless it is a governed workload's
   child (a Deployment's ReplicaSet, created by a trusted controller: ``mutation.is_child``);
-- a Pod whose controller is of a kind taugate does not manage (``unmanaged_pod``): not a workload
-  kind (``taugate.kinds``), and not a child of one.
+- a Pod whose controller is of a kind taugate does not manage (``unmanaged_pod``): neither a
+  workload kind (``taugate.kinds``) nor an unmanaged kind of the table, whose pods are children
+  of an object judged when it was created.
 
 ``Settings.unmanaged_gpu_workloads`` decides: ``deny`` (HTTP 403 naming the managed kinds and the
 fix) or ``warn`` (allowed with an AdmissionReview warning). Only a CREATE, or an UPDATE that adds
@@ -128,8 +129,8 @@ def verdict(request: dict, state: ClusterState, settings: Settings) -> Decision 
         templates = unmanaged.pod_templates(obj)
         old_templates = unmanaged.pod_templates(old) if isinstance(old, dict) else None
         what, where = f"a {unmanaged.kind}", field_path(("spec", "template"))
-        fix = (f"run it as one of the managed kinds{' (a Deployment, not a bare ReplicaSet)' if unmanaged.parent else ''}"
-               f", which are queued and placed by the workspace's profile")
+        instead = " (a Deployment, not a bare ReplicaSet)" if unmanaged.parent else ""
+        fix = f"run it as one of the managed kinds{instead}, which are queued and placed by the workspace's profile"
     elif kind_for(group, name) is pod_kind.KIND:
         ref = unmanaged_pod(request, obj, settings)
         if ref is None:

@@ -37,6 +37,10 @@ describe(t) := "the RayJob submitter" if t.role == "submitter"
 
 describe(t) := "the Job's pod template" if t.role == "job"
 
+describe(t) := "the Pod" if t.role == "pod"
+
+describe(t) := sprintf("the %s's pod template", [t.group]) if t.role == "replica"
+
 # gpu_field(t) is the field path of the GPU limit (else request) of the first container of t
 # that holds GPUs, e.g. spec.template.spec.containers[0].resources.limits["nvidia.com/gpu"].
 gpu_field(t) := f if {

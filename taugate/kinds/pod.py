@@ -49,8 +49,10 @@ def group_total_count(obj: dict[str, Any]) -> int | None:
     if not as_dict(meta.get("labels")).get(POD_GROUP_NAME):
         return None
     raw = as_dict(meta.get("annotations")).get(POD_GROUP_TOTAL_COUNT)
-    text = raw[1:] if isinstance(raw, str) and raw[:1] in "+-" else raw
-    if not isinstance(text, str) or not text.isascii() or not text.isdigit():
+    if not isinstance(raw, str):
+        return None
+    digits = raw[1:] if raw[:1] in ("+", "-") else raw
+    if not digits.isascii() or not digits.isdigit():
         return None
     count = int(raw)
     return count if 0 < count <= 2**31 - 1 else None

@@ -27,9 +27,11 @@ def _yaml(name: str) -> dict:
 
 
 def gpu_pod(gpus: int = 1) -> dict:
-    """The Kubernetes documentation's GPU Pod, asking for ``gpus`` nvidia.com/gpu."""
+    """The Kubernetes documentation's GPU Pod, asking for ``gpus`` nvidia.com/gpu, with the cpu
+    and memory requests the policy library requires (``requests-required``)."""
     obj = _yaml("gpu-pod.yaml")
     obj["spec"]["containers"][0]["resources"]["limits"][labels.GPU_RESOURCE] = gpus
+    obj["spec"]["containers"][0]["resources"]["requests"] = {"cpu": "4", "memory": "16Gi"}
     return obj
 
 
@@ -40,7 +42,8 @@ def gpu_deployment(replicas: int = 3, gpus: int = 1) -> dict:
     obj["spec"]["replicas"] = replicas
     del obj["spec"]["template"]["metadata"]["labels"][labels.KUEUE_QUEUE_NAME]
     obj["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] = {labels.GPU_RESOURCE: gpus}
-    obj["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"][labels.GPU_RESOURCE] = gpus
+    obj["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"].update(
+        {labels.GPU_RESOURCE: gpus, "memory": "16Gi"})
     return obj
 
 
@@ -79,6 +82,13 @@ def test_a_cpu_only_pod_in_a_workspace_passes_unchanged(state, settings, engine)
     d = _admit(notebook, state, settings, engine)
     assert d.allowed and d.patch is None
     assert labels.RUN_ID not in _labels_of(d.object)
+
+
+def test_a_gpu_pod_without_cpu_and_memory_requests_is_refused_naming_the_pod(state, settings, engine):
+    d = _admit(_yaml("gpu-pod.yaml"), state, settings, engine)
+    assert not d.allowed
+    assert "[requests-required] spec.containers[0].resources.requests.memory: container example-vector-add of " \
+           "the Pod requests no memory" in d.message
 
 
 def test_a_gpu_pod_is_admitted_again_with_an_empty_patch(state, settings, engine):
@@ -199,9 +209,34 @@ def test_the_admitted_deployment_json_patch_applies_to_the_api_servers_own_reque
     request = json.loads((DATA / "admission" / "apiserver-requests" / "deployment-create.json").read_text())
     obj = request["object"]
     obj["metadata"]["namespace"] = request["namespace"] = "vision"
-    obj["spec"]["template"]["spec"]["containers"][0].setdefault("resources", {})["limits"] = {labels.GPU_RESOURCE: 1}
+    obj["spec"]["template"]["spec"]["containers"][0]["resources"] = {
+        "requests": {"cpu": "2", "memory": "8Gi"}, "limits": {labels.GPU_RESOURCE: 1}}
     m = mutate(request, state, settings, engine)
     assert m.allowed and m.patch
     out = jsonpatch.apply_patch(obj, m.patch)
     assert out["spec"]["template"]["metadata"]["labels"][labels.KUEUE_QUEUE_NAME] == "vision-queue"
     assert validate({**request, "object": out}, state, settings, engine).allowed
+
+
+# The workload profile's workers
+
+
+def test_a_deployments_replicas_are_the_profiles_workers(state, settings, engine):
+    # h100-1gpu (examples/cluster.yaml) is elastic with at most 4 workers of 1 GPU
+    assert _admit(gpu_deployment(replicas=4), state, settings, engine).allowed
+    d = _admit(gpu_deployment(replicas=5), state, settings, engine)
+    assert not d.allowed
+    assert "[workers-match-profile] spec.replicas: asks for 5 workers" in d.message, d.message
+
+
+def test_a_bare_8_gpu_pod_under_a_fixed_two_worker_profile_is_refused_pointing_at_the_pod_group(
+        state, settings, engine):
+    # h100-8gpu is fixed at 2 workers of 8 GPUs: one pod is half of it, a pod group of 2 is all of it
+    d = _admit(gpu_pod(8), state, settings, engine)
+    assert not d.allowed
+    assert f'[workers-match-profile] metadata.annotations["{pod.POD_GROUP_TOTAL_COUNT}"]: asks for 1 workers' \
+        in d.message, d.message
+    pair = gpu_pod(8)
+    pair["metadata"]["labels"] = {pod.POD_GROUP_NAME: "trainers"}
+    pair["metadata"]["annotations"] = {pod.POD_GROUP_TOTAL_COUNT: "2"}
+    assert _admit(pair, state, settings, engine).allowed

@@ -10,7 +10,9 @@ from __future__ import annotations
 import ast
 import copy
 import importlib
+import json
 import pkgutil
+import typing
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,7 @@ import taugate.kinds
 from taugate.fieldpath import field_path
 from taugate.kinds import KIND_NAMES, KINDS, WorkloadKind, kind_for, kind_of, resources_by_group_version
 from taugate.kinds.base import WorkloadKind as Base
+from taugate.pods import Role
 from taugate.settings import Settings
 from taugate.unmanaged import UNMANAGED_KINDS
 from taugate.webhook import mutation, review, routes, server
@@ -165,3 +168,13 @@ def test_no_module_outside_the_kinds_package_spells_a_kinds_resource():
     assert sources
     spelled = {str(p.relative_to(ROOT)): sorted(_string_constants(p) & resources) for p in sources}
     assert {p: r for p, r in spelled.items() if r} == {}
+
+
+def test_every_pod_template_role_is_described_to_researchers_by_the_policy_library():
+    # a role lib.describe does not know leaves every policy message that names it undefined: the
+    # policy would silently find nothing for that kind's templates
+    lib = (ROOT / "policies" / "lib" / "taugate.rego").read_text()
+    roles = typing.get_args(Role)
+    assert roles and [r for r in roles if f't.role == "{r}"' not in lib] == []
+    schema = json.loads((ROOT / "policies" / "input.schema.json").read_text())
+    assert set(schema["$defs"]["podTemplate"]["properties"]["role"]["enum"]) == set(roles)

@@ -73,11 +73,29 @@ def test_a_deployments_replicaset_created_by_the_deployment_controller_passes_as
     assert d.allowed and not d.warnings and d.patch is None
 
 
-def test_a_replicaset_pod_without_a_run_id_is_a_pod_of_an_unmanaged_workload(state, settings, engine):
-    stray = owned(gpu_pod(), "apps/v1", "ReplicaSet", run_id=None)
-    d = _decide(stray, state, settings, engine, RS_CONTROLLER)
+def test_a_pod_the_replicaset_controller_creates_is_a_child_of_its_replicaset_even_without_a_run_id(
+        state, settings, engine):
+    # the ReplicaSet was judged when it was created (a Deployment's child, or an unmanaged kind)
+    legacy = owned(gpu_pod(), "apps/v1", "ReplicaSet", run_id=None)
+    d = _decide(legacy, state, settings, engine, RS_CONTROLLER)
+    assert d.allowed and d.patch is None and not d.warnings
+
+
+def test_a_gpu_pod_another_operator_creates_for_its_own_kind_is_an_unmanaged_pod(state, settings, engine):
+    stray = owned(gpu_pod(), "example.com/v1", "Notebook", run_id=None)
+    d = _decide(stray, state, settings, engine, {"username": "system:serviceaccount:nb:notebook-operator"})
     assert not d.allowed
-    assert "[unmanaged-kind] metadata.ownerReferences: a Pod controlled by ReplicaSet 'parent'" in d.message
+    assert "[unmanaged-kind] metadata.ownerReferences: a Pod controlled by Notebook 'parent' asks for GPUs" \
+        in d.message
+    warned = _decide(stray, state, Settings(unmanaged_gpu_workloads="warn"), engine, ALICE)
+    assert warned.allowed and warned.patch is None and warned.warnings[0].startswith("[unmanaged-kind]")
+
+
+def test_a_cpu_only_pod_another_operator_creates_passes_unchanged(state, settings, engine):
+    pod = gpu_pod()
+    del pod["spec"]["containers"][0]["resources"]
+    d = _decide(owned(pod, "example.com/v1", "Notebook", run_id=None), state, settings, engine, ALICE)
+    assert d.allowed and d.patch is None and not d.warnings
 
 
 # Unmanaged kinds
@@ -104,12 +122,20 @@ def test_a_cpu_only_replicaset_passes_unchanged(state, settings, engine):
     assert d.allowed and not d.warnings and d.patch is None
 
 
-def test_a_gpu_daemonset_and_its_pods_are_refused(state, settings, engine):
+def test_a_gpu_daemonset_is_refused_and_the_pods_of_an_existing_one_are_its_children(state, settings, engine):
     ds = {**replicaset(), "kind": "DaemonSet", "metadata": {"name": "gpu-burn"}}
     ds["spec"].pop("replicas")
-    assert not _decide(ds, state, settings, engine, ALICE).allowed
+    d = _decide(ds, state, settings, engine, ALICE)
+    assert not d.allowed and "a DaemonSet asks for GPUs (1 nvidia.com/gpu per pod x 1 pod(s))" in d.message
     its_pod = owned(gpu_pod(), "apps/v1", "DaemonSet", run_id=None)
-    assert not _decide(its_pod, state, settings, engine, DS_CONTROLLER).allowed
+    assert _decide(its_pod, state, settings, engine, DS_CONTROLLER).allowed
+
+
+def test_a_researchers_pod_claiming_a_replicaset_owner_is_a_top_level_pod_never_a_child(state, settings, engine):
+    forged = owned(gpu_pod(), "apps/v1", "ReplicaSet")
+    d = _decide(forged, state, settings, engine, ALICE)
+    assert not d.allowed or d.object["metadata"]["labels"][labels.KUEUE_QUEUE_NAME] == "vision-queue"
+    assert "[unmanaged-kind]" in d.message  # a ReplicaSet is not a workload kind: its pods are judged
 
 
 def test_an_unmanaged_gpu_workload_outside_a_workspace_is_not_looked_at(state, settings, engine):

@@ -11,8 +11,8 @@ import pytest
 
 from taugate import labels
 from taugate.kinds import KINDS
-from taugate.unmanaged import UNMANAGED_KINDS
 from taugate.settings import Settings
+from taugate.unmanaged import UNMANAGED_KINDS
 from taugate.webhook.routes import ROUTES
 from tests.install.chart import (
     NAMESPACE,
