@@ -22,10 +22,16 @@ from kubernetes.utils import quantity as _kubernetes_quantity
 from taugate import labels
 from taugate.fieldpath import Path
 
-Role = Literal["head", "worker", "submitter", "job", "pod", "replica"]
-"""What a pod template is to its workload: a Ray ``head``/``worker`` group, KubeRay's ``submitter``,
-a batch/v1 Job's template (``job``), a bare Pod itself (``pod``), the template of a Deployment or
-StatefulSet, ``replicas`` identical pods (``replica``)."""
+Role = Literal["head", "worker", "submitter", "job", "pod", "replica", "replicated-job", "master", "leader"]
+"""What a pod template's pods do: a Ray head, worker (a Ray worker group, a Kubeflow ``Worker``,
+LeaderWorkerSet workers), submitter, a Job's pods, a bare Pod itself (``pod``), the template of a
+Deployment or StatefulSet (``replicas`` identical pods: ``replica``), a JobSet replicated job's, a
+Kubeflow ``Master``, a LeaderWorkerSet leader. Every role but ``head`` and ``submitter`` trains or
+serves (``WORKER_ROLES``)."""
+
+WORKER_ROLES: frozenset[str] = frozenset({"worker", "job", "pod", "replica", "replicated-job", "master", "leader"})
+"""Roles whose pods do the work a workload profile sizes (``workerCount`` x ``gpusPerWorker``):
+all but the Ray head, which coordinates, and the RayJob submitter."""
 ContainerList = Literal["containers", "initContainers"]
 """The two container lists of a pod spec that hold resources."""
 
@@ -216,10 +222,15 @@ class PodTemplate:
     convention (not ``frozen``: a frozen dataclass costs ~1 us more to build, per template, per
     review).
 
-    - ``role``: head / worker / submitter / job / pod / replica (``Role``).
-    - ``group``: the Ray group name (``groupName``), ``head``, ``submitter`` or ``job``.
+    - ``role``: head / worker / submitter / job / pod / replica / replicated-job / master / leader
+      (``Role``).
+    - ``group``: the Ray group name (``groupName``), ``head``, ``submitter`` or ``job``; a JobSet
+      replicated job's name; a Kubeflow replica type (``Master``, ``Worker``); ``leader`` or
+      ``worker`` of a LeaderWorkerSet.
     - ``path``: where the template is in the object, e.g. ``("spec", "template")``.
-    - ``group_path``: where the enclosing group spec is (RayJob/RayCluster), else ``path[:-1]``.
+    - ``group_path``: where the enclosing group spec is, the object holding the template's
+      ``replicas`` (a Ray worker group, a JobSet replicated job, a Kubeflow replica spec, a
+      LeaderWorkerSet's ``spec``); a Job's spec.
     - ``replicas``: pods created from it at a time (worker: ``worker_group_pods``; Job:
       ``job_pods``).
     - ``min_replicas``: the fewest pods Kueue may admit it with (Job: ``job_min_pods``, Kueue

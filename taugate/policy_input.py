@@ -21,7 +21,7 @@ from taugate.fieldpath import annotation_field, field_path
 from taugate.kinds import kind_of
 from taugate.kinds.pod import POD_GROUP_TOTAL_COUNT
 from taugate.models import ResolvedProfile, TauWorkspace
-from taugate.pods import PodTemplate, is_sidecar
+from taugate.pods import WORKER_ROLES, PodTemplate, is_sidecar
 from taugate.snapshot import ClusterState
 
 # Annotations never shown to policies: a full copy of the object (input size drives evaluation
@@ -63,19 +63,21 @@ def _replica_fields(obj: dict[str, Any], t: PodTemplate, autoscaling: bool) -> t
     KubeRay: a worker group's ``replicas`` (x ``numOfHosts``); with ``enableInTreeAutoscaling``
     the autoscaler may grow it to ``maxReplicas`` (x ``numOfHosts``). batch/v1 Job:
     ``spec.parallelism``. Deployment, StatefulSet: ``spec.replicas``. A Pod: its
-    ``kueue.x-k8s.io/pod-group-total-count`` annotation. Head and submitter: no field."""
+    ``kueue.x-k8s.io/pod-group-total-count`` annotation. Head and submitter: one pod, no field.
+    Every other role (a JobSet replicated job, a Kubeflow replica spec, a LeaderWorkerSet's
+    groups): the ``replicas`` of its group spec (``PodTemplate.group_path``)."""
     if t.role == "job":
         return field_path(t.group_path + ("parallelism",)), t.replicas
     if t.role == "replica":  # a Deployment's or StatefulSet's spec.replicas
         return field_path(t.group_path + ("replicas",)), t.replicas
     if t.role == "pod":  # a bare Pod: its Kueue pod group's size
         return annotation_field(POD_GROUP_TOTAL_COUNT), t.replicas
-    if t.role != "worker":
+    if t.role not in WORKER_ROLES:
         return None, t.replicas
     group = _group_at(obj, t.group_path)
     most = t.replicas
     max_replicas = group.get("maxReplicas")
-    if autoscaling and isinstance(max_replicas, int) and not isinstance(max_replicas, bool):
+    if t.role == "worker" and autoscaling and isinstance(max_replicas, int) and not isinstance(max_replicas, bool):
         given = group.get("numOfHosts")
         hosts = given if isinstance(given, int) else 1
         most = max(most, max_replicas * max(hosts, 1))
@@ -152,8 +154,9 @@ def build_policy_input(*, obj: dict[str, Any], templates: list[PodTemplate], ope
     object: ``totalGpus`` (sum of GPUs per pod x pods), ``minTotalGpus`` (the same at
     ``minReplicas``: what Kueue's partial admission needs at least), ``mig`` (MIG slices by
     resource: ``total``, ``minTotal``), ``maxGpusPerPod`` and ``workers`` (worker
-    pods: Ray worker groups and a Job's parallelism, all of them and those holding GPUs, now and
-    at the autoscaler's maximum), so a policy can leave early on the common, compliant case.
+    pods: every role but a Ray head and a RayJob submitter, ``pods.WORKER_ROLES``; all of them
+    and those holding GPUs, now and at the autoscaler's maximum), so a policy can leave early on
+    the common, compliant case.
     """
     meta = obj.get("metadata") or {}
     kind = kind_of(obj)
@@ -218,15 +221,10 @@ def _mig_totals(templates: list[PodTemplate]) -> dict[str, dict[str, int]]:
     return out
 
 
-WORKER_ROLES = ("worker", "job", "pod", "replica")
-"""The pod template roles whose pods are a workload profile's workers (``workerCount`` of
-``gpusPerWorker`` GPUs each): all but a Ray head and KubeRay's submitter."""
-
-
 def _workers(pod_templates: list[dict[str, Any]]) -> dict[str, int]:
-    """Worker pods (role ``worker``, ``job``, ``pod`` or ``replica``: every pod template but a Ray
-    head and KubeRay's submitter): ``pods``/``maxPods`` over all of them, ``gpuPods``/``maxGpuPods``
-    over those holding GPUs."""
+    """Worker pods (every role in ``pods.WORKER_ROLES``: all but a Ray head and a RayJob
+    submitter): ``pods``/``maxPods`` over all of them, ``gpuPods``/``maxGpuPods`` over those
+    holding GPUs."""
     workers = [t for t in pod_templates if t["role"] in WORKER_ROLES]
     gpu = [t for t in workers if t["gpusPerPod"] > 0]
     return {"pods": sum(t["replicas"] for t in workers), "maxPods": sum(t["maxReplicas"] for t in workers),

@@ -36,7 +36,8 @@ K8S_API = upstream.module_dir("kubernetes", "k8s.io/api")
 """k8s.io/api at the pinned Kubernetes version: ``testdata/HEAD/<group>.<version>.<Kind>.json``."""
 
 JOBSET = upstream.module_dir("jobset")
-"""JobSet's module (``jobset.x-k8s.io``): its CRD in ``config/components/crd/bases``."""
+"""JobSet's module: ``config/components/crd/bases`` (the module ships no examples; its KEPs' are
+copied into ``tests/data/admission/jobset``)."""
 JOBSET_CRD = JOBSET / "config" / "components" / "crd" / "bases" / "jobset.x-k8s.io_jobsets.yaml"
 
 LWS = upstream.module_dir("lws")

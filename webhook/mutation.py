@@ -197,8 +197,9 @@ def edit_create(obj: dict, kind: WorkloadKind, templates: list[PodTemplate], res
     """The edits of a top-level workload on CREATE (ARCHITECTURE.md section 2, step 3), made on ``obj``
     itself (``Edits.doc``; the caller owns it, see ``review.mutate``) with their JSONPatch.
 
-    Sets ``suspend: true`` (as Kueue's defaulting webhook does for a queued job, even when the
-    object says false; Kueue's own webhook may run before ours). Adds, where missing: the Kueue
+    Sets ``suspend: true`` at ``kind.suspend_path`` (as Kueue's defaulting webhook does for a
+    queued job, even when the object says false; Kueue's own webhook may run before ours); a kind
+    without one (a LeaderWorkerSet) is queued by its label alone. Adds, where missing: the Kueue
     queue label, a run-id on the object and every pod template, workspace / profile /
     profile-set-hash / gpu-class / managed-by labels, the Kueue priority-class label, the
     profile's node selector, GPU-class selector and tolerations on GPU pod templates only (never
@@ -243,8 +244,12 @@ def edit_create(obj: dict, kind: WorkloadKind, templates: list[PodTemplate], res
 
     path = kind.suspend_path
     if queued and path is not None:
-        # What Kueue's own webhook does on CREATE: Kueue unsuspends the object on admission.
-        edits.set(_at(edited, path[:-1]), path[:-1], str(path[-1]), True)  # a field name: "suspend"
+        # What Kueue's own webhook does on CREATE: Kueue unsuspends the object on admission. The
+        # objects on the way (a PyTorchJob's spec.runPolicy) are created when missing.
+        holder: dict = edited
+        for i, part in enumerate(path[:-1]):
+            holder = edits.container(holder, path[:i], str(part), dict)
+        edits.set(holder, path[:-1], str(path[-1]), True)  # a field name: "suspend"
     if queued:
         _kueue_template_metadata(edits, kind, templates, wanted)
 

@@ -41,6 +41,12 @@ describe(t) := "the Pod" if t.role == "pod"
 
 describe(t) := sprintf("the %s's pod template", [t.group]) if t.role == "replica"
 
+describe(t) := sprintf("replicated job %s", [t.group]) if t.role == "replicated-job"
+
+describe(t) := sprintf("the %s replica", [t.group]) if t.role == "master"
+
+describe(t) := "the leader" if t.role == "leader"
+
 # gpu_field(t) is the field path of the GPU limit (else request) of the first container of t
 # that holds GPUs, e.g. spec.template.spec.containers[0].resources.limits["nvidia.com/gpu"].
 gpu_field(t) := f if {

@@ -5,17 +5,15 @@
 # `workerCount`. Workers are Ray worker-group pods (the larger of KubeRay's
 # clamp(replicas, minReplicas, maxReplicas) and Kueue's replicas, x numOfHosts; with the KubeRay
 # autoscaler on, up to maxReplicas x numOfHosts), the pods a batch/v1 Job runs at a time
-# (min(parallelism, completions)), a bare Pod (1, or its Kueue pod group) and a Deployment's or
-# StatefulSet's replicas; for a GPU profile only pod templates that hold GPUs count.
+# (min(parallelism, completions)), a bare Pod (1, or its Kueue pod group), a Deployment's or
+# StatefulSet's replicas, and the pods of every other role but the Ray head and the RayJob
+# submitter (JobSet replicated jobs, Kubeflow Master and Worker, LeaderWorkerSet leaders and
+# workers); for a GPU profile only pod templates that hold GPUs count.
 package taugate.policies.workers_match_profile
 
 import data.taugate.lib
 
 name := "workers-match-profile"
-
-# The roles whose pods are workers: all but a Ray head and KubeRay's submitter (a Job's, a Pod's,
-# a Deployment's or StatefulSet's pods too); taugate/policy_input.py WORKER_ROLES counts the same.
-worker_roles := {"worker", "job", "pod", "replica"}
 
 # Worker pods now and at most (input.object.workers counts them: GPU ones for a GPU profile).
 now := input.object.workers.gpuPods if input.profile.gpusPerWorker > 0
@@ -26,9 +24,9 @@ most := input.object.workers.maxGpuPods if input.profile.gpusPerWorker > 0
 
 else := input.object.workers.maxPods
 
-workers := [t | some t in input.object.podTemplates; t.role in worker_roles; t.gpusPerPod > 0] if {
+workers := [t | some t in input.object.podTemplates; not t.role in {"head", "submitter"}; t.gpusPerPod > 0] if {
 	input.profile.gpusPerWorker > 0
-} else := [t | some t in input.object.podTemplates; t.role in worker_roles]
+} else := [t | some t in input.object.podTemplates; not t.role in {"head", "submitter"}]
 
 groups := concat(", ", [sprintf("%s: %d", [t.group, t.replicas]) | some t in workers])
 

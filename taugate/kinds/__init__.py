@@ -41,11 +41,11 @@ How to add a workload kind (e.g. Kubeflow's ``PyTorchJob``):
 
 from __future__ import annotations
 
-from taugate.kinds import deployment, job, pod, raycluster, rayjob, statefulset
+from taugate.kinds import deployment, job, jobset, pod, raycluster, rayjob, statefulset
 from taugate.kinds.base import WorkloadKind
 
 KINDS: tuple[WorkloadKind, ...] = (rayjob.KIND, raycluster.KIND, job.KIND,
-                                   pod.KIND, deployment.KIND, statefulset.KIND)
+                                   pod.KIND, deployment.KIND, statefulset.KIND, jobset.KIND)
 """Every workload kind taugate admits, in the order webhook rules list them."""
 
 _BY_GROUP_KIND: dict[tuple[str, str], WorkloadKind] = {(k.group, k.kind): k for k in KINDS}

@@ -29,9 +29,10 @@ class WorkloadKind:
     - ``upstream``: the upstream sources whose rules the module follows (file + function);
     - ``default_lane``: the lane an object of this kind runs in without a ``tau.azure.com/lane``
       label (``Settings.default_lanes``);
-    - ``suspend_path``: where ``suspend`` lives (``spec.suspend``), None for a kind Kueue never
-      suspends (a Pod, Deployment or StatefulSet: Kueue gates its pods instead, and a serving
-      workload stays running).
+    - ``suspend_path``: where the ``suspend`` Kueue sets on a queued object lives (``spec.suspend``;
+      a Kubeflow job's ``spec.runPolicy.suspend``, a RayService's ``spec.rayClusterConfig.suspend``);
+      None for a kind Kueue queues without suspending it (a Pod, Deployment, StatefulSet or
+      LeaderWorkerSet: Kueue gates its pods instead, and a serving workload stays running).
 
     Methods a subclass overrides: ``pod_templates`` (always) and ``check_spec`` (always), and where
     the kind differs from the defaults here: ``governs``, ``queued``, ``templates_mutable``,

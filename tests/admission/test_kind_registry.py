@@ -51,6 +51,10 @@ SAMPLES = {
                     "replicas": 3, "selector": {"matchLabels": {"app": "s"}}, "template": {
                     "metadata": {"labels": {"app": "s"}}, "spec": {"containers": [
                         {"name": "w", "image": "w", "resources": {"limits": {"nvidia.com/gpu": 2}}}]}}}},
+    "JobSet": {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": "js"}, "spec": {
+        "replicatedJobs": [{"name": "workers", "replicas": 2, "template": {"spec": {"parallelism": 2, "template": {
+            "spec": {"containers": [{"name": "t", "image": "pytorch",
+                                     "resources": {"limits": {"nvidia.com/gpu": 8}}}]}}}}}]}},
 }
 """One small well-formed object of each kind; a new kind adds its own here."""
 

@@ -1,0 +1,128 @@
+"""JobSet ``jobset.x-k8s.io/v1alpha2``: replicated jobs, each a batch/v1 Job template run ``replicas`` times.
+
+Upstream rules followed here:
+
+- pod templates: ``spec.replicatedJobs[i].template.spec.template`` (role ``replicated-job``), with
+  ``replicas`` x min(parallelism, completions) pods each, parallelism defaulting to 1 and
+  ``replicas`` to 1 (kueue v0.17 ``pkg/controller/jobs/jobset/jobset_controller.go`` ``PodSets``,
+  ``podsCount``, ``PodsCountPerReplica``; jobset v0.11.1 ``api/jobset/v1alpha2/jobset_types.go``
+  ``ReplicatedJob.Replicas``, ``+kubebuilder:default=1``);
+- queued with the ``kueue.x-k8s.io/queue-name`` label and suspended through ``spec.suspend``
+  (kueue v0.17 ``jobset_webhook.go`` ``Default``: ``ApplyDefaultForSuspend``); one PodSet per
+  replicated job and a Workload holds at most 8 PodSets (kueue v0.17
+  ``apis/kueue/v1beta2/workload_types.go``, ``PodSets`` ``MaxItems=8``);
+- the pod templates' labels, annotations, node selector and tolerations may change only while the
+  JobSet is suspended (jobset v0.11.1 ``pkg/webhooks/jobset_webhook.go`` ``ValidateUpdate``:
+  ``spec.replicatedJobs`` is otherwise immutable);
+- replicas x parallelism within int32 (the same ``ValidateCreate``: "the product of replicas and
+  parallelism must not exceed 2147483647").
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from taugate.kinds.base import WorkloadKind
+from taugate.kinds.job import job_pods
+from taugate.pods import INT32_MAX, PodTemplate, as_dict, as_int
+from taugate.shape import Shape
+from taugate.violation import Violation
+
+MAX_POD_SETS = 8
+"""Kueue: a Workload has at most 8 PodSets (kueue v0.17 ``apis/kueue/v1beta2/workload_types.go``
+``WorkloadSpec.PodSets``, ``MaxItems=8``); a JobSet gets one per replicated job."""
+
+
+def replicated_job_pods(rjob: dict[str, Any]) -> int:
+    """Pods one replicated job of a JobSet runs at a time: ``replicas`` (default 1) Jobs of
+    min(parallelism, completions) pods each (``job.job_pods``). kueue v0.17
+    ``pkg/controller/jobs/jobset/jobset_controller.go`` ``podsCount`` (``rj.Replicas *
+    PodsCountPerReplica(rj)``), the PodSet count Kueue reserves."""
+    job_spec = as_dict(as_dict(rjob.get("template")).get("spec"))
+    return max(as_int(rjob.get("replicas"), 1), 0) * job_pods(job_spec)
+
+
+class JobSet(WorkloadKind):
+    """JobSet ``jobset.x-k8s.io/v1alpha2``: one pod template per replicated job, each with
+    ``replicated_job_pods`` pods."""
+
+    group, version, resource, kind = "jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet"
+    upstream = ("kueue v0.17 pkg/controller/jobs/jobset/jobset_controller.go PodSets, podsCount, jobset_webhook.go "
+                "Default; jobset v0.11.1 pkg/webhooks/jobset_webhook.go ValidateCreate, ValidateUpdate")
+
+    def pod_templates(self, obj: dict[str, Any]) -> list[PodTemplate]:
+        """``spec.replicatedJobs[i].template.spec.template`` (role ``replicated-job``, group the
+        replicated job's ``name``), ``replicated_job_pods`` pods each, in the order Kueue lists
+        its PodSets."""
+        out: list[PodTemplate] = []
+        rjobs = as_dict(obj.get("spec")).get("replicatedJobs")
+        for i, rjob in enumerate(rjobs if type(rjobs) is list else ()):
+            template = as_dict(as_dict(rjob).get("template")).get("spec")
+            if type(template) is not dict or type(template.get("template")) is not dict:
+                continue
+            name = rjob.get("name")
+            out.append(PodTemplate.of("replicated-job", name if type(name) is str and name else f"replicated-job-{i}",
+                                      ("spec", "replicatedJobs", i, "template", "spec", "template"),
+                                      ("spec", "replicatedJobs", i), replicated_job_pods(rjob), template["template"],
+                                      {}))
+        return out
+
+    def check_spec(self, shape: Shape, obj: dict[str, Any]) -> None:
+        """jobset v0.11.1 ``JobSetSpec``: ``replicatedJobs`` a list of objects, each with a
+        ``name`` (string), ``replicas`` (int32) and a JobTemplateSpec ``template`` whose ``spec``
+        has ``parallelism``/``completions`` (int32) and a pod ``template``; ``suspend`` a
+        boolean."""
+        spec = obj.get("spec")
+        if not shape.obj(spec, ("spec",), required=True):
+            return
+        shape.scalar(spec.get("suspend"), ("spec", "suspend"), bool, "true or false")
+        rjobs = spec.get("replicatedJobs")
+        if rjobs is None:
+            shape.bad(("spec", "replicatedJobs"), "is missing; a JobSet needs at least one replicated job")
+        for rjob, path in shape.each(rjobs, ("spec", "replicatedJobs")):
+            shape.string(rjob.get("name"), path + ("name",))
+            shape.scalar(rjob.get("replicas"), path + ("replicas",), int,
+                         f"a whole number from 0 to {INT32_MAX} (int32)", 0, INT32_MAX)
+            template = rjob.get("template")
+            if not shape.obj(template, path + ("template",), required=True):
+                continue
+            job_spec = template.get("spec")
+            if not shape.obj(job_spec, path + ("template", "spec"), required=True):
+                continue
+            for key in ("parallelism", "completions"):  # *int32 in batch/v1 JobSpec
+                shape.scalar(job_spec.get(key), path + ("template", "spec", key), int,
+                             f"a whole number from 0 to {INT32_MAX} (int32)", 0, INT32_MAX)
+            shape.pod_template(job_spec.get("template"), path + ("template", "spec", "template"))
+
+    def templates_mutable(self, old: dict[str, Any]) -> bool:
+        """Only while the stored JobSet is suspended: jobset v0.11.1
+        ``pkg/webhooks/jobset_webhook.go`` ``ValidateUpdate`` lets the pod templates' labels,
+        annotations, node selector, tolerations and scheduling gates change when the old or the
+        new JobSet is suspended ("needed for integration with Kueue"), and keeps
+        ``spec.replicatedJobs`` immutable otherwise. Judged on ``old`` alone, a JobSet being
+        suspended by this UPDATE is treated as immutable (no patch, never a failed UPDATE)."""
+        return as_dict(old.get("spec")).get("suspend") is True
+
+    def checks(self, obj: dict[str, Any], templates: list[PodTemplate], *, queued: bool, old: dict[str, Any] | None,
+               elastic_jobs: bool) -> list[Violation]:
+        """JobSet: replicas x parallelism within int32 per replicated job (``ValidateCreate``);
+        Kueue: at most ``MAX_POD_SETS`` replicated jobs in a queued JobSet."""
+        out: list[Violation] = []
+        rjobs = as_dict(obj.get("spec")).get("replicatedJobs")
+        for i, rjob in enumerate(rjobs if type(rjobs) is list else ()):
+            replicas = as_int(as_dict(rjob).get("replicas"), 1)
+            parallelism = as_int(as_dict(as_dict(as_dict(rjob).get("template")).get("spec")).get("parallelism"), 1)
+            if replicas * parallelism > INT32_MAX:
+                out.append(Violation("jobset-replicas", f"spec.replicatedJobs[{i}].replicas",
+                    f"is {replicas} with parallelism {parallelism}: {replicas * parallelism} pods; JobSet: \"the "
+                    f"product of replicas and parallelism must not exceed {INT32_MAX}\"; fix: lower replicas or "
+                    f"parallelism"))
+        if queued and len(templates) > MAX_POD_SETS:
+            out.append(Violation("kueue-pod-sets", "spec.replicatedJobs",
+                f"has {len(templates)} replicated jobs; allowed: at most {MAX_POD_SETS} under Kueue (a Workload holds "
+                f"{MAX_POD_SETS} PodSets, one per replicated job); fix: merge replicated jobs with the same pod "
+                f"template (raise their replicas instead)"))
+        return out
+
+
+KIND = JobSet()

@@ -1,0 +1,41 @@
+"""The workload kinds issue 17 adds, over real HTTPS: each kind's runnable upstream sample
+(``tests.workload_samples``) through ``/mutate`` and ``/validate`` as kube-apiserver calls them,
+every JSONPatch applied with ``jsonpatch``: admitted, queued, one run-id everywhere, still valid
+under the kind's real CRD; a sample as written is denied with its field paths."""
+
+from __future__ import annotations
+
+from taugate import labels
+from taugate.kinds import kind_of
+from tests import workload_samples as ws
+from tests.admission.test_new_kinds_admission import CASES
+from tests.crdschema import crd_errors
+from tests.server.https import admission_review, apply, check_response, workload_request
+
+
+async def _admit(gate, obj):
+    request = workload_request(obj)
+    mutated = check_response((await gate.post("/mutate", admission_review(request))).body, request["uid"])
+    out = apply(obj, mutated)
+    validated = check_response((await gate.post("/validate", admission_review({**request, "object": out}))).body,
+                               request["uid"])
+    return validated, out
+
+
+async def test_every_new_kinds_runnable_sample_is_admitted_queued_and_labelled_over_https(gate):
+    for name, case in sorted(CASES.items()):
+        obj = case.sample()
+        resp, out = await _admit(gate, obj)
+        assert resp["allowed"], (name, resp)
+        assert crd_errors(out, case.crd, case.version) == [], name
+        run_id = out["metadata"]["labels"][labels.RUN_ID]
+        assert out["metadata"]["labels"][labels.KUEUE_QUEUE_NAME] == "vision-queue", name
+        assert {t[labels.RUN_ID] for t in ws.template_labels(out)} == {run_id}, name
+        path = kind_of(out).suspend_path
+        assert path is None or ws.at(out, path) is True, name
+
+
+async def test_the_jobset_kep_sample_as_written_is_denied_over_https_with_field_paths(gate):
+    resp, _ = await _admit(gate, ws.load(ws.JOBSET_FINE_TUNE))
+    assert not resp["allowed"] and resp["status"]["code"] == 403
+    assert "spec.replicatedJobs[1].replicas: asks for 3 workers" in resp["status"]["message"]
