@@ -1,7 +1,8 @@
 """The registry of workload kinds taugate admits: one module per kind, every kind table derived here.
 
-A kind module (``rayjob``, ``raycluster``, ``job``, ``pod``, ``deployment``, ``statefulset``) holds all taugate knows about one kind, as a
-``taugate.kinds.base.WorkloadKind`` subclass and its one instance ``KIND``:
+A kind module (``rayjob``, ``raycluster``, ``job``, ``pod``, ``deployment``, ``statefulset``) holds
+all taugate knows about one kind, as a ``taugate.kinds.base.WorkloadKind`` subclass and its one
+instance ``KIND``:
 
 - its API group, version, resource (plural) and kind;
 - pod-template access: the path of every pod template, its role, replicas and GPU demand
