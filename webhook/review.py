@@ -7,9 +7,10 @@ bare object, for the CLI and for policy samples, through exactly the webhook's c
 
 Guard clauses, in order, before any work: a subresource (``status``, ``scale``) is allowed
 untouched; DELETE and CONNECT are allowed; taugate's own service account is allowed; a kind
-taugate does not handle is allowed; a namespace that is not a workspace gets no change; a child
-whose controller owner is a RayJob, RayCluster or Job (KubeRay's submitter Job, the RayCluster a
-RayJob creates) only inherits the parent's run-id.
+taugate does not handle is allowed (an unmanaged GPU workload is judged by ``ungoverned.verdict``);
+a namespace that is not a workspace gets no change; a child whose controller owner is a governed
+workload (KubeRay's submitter Job, the RayCluster a RayJob creates, a Job's pods) only inherits the
+parent's run-id; a CPU-only Pod, Deployment or StatefulSet passes unchanged (``ungoverned.left_alone``).
 """
 
 from __future__ import annotations

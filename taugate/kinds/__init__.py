@@ -1,7 +1,8 @@
 """The registry of workload kinds taugate admits: one module per kind, every kind table derived here.
 
-A kind module (``rayjob``, ``raycluster``, ``job``) holds all taugate knows about one kind, as a
-``taugate.kinds.base.WorkloadKind`` subclass and its one instance ``KIND``:
+A kind module (``rayjob``, ``raycluster``, ``job``, ``pod``, ``deployment``, ``statefulset``) holds
+all taugate knows about one kind, as a ``taugate.kinds.base.WorkloadKind`` subclass and its one
+instance ``KIND``:
 
 - its API group, version, resource (plural) and kind;
 - pod-template access: the path of every pod template, its role, replicas and GPU demand
@@ -27,9 +28,9 @@ How to add a workload kind (e.g. Kubeflow's ``PyTorchJob``):
    ``resource``, ``kind`` and ``upstream``, overriding ``pod_templates`` (every pod template,
    with the pods Kueue reserves for it: read the kind's Kueue integration,
    ``pkg/controller/jobs/<kind>``, ``PodSets``) and ``check_spec`` (the types of every field
-   ``pod_templates`` reads), and, where the kind differs from the defaults, ``queued``,
-   ``templates_mutable``, ``checks``, ``create_defaults`` and ``autoscaling``; end with
-   ``KIND = <Class>()``.
+   ``pod_templates`` reads), and, where the kind differs from the defaults, ``governs``,
+   ``queued``, ``suspend_path``, ``kueue_template_metadata``, ``templates_mutable``, ``checks``,
+   ``create_defaults`` and ``autoscaling``; end with ``KIND = <Class>()``.
 2. Add ``<kind>.KIND`` to ``KINDS`` below.
 3. Regenerate the chart's routes (``python scripts/chart_routes.py``) and give the chart's RBAC
    the new resource (``tests/install`` says where it is missing).

@@ -84,6 +84,29 @@ def test_a_cpu_only_pod_in_a_workspace_passes_unchanged(state, settings, engine)
     assert labels.RUN_ID not in _labels_of(d.object)
 
 
+@pytest.mark.parametrize(("container_list", "resource"), [("containers", "nvidia.com/mig-1g.10gb"),
+                                                           ("initContainers", labels.GPU_RESOURCE)])
+def test_a_pod_asking_for_a_mig_slice_or_a_gpu_in_an_init_container_is_governed(container_list, resource):
+    obj = gpu_pod()
+    del obj["spec"]["containers"][0]["resources"]["limits"]  # the main container: CPU only
+    holder = {"name": "warmup", "image": "cuda", "resources": {}}
+    obj["spec"].setdefault(container_list, []).append(holder)
+    holder["resources"]["limits"] = {resource: 1}
+    assert pod.KIND.governs(pod.KIND.pod_templates(obj))
+    del obj["spec"][container_list][-1]["resources"]["limits"]
+    assert not pod.KIND.governs(pod.KIND.pod_templates(obj))
+
+
+def test_an_update_of_a_cpu_only_deployment_passes_unchanged(state, settings, engine):
+    stored = {**_yaml("sample-deployment.yaml"), "metadata": {"name": "nginx-deployment", "namespace": "vision",
+                                                             "uid": "u-3", "labels": {"app": "nginx"}}}
+    scaled = copy.deepcopy(stored)
+    scaled["spec"]["replicas"] = 5
+    request = request_for(scaled, namespace="vision", operation="UPDATE", old=stored, user_info=ALICE)
+    assert mutate(request, state, settings, engine).patch is None
+    assert validate(request, state, settings, engine).allowed
+
+
 def test_a_gpu_pod_without_cpu_and_memory_requests_is_refused_naming_the_pod(state, settings, engine):
     d = _admit(_yaml("gpu-pod.yaml"), state, settings, engine)
     assert not d.allowed

@@ -131,11 +131,12 @@ def test_a_gpu_daemonset_is_refused_and_the_pods_of_an_existing_one_are_its_chil
     assert _decide(its_pod, state, settings, engine, DS_CONTROLLER).allowed
 
 
-def test_a_researchers_pod_claiming_a_replicaset_owner_is_a_top_level_pod_never_a_child(state, settings, engine):
-    forged = owned(gpu_pod(), "apps/v1", "ReplicaSet")
+def test_a_researchers_gpu_pod_claiming_a_replicaset_owner_is_judged_as_an_unmanaged_pod_never_a_child(
+        state, settings, engine):
+    forged = owned(gpu_pod(), "apps/v1", "ReplicaSet")  # with a run-id, as a Deployment's pods carry
     d = _decide(forged, state, settings, engine, ALICE)
-    assert not d.allowed or d.object["metadata"]["labels"][labels.KUEUE_QUEUE_NAME] == "vision-queue"
-    assert "[unmanaged-kind]" in d.message  # a ReplicaSet is not a workload kind: its pods are judged
+    assert not d.allowed
+    assert "[unmanaged-kind] metadata.ownerReferences: a Pod controlled by ReplicaSet 'parent'" in d.message
 
 
 def test_an_unmanaged_gpu_workload_outside_a_workspace_is_not_looked_at(state, settings, engine):
