@@ -80,6 +80,19 @@ def _ask_for_gpus(template: dict, gpus: int = 1) -> None:
         res.setdefault("requests", {})[GPU] = str(gpus)
 
 
+def _with_requests(obj: dict) -> dict:
+    """``obj`` with cpu and memory requests on every container of its pod templates that has
+    none, as the policy library requires (``requests-required``) and its denial says to fix: 4
+    cpu and 16Gi on a GPU container, 1 cpu and 1Gi on a CPU-only one."""
+    for _, tpl in pod_templates(obj):
+        for c in tpl["spec"]["containers"]:
+            requests = c.setdefault("resources", {}).setdefault("requests", {})
+            gpu = GPU in requests or GPU in (c["resources"].get("limits") or {})
+            requests.setdefault("cpu", "4" if gpu else "1")
+            requests.setdefault("memory", "16Gi" if gpu else "1Gi")
+    return obj
+
+
 def _named(obj: dict, name: str, namespace: str = WORKSPACE) -> dict:
     obj = copy.deepcopy(obj)
     obj["metadata"] = {**{k: v for k, v in obj["metadata"].items() if k not in ("generateName", "namespace")},
@@ -157,15 +170,16 @@ def gpu_rayservice() -> dict:
 
 
 SAMPLES = {
-    "Pod": lambda: gpu_pod("gpu-pod-sample"),
-    "Deployment": lambda: gpu_deployment("gpu-deployment-sample", replicas=1),
-    "StatefulSet": gpu_statefulset,
-    "JobSet": gpu_jobset,
-    "LeaderWorkerSet": gpu_leaderworkerset,
-    "PyTorchJob": gpu_pytorchjob,
-    "RayService": gpu_rayservice,
+    "Pod": lambda: _with_requests(gpu_pod("gpu-pod-sample")),
+    "Deployment": lambda: _with_requests(gpu_deployment("gpu-deployment-sample", replicas=1)),
+    "StatefulSet": lambda: _with_requests(gpu_statefulset()),
+    "JobSet": lambda: _with_requests(gpu_jobset()),
+    "LeaderWorkerSet": lambda: _with_requests(gpu_leaderworkerset()),
+    "PyTorchJob": lambda: _with_requests(gpu_pytorchjob()),
+    "RayService": lambda: _with_requests(gpu_rayservice()),
 }
-"""Each new kind's GPU sample, built from its own module."""
+"""Each new kind's GPU sample, built from its own module, with the cpu and memory requests the
+policy library requires (``_with_requests``)."""
 RESOURCE = {"Pod": "pod", "Deployment": "deployment.apps", "StatefulSet": "statefulset.apps",
             "JobSet": "jobsets.jobset.x-k8s.io", "LeaderWorkerSet": "leaderworkersets.leaderworkerset.x-k8s.io",
             "PyTorchJob": "pytorchjobs.kubeflow.org", "RayService": "rayservices.ray.io",
@@ -308,8 +322,8 @@ def test_kueue_marks_a_leaderworkersets_templates_as_suspended_by_their_parent(s
 def test_a_bare_gpu_pod_is_gated_by_kueue_queued_as_a_workload_then_admitted_and_bound_to_an_h100_node(stack):
     cp = stack.cp
     # `kubectl run` has no flag for resources: a researcher asks for a GPU with --overrides.
-    overrides = {"spec": {"containers": [{"name": "train", "image": "nginx",
-                                          "resources": {"limits": {GPU: "1"}, "requests": {GPU: "1"}}}]}}
+    overrides = {"spec": {"containers": [{"name": "train", "image": "nginx", "resources": {
+        "limits": {GPU: "1"}, "requests": {GPU: "1", "cpu": "4", "memory": "16Gi"}}}]}}
     out = cp.kubectl("run", "train", "-n", WORKSPACE, "--image=nginx", "--restart=Never",
                      "--labels=e2e.taugate/kinds=1", f"--overrides={json.dumps(overrides)}", "-o", "json",
                      kubeconfig=researcher(stack))
@@ -331,7 +345,7 @@ def test_a_bare_gpu_pod_is_gated_by_kueue_queued_as_a_workload_then_admitted_and
 # ---- what the controllers make -------------------------------------------------------------------
 def test_a_gpu_deployments_pods_carry_the_placement_and_the_deployments_run_id_and_kueue_admits_each(stack):
     cp = stack.cp
-    create(stack, gpu_deployment("trainer-fleet", replicas=2))
+    create(stack, _with_requests(gpu_deployment("trainer-fleet", replicas=2)))
     dep = get(stack, "Deployment", "trainer-fleet")
     run_id = dep["metadata"]["labels"][RUN_ID]
     assert dep["spec"]["template"]["metadata"]["labels"][RUN_ID] == run_id
@@ -387,7 +401,7 @@ def _gpu_template_kind(path: Path, kind: str, namespace: str = WORKSPACE) -> dic
 def test_a_gpu_workload_of_a_kind_taugate_does_not_manage_is_refused_naming_the_managed_kinds(stack, kind):
     # The researcher role grants no DaemonSet or ReplicaSet: one whose role does (here the admin)
     # meets taugate's webhook, which refuses the GPU workload by the default setting (deny).
-    out = create(stack, UNMANAGED[kind](), check=False, as_researcher=False)
+    out = create(stack, _with_requests(UNMANAGED[kind]()), check=False, as_researcher=False)
     assert out.returncode != 0, out.stdout
     assert "denied the request" in out.stderr, out.stderr
     for managed in ("Deployment", "StatefulSet", "JobSet", "RayJob"):
