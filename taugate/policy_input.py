@@ -40,49 +40,24 @@ def _whole(value: Any) -> int:
     return n if n == value else n + 1
 
 
-def _group_at(obj: dict[str, Any], path: tuple[Any, ...]) -> dict[str, Any]:
-    cur: Any = obj
-    for part in path:
-        if isinstance(cur, dict) and isinstance(part, str):
-            cur = cur.get(part)
-        elif isinstance(cur, list) and isinstance(part, int) and 0 <= part < len(cur):
-            cur = cur[part]
-        else:
-            return {}
-    return cur if isinstance(cur, dict) else {}
-
-
 def _mapping(value: Any) -> dict[str, Any]:
     """``value`` when it is a JSON object, else an empty one."""
     return value if isinstance(value, dict) else {}
 
 
-def _replica_fields(obj: dict[str, Any], t: PodTemplate, autoscaling: bool) -> tuple[str | None, int]:
-    """Where a template's pod count is set and the most pods it may scale to.
-
-    KubeRay: a worker group's ``replicas`` (x ``numOfHosts``); with ``enableInTreeAutoscaling``
-    the autoscaler may grow it to ``maxReplicas`` (x ``numOfHosts``). batch/v1 Job:
-    ``spec.parallelism``. Deployment, StatefulSet: ``spec.replicas``. A Pod: its
-    ``kueue.x-k8s.io/pod-group-total-count`` annotation. Head and submitter: one pod, no field.
-    Every other role (a JobSet replicated job, a Kubeflow replica spec, a LeaderWorkerSet's
-    groups): the ``replicas`` of its group spec (``PodTemplate.group_path``)."""
+def _replicas_field(t: PodTemplate) -> str | None:
+    """Where a template's pod count is set: a batch/v1 Job's ``spec.parallelism``; a bare Pod's
+    ``kueue.x-k8s.io/pod-group-total-count`` annotation (its Kueue pod group's size); none for the
+    Ray head and the RayJob submitter (one pod each); for every other role the ``replicas`` of its
+    group spec (``PodTemplate.group_path``: a Ray worker group, a Deployment's or StatefulSet's
+    ``spec``, a JobSet replicated job, a Kubeflow replica spec, a LeaderWorkerSet's ``spec``)."""
     if t.role == "job":
-        return field_path(t.group_path + ("parallelism",)), t.replicas
-    if t.role == "replica":  # a Deployment's or StatefulSet's spec.replicas
-        return field_path(t.group_path + ("replicas",)), t.replicas
+        return field_path(t.group_path + ("parallelism",))
     if t.role == "pod":  # a bare Pod: its Kueue pod group's size
-        return annotation_field(POD_GROUP_TOTAL_COUNT), t.replicas
+        return annotation_field(POD_GROUP_TOTAL_COUNT)
     if t.role not in WORKER_ROLES:
-        return None, t.replicas
-    group = _group_at(obj, t.group_path)
-    most = t.replicas
-    max_replicas = group.get("maxReplicas")
-    if t.role == "worker" and autoscaling and isinstance(max_replicas, int) and not isinstance(max_replicas, bool):
-        given = group.get("numOfHosts")
-        hosts = given if isinstance(given, int) else 1
-        most = max(most, max_replicas * max(hosts, 1))
-    return field_path(t.group_path + ("replicas",)), most
-
+        return None
+    return field_path(t.group_path + ("replicas",))
 
 
 def _without_nulls(value: Any) -> Any:
@@ -96,7 +71,7 @@ def _without_nulls(value: Any) -> Any:
         return [_without_nulls(v) for v in value if v is not None]
     return value
 
-def _template_input(t: PodTemplate, obj: dict[str, Any] | None = None, autoscaling: bool = False) -> dict[str, Any]:
+def _template_input(t: PodTemplate, most: int) -> dict[str, Any]:
     spec = t.spec
     gpus: dict[tuple[str, int], Any] = {(g.kind, g.index): g.effective for g in t.gpus()}
     containers = []
@@ -111,16 +86,15 @@ def _template_input(t: PodTemplate, obj: dict[str, Any] | None = None, autoscali
             "gpus": _whole(gpus.get((kind, i), 0)),
             "sidecar": is_sidecar(kind, c),
         })
-    replicas_field, max_replicas = _replica_fields(obj or {}, t, autoscaling)
     return {
         "role": t.role,
         "group": t.group,
         "field": field_path(t.path),
         "groupField": field_path(t.group_path),
-        "replicasField": replicas_field,
+        "replicasField": _replicas_field(t),
         "replicas": t.replicas,
         "minReplicas": t.min_replicas,
-        "maxReplicas": max_replicas,
+        "maxReplicas": most,
         "gpusPerPod": t.gpus_per_pod,
         "migPerPod": t.mig_per_pod,
         "rayNumGpus": None if t.ray_num_gpus is None else float(t.ray_num_gpus),
@@ -144,7 +118,8 @@ def build_policy_input(*, obj: dict[str, Any], templates: list[PodTemplate], ope
     or null, usage) plus ``gpu``, the ``nvidia.com/gpu`` quota for the profile's GPU class with
     ``max``, what Kueue can ever admit; null when the LocalQueue is unknown. The profile leaves
     out how it was resolved (conditions, applicability, queues, flavors, description). Per pod
-    template: ``replicas`` (pods now), ``maxReplicas`` (pods the KubeRay autoscaler may reach),
+    template: ``replicas`` (pods now), ``maxReplicas`` (pods an autoscaler may reach: the kind's
+    ``most_pods`` when it autoscales, e.g. KubeRay's ``maxReplicas``, a PyTorchJob's elastic HPA),
     ``gpusPerPod`` and each container's ``gpus`` (whole devices: limit,
     else request, as Kubernetes defaults an extended resource's request to its limit; native
     sidecars add to the main containers, KEP-753), ``minReplicas`` (the fewest pods Kueue may admit
@@ -161,7 +136,8 @@ def build_policy_input(*, obj: dict[str, Any], templates: list[PodTemplate], ope
     meta = obj.get("metadata") or {}
     kind = kind_of(obj)
     autoscaling = kind is not None and kind.autoscaling(obj)
-    pod_templates = [_template_input(t, obj, autoscaling) for t in templates]
+    pod_templates = [_template_input(t, kind.most_pods(obj, t) if kind is not None and autoscaling else t.replicas)
+                     for t in templates]
     annotations = meta.get("annotations")
     if isinstance(annotations, dict):
         annotations = {k: v for k, v in annotations.items() if k not in _HIDDEN_ANNOTATIONS}

@@ -21,6 +21,9 @@ KUBERAY = upstream.module_dir("kuberay")
 KUBERAY_SAMPLES = KUBERAY / "config" / "samples"
 RAYJOB_CRD = KUBERAY / "config" / "crd" / "bases" / "ray.io_rayjobs.yaml"
 RAYCLUSTER_CRD = KUBERAY / "config" / "crd" / "bases" / "ray.io_rayclusters.yaml"
+RAYSERVICE_CRD = KUBERAY / "config" / "crd" / "bases" / "ray.io_rayservices.yaml"
+STABLE_DIFFUSION = KUBERAY_SAMPLES / "ray-service.stable-diffusion.yaml"
+"""KubeRay's GPU RayService: a CPU head and 1 worker of 1 GPU in group ``gpu-group``, requests set."""
 IMAGE_CLASSIFIER = KUBERAY_SAMPLES / "pytorch-resnet-image-classifier" / "ray-job.pytorch-image-classifier.yaml"
 """KubeRay's GPU RayJob sample: a CPU head and 4 workers of 1 GPU each in group ``gpu-group``."""
 
@@ -41,16 +44,22 @@ copied into ``tests/data/admission/jobset``)."""
 JOBSET_CRD = JOBSET / "config" / "components" / "crd" / "bases" / "jobset.x-k8s.io_jobsets.yaml"
 
 LWS = upstream.module_dir("lws")
-"""LeaderWorkerSet's module (``leaderworkerset.x-k8s.io``): ``config/crd/bases``, ``docs/examples``."""
+"""LeaderWorkerSet's module: ``config/crd/bases``, ``docs/examples``."""
 LWS_CRD = LWS / "config" / "crd" / "bases" / "leaderworkerset.x-k8s.io_leaderworkersets.yaml"
-LWS_EXAMPLES = LWS / "docs" / "examples"
+LWS_VLLM_GPU = LWS / "docs" / "examples" / "vllm" / "GPU" / "lws.yaml"
+"""LWS's vLLM sample: 2 groups of a leader and 1 worker, 8 GPUs each (and a Service)."""
+LWS_SAMPLE = LWS / "docs" / "examples" / "sample" / "lws.yaml"
+"""LWS's basic sample: 3 groups of 4 nginx pods, leader and worker templates, CPU only."""
 
 KUBEFLOW = upstream.module_dir("kubeflow")
-"""Kubeflow's training-operator module (``kubeflow.org`` v1 jobs): ``manifests/base/crds``, ``examples``."""
+"""Kubeflow's training-operator module: ``manifests/base/crds``, ``examples/pytorch``."""
 PYTORCHJOB_CRD = KUBEFLOW / "manifests" / "base" / "crds" / "kubeflow.org_pytorchjobs.yaml"
+PYTORCH_MNIST_NCCL = KUBEFLOW / "examples" / "pytorch" / "mnist" / "v1" / "pytorch_job_mnist_nccl.yaml"
+"""training-operator's GPU PyTorchJob: a Master and 1 Worker of 1 GPU each, no requests."""
+PYTORCH_ELASTIC = KUBEFLOW / "examples" / "pytorch" / "elastic" / "imagenet" / "imagenet.yaml"
+"""training-operator's elastic PyTorchJob: 2 CPU Workers, an HPA (metrics) up to maxReplicas 3."""
+LWS_EXAMPLES = LWS / "docs" / "examples"
 KUBEFLOW_EXAMPLES = KUBEFLOW / "examples"
-
-RAYSERVICE_CRD = KUBERAY / "config" / "crd" / "bases" / "ray.io_rayservices.yaml"
 
 TAUGRID = DATA / "taugrid"
 """TauGrid's CRDs and samples, written by the project after TauGrid's (not on the Go proxy)."""

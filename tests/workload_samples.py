@@ -75,3 +75,10 @@ def at(obj: dict[str, Any], path: tuple[Any, ...]) -> Any:
         else:
             return None
     return obj
+
+
+def one_group(lws: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a LeaderWorkerSet with ``spec.replicas: 1`` (one leader-and-workers group)."""
+    lws = copy.deepcopy(lws)
+    lws["spec"]["replicas"] = 1
+    return lws

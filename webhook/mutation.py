@@ -209,7 +209,9 @@ def edit_create(obj: dict, kind: WorkloadKind, templates: list[PodTemplate], res
     template in ``K8sJobMode``, so its submitter pod carries the run-id too; a pod template a
     default adds is labelled and placed like the others). An object Kueue does not queue
     (``kind.queued``: a RayJob on an existing RayCluster) gets no queue or priority label and no
-    ``suspend``.
+    ``suspend``. A kind Kueue queues without ``suspend`` gets on every pod template the metadata
+    Kueue's webhook gives it (``kind.queued_template_metadata``: a LeaderWorkerSet's pods are
+    gated by Kueue's pod integration).
     """
     edits = Edits(obj)
     edited = obj
@@ -241,6 +243,13 @@ def edit_create(obj: dict, kind: WorkloadKind, templates: list[PodTemplate], res
         known = {t.path for t in templates}
         templates = [*templates, *(t for t in kind.pod_templates(edited) if t.path not in known)]
     label_run(edits, templates, run_id_of(obj, templates) or mint_run_id())
+    if queued:
+        for key, values in kind.queued_template_metadata(obj_labels).items():
+            for t in templates:
+                meta = edits.container(_at(edited, t.path), t.path, "metadata", dict)
+                values_at = edits.container(meta, t.path + ("metadata",), key, dict)
+                for k, v in values.items():
+                    edits.set_default(values_at, t.path + ("metadata", key), k, v)
 
     path = kind.suspend_path
     if queued and path is not None:

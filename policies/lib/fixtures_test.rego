@@ -77,7 +77,11 @@ replicas_field(role, field) := sprintf("%s.replicas", [trim_suffix(field, ".temp
 
 replicas_field(role, field) := "spec.parallelism" if role == "job"
 
-replicas_field(role, field) := null if not role in {"worker", "job"}
+replicas_field(role, field) := null if role in {"head", "submitter"}
+
+replicas_field(role, field) := sprintf("%s.replicas", [trim_suffix(field, ".template")]) if {
+	not role in {"worker", "job", "head", "submitter"}
+}
 
 # head(gpus), worker(i, replicas, gpus): RayJob pod templates.
 head(gpus) := template("head", "head", "spec.rayClusterSpec.headGroupSpec.template", 1, gpus)
@@ -113,11 +117,12 @@ input_for(workspace, profile, templates) := {
 }
 
 # workers(templates): what build_policy_input counts in input.object.workers.
+# Every role but the Ray head and the RayJob submitter (taugate.pods.WORKER_ROLES).
 workers(templates) := {
-	"pods": sum([t.replicas | some t in templates; t.role in {"worker", "job"}]),
-	"maxPods": sum([t.maxReplicas | some t in templates; t.role in {"worker", "job"}]),
-	"gpuPods": sum([t.replicas | some t in templates; t.role in {"worker", "job"}; t.gpusPerPod > 0]),
-	"maxGpuPods": sum([t.maxReplicas | some t in templates; t.role in {"worker", "job"}; t.gpusPerPod > 0]),
+	"pods": sum([t.replicas | some t in templates; not t.role in {"head", "submitter"}]),
+	"maxPods": sum([t.maxReplicas | some t in templates; not t.role in {"head", "submitter"}]),
+	"gpuPods": sum([t.replicas | some t in templates; not t.role in {"head", "submitter"}; t.gpusPerPod > 0]),
+	"maxGpuPods": sum([t.maxReplicas | some t in templates; not t.role in {"head", "submitter"}; t.gpusPerPod > 0]),
 }
 
 # rayjob(workers, gpus): a vision RayJob with a CPU head and one worker group.

@@ -51,13 +51,14 @@ deny contains lib.violation(name, field, msg) if {
 	)
 }
 
-# The KubeRay autoscaler may grow the worker groups past the profile's count.
+# An autoscaler may grow the workers past the profile's count: KubeRay's (worker groups up to
+# maxReplicas) or a PyTorchJob's elastic HPA (the Worker up to elasticPolicy.maxReplicas).
 deny contains lib.violation(name, field, msg) if {
 	input.object.autoscaling
 	now <= input.profile.workerCount
 	most > input.profile.workerCount
 	msg := sprintf(
-		"lets the Ray autoscaler grow to %d workers (maxReplicas); allowed: at most %d under workload profile %s (mode %s, workerCount %d); fix: set maxReplicas so the worker groups add up to at most %d",
+		"lets the autoscaler grow to %d workers (maxReplicas); allowed: at most %d under workload profile %s (mode %s, workerCount %d); fix: set maxReplicas so the workers add up to at most %d",
 		[most, input.profile.workerCount, input.profile.name, input.profile.mode, input.profile.workerCount, input.profile.workerCount],
 	)
 }

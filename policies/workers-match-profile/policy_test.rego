@@ -57,3 +57,22 @@ test_a_fixed_profile_job_that_kueue_may_admit_partially_is_denied_naming_the_ann
 test_a_fixed_profile_job_without_partial_admission_is_allowed if {
 	count(deny) == 0 with input as fx.input_for("vision", "h100-8gpu", [fx.job(2, 8)])
 }
+
+test_a_jobset_replicated_job_counts_as_workers_named_by_its_replicas if {
+	t := object.union(
+		fx.template("replicated-job", "trainer-node", "spec.replicatedJobs[1].template.spec.template", 3, 8),
+		{"replicasField": "spec.replicatedJobs[1].replicas"},
+	)
+	some v in deny with input as fx.input_for("vision", "h100-8gpu", [t])
+	v.field == "spec.replicatedJobs[1].replicas"
+	contains(v.msg, "asks for 3 workers (trainer-node: 3)")
+}
+
+test_a_kubeflow_master_and_a_leaderworkerset_leader_count_as_workers if {
+	master := fx.template("master", "Master", "spec.pytorchReplicaSpecs.Master.template", 1, 8)
+	worker := fx.template("worker", "Worker", "spec.pytorchReplicaSpecs.Worker.template", 1, 8)
+	count(deny) == 0 with input as fx.input_for("vision", "h100-8gpu", [master, worker])
+	leader := fx.template("leader", "leader", "spec.leaderWorkerTemplate.leaderTemplate", 2, 8)
+	some v in deny with input as fx.input_for("vision", "h100-8gpu", [leader, worker])
+	contains(v.msg, "asks for 3 workers (leader: 2, Worker: 1)")
+}

@@ -42,11 +42,23 @@ How to add a workload kind (e.g. Kubeflow's ``PyTorchJob``):
 
 from __future__ import annotations
 
-from taugate.kinds import deployment, job, jobset, pod, raycluster, rayjob, statefulset
+from taugate.kinds import (
+    deployment,
+    job,
+    jobset,
+    leaderworkerset,
+    pod,
+    pytorchjob,
+    raycluster,
+    rayjob,
+    rayservice,
+    statefulset,
+)
 from taugate.kinds.base import WorkloadKind
 
 KINDS: tuple[WorkloadKind, ...] = (rayjob.KIND, raycluster.KIND, job.KIND,
-                                   pod.KIND, deployment.KIND, statefulset.KIND, jobset.KIND)
+                                   pod.KIND, deployment.KIND, statefulset.KIND,
+                                   jobset.KIND, leaderworkerset.KIND, pytorchjob.KIND, rayservice.KIND)
 """Every workload kind taugate admits, in the order webhook rules list them."""
 
 _BY_GROUP_KIND: dict[tuple[str, str], WorkloadKind] = {(k.group, k.kind): k for k in KINDS}

@@ -36,7 +36,8 @@ class WorkloadKind:
 
     Methods a subclass overrides: ``pod_templates`` (always) and ``check_spec`` (always), and where
     the kind differs from the defaults here: ``governs``, ``queued``, ``templates_mutable``,
-    ``checks``, ``create_defaults``, ``autoscaling``.
+    ``checks``, ``create_defaults``, ``queued_template_metadata``, ``autoscaling`` with
+    ``most_pods``.
     """
 
     group: ClassVar[str]
@@ -118,7 +119,20 @@ class WorkloadKind:
         (set-if-missing, so reinvocation changes nothing). Default: none."""
         return []
 
+    def queued_template_metadata(self, obj_labels: dict[str, Any]) -> dict[str, dict[str, str]]:
+        """``{"labels": {...}, "annotations": {...}}`` mutation sets (when missing) on every pod
+        template of a queued object on CREATE, given the object's labels after taugate's own:
+        what Kueue's defaulting webhook writes there for a kind it queues without ``suspend``
+        (its pods are gated instead), so the pods are held whichever webhook runs first.
+        Default: nothing."""
+        return {}
+
     def autoscaling(self, obj: dict[str, Any]) -> bool:
         """True when ``obj`` turns on an autoscaler that may grow its worker pods past their
         ``replicas``. Default: False."""
         return False
+
+    def most_pods(self, obj: dict[str, Any], template: PodTemplate) -> int:
+        """The most pods ``template`` of ``obj`` may grow to under the autoscaler ``autoscaling``
+        reports (asked only when it is on). Default: ``template.replicas``."""
+        return template.replicas

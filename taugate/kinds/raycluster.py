@@ -111,6 +111,20 @@ def check_worker_groups(templates: list[PodTemplate], where: str) -> list[Violat
         f"8 PodSets, one is the head); fix: merge worker groups with the same pod template")]
 
 
+def autoscaled_worker_pods(cluster_spec: dict[str, Any], t: PodTemplate) -> int:
+    """The most pods of ``t`` (a template of the RayCluster spec ``cluster_spec``) KubeRay's
+    in-tree autoscaler may reach: a worker group's ``maxReplicas`` x ``numOfHosts`` when larger
+    than its pods now (ray-operator v1.5 ``controllers/ray/utils/util.go``
+    ``GetWorkerGroupDesiredReplicas`` bounds the autoscaler by ``maxReplicas``); the head's 1."""
+    groups = cluster_spec.get("workerGroupSpecs")
+    index = t.group_path[-1] if t.role == "worker" else None
+    if type(groups) is not list or type(index) is not int or index >= len(groups):
+        return t.replicas
+    group = as_dict(groups[index])
+    most = as_int(group.get("maxReplicas"), 0) * max(as_int(group.get("numOfHosts"), 1), 1)
+    return max(t.replicas, most)
+
+
 def cluster_autoscaling(cluster_spec: Any) -> bool:
     """True when a RayCluster spec sets ``enableInTreeAutoscaling: true`` (KubeRay's autoscaler
     may then grow a worker group up to ``maxReplicas``)."""
@@ -180,6 +194,10 @@ class RayCluster(WorkloadKind):
         """``spec.enableInTreeAutoscaling: true`` (KubeRay's autoscaler may grow a worker group
         up to ``maxReplicas``)."""
         return cluster_autoscaling(obj.get("spec"))
+
+    def most_pods(self, obj: dict[str, Any], template: PodTemplate) -> int:
+        """A worker group's ``maxReplicas`` x ``numOfHosts`` (``autoscaled_worker_pods``)."""
+        return autoscaled_worker_pods(as_dict(obj.get("spec")), template)
 
 
 KIND = RayCluster()

@@ -21,6 +21,7 @@ from typing import Any
 
 from taugate.kinds.base import WorkloadKind
 from taugate.kinds.raycluster import (
+    autoscaled_worker_pods,
     check_autoscaling,
     check_worker_groups,
     cluster_autoscaling,
@@ -224,6 +225,10 @@ class RayJob(WorkloadKind):
     def autoscaling(self, obj: dict[str, Any]) -> bool:
         """``spec.rayClusterSpec.enableInTreeAutoscaling: true``."""
         return cluster_autoscaling(as_dict(obj.get("spec")).get("rayClusterSpec"))
+
+    def most_pods(self, obj: dict[str, Any], template: PodTemplate) -> int:
+        """A worker group's ``maxReplicas`` x ``numOfHosts`` (``raycluster.autoscaled_worker_pods``)."""
+        return autoscaled_worker_pods(as_dict(as_dict(obj.get("spec")).get("rayClusterSpec")), template)
 
 
 KIND = RayJob()

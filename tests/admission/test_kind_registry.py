@@ -55,6 +55,17 @@ SAMPLES = {
         "replicatedJobs": [{"name": "workers", "replicas": 2, "template": {"spec": {"parallelism": 2, "template": {
             "spec": {"containers": [{"name": "t", "image": "pytorch",
                                      "resources": {"limits": {"nvidia.com/gpu": 8}}}]}}}}}]}},
+    "LeaderWorkerSet": {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet", "metadata": {
+        "name": "lws"}, "spec": {"replicas": 2, "leaderWorkerTemplate": {"size": 2, "workerTemplate": {"spec": {
+            "containers": [{"name": "vllm", "image": "vllm", "resources": {"limits": {"nvidia.com/gpu": 8}}}]}}}}},
+    "PyTorchJob": {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "pt"}, "spec": {
+        "pytorchReplicaSpecs": {"Worker": {"replicas": 2, "template": {"spec": {"containers": [
+            {"name": "pytorch", "image": "pytorch", "resources": {"limits": {"nvidia.com/gpu": 8}}}]}}}}}},
+    "RayService": {"apiVersion": "ray.io/v1", "kind": "RayService", "metadata": {"name": "s"}, "spec": {
+        "rayClusterConfig": {
+            "headGroupSpec": {"template": {"spec": {"containers": [{"name": "head", "image": "ray"}]}}},
+            "workerGroupSpecs": [{"groupName": "gpu", "replicas": 2, "template": {"spec": {"containers": [
+                {"name": "w", "image": "ray", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}}]}}},
 }
 """One small well-formed object of each kind; a new kind adds its own here."""
 

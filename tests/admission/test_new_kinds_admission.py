@@ -21,7 +21,16 @@ from taugate.kinds import kind_of
 from taugate.webhook.review import admit, mutate, request_for
 from tests import workload_samples as ws
 from tests.crdschema import crd_errors
-from tests.paths import EXAMPLE_CLUSTER, JOBSET_CRD
+from tests.paths import (
+    EXAMPLE_CLUSTER,
+    JOBSET_CRD,
+    LWS_CRD,
+    LWS_VLLM_GPU,
+    PYTORCH_MNIST_NCCL,
+    PYTORCHJOB_CRD,
+    RAYSERVICE_CRD,
+    STABLE_DIFFUSION,
+)
 
 
 @dataclass(frozen=True)
@@ -36,8 +45,14 @@ class Case:
 CASES = {
     "JobSet": Case(lambda: ws.runnable(ws.load(ws.JOBSET_FINE_TUNE), gpus=4, profile="h100-4gpu"), JOBSET_CRD,
                    "v1alpha2"),
+    "LeaderWorkerSet": Case(lambda: ws.one_group(ws.load(LWS_VLLM_GPU)), LWS_CRD, "v1"),
+    "PyTorchJob": Case(lambda: ws.runnable(ws.load(PYTORCH_MNIST_NCCL)), PYTORCHJOB_CRD, "v1"),
+    "RayService": Case(lambda: ws.load(STABLE_DIFFUSION), RAYSERVICE_CRD, "v1"),
 }
-"""By kind: JobSet KEP 672's fine-tune JobSet (4 GPUs per trainer pod, profile h100-4gpu)."""
+"""By kind: JobSet KEP 672's fine-tune JobSet (4 GPUs per trainer pod, profile h100-4gpu); LWS's
+vLLM LeaderWorkerSet with one group (a leader and a worker of 8 GPUs: the h100-8gpu profile's 2);
+training-operator's NCCL MNIST PyTorchJob (a Master and a Worker of 1 GPU) with requests;
+KubeRay's stable-diffusion RayService (a CPU head, one 1-GPU worker) as written."""
 
 
 @pytest.fixture(params=sorted(CASES))

@@ -1,4 +1,4 @@
-"""Every RayJob, RayCluster and Job in KubeRay's ``config/samples`` and Kueue's example workloads
+"""Every RayJob, RayCluster, RayService and Job in KubeRay's ``config/samples`` and Kueue's example workloads
 (from the pinned Go modules, ``tests/paths.py``), and the Kueue-shaped Jobs of ``tests/data/kueue``
 (GPU with a provisioning check, partial admission, TAS, cpu-only), goes through
 admission in a workspace namespace: no crash, a patch that applies with jsonpatch, an admitted
@@ -14,16 +14,28 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from taugate.kinds import kind_of
 from taugate.webhook.decision import MAX_PROBLEMS_SHOWN
 from taugate.webhook.review import admit, mutate, request_for
 from tests.crdschema import crd_errors
-from tests.paths import DATA, KUBERAY, KUBERAY_SAMPLES, KUEUE, KUEUE_EXAMPLES, RAYCLUSTER_CRD, RAYJOB_CRD
+from tests.paths import (
+    DATA,
+    KUBERAY,
+    KUBERAY_SAMPLES,
+    KUEUE,
+    KUEUE_EXAMPLES,
+    RAYCLUSTER_CRD,
+    RAYJOB_CRD,
+    RAYSERVICE_CRD,
+)
+from tests.workload_samples import at
 
 CRDS = {
     "RayJob": RAYJOB_CRD,
     "RayCluster": RAYCLUSTER_CRD,
+    "RayService": RAYSERVICE_CRD,
 }
-WORKLOAD_KINDS = {"RayJob", "RayCluster", "Job"}
+WORKLOAD_KINDS = {"RayJob", "RayCluster", "RayService", "Job"}
 
 
 def _workloads():
@@ -103,7 +115,7 @@ def test_mutation_of_a_real_sample_applies_validates_against_its_schema_and_is_i
         assert "kueue.x-k8s.io/queue-name" not in labels and "suspend" not in admitted["spec"]
     else:
         assert labels["kueue.x-k8s.io/queue-name"] == "vision-queue"
-        assert admitted["spec"]["suspend"] is True
+        assert at(admitted, kind_of(admitted).suspend_path) is True  # spec.suspend; a RayService's rayClusterConfig
     again = mutate(request_for(admitted, namespace="vision"), state, settings)
     assert again.allowed and again.patch is None
 

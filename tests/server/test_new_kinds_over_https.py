@@ -10,6 +10,7 @@ from taugate.kinds import kind_of
 from tests import workload_samples as ws
 from tests.admission.test_new_kinds_admission import CASES
 from tests.crdschema import crd_errors
+from tests.paths import LWS_VLLM_GPU
 from tests.server.https import admission_review, apply, check_response, workload_request
 
 
@@ -39,3 +40,12 @@ async def test_the_jobset_kep_sample_as_written_is_denied_over_https_with_field_
     resp, _ = await _admit(gate, ws.load(ws.JOBSET_FINE_TUNE))
     assert not resp["allowed"] and resp["status"]["code"] == 403
     assert "spec.replicatedJobs[1].replicas: asks for 3 workers" in resp["status"]["message"]
+
+
+async def test_a_leaderworkerset_over_https_is_queued_without_suspend_and_its_pods_held_by_kueue(gate):
+    resp, out = await _admit(gate, ws.one_group(ws.load(LWS_VLLM_GPU)))
+    assert resp["allowed"], resp
+    assert "suspend" not in out["spec"]
+    for t in kind_of(out).pod_templates(out):
+        assert t.template["metadata"]["annotations"]["kueue.x-k8s.io/pod-suspending-parent"] == \
+            "leaderworkerset.x-k8s.io/leaderworkerset"

@@ -2,8 +2,6 @@ module taugate.local/e2e/lws
 
 go 1.26.0
 
-// LeaderWorkerSet (leaderworkerset.x-k8s.io): source only, nothing built. The tests read its CRD
-// (config/crd/bases) and docs/examples/ through tests/upstream.py; the end-to-end stack installs
-// the CRD so Kueue's leaderworkerset integration starts (tests/e2e/stack.py).
-
+// The LeaderWorkerSet release the tests read their LeaderWorkerSet inputs from (config/crd/bases,
+// docs/examples) through tests/upstream.py (issue 17). Pinned source only: nothing is built.
 require sigs.k8s.io/lws v0.8.0

@@ -1,0 +1,134 @@
+"""Kubeflow ``kubeflow.org/v1`` PyTorchJob: a ``Master`` and ``Worker`` replica spec, each a pod template.
+
+Upstream rules followed here:
+
+- pod templates: ``spec.pytorchReplicaSpecs.Master.template`` (role ``master``) and
+  ``...Worker.template`` (role ``worker``), in that order and only those present, with
+  ``replicas`` pods each, 1 when unset (kueue v0.17 ``pkg/controller/jobs/kubeflow/kubeflowjob/
+  kubeflowjob_controller.go`` ``PodSets``, ``podsCount``, ``OrderedReplicaTypes``;
+  ``kubeflow/jobs/pytorchjob/pytorchjob_controller.go`` ``OrderedReplicaTypes``);
+- queued with the ``kueue.x-k8s.io/queue-name`` label and suspended through
+  ``spec.runPolicy.suspend`` (``kubeflowjob_controller.go`` ``Suspend``, ``IsSuspended``), so
+  ``suspend_path`` is that field;
+- training-operator's PyTorchJob webhook (training-operator v1.9.3
+  ``pkg/webhooks/pytorch/pytorchjob_webhook.go`` ``validatePyTorchReplicaSpecs``, ``validateSpec``):
+  only ``Master`` and ``Worker`` replica types, ``Master`` replicas exactly 1, ``Worker`` replicas
+  at least 1, a ``Worker`` when ``elasticPolicy`` is set;
+- ``elasticPolicy`` with ``metrics`` makes training-operator create a HorizontalPodAutoscaler that
+  scales the ``Worker`` replicas up to ``elasticPolicy.maxReplicas`` (v1.9.3
+  ``pkg/apis/kubeflow.org/v1/pytorch_types.go`` ``ElasticPolicy.Metrics``: "If not set, the HPA
+  will not be created"), which Kueue does not reserve quota for: ``autoscaling``/``most_pods``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from taugate.kinds.base import WorkloadKind
+from taugate.pods import INT32_MAX, PodTemplate, Role, as_dict, as_int
+from taugate.shape import Shape
+from taugate.violation import Violation
+
+REPLICA_TYPES: dict[str, Role] = {"Master": "master", "Worker": "worker"}
+"""PyTorchJob replica types, in Kueue's PodSet order, and their roles."""
+
+
+def replica_pods(replica_spec: dict[str, Any]) -> int:
+    """Pods of one replica spec: ``replicas``, 1 when unset (kueue v0.17
+    ``kubeflowjob_controller.go`` ``podsCount``: ``ptr.Deref(replicas, 1)``)."""
+    return max(as_int(replica_spec.get("replicas"), 1), 0)
+
+
+class PyTorchJob(WorkloadKind):
+    """Kubeflow ``kubeflow.org/v1`` PyTorchJob: ``Master`` (role ``master``) and ``Worker`` (role
+    ``worker``) pod templates, ``replica_pods`` each; suspended at ``spec.runPolicy.suspend``."""
+
+    group, version, resource, kind = "kubeflow.org", "v1", "pytorchjobs", "PyTorchJob"
+    suspend_path = ("spec", "runPolicy", "suspend")
+    upstream = ("kueue v0.17 pkg/controller/jobs/kubeflow/kubeflowjob/kubeflowjob_controller.go PodSets, podsCount, "
+                "Suspend; training-operator v1.9.3 pkg/webhooks/pytorch/pytorchjob_webhook.go "
+                "validatePyTorchReplicaSpecs")
+
+    def pod_templates(self, obj: dict[str, Any]) -> list[PodTemplate]:
+        """``spec.pytorchReplicaSpecs.{Master,Worker}.template`` (group the replica type),
+        ``replica_pods`` pods each, in Kueue's order."""
+        specs = as_dict(as_dict(obj.get("spec")).get("pytorchReplicaSpecs"))
+        out: list[PodTemplate] = []
+        for name, role in REPLICA_TYPES.items():
+            rspec = specs.get(name)
+            if type(rspec) is dict and type(rspec.get("template")) is dict:
+                at = ("spec", "pytorchReplicaSpecs", name)
+                out.append(PodTemplate.of(role, name, at + ("template",), at, replica_pods(rspec), rspec["template"],
+                                          {}))
+        return out
+
+    def check_spec(self, shape: Shape, obj: dict[str, Any]) -> None:
+        """training-operator v1.9.3 ``PyTorchJobSpec``: ``pytorchReplicaSpecs`` (required) maps
+        replica types to objects with ``replicas`` (int32) and a pod ``template``; ``runPolicy``
+        an object whose ``suspend`` is a boolean; ``elasticPolicy`` an object with int32
+        ``minReplicas``/``maxReplicas``."""
+        spec = obj.get("spec")
+        if not shape.obj(spec, ("spec",), required=True):
+            return
+        specs = spec.get("pytorchReplicaSpecs")
+        if shape.obj(specs, ("spec", "pytorchReplicaSpecs"), required=True):
+            for name, rspec in specs.items():
+                at = ("spec", "pytorchReplicaSpecs", name)
+                if shape.obj(rspec, at, required=True):
+                    shape.scalar(rspec.get("replicas"), at + ("replicas",), int,
+                                 f"a whole number from 0 to {INT32_MAX} (int32)", 0, INT32_MAX)
+                    shape.pod_template(rspec.get("template"), at + ("template",))
+        policy = spec.get("runPolicy")
+        if shape.obj(policy, ("spec", "runPolicy")):
+            shape.scalar(policy.get("suspend"), ("spec", "runPolicy", "suspend"), bool, "true or false")
+        elastic = spec.get("elasticPolicy")
+        if shape.obj(elastic, ("spec", "elasticPolicy")):
+            for key in ("minReplicas", "maxReplicas"):
+                shape.scalar(elastic.get(key), ("spec", "elasticPolicy", key), int,
+                             f"a whole number from 0 to {INT32_MAX} (int32)", 0, INT32_MAX)
+
+    def checks(self, obj: dict[str, Any], templates: list[PodTemplate], *, queued: bool, old: dict[str, Any] | None,
+               elastic_jobs: bool) -> list[Violation]:
+        """training-operator's ``validatePyTorchReplicaSpecs`` and ``validateSpec``, which it
+        checks in its own webhook, so a PyTorchJob it would refuse is refused here with the field
+        (messages in its words)."""
+        spec = as_dict(obj.get("spec"))
+        specs = as_dict(spec.get("pytorchReplicaSpecs"))
+        out: list[Violation] = []
+        for name in specs:
+            if name not in REPLICA_TYPES:
+                out.append(Violation("pytorchjob-replica-specs", f"spec.pytorchReplicaSpecs.{name}",
+                    f"is not a PyTorchJob replica type; training-operator: Unsupported value {name!r}; allowed: "
+                    f"Master, Worker; fix: rename it Worker (or Master)"))
+        master = specs.get("Master")
+        if type(master) is dict and master.get("replicas") != 1:
+            out.append(Violation("pytorchjob-replica-specs", "spec.pytorchReplicaSpecs.Master.replicas",
+                f"is {master.get('replicas', 'unset')}; training-operator: \"must be 1\"; allowed: 1; fix: set "
+                f"Master replicas to 1 and put the other pods in Worker"))
+        worker = specs.get("Worker")
+        if type(worker) is dict and type(worker.get("replicas")) is int and worker["replicas"] < 1:
+            out.append(Violation("pytorchjob-replica-specs", "spec.pytorchReplicaSpecs.Worker.replicas",
+                f"is {worker['replicas']}; training-operator: \"must be at least 1\"; fix: set it to 1 or more, or "
+                f"remove the Worker replica spec"))
+        if spec.get("elasticPolicy") is not None and type(worker) is not dict:
+            out.append(Violation("pytorchjob-replica-specs", "spec.pytorchReplicaSpecs.Worker",
+                "is missing with an elasticPolicy; training-operator: \"must be configured if elastic policy is "
+                "used\"; fix: add a Worker replica spec or remove spec.elasticPolicy"))
+        return out
+
+    def autoscaling(self, obj: dict[str, Any]) -> bool:
+        """``spec.elasticPolicy.metrics`` set: training-operator's HorizontalPodAutoscaler may grow
+        the Worker replicas up to ``elasticPolicy.maxReplicas``."""
+        metrics = as_dict(as_dict(obj.get("spec")).get("elasticPolicy")).get("metrics")
+        return type(metrics) is list and bool(metrics)
+
+    def most_pods(self, obj: dict[str, Any], template: PodTemplate) -> int:
+        """The Worker's ``elasticPolicy.maxReplicas`` when larger than its replicas (the HPA's
+        upper bound); any other template's replicas."""
+        if template.role != "worker":
+            return template.replicas
+        most = as_int(as_dict(as_dict(obj.get("spec")).get("elasticPolicy")).get("maxReplicas"), 0)
+        return max(template.replicas, most)
+
+
+KIND = PyTorchJob()
