@@ -74,7 +74,7 @@ from taugate.controllers.recorder_reconcile import RunReconciler
 from taugate.controllers.recorder_writer import TauRunWriter
 from taugate.controllers.run_admitted import workload_owner_uid
 from taugate.controllers.run_completion import pod_terminations
-from taugate.kinds import job, raycluster, rayjob
+from taugate.kinds import job, pod, raycluster, rayjob
 from taugate.settings import Settings
 
 log = logging.getLogger("taugate.recorder")
@@ -196,7 +196,7 @@ class Recorder:
             (IX_RAYJOBS, gvr(rayjob.KIND), {"labels": present}, by_run_id, self.observe_owner),
             (IX_JOBS, gvr(job.KIND), {"labels": present, "when": not_child}, by_run_id, self.observe_owner),
             (IX_WORKLOADS, ("kueue.x-k8s.io", "workloads"), {}, by_owner_uid, self.observe_workload),
-            (IX_PODS, ("", "v1", "pods"), {"labels": present}, by_run_id, self.observe_pod),
+            (IX_PODS, gvr(pod.KIND), {"labels": present}, by_run_id, self.observe_pod),
             (IX_CLUSTERS, gvr(raycluster.KIND), {"labels": present}, by_run_id, self.observe_child),
             (IX_CHILD_JOBS, gvr(job.KIND), {"labels": present, "when": child}, by_run_id, self.observe_child),
             (IX_NODES, ("", "v1", "nodes"), {}, by_node_name, self.observe_node),

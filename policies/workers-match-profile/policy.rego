@@ -4,8 +4,9 @@
 # placement and quota are planned for that number); `mode: elastic` runs at most
 # `workerCount`. Workers are Ray worker-group pods (the larger of KubeRay's
 # clamp(replicas, minReplicas, maxReplicas) and Kueue's replicas, x numOfHosts; with the KubeRay
-# autoscaler on, up to maxReplicas x numOfHosts) and the pods a batch/v1 Job runs at a time
-# (min(parallelism, completions)), and the pods of every other role but the Ray head and the RayJob
+# autoscaler on, up to maxReplicas x numOfHosts), the pods a batch/v1 Job runs at a time
+# (min(parallelism, completions)), a bare Pod (1, or its Kueue pod group), a Deployment's or
+# StatefulSet's replicas, and the pods of every other role but the Ray head and the RayJob
 # submitter (JobSet replicated jobs, Kubeflow Master and Worker, LeaderWorkerSet leaders and
 # workers); for a GPU profile only pod templates that hold GPUs count.
 package taugate.policies.workers_match_profile
