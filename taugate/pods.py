@@ -22,13 +22,14 @@ from kubernetes.utils import quantity as _kubernetes_quantity
 from taugate import labels
 from taugate.fieldpath import Path
 
-Role = Literal["head", "worker", "submitter", "job", "replicated-job", "master", "leader"]
+Role = Literal["head", "worker", "submitter", "job", "pod", "replica", "replicated-job", "master", "leader"]
 """What a pod template's pods do: a Ray head, worker (a Ray worker group, a Kubeflow ``Worker``,
-LeaderWorkerSet workers), submitter, a Job's pods, a JobSet replicated job's, a Kubeflow
-``Master``, a LeaderWorkerSet leader. Every role but ``head`` and ``submitter`` trains or serves
-(``WORKER_ROLES``)."""
+LeaderWorkerSet workers), submitter, a Job's pods, a bare Pod itself (``pod``), the template of a
+Deployment or StatefulSet (``replicas`` identical pods: ``replica``), a JobSet replicated job's, a
+Kubeflow ``Master``, a LeaderWorkerSet leader. Every role but ``head`` and ``submitter`` trains or
+serves (``WORKER_ROLES``)."""
 
-WORKER_ROLES: frozenset[str] = frozenset({"worker", "job", "replicated-job", "master", "leader"})
+WORKER_ROLES: frozenset[str] = frozenset({"worker", "job", "pod", "replica", "replicated-job", "master", "leader"})
 """Roles whose pods do the work a workload profile sizes (``workerCount`` x ``gpusPerWorker``):
 all but the Ray head, which coordinates, and the RayJob submitter."""
 ContainerList = Literal["containers", "initContainers"]
@@ -221,7 +222,8 @@ class PodTemplate:
     convention (not ``frozen``: a frozen dataclass costs ~1 us more to build, per template, per
     review).
 
-    - ``role``: head / worker / submitter / job / replicated-job / master / leader (``Role``).
+    - ``role``: head / worker / submitter / job / pod / replica / replicated-job / master / leader
+      (``Role``).
     - ``group``: the Ray group name (``groupName``), ``head``, ``submitter`` or ``job``; a JobSet
       replicated job's name; a Kubeflow replica type (``Master``, ``Worker``); ``leader`` or
       ``worker`` of a LeaderWorkerSet.
@@ -302,3 +304,10 @@ INT32_MAX = 2**31 - 1
 """The largest int32: replicas, parallelism and the like are ``*int32`` in the Go API types."""
 
 _WHOLE = re.compile(r"^[0-9]+$")
+
+
+def asks_for_gpus(templates: list[PodTemplate]) -> bool:
+    """True when a pod template holds a GPU: ``nvidia.com/gpu`` or a MIG slice
+    (``nvidia.com/mig-*``) in any container or init container (``gpus_per_pod``/``mig_per_pod``,
+    KEP-753 arithmetic)."""
+    return any(t.gpus_per_pod > 0 or t.mig_per_pod for t in templates)

@@ -17,8 +17,9 @@ from decimal import Decimal
 from typing import Any
 
 from taugate import labels
-from taugate.fieldpath import field_path
+from taugate.fieldpath import annotation_field, field_path
 from taugate.kinds import kind_of
+from taugate.kinds.pod import POD_GROUP_TOTAL_COUNT
 from taugate.models import ResolvedProfile, TauWorkspace
 from taugate.pods import WORKER_ROLES, PodTemplate, is_sidecar
 from taugate.snapshot import ClusterState
@@ -45,12 +46,15 @@ def _mapping(value: Any) -> dict[str, Any]:
 
 
 def _replicas_field(t: PodTemplate) -> str | None:
-    """Where a template's pod count is set: a batch/v1 Job's ``spec.parallelism``; none for the
+    """Where a template's pod count is set: a batch/v1 Job's ``spec.parallelism``; a bare Pod's
+    ``kueue.x-k8s.io/pod-group-total-count`` annotation (its Kueue pod group's size); none for the
     Ray head and the RayJob submitter (one pod each); for every other role the ``replicas`` of its
-    group spec (``PodTemplate.group_path``: a Ray worker group, a JobSet replicated job, a
-    Kubeflow replica spec, a LeaderWorkerSet's ``spec``)."""
+    group spec (``PodTemplate.group_path``: a Ray worker group, a Deployment's or StatefulSet's
+    ``spec``, a JobSet replicated job, a Kubeflow replica spec, a LeaderWorkerSet's ``spec``)."""
     if t.role == "job":
         return field_path(t.group_path + ("parallelism",))
+    if t.role == "pod":  # a bare Pod: its Kueue pod group's size
+        return annotation_field(POD_GROUP_TOTAL_COUNT)
     if t.role not in WORKER_ROLES:
         return None
     return field_path(t.group_path + ("replicas",))

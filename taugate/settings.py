@@ -37,10 +37,16 @@ class Settings(BaseSettings):
     - ``default_lanes``: the lane of an object without a ``tau.azure.com/lane`` label, by kind (each
       kind's ``default_lane``, ``taugate.kinds``).
     - ``admin_groups`` / ``admin_users``: who may approve TauQuotaRequests.
-    - ``controller_users``: the usernames whose creates of an owned workload are trusted as
-      children of a workload kind (``taugate.kinds``: a RayJob's RayCluster, KubeRay's submitter
-      Job, a JobSet's Jobs): they inherit the parent's run-id and nothing else; an owned object
+    - ``controller_users``: the usernames whose creates of an owned object are trusted as children
+      of a workload (a RayJob's RayCluster, a JobSet's Jobs, a Job's, RayCluster's or
+      StatefulSet's pods, a Deployment's ReplicaSet, the pods of a ReplicaSet, DaemonSet or
+      ReplicationController: they inherit the parent's run-id and nothing else); an owned object
       anyone else creates is a top-level workload.
+    - ``unmanaged_gpu_workloads``: what admission does with a GPU workload in a workspace of a
+      kind taugate does not manage (a bare ReplicaSet, a DaemonSet, a ReplicationController, a
+      Pod whose controller is another operator's kind: ``taugate.unmanaged``): ``deny`` (the default; the
+      message names the managed kinds and the fix) or ``warn`` (allowed, with an AdmissionReview
+      warning). Helm value ``webhook.unmanagedGpuWorkloads``.
     - ``kueue_elastic_jobs``: Kueue's ElasticJobsViaWorkloadSlices feature gate is on in the
       cluster (alpha, off by default in Kueue 0.17), so a RayCluster/RayJob annotated
       ``kueue.x-k8s.io/elastic-job: "true"`` may use the Ray autoscaler under Kueue.
@@ -100,6 +106,11 @@ class Settings(BaseSettings):
         "system:serviceaccount:kueue-system:kueue-controller-manager",
         "system:serviceaccount:kube-system:job-controller",
         "system:serviceaccount:kube-system:cronjob-controller",
+        "system:serviceaccount:kube-system:deployment-controller",
+        "system:serviceaccount:kube-system:replicaset-controller",
+        "system:serviceaccount:kube-system:statefulset-controller",
+        "system:serviceaccount:kube-system:daemon-set-controller",
+        "system:serviceaccount:kube-system:replication-controller",
         "system:kube-controller-manager",
         # Issue 17 kinds' controllers: JobSet's Jobs, LeaderWorkerSet's StatefulSets and Pods,
         # training-operator's Pods (their install manifests' service accounts).
@@ -107,6 +118,7 @@ class Settings(BaseSettings):
         "system:serviceaccount:lws-system:lws-controller-manager",
         "system:serviceaccount:kubeflow:training-operator",
     )
+    unmanaged_gpu_workloads: Literal["deny", "warn"] = "deny"
     kueue_elastic_jobs: bool = False
     admission_key: SecretStr | None = None
     policy_backend: Literal["embedded", "opa"] = "embedded"

@@ -273,12 +273,16 @@ def _some_container(spec: PodSpec) -> PodSpec:
     return spec
 
 
+PodSpecWithContainers = Annotated[PodSpec, AfterValidator(_some_container)]
+"""A core/v1 PodSpec with at least one container (a Pod's ``spec``, a pod template's ``spec``)."""
+
+
 class PodTemplateSpec(TypedDict, total=False):
     """core/v1 PodTemplateSpec (a workload's pod template): ``spec`` required, with at least one
     container."""
 
     metadata: ObjectMeta | None
-    spec: Required[Annotated[PodSpec, AfterValidator(_some_container)]]
+    spec: Required[PodSpecWithContainers]
 
 
 # --- admission.k8s.io/v1 AdmissionReview, as the webhook reads it --------------------------------

@@ -102,7 +102,7 @@ install_namespace_path_fix()
 # ---------------------------------------------------------------------------------------------
 # Discovery: the resources taugate and its tests use, as (group/version/plural, kind, namespaced).
 
-RESOURCES: tuple[tuple[str, str, bool], ...] = (
+RESOURCES: tuple[tuple[str, str, bool], ...] = tuple(dict.fromkeys((  # once each (a Pod is also a workload kind)
     ("v1/namespaces", "Namespace", False),
     ("v1/nodes", "Node", False),
     ("v1/serviceaccounts", "ServiceAccount", True),
@@ -124,7 +124,7 @@ RESOURCES: tuple[tuple[str, str, bool], ...] = (
     ("tau.azure.com/v1alpha1/workspaces", "TauWorkspace", True),
     ("tau.azure.com/v1alpha1/quotarequests", "TauQuotaRequest", True),
     ("tau.azure.com/v1alpha1/tauruns", "TauRun", True),
-)
+)))
 _VERBS = ("list", "watch", "get", "create", "patch", "delete")
 
 # plural by (apiVersion, kind), for apply()/delete() of plain manifests.

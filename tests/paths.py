@@ -58,6 +58,8 @@ PYTORCH_MNIST_NCCL = KUBEFLOW / "examples" / "pytorch" / "mnist" / "v1" / "pytor
 """training-operator's GPU PyTorchJob: a Master and 1 Worker of 1 GPU each, no requests."""
 PYTORCH_ELASTIC = KUBEFLOW / "examples" / "pytorch" / "elastic" / "imagenet" / "imagenet.yaml"
 """training-operator's elastic PyTorchJob: 2 CPU Workers, an HPA (metrics) up to maxReplicas 3."""
+LWS_EXAMPLES = LWS / "docs" / "examples"
+KUBEFLOW_EXAMPLES = KUBEFLOW / "examples"
 
 TAUGRID = DATA / "taugrid"
 """TauGrid's CRDs and samples, written by the project after TauGrid's (not on the Go proxy)."""

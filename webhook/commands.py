@@ -23,10 +23,11 @@ import orjson
 import yaml
 
 from taugate.files import InputError, expand_paths
-from taugate.kinds import kind_for
+from taugate.kinds import group_of, kind_for
 from taugate.settings import Settings
 from taugate.snapshot import ClusterState, SnapshotError, load_snapshot, read_objects
 from taugate.structure import json_problem
+from taugate.unmanaged import unmanaged_kind_for
 from taugate.webhook.policy_set import PolicyError
 
 if TYPE_CHECKING:  # annotations only: the CLI imports the decision code when it admits
@@ -125,7 +126,8 @@ def _admit_one(args: argparse.Namespace, f: str, obj: dict, stored: dict[tuple[s
     meta = _metadata(obj)
     name = str(meta.get("name") or f"{meta.get('generateName') or ''}*")
     label = f"{obj['kind']} {name if len(name) <= 80 else name[:77] + '...'}"
-    if kind_for(obj.get("apiVersion"), obj.get("kind")) is None:
+    if kind_for(obj.get("apiVersion"), obj.get("kind")) is None and \
+            unmanaged_kind_for(group_of(str(obj.get("apiVersion") or "")), obj.get("kind")) is None:
         _err(f"{f}: {label}: not a kind taugate admits; unchanged")
         return True, None if args.output == "patch" else obj
     ns = _namespace(args, f, label, meta)

@@ -24,6 +24,7 @@ from taugate.kinds import KINDS, WorkloadKind
 from taugate.pods import PodTemplate
 from taugate.settings import Settings
 from taugate.snapshot import ClusterState
+from taugate.unmanaged import RELAY_OWNER_KINDS
 from taugate.webhook.patching import Edits, Parts
 from taugate.webhook.resolution import Resolution
 
@@ -52,32 +53,60 @@ def valid_run_id(value: Any) -> TypeGuard[str]:
     return isinstance(value, str) and bool(RUN_ID_RE.match(value))
 
 
-def controller_owner(obj: dict) -> dict | None:
-    """The controller ownerReference when it is a workload kind (``WORKLOAD_OWNER_KINDS``: KubeRay's submitter
-    Job and the RayCluster a RayJob creates): such children are queued through their parent."""
+def controller_ref(obj: dict) -> dict | None:
+    """``obj``'s controller ownerReference (``controller: true``) whatever its kind, or None."""
     refs = (obj.get("metadata") or {}).get("ownerReferences")
     for ref in refs if isinstance(refs, list) else ():
-        if not isinstance(ref, dict) or not ref.get("controller"):
-            continue
-        api_version, kind = ref.get("apiVersion"), ref.get("kind")
-        if isinstance(api_version, str) and isinstance(kind, str) and "/" in api_version \
-                and (api_version.split("/")[0], kind) in WORKLOAD_OWNER_KINDS:
+        if isinstance(ref, dict) and ref.get("controller"):
             return ref
     return None
 
 
+def owner_group_kind(ref: dict) -> tuple[str, str] | None:
+    """``(API group, kind)`` of an ownerReference (``apps/v1`` -> ``apps``; the core ``v1`` ->
+    ``""``), or None when either field is not a string."""
+    api_version, kind = ref.get("apiVersion"), ref.get("kind")
+    if not isinstance(api_version, str) or not isinstance(kind, str):
+        return None
+    return (api_version.split("/")[0] if "/" in api_version else "", kind)
+
+
+def controller_owner(obj: dict) -> dict | None:
+    """The controller ownerReference when it is a workload kind (``WORKLOAD_OWNER_KINDS``: KubeRay's
+    submitter Job and the RayCluster a RayJob creates, a Job's or StatefulSet's pods) or an object
+    a governed workload's controller creates between it and its pods (``RELAY_OWNER_KINDS``: a
+    Deployment's ReplicaSet): such children are queued through their parent."""
+    ref = controller_ref(obj)
+    owner = owner_group_kind(ref) if ref is not None else None
+    return ref if owner is not None and (owner in WORKLOAD_OWNER_KINDS or owner in RELAY_OWNER_KINDS) else None
+
+
 def is_child(request: dict, obj: dict, settings: Settings) -> bool:
     """Is ``obj`` a child that only inherits its parent's run-id (KubeRay's submitter Job, the
-    RayCluster a RayJob creates), rather than a top-level workload that is queued, placed and
+    RayCluster a RayJob creates, the pods of a Job, RayCluster or StatefulSet, a Deployment's
+    ReplicaSet and its pods), rather than a top-level workload that is queued, placed and
     validated? Trust comes from who creates it, not from what it claims (issue 14: a researcher
-    can write any ownerReference):
+    can write any ownerReference); the webhook never asks the API server about the owner:
 
-    - CREATE: a controller ownerReference to a RayJob, RayCluster or Job (``controller_owner``)
+    - CREATE: a controller ownerReference to a workload kind or a relay kind (``controller_owner``)
       AND the request's user is one of ``settings.controller_users`` (KubeRay's operator, Kueue,
-      the controller-manager's Job and CronJob controllers, as the chart configures them);
+      the controller-manager's controllers, as the chart's ``webhook.trustedControllers`` name
+      them);
     - UPDATE: the stored object was admitted as a child: it has the same controller owner (same
       uid) and none of the labels taugate gives a top-level workload (``tau.azure.com/workspace``,
-      which ``edit_update`` restores, so it cannot be shed by an UPDATE).
+      which ``edit_update`` restores, so it cannot be shed by an UPDATE);
+    A pod owned by a relay kind (``RELAY_OWNER_KINDS``: a ReplicaSet, a DaemonSet, a
+    ReplicationController) is a child of that object, whose own admission judged the pods it
+    makes: a Deployment's ReplicaSet is the Deployment's child (its template carries the run-id,
+    which the pods inherit); a bare GPU ReplicaSet or DaemonSet was refused, or admitted with a
+    warning, under ``Settings.unmanaged_gpu_workloads`` (``taugate.unmanaged``).
+
+    What a forged label or ownerReference can achieve: nothing a researcher creates is a child
+    (the creator decides, and the API server, not the object, names the creator); a run-id or a
+    queue label written into a bare ReplicaSet's template reaches its pods, but that ReplicaSet
+    was judged as an unmanaged kind when it was created: the labels gain nothing the setting did
+    not already allow, and a run-id never moves quota (the queue label on the pods does, and
+    Kueue then queues them).
     """
     owner = controller_owner(obj)
     if owner is None:
@@ -230,9 +259,30 @@ def edit_create(obj: dict, kind: WorkloadKind, templates: list[PodTemplate], res
         for i, part in enumerate(path[:-1]):
             holder = edits.container(holder, path[:i], str(part), dict)
         edits.set(holder, path[:-1], str(path[-1]), True)  # a field name: "suspend"
+    if queued:
+        _kueue_template_metadata(edits, kind, templates, wanted)
 
     place_templates(edits, templates, res, settings)
     return edits
+
+
+def _kueue_template_metadata(edits: Edits, kind: WorkloadKind, templates: list[PodTemplate],
+                             wanted: dict[str, str | None]) -> None:
+    """What Kueue's defaulting webhook for ``kind`` puts on the pod templates of a queued object
+    (``kind.kueue_template_metadata``, from the queue and priority-class labels in ``wanted``),
+    set where missing."""
+    queue = wanted.get(labels.KUEUE_QUEUE_NAME)
+    if not queue:
+        return
+    on_labels, on_annotations = kind.kueue_template_metadata(queue, wanted.get(labels.KUEUE_PRIORITY_CLASS))
+    for t in templates:
+        holder = _at(edits.doc, t.path)
+        for key, values in (("labels", on_labels), ("annotations", on_annotations)):
+            if values:
+                meta = edits.container(holder, t.path, "metadata", dict)
+                found = edits.container(meta, t.path + ("metadata",), key, dict)
+                for k, v in values.items():
+                    edits.set_default(found, t.path + ("metadata", key), k, v)
 
 
 def place_templates(edits: Edits, templates: list[PodTemplate], res: Resolution, settings: Settings) -> None:

@@ -7,9 +7,10 @@ bare object, for the CLI and for policy samples, through exactly the webhook's c
 
 Guard clauses, in order, before any work: a subresource (``status``, ``scale``) is allowed
 untouched; DELETE and CONNECT are allowed; taugate's own service account is allowed; a kind
-taugate does not handle is allowed; a namespace that is not a workspace gets no change; a child
-whose controller owner is a RayJob, RayCluster or Job (KubeRay's submitter Job, the RayCluster a
-RayJob creates) only inherits the parent's run-id.
+taugate does not handle is allowed (an unmanaged GPU workload is judged by ``ungoverned.verdict``);
+a namespace that is not a workspace gets no change; a child whose controller owner is a governed
+workload (KubeRay's submitter Job, the RayCluster a RayJob creates, a Job's pods) only inherits the
+parent's run-id; a CPU-only Pod, Deployment or StatefulSet passes unchanged (``ungoverned.left_alone``).
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ from taugate.policy_input import build_policy_input
 from taugate.settings import Settings
 from taugate.snapshot import ClusterState
 from taugate.structure import ADMISSION_REVIEW, object_depth_problem, problems
-from taugate.webhook import mutation, validation
+from taugate.unmanaged import unmanaged_kind_for
+from taugate.webhook import mutation, ungoverned, validation
 from taugate.webhook.decision import Action, Decision, Violation
 from taugate.webhook.policy_set import PolicyEvaluationError
 from taugate.webhook.resolution import Resolution, Unresolved, resolve
@@ -134,7 +136,10 @@ def _subject(ctx: Context) -> _Subject | None:
         return None
     malformed = kind.malformed(obj)
     child = not malformed and mutation.is_child(request, obj, settings)
-    return _Subject(obj, kind, [] if malformed else kind.pod_templates(obj), ws, child, malformed)
+    templates = [] if malformed else kind.pod_templates(obj)
+    if not malformed and ungoverned.left_alone(request, obj, kind, templates, child, settings):
+        return None
+    return _Subject(obj, kind, templates, ws, child, malformed)
 
 
 def _record(res: Resolution, ctx: Context, queued: bool = True) -> dict:
@@ -312,11 +317,17 @@ def validate(request: dict, state: ClusterState, settings: Settings, engine: Eng
     (``_policy_failure_decision``); the other policies' results are kept.
     """
     ctx = Context.of(request, state, settings, engine)
+    unmanaged = ungoverned.verdict(request, state, settings)
+    if unmanaged is not None:
+        return unmanaged
     subject = _subject(ctx)
     if subject is None or subject.child:
         return Decision.allow(request.get("object"))
     if subject.malformed:
         return Decision.deny(subject.malformed, obj=subject.obj)
+    added = ungoverned.gpus_added(request, subject.kind, subject.templates)
+    if added is not None:
+        return added
     old = ctx.old
     try:
         found, note = _violations(ctx, subject, subject.obj, subject.templates, old)
@@ -393,7 +404,7 @@ def request_for(obj: dict, *, namespace: str | None, operation: str = "CREATE", 
     kind = obj.get("kind")
     kind = kind if isinstance(kind, str) else ""
     gvk = {"group": group, "version": version, "kind": kind}
-    workload = kind_for(group, kind)
+    workload = kind_for(group, kind) or unmanaged_kind_for(group, kind)
     resource = workload.resource if workload is not None else kind.lower() + "s"
     return {"uid": str(uuid.uuid4()), "kind": gvk,
             "resource": {"group": group, "version": version, "resource": resource},

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from taugate.kinds import KIND_NAMES, resources_by_group_version
+from taugate.unmanaged import UNMANAGED_KINDS
 
 
 @dataclass(frozen=True)
@@ -34,15 +35,26 @@ class Route:
     rules: tuple[Rule, ...]
 
 
+def _workload_resources() -> dict[tuple[str, str], tuple[str, ...]]:
+    """The resources of the registered workload kinds (``taugate.kinds``), then of the kinds
+    taugate does not manage but must see to refuse or warn their GPU workloads
+    (``taugate.unmanaged.UNMANAGED_KINDS``), by ``(group, version)``."""
+    out = dict(resources_by_group_version())
+    for u in UNMANAGED_KINDS:
+        out[(u.group, u.version)] = out.get((u.group, u.version), ()) + (u.resource,)
+    return out
+
+
 WORKLOAD_RULES = tuple(Rule((group,), (version,), resources, ("CREATE", "UPDATE"))
-                       for (group, version), resources in resources_by_group_version().items())
-"""One rule per API group and version of the registered workload kinds (``taugate.kinds``)."""
+                       for (group, version), resources in _workload_resources().items())
+"""One rule per API group and version of the registered workload kinds (``taugate.kinds``) and
+the unmanaged kinds (``taugate.unmanaged``)."""
 TAU_RULES = (
     Rule(("tau.azure.com",), ("v1alpha1",), ("clusters", "workspaces", "quotarequests"), ("CREATE", "UPDATE")),
 )
 TAU_KINDS = frozenset({"TauCluster", "TauWorkspace", "TauQuotaRequest"})
 """The kinds of ``TAU_RULES``' resources."""
-ROUTED_KINDS = KIND_NAMES | TAU_KINDS
+ROUTED_KINDS = KIND_NAMES | TAU_KINDS | frozenset(u.kind for u in UNMANAGED_KINDS)
 """Every kind a route admits."""
 
 ROUTES: tuple[Route, ...] = (

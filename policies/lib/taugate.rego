@@ -37,6 +37,10 @@ describe(t) := "the RayJob submitter" if t.role == "submitter"
 
 describe(t) := "the Job's pod template" if t.role == "job"
 
+describe(t) := "the Pod" if t.role == "pod"
+
+describe(t) := sprintf("the %s's pod template", [t.group]) if t.role == "replica"
+
 describe(t) := sprintf("replicated job %s", [t.group]) if t.role == "replicated-job"
 
 describe(t) := sprintf("the %s replica", [t.group]) if t.role == "master"

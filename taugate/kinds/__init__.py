@@ -1,8 +1,8 @@
 """The registry of workload kinds taugate admits: one module per kind, every kind table derived here.
 
-A kind module (``rayjob``, ``raycluster``, ``job``, ``jobset``, ``leaderworkerset``, ``pytorchjob``,
-``rayservice``) holds all taugate knows about one kind, as a
-``taugate.kinds.base.WorkloadKind`` subclass and its one instance ``KIND``:
+A kind module (``rayjob``, ``raycluster``, ``job``, ``pod``, ``deployment``, ``statefulset``,
+``jobset``, ``leaderworkerset``, ``pytorchjob``, ``rayservice``) holds all taugate knows about one
+kind, as a ``taugate.kinds.base.WorkloadKind`` subclass and its one instance ``KIND``:
 
 - its API group, version, resource (plural) and kind;
 - pod-template access: the path of every pod template, its role, replicas and GPU demand
@@ -33,7 +33,8 @@ How to add a workload kind (e.g. Kubeflow's ``TFJob``, after ``pytorchjob``):
    ``pkg/controller/jobs/<kind>``, ``PodSets``), setting ``spec_model`` (a ``TypedDict`` of every
    field ``pod_templates`` reads, typed as the kind's Go API types, pod templates as
    ``taugate.structure.PodTemplateSpec``), and, where the kind differs from the defaults,
-   ``suspend_path``, ``queued``, ``templates_mutable``, ``checks``, ``create_defaults``,
+   ``governs``, ``suspend_path``, ``queued``, ``kueue_template_metadata``, ``templates_mutable``,
+   ``checks``, ``create_defaults``,
    ``queued_template_metadata``, ``autoscaling`` and ``most_pods``; a new ``pods.Role`` needs
    its words in ``policies/lib/taugate.rego`` (``describe``) and ``policies/input.schema.json``;
    end with ``KIND = <Class>()``.
@@ -48,10 +49,22 @@ How to add a workload kind (e.g. Kubeflow's ``TFJob``, after ``pytorchjob``):
 
 from __future__ import annotations
 
-from taugate.kinds import job, jobset, leaderworkerset, pytorchjob, raycluster, rayjob, rayservice
+from taugate.kinds import (
+    deployment,
+    job,
+    jobset,
+    leaderworkerset,
+    pod,
+    pytorchjob,
+    raycluster,
+    rayjob,
+    rayservice,
+    statefulset,
+)
 from taugate.kinds.base import WorkloadKind
 
 KINDS: tuple[WorkloadKind, ...] = (rayjob.KIND, raycluster.KIND, job.KIND,
+                                   pod.KIND, deployment.KIND, statefulset.KIND,
                                    jobset.KIND, leaderworkerset.KIND, pytorchjob.KIND, rayservice.KIND)
 """Every workload kind taugate admits, in the order webhook rules list them."""
 
@@ -62,13 +75,24 @@ KIND_NAMES: frozenset[str] = frozenset(k.kind for k in KINDS)
 ``PyTorchJob``, ``RayService``."""
 
 
+_CORE_VERSIONS = frozenset(k.version for k in KINDS if not k.group)
+
+
+def group_of(api_version_or_group: str) -> str:
+    """The API group of an ``apiVersion`` (``ray.io/v1`` -> ``ray.io``; the core group's bare
+    ``v1`` -> ``""``) or of a bare group (``ray.io``)."""
+    if "/" in api_version_or_group:
+        return api_version_or_group.split("/")[0]
+    return "" if api_version_or_group in _CORE_VERSIONS else api_version_or_group
+
+
 def kind_for(api_version_or_group: str | None, kind: str | None) -> WorkloadKind | None:
-    """The workload kind of an object's ``apiVersion`` (``ray.io/v1``; or a bare group,
-    ``ray.io``) and ``kind``; None if taugate does not admit that kind (or either is not a
+    """The workload kind of an object's ``apiVersion`` (``ray.io/v1``, a Pod's ``v1``; or a bare
+    group, ``ray.io``) and ``kind``; None if taugate does not admit that kind (or either is not a
     string)."""
     if not isinstance(api_version_or_group, str) or not isinstance(kind, str):
         return None
-    return _BY_GROUP_KIND.get((api_version_or_group.split("/")[0], kind))
+    return _BY_GROUP_KIND.get((group_of(api_version_or_group), kind))
 
 
 def kind_of(obj: object) -> WorkloadKind | None:
@@ -86,4 +110,4 @@ def resources_by_group_version() -> dict[tuple[str, str], tuple[str, ...]]:
     return out
 
 
-__all__ = ["KINDS", "KIND_NAMES", "WorkloadKind", "kind_for", "kind_of", "resources_by_group_version"]
+__all__ = ["KINDS", "KIND_NAMES", "WorkloadKind", "group_of", "kind_for", "kind_of", "resources_by_group_version"]

@@ -31,15 +31,15 @@ class WorkloadKind:
       label (``Settings.default_lanes``);
     - ``suspend_path``: where the ``suspend`` Kueue sets on a queued object lives (``spec.suspend``;
       a Kubeflow job's ``spec.runPolicy.suspend``, a RayService's ``spec.rayClusterConfig.suspend``);
-      None for a kind Kueue queues without suspending it (a LeaderWorkerSet: serving workloads
-      stay running, Kueue gates their pods instead);
+      None for a kind Kueue queues without suspending it (a Pod, Deployment, StatefulSet or
+      LeaderWorkerSet: Kueue gates its pods instead, and a serving workload stays running);
     - ``spec_model``: the pydantic model of the kind's ``spec`` (a ``TypedDict`` of every field
       admission reads or writes, typed as the kind's Go API types; ``taugate.structure`` says how to
       write one), which ``malformed`` checks.
 
     Methods a subclass overrides: ``pod_templates`` (always), and where the kind differs from the
-    defaults here: ``queued``, ``templates_mutable``, ``checks``, ``create_defaults``,
-    ``queued_template_metadata``, ``autoscaling`` with ``most_pods``.
+    defaults here: ``governs``, ``queued``, ``templates_mutable``, ``checks``, ``create_defaults``,
+    ``kueue_template_metadata``, ``queued_template_metadata``, ``autoscaling`` with ``most_pods``.
     """
 
     group: ClassVar[str]
@@ -53,8 +53,9 @@ class WorkloadKind:
 
     @property
     def api_version(self) -> str:
-        """``group/version`` (``ray.io/v1``), as an object's ``apiVersion`` reads."""
-        return f"{self.group}/{self.version}"
+        """``group/version`` (``ray.io/v1``), as an object's ``apiVersion`` reads; the bare
+        version for the core group (a Pod's ``v1``)."""
+        return f"{self.group}/{self.version}" if self.group else self.version
 
     def __repr__(self) -> str:
         return f"<{self.kind} {self.api_version} ({self.resource})>"
@@ -74,6 +75,22 @@ class WorkloadKind:
         an object with none of these problems is safe to read with ``pod_templates``."""
         return [Violation(SHAPE_POLICY, f, f"{problem}; fix the manifest (the API server would reject it too)")
                 for f, problem in workload_problems(self.spec_model, obj)]
+
+    def governs(self, templates: list[PodTemplate]) -> bool:
+        """True when taugate governs an object of this kind whose pod templates are
+        ``templates`` (queues, places, labels and validates it); False lets it pass admission
+        unchanged. Default: always (a RayJob, RayCluster or Job is a batch workload even on CPUs).
+        A core kind a workspace also runs without GPUs (a notebook Pod, a dashboard Deployment)
+        overrides it to ``taugate.pods.asks_for_gpus``."""
+        return True
+
+    def kueue_template_metadata(self, queue: str, priority_class: str | None) -> tuple[dict[str, str], dict[str, str]]:
+        """``(labels, annotations)`` Kueue's own defaulting webhook for this kind puts on the pod
+        templates of a queued object with LocalQueue ``queue`` (and WorkloadPriorityClass
+        ``priority_class``); mutation sets them where missing, so the pods are queued as Kueue
+        means even when Kueue's webhook ran before taugate's (webhooks run in name order and
+        Kueue's ``reinvocationPolicy`` is ``Never``). Default: none (Kueue reads the object)."""
+        return {}, {}
 
     def queued(self, obj: dict[str, Any]) -> bool:
         """True when Kueue queues ``obj`` (so taugate gives it a LocalQueue and suspends it)."""

@@ -1,9 +1,10 @@
 """taugate installed on the real control plane as a cluster would have it.
 
 ``install(cp, workdir)``:
-1. the CRDs: taugate's (``charts/taugate/crds``), KubeRay's RayJob/RayCluster and Kueue's
-   LocalQueue/ClusterQueue/ResourceFlavor/Workload/WorkloadPriorityClass, read from their Go
-   modules (versions pinned in ``tests/e2e/gomod``);
+1. the CRDs: taugate's (``charts/taugate/crds``), those of the workload kinds taugate governs
+   (KubeRay's RayJob/RayCluster/RayService, JobSet, LeaderWorkerSet, Kubeflow's PyTorchJob) and
+   Kueue's LocalQueue/ClusterQueue/ResourceFlavor/Workload/WorkloadPriorityClass, read from their
+   Go modules (versions pinned in ``tests/e2e/gomod``);
 2. the Helm chart rendered by Helm (helm-python-sdk, the output of ``helm template``), every
    release object applied through the API server except the hook Jobs (no kubelet runs them here;
    their RBAC and scripts are exercised by the tests that need them);
@@ -32,7 +33,17 @@ import yaml
 
 from tests.e2e.controlplane import LOOPBACK, ControlPlane, Process, free_port, start_process, wait_until
 from tests.install import chart as chart_helpers
-from tests.paths import EXAMPLE_CLUSTER, KUEUE_CRDS, RAYCLUSTER_CRD, RAYJOB_CRD, REPO
+from tests.paths import (
+    EXAMPLE_CLUSTER,
+    JOBSET_CRD,
+    KUEUE_CRDS,
+    LWS_CRD,
+    PYTORCHJOB_CRD,
+    RAYCLUSTER_CRD,
+    RAYJOB_CRD,
+    RAYSERVICE_CRD,
+    REPO,
+)
 
 RELEASE = chart_helpers.RELEASE
 NAMESPACE = chart_helpers.NAMESPACE
@@ -46,12 +57,21 @@ PROBE_JOB = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "e2e-
 
 
 def upstream_crds() -> list[dict]:
-    """KubeRay's and Kueue's CRDs that taugate reads or that its workloads need, as their Go
-    modules ship them."""
-    files = [RAYJOB_CRD, RAYCLUSTER_CRD]
-    files += [KUEUE_CRDS / f"kueue.x-k8s.io_{p}.yaml" for p in
-              ("localqueues", "clusterqueues", "resourceflavors", "workloads", "workloadpriorityclasses")]
-    return [yaml.safe_load(f.read_text()) for f in files]
+    """The CRDs that taugate reads or that its workloads need, as their Go modules ship them: the
+    workload kinds' (``workload_crds``) and Kueue's LocalQueue, ClusterQueue, ResourceFlavor,
+    Workload and WorkloadPriorityClass."""
+    files = [KUEUE_CRDS / f"kueue.x-k8s.io_{p}.yaml" for p in
+             ("localqueues", "clusterqueues", "resourceflavors", "workloads", "workloadpriorityclasses")]
+    return workload_crds() + [yaml.safe_load(f.read_text()) for f in files]
+
+
+def workload_crds() -> list[dict]:
+    """The CRDs of the custom workload kinds taugate governs and Kueue's integrations watch
+    (``stack.KUEUE_FRAMEWORKS``), as their pinned modules ship them: KubeRay's RayJob/RayCluster/
+    RayService, JobSet, LeaderWorkerSet and Kubeflow's PyTorchJob. Kueue sets an integration up
+    only once its CRD is served (``pkg/controller/jobframework/setup.go``)."""
+    return [yaml.safe_load(f.read_text()) for f in (RAYJOB_CRD, RAYCLUSTER_CRD, RAYSERVICE_CRD, JOBSET_CRD, LWS_CRD,
+                                                     PYTORCHJOB_CRD)]
 
 
 def _is_hook(obj: dict) -> bool:

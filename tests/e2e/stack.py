@@ -6,19 +6,28 @@ with its recorder on.
 ``start(cp, workdir)``:
 
 1. every Kueue CRD from ``config/components/crd/bases`` with the conversion webhook Kueue's
-   kustomization adds (``config/components/crd/patches/webhook_in_*.yaml``), and KubeRay's
-   RayJob/RayCluster/RayService CRDs (the operator sets up all three controllers);
+   kustomization adds (``config/components/crd/patches/webhook_in_*.yaml``), and the CRDs of the
+   workload kinds Kueue's integrations watch (``workload_crds``): KubeRay's RayJob/RayCluster/
+   RayService (the operator sets up all three controllers), JobSet, LeaderWorkerSet and Kubeflow's
+   PyTorchJob, read from their pinned modules (``tests/e2e/gomod/{jobset,lws,kubeflow}``). Their
+   controllers do not run here: Kueue only needs the APIs to queue, suspend and admit the
+   objects, and the tests check what is stored, what Kueue did and which pods exist (Deployments'
+   and StatefulSets' pods come from kube-controller-manager, which runs);
 2. Kueue (``cmd/kueue``) with a ``--config`` as its manifests have it, but out of a cluster:
    ``internalCertManagement.enable: false`` and its webhook server on 127.0.0.1 with a certificate
-   of the control plane's CA, leader election off, the integrations ``batch/job``,
-   ``ray.io/rayjob``, ``ray.io/raycluster``. Kueue reads its metrics certificate from the fixed
+   of the control plane's CA, leader election off, the integrations of ``KUEUE_FRAMEWORKS``
+   (batch/job, Ray's three, JobSet, PyTorchJob, LeaderWorkerSet, pod, deployment, statefulset) and,
+   as the pod integration requires, a ``managedJobsNamespaceSelector`` that leaves out kube-system
+   and kueue-system. Kueue reads its metrics certificate from the fixed
    path ``/etc/kueue/metrics/certs`` (``cmd/kueue/main.go``): it runs in its own mount namespace
    with an overlay on ``/etc`` that holds one, so the machine's ``/etc`` is not touched. Its
    visibility API server (feature ``VisibilityOnDemand``) reads ``/visibility/tls.crt`` and is
    served through an APIService, which this control plane does not aggregate: the gate is off;
-3. Kueue's webhook configurations from ``config/components/webhook/manifests.yaml``, the webhooks
-   of the three integrations and of Kueue's own kinds, with only ``clientConfig`` rewritten to
-   ``url`` + ``caBundle`` (as ``platform.webhook_configurations`` does for taugate's);
+3. Kueue's webhook configurations from ``config/components/webhook/manifests.yaml`` with the
+   patches of its kustomization (the pod, deployment and statefulset webhooks' namespace
+   selectors), the webhooks of those integrations and of Kueue's own kinds, with only
+   ``clientConfig`` rewritten to ``url`` + ``caBundle`` (as ``platform.webhook_configurations``
+   does for taugate's); the start waits until they act (``KUEUE_PROBES``);
 4. the KubeRay operator (module root ``main.go``) and kwok (``cmd/kwok``) with the stages of its
    module's ``kustomize/stage``: Nodes initialised and heartbeaten with Leases
    (``node/fast``, ``node/heartbeat-with-lease``), pods made Running and Ready, pods owned by a Job
@@ -54,13 +63,33 @@ from tests.e2e.controlplane import (
     start_process,
     wait_until,
 )
-from tests.e2e.platform import Platform, install
-from tests.paths import EXAMPLE_CLUSTER, KUBERAY, KUEUE, KUEUE_CRDS
+from tests.e2e.platform import Platform, install, workload_crds
+from tests.paths import EXAMPLE_CLUSTER, KUEUE, KUEUE_CRDS
 
 KUEUE_NAMESPACE = "kueue-system"
-KUEUE_FRAMEWORKS = ("batch/job", "ray.io/rayjob", "ray.io/raycluster")
-# The webhook paths (config/components/webhook/manifests.yaml) Kueue serves with those frameworks.
-_KUEUE_WEBHOOK_PATH_PARTS = ("-batch-v1-job", "-ray-io-v1-rayjob", "-ray-io-v1-raycluster", "-kueue-x-k8s-io-")
+KUEUE_WEBHOOK_PATHS = {
+    "batch/job": "-batch-v1-job",
+    "ray.io/rayjob": "-ray-io-v1-rayjob",
+    "ray.io/raycluster": "-ray-io-v1-raycluster",
+    "ray.io/rayservice": "-ray-io-v1-rayservice",
+    "jobset.x-k8s.io/jobset": "-jobset-x-k8s-io-v1alpha2-jobset",
+    "kubeflow.org/pytorchjob": "-kubeflow-org-v1-pytorchjob",
+    "leaderworkerset.x-k8s.io/leaderworkerset": "-leaderworkerset-x-k8s-io-v1-leaderworkerset",
+    "pod": "--v1-pod",
+    "deployment": "-apps-v1-deployment",
+    "statefulset": "-apps-v1-statefulset",
+}
+"""Each Kueue integration the stack turns on (its ``FrameworkName``, ``pkg/controller/jobs/<kind>``)
+and the part of its webhooks' paths in ``config/components/webhook/manifests.yaml``
+(``/mutate<part>``, ``/validate<part>``)."""
+KUEUE_FRAMEWORKS = tuple(KUEUE_WEBHOOK_PATHS)
+# Kueue's own kinds (ClusterQueue, Workload, ...) have webhooks too.
+_KUEUE_WEBHOOK_PATH_PARTS = (*KUEUE_WEBHOOK_PATHS.values(), "-kueue-x-k8s-io-")
+MANAGED_JOBS_NAMESPACE_SELECTOR = {"matchExpressions": [
+    {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system", KUEUE_NAMESPACE]}]}
+"""Kueue's ``managedJobsNamespaceSelector`` (the one its ``controller_manager_config.yaml`` suggests):
+required with the pod integration (``pkg/config/validation.go``, ``validatePodIntegrationOptions``);
+Pods, Deployments and StatefulSets elsewhere are never managed by Kueue."""
 KWOK_NODE_ANNOTATION = {"kwok.x-k8s.io/node": "fake"}
 KWOK_STAGES = ("node/fast/node-initialize.yaml", "node/heartbeat-with-lease", "pod/fast")
 COMPONENTS = ("etcd", "kubernetes", "kueue", "kuberay", "kwok")
@@ -82,6 +111,27 @@ AUDIT_POLICY = {
         {"level": "None"},
     ]}
 """The API server's audit policy in the whole stack (``ControlPlane.start(audit_policy=...)``)."""
+
+
+_PROBE_META = {"namespace": "default", "labels": {"kueue.x-k8s.io/queue-name": "none"}}
+_PROBE_POD_SPEC = {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}
+KUEUE_PROBES = (
+    ("a queued Job is suspended on create",
+     {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "kueue-probe", **_PROBE_META},
+      "spec": {"template": {"spec": _PROBE_POD_SPEC}}},
+     lambda o: (o.get("spec") or {}).get("suspend") is True),
+    ("a queued bare Pod gets the kueue.x-k8s.io/admission scheduling gate",
+     {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "kueue-probe", **_PROBE_META}, "spec": _PROBE_POD_SPEC},
+     lambda o: {"name": "kueue.x-k8s.io/admission"} in ((o.get("spec") or {}).get("schedulingGates") or [])),
+    ("a queued JobSet is suspended on create",
+     {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": "kueue-probe", **_PROBE_META},
+      "spec": {"replicatedJobs": [{"name": "r", "replicas": 1,
+                                   "template": {"spec": {"template": {"spec": _PROBE_POD_SPEC}}}}]}},
+     lambda o: (o.get("spec") or {}).get("suspend") is True),
+)
+"""``(what, object, acted)``: server-side dry runs that show Kueue's webhooks acting, the Job's
+(``pkg/controller/jobs/job``), the pod integration's (``pkg/controller/jobs/pod/pod_webhook.go``,
+``Default``: the ``kueue.x-k8s.io/admission`` gate) and JobSet's (``pkg/controller/jobs/jobset``)."""
 
 
 def kueue_crds(port: int, ca_pem: bytes) -> list[dict]:
@@ -106,22 +156,20 @@ def kueue_crds(port: int, ca_pem: bytes) -> list[dict]:
     return out
 
 
-def kuberay_crds() -> list[dict]:
-    """KubeRay's three CRDs from the pinned ray-operator module."""
-    bases = KUBERAY / "config" / "crd" / "bases"
-    return [yaml.safe_load((bases / f"ray.io_{p}.yaml").read_text()) for p in ("rayjobs", "rayclusters", "rayservices")]
-
-
 def kueue_webhook_configurations(port: int, ca_pem: bytes) -> list[dict]:
     """Kueue's Mutating/ValidatingWebhookConfigurations from its module's
     ``config/components/webhook/manifests.yaml``, named as its release names them
     (``kueue-`` prefix), keeping the webhooks of ``KUEUE_FRAMEWORKS`` and of Kueue's own kinds,
     each ``clientConfig`` rewritten to ``https://127.0.0.1:port<path>`` + ``caBundle``."""
-    manifests = KUEUE / "config" / "components" / "webhook" / "manifests.yaml"
-    docs = [d for d in yaml.safe_load_all(manifests.read_text()) if d]
+    webhook_dir = KUEUE / "config" / "components" / "webhook"
+    docs = [d for d in yaml.safe_load_all((webhook_dir / "manifests.yaml").read_text()) if d]
+    patches = _kustomization_patches(webhook_dir / "kustomization.yaml")
     out = []
     for d in docs:
         d = copy.deepcopy(d)
+        for patch in patches.get((d["kind"], d["metadata"]["name"]), []):
+            for wh in d["webhooks"]:
+                wh.update(next((p for p in patch["webhooks"] if p["name"] == wh["name"]), {}))
         d["metadata"]["name"] = "kueue-" + d["metadata"]["name"]
         kept = []
         for wh in d["webhooks"]:
@@ -133,6 +181,18 @@ def kueue_webhook_configurations(port: int, ca_pem: bytes) -> list[dict]:
             kept.append(wh)
         d["webhooks"] = kept
         out.append(d)
+    return out
+
+
+def _kustomization_patches(kustomization: Path) -> dict[tuple[str, str], list[dict]]:
+    """The inline patches of a kustomization by the (kind, name) they patch: Kueue's webhook
+    kustomization gives the pod, deployment and statefulset webhooks a ``namespaceSelector`` that
+    leaves out kube-system and kueue-system (``name``-keyed entries of ``webhooks``, merged as
+    kustomize's strategic merge does)."""
+    out: dict[tuple[str, str], list[dict]] = {}
+    for entry in yaml.safe_load(kustomization.read_text()).get("patches") or []:
+        patch = yaml.safe_load(entry["patch"])
+        out.setdefault((patch["kind"], patch["metadata"]["name"]), []).append(patch)
     return out
 
 
@@ -213,12 +273,16 @@ class Stack:
             "leaderElection": {"leaderElect": False},
             "internalCertManagement": {"enable": False},
             "integrations": {"frameworks": list(KUEUE_FRAMEWORKS)},
+            "managedJobsNamespaceSelector": MANAGED_JOBS_NAMESPACE_SELECTOR,
         }
         cfg = self.workdir / "kueue-config.yaml"
         cfg.write_text(yaml.safe_dump(config))
         cp.kubectl("create", "namespace", KUEUE_NAMESPACE)
-        cp.apply_objects(kueue_crds(self.kueue_port, cp.ca.pem) + kuberay_crds(), "--server-side", "--force-conflicts",
-                         "--field-manager=e2e-stack")
+        crds = kueue_crds(self.kueue_port, cp.ca.pem) + workload_crds()
+        cp.apply_objects(crds, "--server-side", "--force-conflicts", "--field-manager=e2e-stack")
+        # Kueue sets up an integration whose API is not served yet only later (it polls): wait.
+        cp.kubectl("wait", "--for=condition=Established", "--timeout=60s",
+                   *[f"crd/{c['metadata']['name']}" for c in crds])
         kueue = cp.binary("kueue")
         script = (f"mount -t overlay overlay -o lowerdir=/etc,upperdir={shlex.quote(str(upper))},"
                   f"workdir={shlex.quote(str(work))} /etc && "
@@ -229,16 +293,12 @@ class Stack:
         self.processes.append(p)
         cp.apply_objects(kueue_webhook_configurations(self.kueue_port, cp.ca.pem), "--server-side",
                          "--field-manager=e2e-stack")
-        # Kueue's Job webhook suspends a Job with a queue label: the configurations act when it does.
-        probe = json.dumps({"apiVersion": "batch/v1", "kind": "Job",
-                            "metadata": {"name": "kueue-probe", "namespace": "default",
-                                         "labels": {"kueue.x-k8s.io/queue-name": "none"}},
-                            "spec": {"template": {"spec": {"restartPolicy": "Never",
-                                                           "containers": [{"name": "c", "image": "busybox"}]}}}})
-        self.wait_for("Kueue's webhooks to act (a queued Job is suspended on create)",
-                      lambda: json.loads(cp.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", input=probe,
-                                                    check=False).stdout or "{}").get("spec", {}).get("suspend") is True,
-                      120)
+        # Kueue's webhooks act on what carries a queue label: the configurations act when they do.
+        for what, probe, acted in KUEUE_PROBES:
+            self.wait_for(f"Kueue's webhooks to act ({what})",
+                          lambda probe=probe, acted=acted: acted(json.loads(cp.kubectl(
+                              "create", "--dry-run=server", "-o", "json", "-f", "-", input=json.dumps(probe),
+                              check=False).stdout or "{}")), 120)
         return p
 
     # ---- KubeRay -------------------------------------------------------------------------------

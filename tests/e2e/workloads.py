@@ -56,18 +56,35 @@ def into_workspace(doc: dict, namespace: str = WORKSPACE, name: str | None = Non
 
 
 def pod_templates(obj: dict) -> list[tuple[str, dict]]:
-    """``[(field path, pod template)]`` of a RayJob, RayCluster or Job, as KubeRay and the Job
-    controller create pods from them (head group, each worker group, the submitter)."""
+    """``[(field path, pod template)]`` of a workload, as its controller creates pods from them:
+    a RayJob's, RayCluster's or RayService's head group, each worker group and the submitter; a
+    Job's, Deployment's, StatefulSet's, ReplicaSet's or DaemonSet's ``spec.template``; each
+    JobSet replicated Job's pod template; a LeaderWorkerSet's leader and worker templates; each
+    PyTorchJob replica type's template; a bare Pod is its own template (``""``)."""
     spec = obj.get("spec") or {}
-    if obj["kind"] == "Job":
+    kind = obj["kind"]
+    if kind == "Pod":
+        return [("", obj)]
+    if kind in ("Job", "Deployment", "StatefulSet", "ReplicaSet", "DaemonSet"):
         return [("spec.template", spec["template"])]
-    prefix, cluster = ("spec.rayClusterSpec", spec.get("rayClusterSpec")) if obj["kind"] == "RayJob" else ("spec", spec)
+    if kind == "JobSet":
+        return [(f"spec.replicatedJobs[{i}].template.spec.template", r["template"]["spec"]["template"])
+                for i, r in enumerate(spec.get("replicatedJobs") or [])]
+    if kind == "LeaderWorkerSet":
+        lwt = spec["leaderWorkerTemplate"]
+        out = [("spec.leaderWorkerTemplate.leaderTemplate", lwt["leaderTemplate"])] if lwt.get("leaderTemplate") else []
+        return out + [("spec.leaderWorkerTemplate.workerTemplate", lwt["workerTemplate"])]
+    if kind == "PyTorchJob":
+        return [(f"spec.pytorchReplicaSpecs.{role}.template", r["template"])
+                for role, r in (spec.get("pytorchReplicaSpecs") or {}).items()]
+    prefix, cluster = {"RayJob": ("spec.rayClusterSpec", spec.get("rayClusterSpec")),
+                       "RayService": ("spec.rayClusterConfig", spec.get("rayClusterConfig"))}.get(kind, ("spec", spec))
     out = []
     if cluster:
         out.append((f"{prefix}.headGroupSpec.template", cluster["headGroupSpec"]["template"]))
         for i, g in enumerate(cluster.get("workerGroupSpecs") or []):
             out.append((f"{prefix}.workerGroupSpecs[{i}].template", g["template"]))
-    if obj["kind"] == "RayJob" and spec.get("submitterPodTemplate"):
+    if kind == "RayJob" and spec.get("submitterPodTemplate"):
         out.append(("spec.submitterPodTemplate", spec["submitterPodTemplate"]))
     return out
 
@@ -82,23 +99,36 @@ def template_gpus(template: dict) -> int:
     return total
 
 
-def admitted_problems(stored: dict) -> list[str]:
+SUSPEND_PATHS = {"RayJob": ("spec", "suspend"), "RayCluster": ("spec", "suspend"), "Job": ("spec", "suspend"),
+                 "JobSet": ("spec", "suspend"), "PyTorchJob": ("spec", "runPolicy", "suspend"),
+                 "RayService": ("spec", "rayClusterConfig", "suspend")}
+"""Where each kind that Kueue suspends until it admits it says so (Kueue's ``IsSuspended`` of
+``pkg/controller/jobs/<kind>``); serving kinds (Pod, Deployment, StatefulSet, LeaderWorkerSet)
+have none: their pods are gated instead."""
+
+
+def admitted_problems(stored: dict, *, suspended: bool = True) -> list[str]:
     """What is wrong with a workload taugate admitted into the ``vision`` workspace, as stored by
-    the API server: the queue label, suspend, one run-id on the object and every pod template,
-    the GPU class only on GPU templates."""
+    the API server: the queue label, suspend (for kinds of ``SUSPEND_PATHS``, while ``suspended``:
+    before Kueue admits it), one run-id on the object and every pod template, the GPU class only
+    on GPU templates."""
     problems = []
     labels = stored["metadata"].get("labels") or {}
     queued = not (stored["kind"] == "RayJob" and stored["spec"].get("clusterSelector"))
     if queued and labels.get(QUEUE) != WORKSPACE_QUEUE:
         problems.append(f"queue label {labels.get(QUEUE)!r}")
-    if queued and stored["spec"].get("suspend") is not True:
-        problems.append(f"spec.suspend {stored['spec'].get('suspend')!r}")
+    if queued and suspended and stored["kind"] in SUSPEND_PATHS:
+        value: object = stored
+        for key in SUSPEND_PATHS[stored["kind"]]:
+            value = (value or {}).get(key) if isinstance(value, dict) else None
+        if value is not True:
+            problems.append(f"{'.'.join(SUSPEND_PATHS[stored['kind']])} {value!r}")
     run_id = labels.get(RUN_ID, "")
     if not re.fullmatch(r"[0-9a-f]{24}", run_id):
         problems.append(f"run-id {run_id!r}")
     for path, tpl in pod_templates(stored):
         tpl_labels = (tpl.get("metadata") or {}).get("labels") or {}
-        if tpl_labels.get(RUN_ID) != run_id:
+        if path and tpl_labels.get(RUN_ID) != run_id:
             problems.append(f"{path}: run-id {tpl_labels.get(RUN_ID)!r}, object's {run_id!r}")
         selector = (tpl.get("spec") or {}).get("nodeSelector") or {}
         if template_gpus(tpl) and GPU_CLASS_SELECTOR not in selector:

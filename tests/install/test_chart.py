@@ -224,3 +224,16 @@ def test_the_opa_sidecar_is_off_by_default_and_when_on_serves_the_webhook_on_loo
     assert (args.policy_backend, args.opa_url) == ("opa", "http://127.0.0.1:8181")
     env = {e["name"]: e.get("value") for e in webhook["env"]}
     assert float(env["TAUGATE_OPA_TIMEOUT_SECONDS"]) < float(env["TAUGATE_ADMISSION_DEADLINE_SECONDS"])
+
+
+def test_the_unmanaged_gpu_workloads_value_reaches_the_webhooks_settings():
+    from taugate.settings import Settings
+
+    for value in ("deny", "warn"):
+        webhook = pod_spec(one(objects({"webhook": {"unmanagedGpuWorkloads": value}}), "Deployment",
+                               "taugate-webhook"))["containers"][0]
+        env = {e["name"]: e.get("value") for e in webhook["env"] if e["name"] == "TAUGATE_UNMANAGED_GPU_WORKLOADS"}
+        assert env == {"TAUGATE_UNMANAGED_GPU_WORKLOADS": value}
+        assert Settings(unmanaged_gpu_workloads=env["TAUGATE_UNMANAGED_GPU_WORKLOADS"]).unmanaged_gpu_workloads == value
+    default = pod_spec(one(objects(), "Deployment", "taugate-webhook"))["containers"][0]
+    assert {"name": "TAUGATE_UNMANAGED_GPU_WORKLOADS", "value": "deny"} in default["env"]

@@ -12,6 +12,7 @@ import pytest
 from taugate import labels
 from taugate.kinds import KINDS
 from taugate.settings import Settings
+from taugate.unmanaged import UNMANAGED_KINDS
 from taugate.webhook.routes import ROUTES
 from tests.install.chart import (
     NAMESPACE,
@@ -26,8 +27,8 @@ from tests.install.chart import (
 )
 
 CONFIG_KINDS = {"mutating": "MutatingWebhookConfiguration", "validating": "ValidatingWebhookConfiguration"}
-WORKLOAD_RESOURCES = {k.resource for k in KINDS}
-WORKLOAD_GROUPS = {k.group for k in KINDS}
+WORKLOAD_RESOURCES = {k.resource for k in KINDS} | {u.resource for u in UNMANAGED_KINDS}
+WORKLOAD_GROUPS = {k.group for k in KINDS} | {u.group for u in UNMANAGED_KINDS}
 TAU_RESOURCES = {"clusters", "workspaces", "quotarequests"}
 
 
@@ -70,14 +71,15 @@ def test_the_rendered_configurations_agree_with_routes(default_objects):
             (list(r.api_groups), list(r.api_versions), list(r.resources), list(r.operations)) for r in route.rules]
 
 
-def test_the_workload_webhooks_intercept_every_registered_kind_and_only_those(default_objects):
+def test_the_workload_webhooks_intercept_every_registered_kind_and_unmanaged_kind_and_only_those(default_objects):
     webhooks = _webhooks(default_objects)
     for route in ("/mutate", "/validate"):
         name = next(r["name"] for r in routes_file() if r["path"] == route)
         _, w = webhooks[name]
         rules = {(g, v, res) for r in w["rules"]
                  for g in r["apiGroups"] for v in r["apiVersions"] for res in r["resources"]}
-        assert rules == {(k.group, k.version, k.resource) for k in KINDS}, name
+        assert rules == {(k.group, k.version, k.resource) for k in KINDS} | \
+            {(u.group, u.version, u.resource) for u in UNMANAGED_KINDS}, name
         assert all(r["operations"] == ["CREATE", "UPDATE"] for r in w["rules"]), name
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import aiohttp
 
 from taugate.kinds import KINDS
+from taugate.unmanaged import UNMANAGED_KINDS
 
 SERVICE_NAME = "taugate-webhook.taugate-system.svc"
 """The in-cluster name the apiserver verifies (``https://SVC.NS.svc:443/mutate``)."""
@@ -95,7 +96,8 @@ def admission_review(request: dict) -> dict:
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
 
 
-PLURALS = {k.kind: k.resource for k in KINDS}
+PLURALS = {k.kind: k.resource for k in (*KINDS, *UNMANAGED_KINDS)}
+"""The resource (plural) of every kind the workload routes see (``taugate.kinds``, ``taugate.unmanaged``)."""
 
 
 def workload_request(obj: dict | None, *, operation: str = "CREATE", namespace: str = "vision",

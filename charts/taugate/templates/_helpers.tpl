@@ -108,6 +108,8 @@ app.kubernetes.io/component: {{ .component }}
   value: {{ .Values.systemNamespace | quote }}
 - name: TAUGATE_CONTROLLER_USERS
   value: {{ .Values.webhook.trustedControllers | toJson | quote }}
+- name: TAUGATE_UNMANAGED_GPU_WORKLOADS
+  value: {{ .Values.webhook.unmanagedGpuWorkloads | default "deny" | quote }}
 - name: TAUGATE_ADMIN_GROUPS
   value: {{ append .Values.platformAdmins.groups "system:masters" | uniq | toJson | quote }}
 - name: TAUGATE_ADMISSION_DEADLINE_SECONDS
