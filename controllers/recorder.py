@@ -68,6 +68,7 @@ from taugate.controllers.recorder_objects import (
     CHILD_RESOURCES,
     gvr,
     is_member_child,
+    is_root,
     name_of,
     namespace_of,
     run_id_of,
@@ -179,7 +180,7 @@ class Recorder:
         present = {labels.RUN_ID: kopf.PRESENT}
 
         def root(body: Any, **_: Any) -> bool:
-            return not is_member_child(dict(body))
+            return is_root(dict(body))
 
         def child(body: Any, **_: Any) -> bool:
             return is_member_child(dict(body))
@@ -268,10 +269,10 @@ class Recorder:
             self._wake.set()
 
     def observe_owner(self, event_type: str | None, obj: dict) -> None:
-        """An event of a root: an object of a registered kind that no governed controller owns
-        (``event_type`` ``None``/ADDED/MODIFIED/DELETED)."""
+        """An event of a root: an object of a registered kind that no governed controller owns and
+        taugate governs (``recorder_objects.is_root``; ``event_type`` ``None``/ADDED/MODIFIED/DELETED)."""
         rid = run_id_of(obj)
-        if rid is None or is_member_child(obj):
+        if rid is None or not is_root(obj):
             return
         self._entry(rid, namespace_of(obj))
         uid = uid_of(obj)

@@ -11,7 +11,7 @@ from typing import Any
 from taugate import labels
 from taugate import record as admission_record
 from taugate.controllers.run_values import RUN_ID_RE
-from taugate.kinds import KINDS, WorkloadKind
+from taugate.kinds import KINDS, WorkloadKind, kind_of
 
 _DROP_META = ("managedFields", "resourceVersion", "generation", "selfLink")
 
@@ -86,6 +86,19 @@ def is_member_child(obj: dict) -> bool:
             if (group, ref.get("kind")) in MEMBER_OWNER_KINDS:
                 return True
     return False
+
+
+def is_root(obj: dict) -> bool:
+    """True when ``obj`` may be a run's root: an object of a registered kind no governed
+    controller owns (``is_member_child``) that taugate governs (``WorkloadKind.governs``: a
+    CPU-only Pod or Deployment passes admission unchanged, so it never was a run)."""
+    kind = kind_of(obj)
+    if kind is None or is_member_child(obj):
+        return False
+    try:
+        return kind.governs(kind.pod_templates(obj))
+    except (TypeError, ValueError, AttributeError):
+        return False  # a malformed object the webhook would have refused
 
 
 def run_id_of(obj: dict) -> str | None:

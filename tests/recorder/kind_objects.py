@@ -18,6 +18,8 @@ from tests.paths import DATA, PYTORCH_MNIST_NCCL, STABLE_DIFFUSION
 from tests.recorder.objects import NS, RUN_ID, T0, _cond
 
 JOBSET_SAMPLE = DATA / "admission" / "jobset" / "fine-tune-llm.yaml"
+DEPLOYMENT_SAMPLE = DATA / "admission" / "core" / "sample-deployment.yaml"
+GPU_POD_SAMPLE = DATA / "admission" / "core" / "gpu-pod.yaml"
 
 
 def root(sample: dict, name: str, uid: str, run_id: str = RUN_ID) -> dict:
@@ -45,6 +47,23 @@ def pytorchjob(name: str = "pytorch-dist-mnist-nccl", uid: str = "e6f7a8b9-0000-
 def rayservice(name: str = "stable-diffusion", uid: str = "f7a8b9c0-0000-4000-8000-0000000000f1") -> dict:
     sample = next(d for d in yaml.safe_load_all(STABLE_DIFFUSION.read_text()) if d and d.get("kind") == "RayService")
     return root(sample, name, uid)
+
+
+def deployment(name: str = "nginx-deployment", uid: str = "a8b9c0d1-0000-4000-8000-0000000000a1") -> dict:
+    """Kueue's serving Deployment example asking for a GPU per pod (taugate governs a Deployment
+    only when it asks for GPUs); its pod template carries the run-id too (the webhook's rule:
+    run-id on the object and every template), so the ReplicaSet and pods inherit it."""
+    obj = root(yaml.safe_load(DEPLOYMENT_SAMPLE.read_text()), name, uid)
+    obj["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] = {"nvidia.com/gpu": 1}
+    obj["spec"]["template"]["metadata"]["labels"][labels.RUN_ID] = RUN_ID
+    return obj
+
+
+def bare_pod(name: str = "example-vector-add", uid: str = "b9c0d1e2-0000-4000-8000-0000000000b1") -> dict:
+    """The Kubernetes docs' GPU Pod, created bare (no controller): its own run's root."""
+    obj = root(yaml.safe_load(GPU_POD_SAMPLE.read_text()), name, uid)
+    obj["status"] = {"phase": "Pending"}
+    return obj
 
 
 def child(owner: dict, api_version: str, kind: str, name: str, spec: dict | None = None) -> dict:

@@ -7,22 +7,17 @@ kmock's Kubernetes emulator over HTTP."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 import pytest
 
-from taugate.controllers.recorder_objects import is_member_child
+from taugate.controllers import run_membership as members
+from taugate.controllers.recorder_objects import is_member_child, is_root
 from taugate.controllers.run_admitted import suspended
 from taugate.controllers.run_outcome import OUTCOMES, SERVING_KINDS, owner_outcome
 from taugate.kinds import KINDS
+from taugate.labels import RUN_ID as RUN_ID_LABEL
 from tests.recorder import kind_objects as k
 from tests.recorder import objects as o
 from tests.recorder.test_recorder_lifecycle import RUN, SETTINGS, conditions, taurun, wait_state
-
-
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
 
 # -- pure rules --------------------------------------------------------------------------------
 
@@ -176,3 +171,63 @@ def test_a_rayservice_run_stays_running_while_ready_and_ends_when_deleted(kube, 
         c = wait_state(kube, "Completed", "True", "Deleted")
         assert "serving workload was deleted" in c["message"]
         assert "Failed" not in conditions(kube)
+
+
+def test_a_deployment_run_is_admitted_through_its_pods_workload_stays_running_and_ends_when_deleted(kube, config):
+    dep = k.deployment()
+    rs = k.child(dep, "apps/v1", "ReplicaSet", "nginx-deployment-7c5ddbdf54")
+    pod = k.pod(rs, "nginx-deployment-7c5ddbdf54-x2k9p", node="gpu-node-1", phase="Running")
+    # Kueue's pod integration (the deployment integration queues each pod): the Workload is the pod's
+    wl = k.workload(pod, admitted=True, pod_sets=[("main", 1)])
+    kube.apply([o.node("gpu-node-1"), dep, rs, pod, wl])
+    with kube.operator(SETTINGS, recorder=config, resync_seconds=60):
+        c = wait_state(kube, "Admitted", "True")
+        assert c["source"]["name"] == wl["metadata"]["name"]
+        wait_state(kube, "Completed", "False", "NotAvailable")
+        kube.patch("apps/v1", "Deployment", "nginx-deployment", {"status": {"availableReplicas": 1}}, o.NS)
+        c = wait_state(kube, "Completed", "False", "Available")
+        assert c["source"] == {"kind": "Deployment", "name": "nginx-deployment", "namespace": o.NS}
+        assert taurun(kube)["status"]["nodes"] == ["gpu-node-1"]  # the pod, through its ReplicaSet
+        assert [t["metadata"]["name"] for t in kube.list("tau.azure.com/v1alpha1", "TauRun", o.NS)] == [RUN]
+        kube.delete("apps/v1", "Deployment", "nginx-deployment", o.NS)
+        wait_state(kube, "Completed", "True", "Deleted")
+
+
+def test_a_cpu_only_pod_or_deployment_is_never_a_root_taugate_does_not_govern_it():
+    cpu = k.deployment()
+    del cpu["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
+    assert is_root(k.deployment()) and not is_root(cpu)
+    p = k.bare_pod()
+    assert is_root(p)
+    del p["spec"]["containers"][0]["resources"]
+    assert not is_root(p)
+
+
+def test_a_bare_gpu_pod_is_its_own_run_and_ends_with_its_phase(kube, config):
+    p = k.bare_pod()
+    kube.apply([o.node("gpu-node-1"), p, k.workload(p, admitted=True)])
+    with kube.operator(SETTINGS, recorder=config, resync_seconds=60):
+        wait_state(kube, "Admitted", "True")
+        kube.patch("v1", "Pod", "example-vector-add", {"spec": {"nodeName": "gpu-node-1"},
+                                                       "status": {"phase": "Running"}}, o.NS)
+        wait_state(kube, "Completed", "False", "Running")
+        kube.patch("v1", "Pod", "example-vector-add", {"status": {"phase": "Succeeded"}}, o.NS)
+        c = wait_state(kube, "Completed", "True", "Succeeded")
+        assert c["source"] == {"kind": "Pod", "name": "example-vector-add", "namespace": o.NS}
+        assert taurun(kube)["spec"]["object"]["kind"] == "Pod"
+
+
+def test_a_leaderworkersets_worker_pods_join_its_run_through_the_leader_pod():
+    # lws v0.8.0: the LWS controls the leader StatefulSet, each leader pod controls its group's
+    # worker StatefulSet (leaderworkerset_controller.go, pod_controller.go)
+    lws = {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+           "metadata": {"name": "vllm", "namespace": o.NS, "uid": "lws-vllm", "labels": {RUN_ID_LABEL: RUN}}}
+    leader_sts = k.child(lws, "apps/v1", "StatefulSet", "vllm")
+    leader = k.pod(leader_sts, "vllm-0")
+    worker_sts = k.child(leader, "apps/v1", "StatefulSet", "vllm-0")
+    worker = k.pod(worker_sts, "vllm-0-1")
+    assert all(is_member_child(x) for x in (leader_sts, leader, worker_sts, worker))
+    uids = members.members("lws-vllm", [worker, worker_sts, leader, leader_sts])  # any order
+    mine, others = members.run_pods([leader, worker, k.pod(k.jobset(), "stray")], frozenset(uids))
+    assert [p["metadata"]["name"] for p in mine] == ["vllm-0", "vllm-0-1"]
+    assert [p["metadata"]["name"] for p in others] == ["stray"]
