@@ -79,7 +79,7 @@ from taugate.controllers.recorder_reconcile import RunReconciler
 from taugate.controllers.recorder_writer import TauRunWriter
 from taugate.controllers.run_admitted import workload_owner_uid
 from taugate.controllers.run_completion import pod_terminations
-from taugate.kinds import KINDS
+from taugate.kinds import KINDS, pod
 from taugate.settings import Settings
 
 log = logging.getLogger("taugate.recorder")
@@ -202,13 +202,13 @@ class Recorder:
         roots: list[_Watch] = [(root_index(k), gvr(k), {"labels": present, "when": root}, by_run_id,
                                 self.observe_owner) for k in KINDS]
         children: list[_Watch] = [(child_index(k.resource), gvr(k), {"labels": present, "when": child}, by_run_id,
-                                   self.observe_child) for k in KINDS if k.group or k.resource != "pods"]
+                                   self.observe_child) for k in KINDS if k is not pod.KIND]
         children += [(child_index(r[2]), r, {"labels": present, "when": child}, by_run_id, self.observe_child)
                      for r in CHILD_RESOURCES]
         specs: tuple[_Watch, ...] = (
             *roots,
             (IX_WORKLOADS, ("kueue.x-k8s.io", "workloads"), {}, by_owner_uid, self.observe_workload),
-            (IX_PODS, ("", "v1", "pods"), {"labels": present}, by_run_id, self.observe_pod),
+            (IX_PODS, gvr(pod.KIND), {"labels": present}, by_run_id, self.observe_pod),
             *children,
             (IX_NODES, ("", "v1", "nodes"), {}, by_node_name, self.observe_node),
         )

@@ -17,7 +17,7 @@ from taugate.controllers.recorder_objects import (
     uid_of,
 )
 from taugate.controllers.run_values import ArtifactListing, ProgressState
-from taugate.kinds import KINDS, WorkloadKind
+from taugate.kinds import KINDS, WorkloadKind, pod
 
 log = logging.getLogger("taugate.recorder")
 
@@ -71,12 +71,8 @@ def child_index(resource: str) -> str:
     return f"recorder_children_{resource}"
 
 
-def _is_pod(kind: WorkloadKind) -> bool:
-    return not kind.group and kind.resource == "pods"
-
-
 ROOT_INDEXES: tuple[str, ...] = tuple(root_index(k) for k in KINDS)
-CHILD_INDEXES: tuple[str, ...] = (*(child_index(k.resource) for k in KINDS if not _is_pod(k)),
+CHILD_INDEXES: tuple[str, ...] = (*(child_index(k.resource) for k in KINDS if k is not pod.KIND),
                                   *(child_index(r) for _, _, r in CHILD_RESOURCES))
 """A Pod's children index is ``IX_PODS`` (every pod with the run-id, whatever its controller)."""
 INDEX_IDS = (IX_WORKLOADS, IX_PODS, IX_NODES, *ROOT_INDEXES, *CHILD_INDEXES)

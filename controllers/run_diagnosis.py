@@ -18,6 +18,7 @@ from taugate.controllers.run_values import (
     STATE_ORDER,
     _by_type,
 )
+from taugate.kinds import KINDS
 
 # --------------------------------------------------------------------------------------------
 # summaries for people
@@ -64,8 +65,10 @@ _SUMMARY = {
 }
 
 
-_KUBECTL_RESOURCE = {"Workload": "workload.kueue.x-k8s.io", "RayJob": "rayjob.ray.io", "Job": "job", "Pod": "pod",
+_KUBECTL_RESOURCE = {**{k.kind: f"{k.resource}.{k.group}" if k.group else k.resource for k in KINDS},
+                     "Workload": "workload.kueue.x-k8s.io", "RayJob": "rayjob.ray.io", "Job": "job", "Pod": "pod",
                      "Node": "node"}
+"""What ``kubectl describe`` calls a condition's source: every registered kind (``rayservices.ray.io``)."""
 
 
 def _kubectl_for(src: Mapping | None) -> str | None:

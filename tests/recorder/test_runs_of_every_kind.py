@@ -12,6 +12,7 @@ import pytest
 from taugate.controllers import run_membership as members
 from taugate.controllers.recorder_objects import is_member_child, is_root
 from taugate.controllers.run_admitted import suspended
+from taugate.controllers.run_diagnosis import diagnose
 from taugate.controllers.run_outcome import OUTCOMES, SERVING_KINDS, owner_outcome
 from taugate.kinds import KINDS
 from taugate.labels import RUN_ID as RUN_ID_LABEL
@@ -231,3 +232,15 @@ def test_a_leaderworkersets_worker_pods_join_its_run_through_the_leader_pod():
     mine, others = members.run_pods([leader, worker, k.pod(k.jobset(), "stray")], frozenset(uids))
     assert [p["metadata"]["name"] for p in mine] == ["vllm-0", "vllm-0-1"]
     assert [p["metadata"]["name"] for p in others] == ["stray"]
+
+
+def test_the_diagnosis_of_a_run_of_a_new_kind_says_how_to_describe_its_object():
+    stuck = [{"type": "Admitted", "status": "True", "reason": "Admitted"},
+             {"type": "Scheduled", "status": "True", "reason": "AllPodsBound"},
+             {"type": "GPUHealthy", "status": "True", "reason": "Healthy"},
+             {"type": "Progressing", "status": "True", "reason": "Advancing"},
+             {"type": "Completed", "status": "False", "reason": "NotAvailable", "message": "not available yet",
+              "source": {"kind": "LeaderWorkerSet", "name": "vllm", "namespace": o.NS}}]
+    d = diagnose(stuck, namespace=o.NS, run_id=RUN)
+    assert any("kubectl describe leaderworkersets.leaderworkerset.x-k8s.io vllm -n team-a" in h
+               for h in d.next_checks), d.next_checks
