@@ -35,5 +35,11 @@ KUEUE_JOB = KUEUE_EXAMPLES / "03-agi-job.yaml"
 K8S_API = upstream.module_dir("kubernetes", "k8s.io/api")
 """k8s.io/api at the pinned Kubernetes version: ``testdata/HEAD/<group>.<version>.<Kind>.json``."""
 
+KYVERNO = upstream.module_dir("kyverno")
+"""Kyverno's module, read for the Policy Reports working group's CRDs (``wgpolicyk8s.io``
+v1alpha2) that taugate's audit writes."""
+POLICY_REPORT_CRD = KYVERNO / "config" / "crds" / "policyreport" / "wgpolicyk8s.io_policyreports.yaml"
+CLUSTER_POLICY_REPORT_CRD = KYVERNO / "config" / "crds" / "policyreport" / "wgpolicyk8s.io_clusterpolicyreports.yaml"
+
 TAUGRID = DATA / "taugrid"
 """TauGrid's CRDs and samples, written by the project after TauGrid's (not on the Go proxy)."""

@@ -27,6 +27,7 @@ MAIN_MODULE = {
     "kueue": "sigs.k8s.io/kueue",
     "kubernetes": "k8s.io/kubernetes",
     "kwok": "sigs.k8s.io/kwok",
+    "kyverno": "github.com/kyverno/kyverno",
 }
 """The module each component's ``go.mod`` pins, when the caller names none."""
 
