@@ -18,6 +18,7 @@ import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from taugate.controllers.kube import Kube
     from taugate.settings import Settings
     from taugate.webhook.state_watch import WatchStateProvider
 
@@ -45,7 +46,9 @@ def _wire(parser: argparse.ArgumentParser) -> None:
     """Cross-part wiring, here because the parts never import each other: ``taugate serve``
     (webhook) gets its TLS from ``certs.serving.serving_tls`` (``args.tls_factory``) and, with
     ``--in-cluster``, its cluster state from ``webhook.state_watch.WatchStateProvider`` reading
-    through the controllers' API client ``controllers.kube.Kube`` (``args.state_provider_factory``)."""
+    through the controllers' API client ``controllers.kube.Kube`` (``args.state_provider_factory``);
+    ``taugate policy what-if`` reads a live cluster through that client too
+    (``args.cluster_reader_factory``)."""
     try:
         from taugate.certs.serving import serving_tls
     except ModuleNotFoundError as e:
@@ -54,7 +57,7 @@ def _wire(parser: argparse.ArgumentParser) -> None:
     else:
         parser.set_defaults(tls_factory=serving_tls)
     if importlib.util.find_spec("taugate.controllers") is not None:
-        parser.set_defaults(state_provider_factory=_watch_state_provider)
+        parser.set_defaults(state_provider_factory=_watch_state_provider, cluster_reader_factory=_cluster_reader)
 
 
 def _watch_state_provider(settings: Settings, kubeconfig: str | None = None) -> WatchStateProvider:
@@ -65,6 +68,14 @@ def _watch_state_provider(settings: Settings, kubeconfig: str | None = None) -> 
 
     cfg = load_configuration(in_cluster=kubeconfig is None, kubeconfig=kubeconfig)
     return WatchStateProvider(Kube.from_configuration(cfg), settings)
+
+
+def _cluster_reader(kubeconfig: str | None = None, context: str | None = None) -> Kube:
+    """The API client a command reads a live cluster with (``kubeconfig`` or ``$KUBECONFIG`` or
+    ``~/.kube/config``). Raises ``taugate.kubeaccess.KubeConfigError`` (a ``ValueError``)."""
+    from taugate.controllers.kube import Kube, load_configuration
+
+    return Kube.from_configuration(load_configuration(kubeconfig=kubeconfig, context=context))
 
 
 def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:

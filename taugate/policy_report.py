@@ -38,6 +38,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from taugate import labels
+from taugate.kinds import KINDS
+from taugate.kubeaccess import Resource
 from taugate.violation import Action, Violation
 
 GROUP = "wgpolicyk8s.io"
@@ -63,6 +65,12 @@ _RESULT_OF: dict[Action, str] = {"deny": "fail", "dryrun": "fail", "warn": "warn
 SUMMARY_KEYS = ("pass", "fail", "warn", "error", "skip")
 
 
+def workload_resources() -> tuple[Resource, ...]:
+    """The REST resource of every governed kind (``taugate.kinds.KINDS``, read at call time, so
+    a kind added to the registry is audited with no change here), as the audit lists them."""
+    return tuple(Resource(k.group, k.version, k.resource, k.kind, True) for k in KINDS)
+
+
 @dataclass(frozen=True)
 class WorkloadAudit:
     """What the audit found on one workload: its reference (``api_version``, ``kind``, ``name``,
@@ -86,7 +94,8 @@ class WorkloadAudit:
         """The audit of ``obj`` (a Kubernetes object as the API returns it)."""
         found = obj.get("metadata")
         meta: dict[str, Any] = found if isinstance(found, dict) else {}
-        return cls(str(obj.get("apiVersion") or ""), str(obj.get("kind") or ""), str(meta.get("name") or ""),
+        name = meta.get("name") or meta.get("generateName") or ""
+        return cls(str(obj.get("apiVersion") or ""), str(obj.get("kind") or ""), str(name),
                    str(meta.get("namespace") or ""), str(meta.get("uid") or ""), tuple(violations),
                    frozenset(evaluated), tuple(sorted((errors or {}).items())))
 
@@ -232,3 +241,57 @@ def report_changed(current: dict[str, Any] | None, desired: dict[str, Any]) -> b
         if part == "annotations" and REPORT_TRUNCATED in have and REPORT_TRUNCATED not in want:
             return True
     return False
+
+
+_STRENGTH = {"none": 0, "dryrun": 1, "warn": 2, "deny": 3, "error": 3}
+
+
+@dataclass(frozen=True, order=True)
+class Change:
+    """One result a proposed policy set enforces that the current one does not (``what_if``):
+    in ``namespace``, ``policy`` would ``action`` (``deny``, ``warn``, or ``error``: the policy
+    fails at run time on the workload) the ``workload`` (``Kind/name``) at ``field`` with
+    ``message``; ``before`` is what the current set does there (``none``, ``dryrun``, ``warn``)."""
+
+    namespace: str
+    policy: str
+    action: str
+    workload: str
+    field: str
+    message: str
+    before: str
+
+
+def _actions(audits: Iterable[WorkloadAudit]) -> dict[tuple[str, str, str, str], tuple[str, str]]:
+    """``(namespace, Kind/name, policy, field) -> (strongest action, its message)``."""
+    out: dict[tuple[str, str, str, str], tuple[str, str]] = {}
+    for a in audits:
+        workload = f"{a.kind}/{a.name}"
+        found: list[tuple[str, str, str, str]] = [(v.policy, v.field, v.action, v.message) for v in a.violations]
+        found += [(p, "", "error", f"the policy failed on this object ({why})") for p, why in a.errors]
+        for policy, where, action, message in found:
+            key = (a.namespace, workload, policy, where)
+            if _STRENGTH[action] > _STRENGTH[out.get(key, ("none", ""))[0]]:
+                out[key] = (action, message)
+    return out
+
+
+def what_if(current: Iterable[WorkloadAudit], proposed: Iterable[WorkloadAudit]) -> tuple[list[Change], list[Change]]:
+    """Compare the audits of the same workloads under the current and a proposed policy set:
+    ``(enforced, relieved)``. ``enforced``: every result the proposed set denies, warns or fails
+    on that the current set does not enforce as strongly (a rule moved from ``dryrun`` to ``deny``,
+    a new rule, a tightened one); ``relieved``: every result the current set denies or warns
+    that the proposed set no longer enforces as strongly (``before`` is then the proposed
+    action). A result is one workload, policy and field path; both lists are sorted by
+    namespace, policy, action and workload."""
+    before, after = _actions(current), _actions(proposed)
+    enforced, relieved = [], []
+    for key, (action, message) in after.items():
+        was = before.get(key, ("none", ""))[0]
+        if action != "dryrun" and _STRENGTH[action] > _STRENGTH[was]:
+            enforced.append(Change(key[0], key[2], action, key[1], key[3], message, was))
+    for key, (action, message) in before.items():
+        now = after.get(key, ("none", ""))[0]
+        if action != "dryrun" and _STRENGTH[action] > _STRENGTH[now]:
+            relieved.append(Change(key[0], key[2], action, key[1], key[3], message, now))
+    return sorted(enforced), sorted(relieved)
