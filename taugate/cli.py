@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from taugate.controllers.kube import Kube
     from taugate.settings import Settings
+    from taugate.webhook.audit import PolicyAuditor
     from taugate.webhook.state_watch import WatchStateProvider
 
 PARTS = ("taugate.webhook.commands", "taugate.controllers.commands", "taugate.certs.commands")
@@ -48,7 +49,8 @@ def _wire(parser: argparse.ArgumentParser) -> None:
     ``--in-cluster``, its cluster state from ``webhook.state_watch.WatchStateProvider`` reading
     through the controllers' API client ``controllers.kube.Kube`` (``args.state_provider_factory``);
     ``taugate policy what-if`` reads a live cluster through that client too
-    (``args.cluster_reader_factory``)."""
+    (``args.cluster_reader_factory``), and ``taugate operator --audit-policies`` judges workloads
+    with the webhook's ``PolicyAuditor`` (``args.auditor_factory``)."""
     try:
         from taugate.certs.serving import serving_tls
     except ModuleNotFoundError as e:
@@ -57,7 +59,8 @@ def _wire(parser: argparse.ArgumentParser) -> None:
     else:
         parser.set_defaults(tls_factory=serving_tls)
     if importlib.util.find_spec("taugate.controllers") is not None:
-        parser.set_defaults(state_provider_factory=_watch_state_provider, cluster_reader_factory=_cluster_reader)
+        parser.set_defaults(state_provider_factory=_watch_state_provider, cluster_reader_factory=_cluster_reader,
+                            auditor_factory=_policy_auditor)
 
 
 def _watch_state_provider(settings: Settings, kubeconfig: str | None = None) -> WatchStateProvider:
@@ -76,6 +79,21 @@ def _cluster_reader(kubeconfig: str | None = None, context: str | None = None) -
     from taugate.controllers.kube import Kube, load_configuration
 
     return Kube.from_configuration(load_configuration(kubeconfig=kubeconfig, context=context))
+
+
+def _policy_auditor(policy_dir: str, settings: Settings) -> PolicyAuditor:
+    """The webhook's ``PolicyAuditor`` over the policy folder ``policy_dir``, reloading when its
+    files change (as the webhook does). Raises ``ValueError`` (one line) when the set does not load."""
+    from taugate.webhook.audit import PolicyAuditor
+    from taugate.webhook.engines import load_policy_engine
+    from taugate.webhook.policy import PolicyError
+
+    try:
+        engine = load_policy_engine(policy_dir)
+    except PolicyError as e:
+        raise ValueError(f"--audit-policies: {e}") from None
+    engine.start_watching(1.0)
+    return PolicyAuditor(engine, settings)
 
 
 def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:

@@ -35,12 +35,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from taugate import labels
 from taugate.kinds import KINDS
 from taugate.kubeaccess import Resource
 from taugate.violation import Action, Violation
+
+if TYPE_CHECKING:
+    from taugate.snapshot import ClusterState
 
 GROUP = "wgpolicyk8s.io"
 VERSION = "v1alpha2"
@@ -63,6 +66,10 @@ CATEGORY_BUILTIN = "built-in rule (Kubernetes, Kueue, KubeRay)"
 
 _RESULT_OF: dict[Action, str] = {"deny": "fail", "dryrun": "fail", "warn": "warn"}
 SUMMARY_KEYS = ("pass", "fail", "warn", "error", "skip")
+
+
+POLICY_REPORTS = Resource(GROUP, VERSION, "policyreports", "PolicyReport", True)
+CLUSTER_POLICY_REPORTS = Resource(GROUP, VERSION, "clusterpolicyreports", "ClusterPolicyReport", False)
 
 
 def workload_resources() -> tuple[Resource, ...]:
@@ -112,6 +119,17 @@ class WorkloadAudit:
         if self.uid:
             ref["uid"] = self.uid
         return ref
+
+
+class Auditor(Protocol):
+    """What judges workloads for the audit (``taugate.webhook.audit.PolicyAuditor``, given to the
+    operator by the CLI): ``digest`` of the active policy set (it changes when the set does), and
+    ``audit(objects, state)``, one ``WorkloadAudit`` per object admission would validate."""
+
+    @property
+    def digest(self) -> str: ...
+
+    def audit(self, objects: Iterable[dict[str, Any]], state: ClusterState) -> list[WorkloadAudit]: ...
 
 
 def _clip(text: str) -> str:
@@ -221,6 +239,21 @@ def build_reports(audits: Iterable[WorkloadAudit], *, digest: str) -> Reports:
     namespaces = sorted({a.namespace for a in audits})
     namespaced = {ns: namespace_report(ns, audits, digest=digest) for ns in namespaces}
     return Reports(namespaced, cluster_report(namespaced.values(), digest=digest))
+
+
+def merge_patch(current: dict[str, Any], desired: dict[str, Any]) -> dict[str, Any]:
+    """The JSON merge patch (RFC 7386) that turns the stored report ``current`` into ``desired``
+    in what taugate writes: ``scope``, ``summary`` and ``results`` whole (a merge patch replaces
+    arrays), taugate's labels and annotations, and the truncation annotation removed when
+    ``desired`` lists every result."""
+    annotations: dict[str, Any] = dict(desired["metadata"].get("annotations") or {})
+    if REPORT_TRUNCATED in ((current.get("metadata") or {}).get("annotations") or {}):
+        annotations.setdefault(REPORT_TRUNCATED, None)
+    body: dict[str, Any] = {"metadata": {"labels": desired["metadata"]["labels"], "annotations": annotations}}
+    for key in ("scope", "summary", "results"):
+        if key in desired:
+            body[key] = desired[key]
+    return body
 
 
 def report_changed(current: dict[str, Any] | None, desired: dict[str, Any]) -> bool:
