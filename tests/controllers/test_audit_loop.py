@@ -84,7 +84,7 @@ def test_lists_are_paged_with_limit(kube_double, small_cluster, nine_gpu_rayjob,
     listed = [(path, q) for method, path, q in kube_double.request_log(since)
               if method == "GET" and path.endswith("/rayjobs")]
     assert listed and all(q.get("limit") == "2" for _, q in listed)
-    assert {p for p, _ in listed} == {"/apis/ray.io/v1/namespaces/nlp/rayjobs", "/apis/ray.io/v1/namespaces/vision/rayjobs"}
+    assert {p for p, _ in listed} == {f"/apis/ray.io/v1/namespaces/{ns}/rayjobs" for ns in ("nlp", "vision")}
 
 
 def test_a_new_violation_updates_the_report_and_a_deleted_workload_takes_its_results_and_report_away(
