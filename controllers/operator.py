@@ -18,6 +18,9 @@ TauWorkspaces and TauQuotaRequests (in the system namespace only) wake themselve
 wakes anything only when it changes what the controllers read (``relevant``): status writes
 (the controllers' own included), node heartbeats and Kueue usage updates wake nobody.
 
+With ``OperatorOptions.audit`` the same process runs the background audit (``controllers/audit.py``:
+PolicyReports of every governed workload, on an interval and when the policy set changes).
+
 kopf runs with only ``on.event`` handlers, so it never patches the objects itself (no kopf
 annotations, no kopf finalizers); peering is off (run one replica), CRD scanning is off (the
 chart installs the CRDs first; restart after installing Kueue later).
