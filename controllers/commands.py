@@ -118,6 +118,14 @@ def run_operator_command(args: argparse.Namespace) -> int:
     if problem:
         _err(problem)
         return 2
+    settings = Settings()
+    if args.system_namespace:
+        settings = settings.model_copy(update={"system_namespace": args.system_namespace})
+    try:
+        audit = _audit_options(args, settings)
+    except ValueError as e:
+        _err(str(e))
+        return 2
     try:
         cfg = _configuration(args)
     except KubeConfigError as e:
@@ -127,14 +135,6 @@ def run_operator_command(args: argparse.Namespace) -> int:
         return 1
     logging.basicConfig(level=getattr(logging, args.log_level.upper(), logging.INFO),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    settings = Settings()
-    if args.system_namespace:
-        settings = settings.model_copy(update={"system_namespace": args.system_namespace})
-    try:
-        audit = _audit_options(args, settings)
-    except ValueError as e:
-        _err(str(e))
-        return 2
     options = OperatorOptions(resync_seconds=args.resync_seconds, debounce_seconds=args.debounce_seconds,
                               liveness_endpoint=args.liveness, recorder=recorder, audit=audit)
     try:

@@ -45,3 +45,13 @@ def test_with_the_audit_off_the_operator_neither_audits_nor_may_write_reports():
     objs = objects({"operator": {"audit": {"enabled": False}}})
     assert not any(a.startswith("--audit") for a in _operator(objs)["args"])
     assert not allowed(rules_of(objs, "taugate-operator"), "create", WG, "policyreports", namespace="vision")
+
+
+def test_scrapers_named_in_metrics_from_may_reach_the_audit_metrics_and_nobody_else():
+    scraper = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+    objs = objects({"networkPolicy": {"metricsFrom": [scraper]}})
+    policy = one(objs, "NetworkPolicy", "taugate-operator")
+    rule = next(r for r in policy["spec"]["ingress"] if r["ports"][0]["port"] == 9090)
+    assert rule["from"] == [scraper]
+    closed = one(objects(), "NetworkPolicy", "taugate-operator")  # no scrapers named: the port stays closed
+    assert all(r["ports"][0]["port"] != 9090 for r in closed["spec"]["ingress"])

@@ -16,7 +16,9 @@ from taugate.policy_report import (
     REPORT_TRUNCATED,
     WorkloadAudit,
     build_reports,
+    merge_patch,
     report_changed,
+    what_if,
 )
 from taugate.violation import Violation
 from tests.crdschema import crd_errors
@@ -160,3 +162,23 @@ def test_reports_are_labelled_as_taugates_and_carry_the_policy_digest():
     assert report["metadata"]["labels"] == {labels.MANAGED_BY: labels.MANAGED_BY_VALUE}
     assert report["metadata"]["annotations"] == {labels.POLICY_DIGEST: "abc"}
     assert report["scope"] == {"apiVersion": "v1", "kind": "Namespace", "name": "vision"}
+
+
+def test_what_if_names_what_a_proposed_set_enforces_newly_and_what_it_stops_enforcing():
+    dry = Violation("gpu-per-pod-fits-node", FIELD, "9 GPUs", "dryrun")
+    current = [audit("a", dry, HEAD), audit("b", NINE)]
+    proposed = [audit("a", NINE, errors={"requests-required": "boom"}), audit("b", HEAD)]
+    enforced, relieved = what_if(current, proposed)
+    assert [(c.workload, c.policy, c.action, c.before) for c in enforced] == [
+        ("RayJob/a", "gpu-per-pod-fits-node", "deny", "dryrun"), ("RayJob/b", "head-without-gpu", "warn", "none"),
+        ("RayJob/a", "requests-required", "error", "none")]
+    assert [(c.workload, c.policy, c.action, c.before) for c in relieved] == [
+        ("RayJob/b", "gpu-per-pod-fits-node", "deny", "none"), ("RayJob/a", "head-without-gpu", "warn", "none")]
+
+
+def test_a_merge_patch_replaces_the_results_and_drops_a_truncation_note_no_longer_true():
+    desired = build_reports([audit("a", NINE)], digest="d").namespaced["vision"]
+    stored = {**desired, "results": [], "metadata": {**desired["metadata"], "annotations": {REPORT_TRUNCATED: "3"}}}
+    patch = merge_patch(stored, desired)
+    assert patch["results"] == desired["results"] and patch["summary"] == desired["summary"]
+    assert patch["metadata"]["annotations"] == {labels.POLICY_DIGEST: "d", REPORT_TRUNCATED: None}
