@@ -136,11 +136,11 @@ def write_reports(kube: Any, reports: Reports) -> dict[str, int]:
     verb. Only taugate's own reports (named ``REPORT_NAME``, labelled as taugate's) are touched."""
     writes = {"create": 0, "patch": 0, "delete": 0, "none": 0}
     mine = {labels.MANAGED_BY: labels.MANAGED_BY_VALUE}
-    stored = {namespace_of(r): r for r in kube.list(POLICY_REPORTS, labels=mine)
+    stored = {str(namespace_of(r) or ""): r for r in kube.list(POLICY_REPORTS, labels=mine)
               if (r.get("metadata") or {}).get("name") == REPORT_NAME}
     for ns, desired in reports.namespaced.items():
         writes[_write(kube, POLICY_REPORTS, stored.get(ns), desired, ns)] += 1
-    for ns in sorted(set(stored) - set(reports.namespaced), key=str):
+    for ns in sorted(set(stored) - set(reports.namespaced)):
         kube.delete(POLICY_REPORTS, REPORT_NAME, ns)
         writes["delete"] += 1
     current = kube.get(CLUSTER_POLICY_REPORTS, REPORT_NAME)

@@ -85,15 +85,12 @@ def _policy_auditor(policy_dir: str, settings: Settings) -> PolicyAuditor:
     """The webhook's ``PolicyAuditor`` over the policy folder ``policy_dir``, reloading when its
     files change (as the webhook does). Raises ``ValueError`` (one line) when the set does not load."""
     from taugate.webhook.audit import PolicyAuditor
-    from taugate.webhook.engines import load_policy_engine
     from taugate.webhook.policy import PolicyError
 
     try:
-        engine = load_policy_engine(policy_dir)
+        return PolicyAuditor.load(policy_dir, settings, reload_seconds=1.0)
     except PolicyError as e:
         raise ValueError(f"--audit-policies: {e}") from None
-    engine.start_watching(1.0)
-    return PolicyAuditor(engine, settings)
 
 
 def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:

@@ -16,6 +16,7 @@ PolicyReports.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
 
 from taugate.kinds import KINDS, kind_of
 from taugate.policy_report import WorkloadAudit
@@ -58,6 +59,19 @@ class PolicyAuditor:
     def __init__(self, engine: PolicyEngine, settings: Settings | None = None):
         self.engine = engine
         self.settings = settings or Settings()
+
+    @classmethod
+    def load(cls, policy_dir: str | Path, settings: Settings | None = None, *,
+             reload_seconds: float | None = None) -> PolicyAuditor:
+        """The auditor of the policy folder ``policy_dir`` (its ``enforcement.yaml``), embedded
+        engine; with ``reload_seconds`` the set is reloaded when its files change, as the webhook
+        reloads it. Raises ``PolicyError`` (one line) when the set does not load."""
+        from taugate.webhook.engines import load_policy_engine
+
+        engine = load_policy_engine(policy_dir)
+        if reload_seconds is not None:
+            engine.store.start_watching(reload_seconds)  # type: ignore[attr-defined]
+        return cls(engine, settings)
 
     @property
     def digest(self) -> str:
