@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import copy
 import shutil
+import socket
+import urllib.request
 
 import pytest
 import yaml
@@ -46,6 +48,12 @@ def loop(kube_double, settings):
     yield AuditLoop(kube, settings, AuditOptions(auditor=PolicyAuditor(load_policy_engine(POLICIES), settings),
                                                  page_size=2))
     kube.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def _violations(loop, policy: str, action: str) -> float | None:
@@ -127,7 +135,9 @@ def test_the_operator_audits_at_start_and_again_when_the_policy_set_changes(
     engine.start_watching(0.1)
     try:
         kube_double.apply([*small_cluster, nine_gpu_rayjob])
-        options = AuditOptions(auditor=PolicyAuditor(engine, settings), interval_seconds=600, poll_seconds=0.1)
+        port = _free_port()
+        options = AuditOptions(auditor=PolicyAuditor(engine, settings), interval_seconds=600, poll_seconds=0.1,
+                               metrics_port=port)
         with kube_double.operator(settings, audit=options):
             def action():
                 report = kube_double.get(WG, "PolicyReport", REPORT_NAME, "vision") or {}
@@ -137,5 +147,12 @@ def test_the_operator_audits_at_start_and_again_when_the_policy_set_changes(
             (folder / "enforcement.yaml").write_text("gpu-per-pod-fits-node: warn\nhead-without-gpu: warn\n")
             kube_double.wait_for(lambda: action() == "warn", timeout=30,
                                  message="a report rewritten after the policy set changed")
+            def scrape() -> str:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+                    return r.read().decode()
+            warned = 'taugate_audit_violations{action="warn",policy="gpu-per-pod-fits-node"} 1.0'
+            denied = 'taugate_audit_violations{action="deny",policy="gpu-per-pod-fits-node"} 0.0'
+            kube_double.wait_for(lambda: warned in scrape() and denied in scrape(), timeout=10,
+                                 message="the operator's /metrics counting the violation under its new action")
     finally:
         engine.stop_watching()

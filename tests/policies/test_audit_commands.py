@@ -163,3 +163,35 @@ def test_what_if_against_an_unreachable_cluster_is_one_line_and_exit_2(proposed,
     assert main(["policy", "what-if", str(proposed), "--kubeconfig", str(kubeconfig)]) == 2
     err = capsys.readouterr().err.strip()
     assert str(kubeconfig) in err and "\n" not in err
+
+
+NEW_RULE = '''# at-most-four-gpus-per-pod: a new platform rule, previewed before it is enforced.
+package taugate.policies.at_most_four_gpus_per_pod
+
+import data.taugate.lib
+
+name := "at-most-four-gpus-per-pod"
+
+deny contains lib.violation(name, lib.gpu_field(t), msg) if {
+	some t in input.object.podTemplates
+	t.gpusPerPod > 4
+	msg := sprintf("asks for %d GPUs per pod; allowed: at most 4; fix: use more, smaller workers", [t.gpusPerPod])
+}
+'''
+
+
+def test_what_if_previews_a_new_rule_on_the_workloads_that_exist(example_state, settings, cluster_with, proposed,
+                                                                  capsys):
+    eight = stored(IMAGE_CLASSIFIER, example_state, settings, "classifier", {})
+    group = eight["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]
+    for key in ("limits", "requests"):
+        group["template"]["spec"]["containers"][0]["resources"][key]["nvidia.com/gpu"] = "2"
+    (proposed / "at-most-four-gpus-per-pod").mkdir()
+    (proposed / "at-most-four-gpus-per-pod" / "policy.rego").write_text(NEW_RULE)
+    nine = stored(NINE_GPUS, example_state, settings, "resnet-nine", dict.fromkeys(GPU_RULES, "dryrun"))
+    code = main(["policy", "what-if", str(proposed), "--cluster", cluster_with(eight, nine), "-o", "json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 1
+    new = [(c["workload"], c["action"], c["before"]) for c in doc["enforced"]
+           if c["policy"] == "at-most-four-gpus-per-pod"]
+    assert new == [("RayJob/resnet-nine", "deny", "none")]  # the 2-GPU classifier is not touched
