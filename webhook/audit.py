@@ -23,8 +23,9 @@ from taugate.policy_report import WorkloadAudit
 from taugate.settings import Settings
 from taugate.snapshot import ClusterState
 from taugate.webhook.decision import Violation
+from taugate.webhook.mutation import controller_owner
 from taugate.webhook.policy import PolicyEngine
-from taugate.webhook.review import ENGINE_FAILURE, judge
+from taugate.webhook.review import ENGINE_FAILURE, judge, metadata_of
 
 __all__ = ["ENGINE_FAILURE", "PolicyAuditor", "governed", "governed_kinds"]
 
@@ -94,8 +95,22 @@ class PolicyAuditor:
                                 failed or None)
 
     def audit(self, objects: Iterable[dict], state: ClusterState) -> list[WorkloadAudit]:
-        """The audits of ``objects`` (see the class docstring)."""
-        return [a for a in (self.audit_one(o, state) for o in objects) if a is not None]
+        """The audits of ``objects`` (see the class docstring). A child whose controller owner
+        (a governed workload, ``mutation.controller_owner``) is among ``objects`` is judged
+        through its owner and not again: KubeRay copies a RayJob's labels onto the RayCluster it
+        creates (ray-operator v1.6.0 ``rayjob_controller.go``, ``constructRayClusterForRayJob``),
+        so the stored-child rule of ``review.judge`` alone would report the owner's findings twice."""
+        objects = list(objects)
+        owners = {uid for o in objects if (uid := metadata_of(o).get("uid"))}
+        out = []
+        for obj in objects:
+            owner = controller_owner(obj)
+            if owner is not None and owner.get("uid") in owners:
+                continue
+            found = self.audit_one(obj, state)
+            if found is not None:
+                out.append(found)
+        return out
 
 
 def governed(objects: Iterable[dict]) -> list[dict]:

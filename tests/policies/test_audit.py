@@ -110,3 +110,16 @@ def test_a_policy_that_fails_at_run_time_is_reported_as_that_policys_error(polic
     (found,) = auditor.audit([obj], example_state)
     assert found.errors and found.errors[0][0] in ("head-without-gpu", ENGINE_FAILURE)
     assert build_reports([found], digest="d").failing
+
+
+def test_a_child_whose_owner_is_audited_is_judged_through_its_owner_only(auditor, example_state):
+    """KubeRay copies the RayJob's labels (tau.azure.com/workspace included) onto its RayCluster."""
+    rayjob = copy.deepcopy(SAMPLES["RayJob"])
+    rayjob["metadata"].update(namespace="vision", uid="uid-rj", labels={"tau.azure.com/workspace": "vision"})
+    cluster = copy.deepcopy(SAMPLES["RayCluster"])
+    cluster["metadata"].update(namespace="vision", uid="uid-rc", labels={"tau.azure.com/workspace": "vision"},
+                               ownerReferences=[{"apiVersion": "ray.io/v1", "kind": "RayJob", "name": "r",
+                                                 "uid": "uid-rj", "controller": True}])
+    assert [a.kind for a in auditor.audit([rayjob, cluster], example_state)] == ["RayJob"]
+    # With its owner gone (or never audited) it is judged as the stored object it is.
+    assert [a.kind for a in auditor.audit([cluster], example_state)] == ["RayCluster"]
