@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.kubedouble import kube_double  # noqa: F401  (the API double fixture, for what-if on a live API)
 from tests.paths import EXAMPLE_CLUSTER, IMAGE_CLASSIFIER, POLICIES, REPO  # noqa: F401  (used by the tests here)
 
 
