@@ -118,6 +118,14 @@ def run_operator_command(args: argparse.Namespace) -> int:
     if problem:
         _err(problem)
         return 2
+    settings = Settings()
+    if args.system_namespace:
+        settings = settings.model_copy(update={"system_namespace": args.system_namespace})
+    try:
+        audit = _audit_options(args, settings)
+    except ValueError as e:
+        _err(str(e))
+        return 2
     try:
         cfg = _configuration(args)
     except KubeConfigError as e:
@@ -127,11 +135,8 @@ def run_operator_command(args: argparse.Namespace) -> int:
         return 1
     logging.basicConfig(level=getattr(logging, args.log_level.upper(), logging.INFO),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    settings = Settings()
-    if args.system_namespace:
-        settings = settings.model_copy(update={"system_namespace": args.system_namespace})
     options = OperatorOptions(resync_seconds=args.resync_seconds, debounce_seconds=args.debounce_seconds,
-                              liveness_endpoint=args.liveness, recorder=recorder)
+                              liveness_endpoint=args.liveness, recorder=recorder, audit=audit)
     try:
         asyncio.run(run_operator(cfg, settings, options))
     except Exception as e:
@@ -142,6 +147,24 @@ def run_operator_command(args: argparse.Namespace) -> int:
             return 2
         raise
     return 0
+
+
+def _audit_options(args: argparse.Namespace, settings):
+    """The background audit's options, or None without ``--audit-policies``. The auditor comes
+    from ``args.auditor_factory(policy_dir, settings)``, wired by ``taugate.cli`` (the webhook's
+    ``PolicyAuditor``: the controllers never import the webhook). Raises ``ValueError`` (one line)
+    for bad values or a policy folder that does not load."""
+    if not getattr(args, "audit_policies", None):
+        return None
+    from taugate.controllers.audit import AuditOptions
+
+    if args.audit_interval <= 0 or args.audit_page_size <= 0:
+        raise ValueError("--audit-interval and --audit-page-size must be > 0")
+    factory = getattr(args, "auditor_factory", None)
+    if factory is None:
+        raise ValueError("--audit-policies needs taugate.webhook (the policy engine), which is not installed")
+    return AuditOptions(auditor=factory(args.audit_policies, settings), interval_seconds=args.audit_interval,
+                        page_size=args.audit_page_size, metrics_port=args.audit_metrics_port)
 
 
 def _recorder_config(args: argparse.Namespace):
@@ -270,6 +293,13 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
                      help="where workspace data volumes are mounted (TAUGATE_RECORDER_DATA_ROOT)")
     rec.add_argument("--signing-key-file", type=Path, help="Ed25519 PEM key that signs evidence")
     rec.add_argument("--signing-key-secret", metavar="NS/NAME[/KEY]", help="the same key from a Secret")
+    aud = p.add_argument_group("background audit (PolicyReports)")
+    aud.add_argument("--audit-policies", metavar="DIR", help="audit every governed workload against the policy "
+                                                             "folder DIR and write PolicyReports (default: no audit)")
+    aud.add_argument("--audit-interval", type=float, default=300.0, metavar="SECONDS",
+                     help="seconds between audits (also when the policy set changes)")
+    aud.add_argument("--audit-page-size", type=int, default=500, metavar="N", help="objects per list request")
+    aud.add_argument("--audit-metrics-port", type=int, metavar="PORT", help="serve the audit's Prometheus metrics")
     p.set_defaults(func=run_operator_command)
 
     snap = subparsers.add_parser("snapshot", help="cluster snapshots for offline admission")

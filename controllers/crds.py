@@ -367,6 +367,17 @@ def write_crds(directory: str | Path, kinds: list[CrdKind] | None = None) -> lis
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")  # what Helm installs from a chart's crds/ (any case)
 
+VENDORED_CRDS = ("policyreports/wgpolicyk8s.io_clusterpolicyreports.yaml",
+                 "policyreports/wgpolicyk8s.io_policyreports.yaml")
+"""CRDs in the chart's ``crds/`` that taugate does not generate: the Policy Reports working group's
+``wgpolicyk8s.io/v1alpha2`` PolicyReport and ClusterPolicyReport, which the audit writes, copied
+unchanged from Kyverno v1.19.1 ``config/crds/policyreport/`` (``tests/install/test_crds.py``
+checks they are identical). Helm installs ``crds/`` (subdirectories included) only where a CRD
+is absent and never upgrades or deletes one, so a cluster where Kyverno or another engine
+already installed them keeps its own; in a subfolder, so ``kubectl apply -f
+charts/taugate/crds/`` and ``kubectl delete -f charts/taugate/crds/`` (not recursive) leave
+these shared CRDs, and every engine's reports, alone."""
+
 
 def _same_content(text: str, expected: str) -> bool:
     """Do two CRD files hold the same objects? Compared as parsed YAML, so comments, key order,
@@ -382,8 +393,9 @@ def check_crds(directory: str | Path, kinds: list[CrdKind] | None = None) -> lis
     """What is wrong with ``directory`` as the chart's ``crds/``: ``(relative path, problem)``
     pairs, sorted, where problem is ``missing`` (a CRD file is not there), ``differs`` (its
     objects are not the generated CRD; formatting alone does not count) or ``unexpected`` (a
-    manifest no kind generates: Helm installs every ``.yaml``/``.yml``/``.json`` file under a
-    chart's ``crds/``, subdirectories included, so a stray file would be applied as well).
+    manifest no kind generates and not one of ``VENDORED_CRDS``: Helm installs every
+    ``.yaml``/``.yml``/``.json`` file under a chart's ``crds/``, subdirectories included, so a
+    stray file would be applied as well).
     Raises ``OSError`` when the directory cannot be read."""
     d = Path(directory)
     expected = render_crds(kinds)
@@ -396,7 +408,8 @@ def check_crds(directory: str | Path, kinds: list[CrdKind] | None = None) -> lis
             problems.append((name, "differs"))
     for path in sorted(d.rglob("*")):
         rel = path.relative_to(d).as_posix()
-        if path.is_file() and path.suffix.lower() in MANIFEST_SUFFIXES and rel not in expected:
+        if path.is_file() and path.suffix.lower() in MANIFEST_SUFFIXES and rel not in expected \
+                and rel not in VENDORED_CRDS:
             problems.append((rel, "unexpected"))
     return sorted(problems)
 

@@ -228,6 +228,22 @@ class Kube:
                  for i in data.get("items") or [] if isinstance(i, dict)]
         return items, (data.get("metadata") or {}).get("resourceVersion")
 
+    def list_pages(self, res: Resource, namespace: str | None = None, *, limit: int = 500) -> Iterator[list[dict]]:
+        """Every object of ``res`` (in ``namespace``, or all), ``limit`` at a time: the API's
+        chunked list (``limit`` and the ``continue`` token, apimachinery ``ListOptions``), as
+        Gatekeeper's audit pages its lists (``--audit-chunk-size``), so a large namespace never
+        arrives in one response. Raises ``KubeError`` (``WatchExpired`` on HTTP 410 when the
+        token expired: list again)."""
+        token: str | None = None
+        while True:
+            query: list[tuple[str, Any]] = [("limit", limit)] + ([("continue", token)] if token else [])
+            data = self._json("GET", res.path(namespace), query=query) or {}
+            yield [dict(i, apiVersion=i.get("apiVersion") or res.api_version, kind=i.get("kind") or res.kind)
+                   for i in data.get("items") or [] if isinstance(i, dict)]
+            token = (data.get("metadata") or {}).get("continue") or None
+            if not token:
+                return
+
     def list(self, res: Resource, namespace: str | None = None,
              labels: dict[str, str] | None = None) -> list[dict]:
         """Every object of ``res`` (in ``namespace``, or all namespaces), optionally only those

@@ -18,6 +18,9 @@ TauWorkspaces and TauQuotaRequests (in the system namespace only) wake themselve
 wakes anything only when it changes what the controllers read (``relevant``): status writes
 (the controllers' own included), node heartbeats and Kueue usage updates wake nobody.
 
+With ``OperatorOptions.audit`` the same process runs the background audit (``controllers/audit.py``:
+PolicyReports of every governed workload, on an interval and when the policy set changes).
+
 kopf runs with only ``on.event`` handlers, so it never patches the objects itself (no kopf
 annotations, no kopf finalizers); peering is off (run one replica), CRD scanning is off (the
 chart installs the CRDs first; restart after installing Kueue later).
@@ -70,6 +73,7 @@ class OperatorOptions:
     liveness_endpoint: str | None = None
     test_mode: bool = False
     recorder: Any = None  # a controllers.recorder_config.RecorderConfig: also run the run recorder
+    audit: Any = None  # a controllers.audit.AuditOptions: also run the background audit (PolicyReports)
 
 
 class WorkQueue:
@@ -126,6 +130,7 @@ class Controller:
     errors: int = 0
     task: asyncio.Task | None = None
     seen: dict[tuple[str, str, str], str] = field(default_factory=dict)  # what each watched object last meant
+    audit: Any = None  # the controllers.audit.AuditLoop, when the audit runs
 
     # -- event fan-out (called by kopf handlers on the event loop) ---------------------------
     def enqueue(self, key: Key) -> None:
@@ -404,6 +409,10 @@ async def run_operator(cfg: kubernetes.client.Configuration, settings: Settings 
         from taugate.controllers.recorder import Recorder
         recorder = Recorder.create(options.recorder, settings, cfg)
         recorder.register(registry)
+    if options.audit is not None:  # the background audit (controllers/audit.py), its own API client
+        from taugate.controllers.audit import AuditLoop
+        ctl.audit = AuditLoop(Kube.from_configuration(cfg), settings, options.audit)
+        ctl.audit.register(registry)
     try:
         # The reconcile worker starts and stops inside kopf's lifecycle (on.startup/on.cleanup
         # in build_registry), so kopf does not wait on it as a hung task at exit.
@@ -414,3 +423,6 @@ async def run_operator(cfg: kubernetes.client.Configuration, settings: Settings 
         await asyncio.to_thread(kube.close)
         if recorder is not None:
             await asyncio.to_thread(recorder.close)
+        if ctl.audit is not None:
+            await ctl.audit.stop()
+            await asyncio.to_thread(ctl.audit.kube.close)

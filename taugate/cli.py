@@ -18,7 +18,9 @@ import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from taugate.controllers.kube import Kube
     from taugate.settings import Settings
+    from taugate.webhook.audit import PolicyAuditor
     from taugate.webhook.state_watch import WatchStateProvider
 
 PARTS = ("taugate.webhook.commands", "taugate.controllers.commands", "taugate.certs.commands")
@@ -45,7 +47,10 @@ def _wire(parser: argparse.ArgumentParser) -> None:
     """Cross-part wiring, here because the parts never import each other: ``taugate serve``
     (webhook) gets its TLS from ``certs.serving.serving_tls`` (``args.tls_factory``) and, with
     ``--in-cluster``, its cluster state from ``webhook.state_watch.WatchStateProvider`` reading
-    through the controllers' API client ``controllers.kube.Kube`` (``args.state_provider_factory``)."""
+    through the controllers' API client ``controllers.kube.Kube`` (``args.state_provider_factory``);
+    ``taugate policy what-if`` reads a live cluster through that client too
+    (``args.cluster_reader_factory``), and ``taugate operator --audit-policies`` judges workloads
+    with the webhook's ``PolicyAuditor`` (``args.auditor_factory``)."""
     try:
         from taugate.certs.serving import serving_tls
     except ModuleNotFoundError as e:
@@ -54,7 +59,8 @@ def _wire(parser: argparse.ArgumentParser) -> None:
     else:
         parser.set_defaults(tls_factory=serving_tls)
     if importlib.util.find_spec("taugate.controllers") is not None:
-        parser.set_defaults(state_provider_factory=_watch_state_provider)
+        parser.set_defaults(state_provider_factory=_watch_state_provider, cluster_reader_factory=_cluster_reader,
+                            auditor_factory=_policy_auditor)
 
 
 def _watch_state_provider(settings: Settings, kubeconfig: str | None = None) -> WatchStateProvider:
@@ -65,6 +71,26 @@ def _watch_state_provider(settings: Settings, kubeconfig: str | None = None) -> 
 
     cfg = load_configuration(in_cluster=kubeconfig is None, kubeconfig=kubeconfig)
     return WatchStateProvider(Kube.from_configuration(cfg), settings)
+
+
+def _cluster_reader(kubeconfig: str | None = None, context: str | None = None) -> Kube:
+    """The API client a command reads a live cluster with (``kubeconfig`` or ``$KUBECONFIG`` or
+    ``~/.kube/config``). Raises ``taugate.kubeaccess.KubeConfigError`` (a ``ValueError``)."""
+    from taugate.controllers.kube import Kube, load_configuration
+
+    return Kube.from_configuration(load_configuration(kubeconfig=kubeconfig, context=context))
+
+
+def _policy_auditor(policy_dir: str, settings: Settings) -> PolicyAuditor:
+    """The webhook's ``PolicyAuditor`` over the policy folder ``policy_dir``, reloading when its
+    files change (as the webhook does). Raises ``ValueError`` (one line) when the set does not load."""
+    from taugate.webhook.audit import PolicyAuditor
+    from taugate.webhook.policy import PolicyError
+
+    try:
+        return PolicyAuditor.load(policy_dir, settings, reload_seconds=1.0)
+    except PolicyError as e:
+        raise ValueError(f"--audit-policies: {e}") from None
 
 
 def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:

@@ -36,6 +36,10 @@ ADMISSION_RECORD = "tau.azure.com/admission"
 # ``taugate certs sync`` switches the serving certificate once the CA has had time to propagate.
 CA_PUBLISHED_AT = "tau.azure.com/ca-published-at"
 
+# Annotation on taugate's PolicyReports (taugate/policy_report.py): the digest of the policy set
+# that produced the results, as ``taugate policy eval`` prints it.
+POLICY_DIGEST = "tau.azure.com/policy-digest"
+
 # Resource names.
 GPU_RESOURCE = "nvidia.com/gpu"
 GFD_GPU_PRODUCT = "nvidia.com/gpu.product"

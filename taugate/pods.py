@@ -311,3 +311,16 @@ def asks_for_gpus(templates: list[PodTemplate]) -> bool:
     (``nvidia.com/mig-*``) in any container or init container (``gpus_per_pod``/``mig_per_pod``,
     KEP-753 arithmetic)."""
     return any(t.gpus_per_pod > 0 or t.mig_per_pod for t in templates)
+
+
+def replicated_template(obj: dict[str, Any], group: str) -> list[PodTemplate]:
+    """The one pod template of an object that runs ``spec.replicas`` copies of ``spec.template``
+    (an ``apps/v1`` Deployment, StatefulSet, ReplicaSet or DaemonSet, a core/v1
+    ReplicationController): role ``replica``, group ``group``, ``spec.replicas`` pods, default 1
+    (the API server's default); empty when ``spec.template`` is not an object."""
+    spec = as_dict(obj.get("spec"))
+    if not isinstance(spec.get("template"), dict):
+        return []
+    replicas = max(as_int(spec.get("replicas"), 1), 0)
+    return [PodTemplate.of("replica", group, ("spec", "template"), ("spec",), replicas, spec["template"], {})]
+

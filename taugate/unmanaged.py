@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from taugate.pods import PodTemplate, as_dict, as_int
+from taugate.pods import PodTemplate, replicated_template
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,12 +43,7 @@ class UnmanagedKind:
     def pod_templates(self, obj: dict[str, Any]) -> list[PodTemplate]:
         """``spec.template`` (role ``replica``) with ``spec.replicas`` pods (default 1; a
         DaemonSet counts 1, a pod per node); empty when it has none."""
-        spec = as_dict(obj.get("spec"))
-        if not isinstance(spec.get("template"), dict):
-            return []
-        replicas = max(as_int(spec.get("replicas"), 1), 0)
-        return [PodTemplate.of("replica", self.kind.lower(), ("spec", "template"), ("spec",), replicas,
-                               spec["template"], {})]
+        return replicated_template(obj, self.kind.lower())
 
 
 UNMANAGED_KINDS: tuple[UnmanagedKind, ...] = (

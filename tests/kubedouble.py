@@ -19,7 +19,8 @@ What the harness adds to kmock (kmock's gaps)
       ``kueue.x-k8s.io/v1beta2`` (localqueues, clusterqueues, resourceflavors, workloadpriorityclasses, workloads:
       Kueue v0.17's storage version), KubeRay ``ray.io/v1`` (rayjobs, rayclusters), ``batch/v1`` jobs (the
       registered workload kinds, ``taugate.kinds.KINDS``), and ``tau.azure.com/v1alpha1``
-      (clusters, workspaces, quotarequests, tauruns), each with its kind and scope, and
+      (clusters, workspaces, quotarequests, tauruns), ``wgpolicyk8s.io/v1alpha2`` PolicyReports and
+      ClusterPolicyReports (the audit's), each with its kind and scope, and
       ``status`` as a subresource for the custom resources.
     - Shutdown drops open connections at once (watch streams never end by themselves), which
       also makes leaving the ``with`` block a realistic API-server outage for clients.
@@ -124,6 +125,8 @@ RESOURCES: tuple[tuple[str, str, bool], ...] = tuple(dict.fromkeys((  # once eac
     ("tau.azure.com/v1alpha1/workspaces", "TauWorkspace", True),
     ("tau.azure.com/v1alpha1/quotarequests", "TauQuotaRequest", True),
     ("tau.azure.com/v1alpha1/tauruns", "TauRun", True),
+    ("wgpolicyk8s.io/v1alpha2/policyreports", "PolicyReport", True),  # the audit's reports
+    ("wgpolicyk8s.io/v1alpha2/clusterpolicyreports", "ClusterPolicyReport", False),
 )))
 _VERBS = ("list", "watch", "get", "create", "patch", "delete")
 

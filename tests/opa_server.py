@@ -68,8 +68,22 @@ class OpaServer:
         return {p["id"]: p["raw"] for p in answer.get("result", [])}
 
     def pause(self) -> None:
+        """Stop the server (SIGSTOP) and return once every one of its threads is stopped: the
+        signal is delivered asynchronously, and on a loaded machine a thread still running could
+        answer one more request."""
         assert self.proc is not None
         self.proc.send_signal(signal.SIGSTOP)
+        tasks = Path(f"/proc/{self.proc.pid}/task")
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                states = [(t / "stat").read_text().rsplit(")", 1)[1].split()[0] for t in tasks.iterdir()]
+            except FileNotFoundError:  # a thread ended while we looked
+                continue
+            if all(state in ("T", "t") for state in states):
+                return
+            time.sleep(0.01)
+        raise AssertionError(f"OPA (pid {self.proc.pid}) did not stop within 10 s of SIGSTOP")
 
     def resume(self) -> None:
         assert self.proc is not None

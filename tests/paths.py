@@ -61,5 +61,11 @@ PYTORCH_ELASTIC = KUBEFLOW / "examples" / "pytorch" / "elastic" / "imagenet" / "
 LWS_EXAMPLES = LWS / "docs" / "examples"
 KUBEFLOW_EXAMPLES = KUBEFLOW / "examples"
 
+KYVERNO = upstream.module_dir("kyverno")
+"""Kyverno's module, read for the Policy Reports working group's CRDs (``wgpolicyk8s.io``
+v1alpha2) that taugate's audit writes."""
+POLICY_REPORT_CRD = KYVERNO / "config" / "crds" / "policyreport" / "wgpolicyk8s.io_policyreports.yaml"
+CLUSTER_POLICY_REPORT_CRD = KYVERNO / "config" / "crds" / "policyreport" / "wgpolicyk8s.io_clusterpolicyreports.yaml"
+
 TAUGRID = DATA / "taugrid"
 """TauGrid's CRDs and samples, written by the project after TauGrid's (not on the Go proxy)."""

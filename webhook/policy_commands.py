@@ -153,7 +153,8 @@ def _render_eval(decision: Decision, doc: dict | None, per_policy: dict[str, lis
 
 
 def add_commands(subparsers: Any) -> None:
-    """Register ``policy test`` and ``policy eval`` on the ``taugate`` parser's subparsers."""
+    """Register ``policy test``, ``policy eval``, and ``policy audit`` and ``policy what-if``
+    (``webhook/audit_commands.py``) on the ``taugate`` parser's subparsers."""
     policy = subparsers.add_parser("policy", help="test and evaluate the Rego policy library")
     sub = policy.add_subparsers(dest="policy_command", metavar="SUBCOMMAND")
     policy.set_defaults(func=lambda args: (policy.print_help(sys.stderr), 2)[1])
@@ -172,3 +173,7 @@ def add_commands(subparsers: Any) -> None:
     e.add_argument("--enforcement", help="enforcement file (default: POLICIES/enforcement.yaml)")
     e.add_argument("-o", "--output", choices=("text", "json"), default="text")
     e.set_defaults(func=_cmd_eval)
+
+    from taugate.webhook.audit_commands import add_audit_commands
+
+    add_audit_commands(sub)

@@ -38,6 +38,8 @@ from taugate.webhook.decision import Action, Decision, Violation
 from taugate.webhook.policy_set import PolicyEvaluationError
 from taugate.webhook.resolution import Resolution, Unresolved, resolve
 
+ENGINE_FAILURE = "policy-engine"
+"""The policy named by ``judge`` when the policy engine as a whole failed on an object."""
 OPERATIONS = {"CREATE", "UPDATE", "DELETE", "CONNECT"}
 
 
@@ -341,6 +343,26 @@ def validate(request: dict, state: ClusterState, settings: Settings, engine: Eng
             before = set()
         found = [v for v in found if (v.policy, v.field) not in before]
     return _decide(found, note, obj=subject.obj)
+
+
+def judge(obj: dict, state: ClusterState, settings: Settings, engine: Engine | None) -> tuple[list[Violation], dict]:
+    """Every violation of a stored object ``obj`` as validation would find it on a CREATE of it
+    now, each with its enforcement action, and the policies that failed on it (policy -> reason;
+    ``ENGINE_FAILURE`` when the engine as a whole failed); ``([], {})`` for an object validation
+    leaves alone (not a workload kind, outside a workspace, a child: stored with a controller
+    owner and without the labels of a top-level workload, ``mutation.is_child``'s UPDATE rule).
+    No mutation runs and no UPDATE excuse applies: the audit judges what is stored, as
+    Gatekeeper's audit evaluates stored objects against its constraints (``pkg/audit/manager.go``)."""
+    ctx = Context.of(request_for(obj, namespace=metadata_of(obj).get("namespace")), state, settings, engine)
+    subject = _subject(ctx)
+    if subject is None or mutation.is_child({"operation": "UPDATE", "oldObject": obj}, obj, settings):
+        return [], {}
+    if subject.malformed:
+        return subject.malformed, {}
+    try:
+        return _violations(ctx, subject, subject.obj, subject.templates, None)[0], {}
+    except PolicyFailure as e:
+        return e.found + e.results, dict(e.failed) or {ENGINE_FAILURE: e.reason}
 
 
 def _decide(found: list[Violation], note: str, *, obj: dict, code: int = 403,

@@ -27,7 +27,7 @@ from typing_extensions import TypedDict
 
 from taugate import labels
 from taugate.kinds.base import WorkloadKind
-from taugate.pods import PodTemplate, as_dict, as_int, asks_for_gpus
+from taugate.pods import PodTemplate, asks_for_gpus, replicated_template
 from taugate.structure import Int32, PodTemplateSpec
 
 KUEUE_MANAGED = "kueue.x-k8s.io/managed"
@@ -58,12 +58,7 @@ class ReplicatedPods(WorkloadKind):
     def pod_templates(self, obj: dict[str, Any]) -> list[PodTemplate]:
         """``spec.template`` (role ``replica``): ``spec.replicas`` pods, default 1 (the API
         server's default for ``apps/v1``)."""
-        spec = as_dict(obj.get("spec"))
-        if not isinstance(spec.get("template"), dict):
-            return []
-        replicas = max(as_int(spec.get("replicas"), 1), 0)
-        return [PodTemplate.of("replica", self.kind.lower(), ("spec", "template"), ("spec",), replicas,
-                               spec["template"], {})]
+        return replicated_template(obj, self.kind.lower())
 
     def governs(self, templates: list[PodTemplate]) -> bool:
         """Only when the pod template asks for GPUs (``taugate.pods.asks_for_gpus``): a CPU-only

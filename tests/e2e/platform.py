@@ -215,6 +215,10 @@ class Platform:
                 args.append(f"--kubeconfig={self.kubeconfigs['operator']}")
             elif a.startswith("--liveness="):
                 args.append(f"--liveness=http://{LOOPBACK}:{free_port()}/healthz")
+            elif a.startswith("--audit-policies="):  # the image's policy folder is this checkout's
+                args.append(f"--audit-policies={REPO / 'policies'}")
+            elif a.startswith("--audit-metrics-port="):
+                args.append(f"--audit-metrics-port={free_port()}")
             else:
                 args.append(a)
         if not record:

@@ -11,25 +11,9 @@ import time
 import pytest
 
 from taugate.webhook.engines import load_policy_engine
-from taugate.webhook.policy import EmbeddedPolicyEngine, PolicyError, PolicyStore, PolicyUnavailable, RecordingEngine
-from taugate.webhook.policy_testing import run_policy_tests
+from taugate.webhook.policy import PolicyError, PolicyUnavailable
 from tests.policies.conftest import POLICIES
 from tests.policies.test_hot_reload import tighten_queue_limit, wait_for
-
-
-@pytest.fixture(scope="module")
-def sample_inputs():
-    """Every policy input the samples produce through admission (embedded engine)."""
-    inputs = []
-
-    def factory(ps):
-        rec = RecordingEngine(EmbeddedPolicyEngine(PolicyStore(POLICIES)))
-        inputs.append(rec)
-        return rec
-
-    report = run_policy_tests(POLICIES, engine_factory=factory)
-    assert report.ok
-    return [doc for rec in inputs for doc in rec.inputs]
 
 
 @pytest.fixture

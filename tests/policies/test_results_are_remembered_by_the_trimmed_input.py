@@ -8,8 +8,7 @@ import copy
 import pytest
 
 from taugate.webhook.input_use import InputUse, scan
-from taugate.webhook.policy import EmbeddedPolicyEngine, PolicyStore, RecordingEngine
-from taugate.webhook.policy_testing import run_policy_tests
+from taugate.webhook.policy import EmbeddedPolicyEngine, PolicyStore
 from tests.policies.conftest import POLICIES
 from tests.policies.test_engine import image_classifier_input
 from tests.policies.test_hot_reload import tighten_queue_limit
@@ -61,16 +60,8 @@ def test_trimming_drops_only_the_unread_parts_and_never_changes_the_input():
 
 # ---- remembering results ---------------------------------------------------------------------
 
-def test_every_policy_sample_gets_the_same_results_trimmed_as_whole(example_state, settings):
-    recorders = []
-
-    def factory(ps):
-        rec = RecordingEngine(EmbeddedPolicyEngine(PolicyStore(POLICIES)))
-        recorders.append(rec)
-        return rec
-
-    assert run_policy_tests(POLICIES, engine_factory=factory).ok
-    docs = [doc for rec in recorders for doc in rec.inputs]
+def test_every_policy_sample_gets_the_same_results_trimmed_as_whole(sample_inputs):
+    docs = sample_inputs
     assert len(docs) >= 48
     whole = EmbeddedPolicyEngine(PolicyStore(POLICIES), cache_size=0)
     whole.store.current.__dict__["input_use"] = InputUse(frozenset(), True)  # evaluate the whole input

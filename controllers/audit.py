@@ -1,0 +1,233 @@
+"""The operator's background audit: every governed workload in the workspace namespaces judged by
+the current policy set, written as PolicyReports (ARCHITECTURE.md section 4).
+
+When: at start, every ``AuditOptions.interval_seconds`` (default 300 s), and as soon as the
+policy set changes (its digest is checked every ``poll_seconds``; the policy store reloads the
+files itself). What (``AuditLoop.run_once``, in a worker thread):
+
+1. read the cluster state (TauCluster, TauWorkspaces, Nodes, Kueue objects) and build the
+   ``ClusterState`` admission uses (``taugate.snapshot.build_state``);
+2. list every governed kind (``taugate.policy_report.workload_resources``, from the registry) in
+   each workspace namespace, ``page_size`` objects per request (``Kube.list_pages``: limit and
+   continue, as Gatekeeper's audit pages with ``--audit-chunk-size``);
+3. judge them (an ``Auditor``: the webhook's ``PolicyAuditor``, given by the CLI, since the
+   controllers never import the webhook) and build the reports (``build_reports``);
+4. write only what changed: a namespace report is created when missing and merge-patched when
+   ``report_changed`` says its content differs; taugate's reports of namespaces with no
+   workload left are deleted (so results of deleted workloads disappear); the
+   ClusterPolicyReport likewise;
+5. set the Prometheus gauges (``AuditMetrics``) from the audit.
+
+A failed audit (API error, a bug) is logged and counted and tried again at the next interval.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import kopf
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from taugate import labels
+from taugate.kubeaccess import KubeError, namespace_of
+from taugate.policy_report import (
+    CLUSTER_POLICY_REPORTS,
+    POLICY_REPORTS,
+    REPORT_NAME,
+    Auditor,
+    Reports,
+    WorkloadAudit,
+    build_reports,
+    merge_patch,
+    report_changed,
+    workload_resources,
+)
+from taugate.settings import Settings
+from taugate.snapshot import ClusterState, build_state
+from taugate.state_objects import STATE_RESOURCES, trim, usable_objects
+
+log = logging.getLogger("taugate.audit")
+
+
+@dataclass
+class AuditOptions:
+    """How the background audit runs: ``auditor`` judges the workloads; ``interval_seconds``
+    between audits; ``poll_seconds`` between checks of the policy set's digest; ``page_size``
+    objects per list request; ``metrics_port``: serve the metrics on this port (None: not
+    served; the registry is ``AuditLoop.metrics.registry`` either way)."""
+
+    auditor: Auditor
+    interval_seconds: float = 300.0
+    poll_seconds: float = 5.0
+    page_size: int = 500
+    metrics_port: int | None = None
+
+
+class AuditMetrics:
+    """The audit's Prometheus metrics, in their own registry:
+
+    - ``taugate_audit_violations{policy,action}``: violations the last audit found, per policy
+      and enforcement action (a policy's series drops to 0 when its violations are fixed);
+    - ``taugate_audit_workloads``: workloads the last audit judged;
+    - ``taugate_audit_runs_total{outcome}``: audits run (``ok``, ``failed``);
+    - ``taugate_audit_report_writes_total{verb}``: reports created, patched, deleted;
+    - ``taugate_audit_last_run_timestamp_seconds`` and ``taugate_audit_duration_seconds`` (of the last audit).
+    """
+
+    def __init__(self, registry: CollectorRegistry | None = None):
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.violations = Gauge("taugate_audit_violations", "Violations found by the last audit",
+                                ("policy", "action"), registry=r)
+        self.workloads = Gauge("taugate_audit_workloads", "Workloads judged by the last audit", registry=r)
+        self.runs = Counter("taugate_audit_runs", "Audits run", ("outcome",), registry=r)
+        self.writes = Counter("taugate_audit_report_writes", "PolicyReport writes", ("verb",), registry=r)
+        self.last_run = Gauge("taugate_audit_last_run_timestamp_seconds", "When the last audit ended", registry=r)
+        self.duration = Gauge("taugate_audit_duration_seconds", "How long the last audit took", registry=r)
+        self._seen: set[tuple[str, str]] = set()
+
+    def observe(self, audits: list[WorkloadAudit], seconds: float) -> None:
+        """Set the gauges from one audit's results."""
+        counts: dict[tuple[str, str], int] = {}
+        for a in audits:
+            for v in a.violations:
+                counts[(v.policy, v.action)] = counts.get((v.policy, v.action), 0) + 1
+            for policy, _ in a.errors:
+                counts[(policy, "error")] = counts.get((policy, "error"), 0) + 1
+        for key in self._seen | set(counts):
+            self.violations.labels(*key).set(counts.get(key, 0))
+        self._seen |= set(counts)
+        self.workloads.set(len(audits))
+        self.last_run.set(time.time())
+        self.duration.set(seconds)
+
+
+def read_cluster(kube: Any, settings: Settings, *, page_size: int = 500) -> tuple[ClusterState, list[dict]]:
+    """The cluster state and every governed workload in the workspace namespaces (paged).
+    A resource the cluster does not serve (HTTP 404: its operator is not installed) has no
+    workloads. Raises ``KubeError``."""
+    state_objects: list[dict] = []
+    for res in STATE_RESOURCES:
+        try:
+            state_objects += [trim(res, o) for page in kube.list_pages(res, limit=page_size) for o in page]
+        except KubeError as e:
+            if e.status != 404:
+                raise
+    usable, _ = usable_objects(state_objects, settings.system_namespace)
+    state = build_state(usable, settings, source="the API")
+    workloads: list[dict] = []
+    for res in workload_resources():
+        for ns in sorted(state.workspaces):
+            try:
+                workloads += [o for page in kube.list_pages(res, ns, limit=page_size) for o in page]
+            except KubeError as e:
+                if e.status != 404:
+                    raise
+    return state, workloads
+
+
+def write_reports(kube: Any, reports: Reports) -> dict[str, int]:
+    """Bring the stored reports to ``reports``, writing only what differs; returns the writes by
+    verb. Only taugate's own reports (named ``REPORT_NAME``, labelled as taugate's) are touched."""
+    writes = {"create": 0, "patch": 0, "delete": 0, "none": 0}
+    mine = {labels.MANAGED_BY: labels.MANAGED_BY_VALUE}
+    stored = {str(namespace_of(r) or ""): r for r in kube.list(POLICY_REPORTS, labels=mine)
+              if (r.get("metadata") or {}).get("name") == REPORT_NAME}
+    for ns, desired in reports.namespaced.items():
+        writes[_write(kube, POLICY_REPORTS, stored.get(ns), desired, ns)] += 1
+    for ns in sorted(set(stored) - set(reports.namespaced)):
+        kube.delete(POLICY_REPORTS, REPORT_NAME, ns)
+        writes["delete"] += 1
+    current = kube.get(CLUSTER_POLICY_REPORTS, REPORT_NAME)
+    writes[_write(kube, CLUSTER_POLICY_REPORTS, current, reports.cluster, None)] += 1
+    writes.pop("none", None)
+    return writes
+
+
+def _write(kube: Any, res: Any, current: dict | None, desired: dict, namespace: str | None) -> str:
+    if current is None:
+        kube.create(res, desired)
+        return "create"
+    if report_changed(current, desired):
+        kube.patch(res, REPORT_NAME, merge_patch(current, desired), namespace)
+        return "patch"
+    return "none"
+
+
+@dataclass
+class AuditLoop:
+    """The audit's worker: ``run_once`` (synchronous, one audit), ``run`` (the loop, on the
+    event loop, audits in a thread) and ``register`` (start and stop it with kopf)."""
+
+    kube: Any
+    settings: Settings
+    options: AuditOptions
+    metrics: AuditMetrics = field(default_factory=AuditMetrics)
+    audited_digest: str | None = None
+    runs: int = 0
+    task: asyncio.Task | None = None
+
+    def run_once(self) -> Reports:
+        """One audit: read, judge, write what changed, set the metrics. Raises ``KubeError``."""
+        start = time.monotonic()
+        auditor = self.options.auditor
+        digest = auditor.digest
+        state, workloads = read_cluster(self.kube, self.settings, page_size=self.options.page_size)
+        audits = auditor.audit(workloads, state)
+        reports = build_reports(audits, digest=digest)
+        for verb, n in write_reports(self.kube, reports).items():
+            if n:
+                self.metrics.writes.labels(verb).inc(n)
+        self.metrics.observe(audits, time.monotonic() - start)
+        self.audited_digest, self.runs = digest, self.runs + 1
+        log.info("audit: %d workload(s) in %d namespace(s), %d failing, %d warning result(s) (policy set %s)",
+                 len(audits), len(reports.namespaced), reports.cluster["summary"]["fail"],
+                 reports.cluster["summary"]["warn"], digest[:12])
+        return reports
+
+    async def _audit(self) -> None:
+        try:
+            await asyncio.to_thread(self.run_once)
+        except (KubeError, OSError, ValueError) as e:
+            self.metrics.runs.labels("failed").inc()
+            log.warning("audit failed (retried in %.0f s): %s", self.options.interval_seconds, e)
+        except Exception:  # a bug must not stop the loop; counted and retried like an API error
+            self.metrics.runs.labels("failed").inc()
+            log.exception("audit crashed")
+        else:
+            self.metrics.runs.labels("ok").inc()
+
+    async def run(self) -> None:
+        """Audit now, then whenever ``interval_seconds`` passed or the policy digest changed."""
+        while True:
+            await self._audit()
+            due = time.monotonic() + self.options.interval_seconds
+            while time.monotonic() < due and self.options.auditor.digest == self.audited_digest:
+                await asyncio.sleep(min(self.options.poll_seconds, max(0.0, due - time.monotonic())))
+
+    async def stop(self) -> None:
+        task, self.task = self.task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    def register(self, registry: kopf.OperatorRegistry) -> None:
+        """Start the loop with kopf (and the metrics server, when a port is set); stop it at exit."""
+
+        @kopf.on.startup(registry=registry)
+        async def _start_audit(**_: Any) -> None:
+            if self.options.metrics_port is not None:
+                from prometheus_client import start_http_server
+
+                start_http_server(self.options.metrics_port, registry=self.metrics.registry)
+            self.task = asyncio.create_task(self.run(), name="taugate-audit")
+
+        @kopf.on.cleanup(registry=registry)
+        async def _stop_audit(**_: Any) -> None:
+            await self.stop()

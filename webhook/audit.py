@@ -1,0 +1,123 @@
+"""The audit: every governed workload judged by the policy set as admission would judge it now
+(ARCHITECTURE.md section 3), for ``taugate policy audit``, ``taugate policy what-if`` and the
+operator's background audit (``taugate.controllers.audit``, given a ``PolicyAuditor`` by the CLI).
+
+An existing object is judged as it is stored: no mutation runs (it was mutated when it was
+admitted), it is validated as if it were created now (``review.judge``: resolution, the built-in
+rules and every policy of the library under its enforcement action, ``dryrun`` included), and no
+UPDATE excuse applies, since nothing is being changed. This is the rule of Gatekeeper's audit,
+which evaluates the objects stored in the cluster against the constraints in force
+(open-policy-agent/gatekeeper ``pkg/audit/manager.go``, ``auditResources``), and of Kyverno's
+background scan (``pkg/background``). The result per workload is a
+``taugate.policy_report.WorkloadAudit``; ``taugate.policy_report.build_reports`` makes the
+PolicyReports.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from taugate.kinds import KINDS, kind_of
+from taugate.policy_report import WorkloadAudit
+from taugate.settings import Settings
+from taugate.snapshot import ClusterState
+from taugate.webhook.decision import Violation
+from taugate.webhook.mutation import controller_owner
+from taugate.webhook.policy import PolicyEngine
+from taugate.webhook.review import ENGINE_FAILURE, judge, metadata_of
+
+__all__ = ["ENGINE_FAILURE", "PolicyAuditor", "governed", "governed_kinds"]
+
+class _Counting:
+    """An engine wrapper that counts evaluations (zero: the policies never ran on the object)."""
+
+    def __init__(self, engine: PolicyEngine):
+        self.engine, self.calls = engine, 0
+
+    @property
+    def digest(self) -> str:
+        return self.engine.digest
+
+    @property
+    def store(self):
+        return getattr(self.engine, "store", None)
+
+    def evaluate(self, input: dict) -> list[Violation]:
+        self.calls += 1
+        return self.engine.evaluate(input)
+
+
+class PolicyAuditor:
+    """Judges stored workloads with ``engine`` (a ``PolicyEngine``: its active set, reloaded when
+    the files change) and ``settings``.
+
+    ``digest`` is the active policy set's digest (the operator audits again when it changes);
+    ``policies()`` names the set's policies; ``audit(objects, state)`` returns one
+    ``WorkloadAudit`` per object admission would validate (a registered workload kind, top-level,
+    in a workspace of ``state``), in the order given; other objects are left out."""
+
+    def __init__(self, engine: PolicyEngine, settings: Settings | None = None):
+        self.engine = engine
+        self.settings = settings or Settings()
+
+    @classmethod
+    def load(cls, policy_dir: str | Path, settings: Settings | None = None, *,
+             reload_seconds: float | None = None) -> PolicyAuditor:
+        """The auditor of the policy folder ``policy_dir`` (its ``enforcement.yaml``), embedded
+        engine; with ``reload_seconds`` the set is reloaded when its files change, as the webhook
+        reloads it. Raises ``PolicyError`` (one line) when the set does not load."""
+        from taugate.webhook.engines import load_policy_engine
+
+        engine = load_policy_engine(policy_dir)
+        if reload_seconds is not None:
+            engine.store.start_watching(reload_seconds)  # type: ignore[attr-defined]
+        return cls(engine, settings)
+
+    @property
+    def digest(self) -> str:
+        return self.engine.digest
+
+    def policies(self) -> frozenset[str]:
+        """The names of the active set's policies (empty for an engine without a store)."""
+        store = getattr(self.engine, "store", None)
+        return frozenset(store.current.policies.values()) if store is not None else frozenset()
+
+    def audit_one(self, obj: dict, state: ClusterState) -> WorkloadAudit | None:
+        """The audit of one stored object, or None when admission would not validate it."""
+        if kind_of(obj) is None:
+            return None
+        counting = _Counting(self.engine)
+        violations, failed = judge(obj, state, self.settings, counting)
+        if not counting.calls and not violations and not failed:
+            return None  # outside a workspace, a child of a governed workload
+        return WorkloadAudit.of(obj, violations, self.policies() if counting.calls else (),
+                                failed or None)
+
+    def audit(self, objects: Iterable[dict], state: ClusterState) -> list[WorkloadAudit]:
+        """The audits of ``objects`` (see the class docstring). A child whose controller owner
+        (a governed workload, ``mutation.controller_owner``) is among ``objects`` is judged
+        through its owner and not again: KubeRay copies a RayJob's labels onto the RayCluster it
+        creates (ray-operator v1.6.0 ``rayjob_controller.go``, ``constructRayClusterForRayJob``),
+        so the stored-child rule of ``review.judge`` alone would report the owner's findings twice."""
+        objects = list(objects)
+        owners = {uid for o in objects if (uid := metadata_of(o).get("uid"))}
+        out = []
+        for obj in objects:
+            owner = controller_owner(obj)
+            if owner is not None and owner.get("uid") in owners:
+                continue
+            found = self.audit_one(obj, state)
+            if found is not None:
+                out.append(found)
+        return out
+
+
+def governed(objects: Iterable[dict]) -> list[dict]:
+    """The objects of a registered workload kind (``taugate.kinds.KINDS``), in the order given."""
+    return [o for o in objects if kind_of(o) is not None]
+
+
+def governed_kinds() -> str:
+    """The registered kinds, for messages: ``RayJob, RayCluster, Job``."""
+    return ", ".join(k.kind for k in KINDS)
