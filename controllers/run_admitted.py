@@ -39,19 +39,45 @@ def _current_workload(workloads: Sequence[Mapping]) -> Mapping | None:
                                        str(_meta(w).get("creationTimestamp") or "")))[-1]
 
 
+def _current_workloads(workloads: Sequence[Mapping]) -> list[Mapping]:
+    """The live Workload of each owner among ``workloads`` (``workload_owner_uid``): one for a
+    RayJob, Job, JobSet or PyTorchJob; one per pod or pod group for a kind Kueue's pod
+    integration queues (kueue v0.17 ``pkg/controller/jobs/pod``: a Deployment's pods each, a
+    StatefulSet's or an LWS group's pods together), in owner-uid order."""
+    by_owner: dict[str, list[Mapping]] = {}
+    for w in workloads:
+        by_owner.setdefault(workload_owner_uid(w) or "", []).append(w)
+    return [c for k in sorted(by_owner) if (c := _current_workload(by_owner[k])) is not None]
+
+
+def _least_admitted(workloads: Sequence[Mapping]) -> Mapping | None:
+    """The Workload that says whether the run is admitted: the current one, or with several
+    owners (pod groups) the first not admitted yet (the run is admitted only when all are)."""
+    currents = _current_workloads(workloads)
+    if len(currents) <= 1:
+        return _current_workload(workloads)
+    return next((w for w in currents if not _is_true(_conditions(w).get("Admitted"))), currents[0])
+
+
+def _workload_pods(wl: Mapping) -> int | None:
+    psa = _l(_d(_d(wl.get("status")).get("admission")).get("podSetAssignments"))
+    for pod_sets in (psa, _l(_d(wl.get("spec")).get("podSets"))):
+        counts = [p.get("count") for p in pod_sets if isinstance(p, dict)]
+        whole = [c for c in counts if isinstance(c, int)]
+        if counts and len(whole) == len(counts):
+            return sum(whole)
+    return None
+
+
 def expected_pod_count(owner: Mapping | None, workloads: Sequence[Mapping]) -> int | None:
     """Pods the run needs at once: the admitted Workload's ``status.admission.podSetAssignments
-    [].count`` (partial admission may lower them), else ``spec.podSets[].count`` (Kueue), else the
-    owner's pod templates (head + workers x numOfHosts + submitter; Job parallelism). None when
-    unknown."""
-    wl = _current_workload(workloads)
-    if wl is not None:
-        psa = _l(_d(_d(wl.get("status")).get("admission")).get("podSetAssignments"))
-        for pod_sets in (psa, _l(_d(wl.get("spec")).get("podSets"))):
-            counts = [p.get("count") for p in pod_sets if isinstance(p, dict)]
-            whole = [c for c in counts if isinstance(c, int)]
-            if counts and len(whole) == len(counts):
-                return sum(whole)
+    [].count`` (partial admission may lower them), else ``spec.podSets[].count`` (Kueue), summed
+    over the current Workload of each owner (``_current_workloads``: a Deployment's pods have one
+    each), else the owner's pod templates (head + workers x numOfHosts + submitter; Job
+    parallelism). None when unknown."""
+    counts = [_workload_pods(w) for w in _current_workloads(workloads)]
+    if counts and all(c is not None for c in counts):
+        return sum(c for c in counts if c is not None)
     if owner is not None:
         kind = kind_for(owner.get("apiVersion"), owner.get("kind"))
         if kind is not None:
@@ -80,7 +106,9 @@ def suspended(owner: Mapping) -> bool:
 
 
 def derive_admitted(owner: Mapping | None, workloads: Sequence[Mapping]) -> Finding | None:
-    """``Admitted`` from the Kueue Workload.
+    """``Admitted`` from the Kueue Workload (with a Workload per pod or pod group, as Kueue's pod
+    integration makes for a Deployment, StatefulSet or LeaderWorkerSet: admitted only when every
+    owner's current Workload is, else what the first one not admitted says).
 
     Kueue rule: a Workload is admitted when ``QuotaReserved`` and ``Admitted`` are True
     (admission checks pass); ``Evicted`` True (reason ``Preempted``, ``PodsReadyTimeout``,
@@ -88,7 +116,7 @@ def derive_admitted(owner: Mapping | None, workloads: Sequence[Mapping]) -> Find
     ``Pending`` and a message naming the missing quota. Returns None when there is no Workload
     and no owner (nothing to say: the previous condition stands).
     """
-    wl = _current_workload(workloads)
+    wl = _least_admitted(workloads)
     if wl is None:
         if owner is None:
             return None

@@ -11,7 +11,7 @@ import pytest
 
 from taugate.controllers import run_membership as members
 from taugate.controllers.recorder_objects import is_member_child, is_root
-from taugate.controllers.run_admitted import suspended
+from taugate.controllers.run_admitted import derive_admitted, expected_pod_count, suspended
 from taugate.controllers.run_diagnosis import diagnose
 from taugate.controllers.run_outcome import OUTCOMES, SERVING_KINDS, owner_outcome
 from taugate.kinds import KINDS
@@ -244,3 +244,15 @@ def test_the_diagnosis_of_a_run_of_a_new_kind_says_how_to_describe_its_object():
     d = diagnose(stuck, namespace=o.NS, run_id=RUN)
     assert any("kubectl describe leaderworkersets.leaderworkerset.x-k8s.io vllm -n team-a" in h
                for h in d.next_checks), d.next_checks
+
+
+def test_a_run_queued_pod_by_pod_is_admitted_only_when_every_pods_workload_is():
+    dep = k.deployment()
+    rs = k.child(dep, "apps/v1", "ReplicaSet", "nginx-deployment-7c5ddbdf54")
+    pods = [k.pod(rs, f"nginx-deployment-7c5ddbdf54-{i}") for i in range(3)]
+    admitted = [k.workload(p, admitted=True, pod_sets=[("main", 1)]) for p in pods]
+    waiting = k.workload(pods[1], admitted=False, pod_sets=[("main", 1)])
+    f = derive_admitted(dep, [admitted[0], waiting, admitted[2]])
+    assert (f.status, f.reason) == ("False", "Pending") and f.source["name"] == waiting["metadata"]["name"]
+    assert derive_admitted(dep, admitted).status == "True"
+    assert expected_pod_count(dep, admitted) == 3  # one pod per Workload, summed
