@@ -32,13 +32,23 @@ groups := concat(", ", [sprintf("%s: %d", [t.group, t.replicas]) | some t in wor
 
 field := lib.replicas_field(workers[0])
 
+# fix(qualifier, n): how to run n workers ("at most " n with qualifier): a Deployment's, Job's or
+# worker group's replicas, or for bare Pods a Kueue pod group of n pods (kueue v0.17
+# pod_webhook.go validatePodGroupMetadata: the group's label and total-count annotation together).
+fix(qualifier, n) := sprintf(
+	"run %s%d such pods as one Kueue pod group (the label kueue.x-k8s.io/pod-group-name and the annotation kueue.x-k8s.io/pod-group-total-count on each pod)",
+	[qualifier, n],
+) if {
+	workers[0].role == "pod"
+} else := sprintf("set the worker replicas to %s%d in total", [qualifier, n])
+
 deny contains lib.violation(name, field, msg) if {
 	input.profile.mode == "fixed"
 	now != input.profile.workerCount
 	now > 0
 	msg := sprintf(
-		"asks for %d workers (%s); allowed: exactly %d under workload profile %s (mode fixed, workerCount %d); fix: set the worker replicas to %d in total, or use an elastic profile",
-		[now, groups, input.profile.workerCount, input.profile.name, input.profile.workerCount, input.profile.workerCount],
+		"asks for %d workers (%s); allowed: exactly %d under workload profile %s (mode fixed, workerCount %d); fix: %s, or use an elastic profile",
+		[now, groups, input.profile.workerCount, input.profile.name, input.profile.workerCount, fix("", input.profile.workerCount)],
 	)
 }
 
@@ -46,8 +56,8 @@ deny contains lib.violation(name, field, msg) if {
 	input.profile.mode == "elastic"
 	now > input.profile.workerCount
 	msg := sprintf(
-		"asks for %d workers (%s); allowed: at most %d under workload profile %s (mode elastic, workerCount %d); fix: set the worker replicas to at most %d in total, or use a profile with more workers",
-		[now, groups, input.profile.workerCount, input.profile.name, input.profile.workerCount, input.profile.workerCount],
+		"asks for %d workers (%s); allowed: at most %d under workload profile %s (mode elastic, workerCount %d); fix: %s, or use a profile with more workers",
+		[now, groups, input.profile.workerCount, input.profile.name, input.profile.workerCount, fix("at most ", input.profile.workerCount)],
 	)
 }
 

@@ -259,6 +259,7 @@ def test_a_bare_8_gpu_pod_under_a_fixed_two_worker_profile_is_refused_pointing_a
     assert not d.allowed
     assert f'[workers-match-profile] metadata.annotations["{pod.POD_GROUP_TOTAL_COUNT}"]: asks for 1 workers' \
         in d.message, d.message
+    assert "fix: run 2 such pods as one Kueue pod group" in d.message
     pair = gpu_pod(8)
     pair["metadata"]["labels"] = {pod.POD_GROUP_NAME: "trainers"}
     pair["metadata"]["annotations"] = {pod.POD_GROUP_TOTAL_COUNT: "2"}

@@ -159,3 +159,19 @@ def test_an_update_giving_gpus_to_a_cpu_only_replicaset_is_refused(state, settin
     grown["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] = {labels.GPU_RESOURCE: 1}
     request = request_for(grown, namespace="vision", operation="UPDATE", old=stored, user_info=ALICE)
     assert not validate(request, state, settings, engine).allowed
+
+
+def test_kueue_ungating_a_deployments_pod_passes_with_no_patch(state, settings, engine):
+    # Kueue's pod integration gates each pod of a queued Deployment and ungates it on admission
+    stored = owned(gpu_pod(), "apps/v1", "ReplicaSet")
+    stored["metadata"].update(name="nginx-7c5ddbdf54-x2k9q", namespace="vision", uid="p-1")
+    stored["metadata"]["labels"][labels.KUEUE_QUEUE_NAME] = "vision-queue"
+    stored["spec"]["schedulingGates"] = [{"name": "kueue.x-k8s.io/admission"}]
+    ungated = copy.deepcopy(stored)
+    del ungated["spec"]["schedulingGates"]
+    ungated["spec"]["nodeSelector"] = {"tau.azure.com/gpu-class": "h100"}  # the flavor's node labels
+    kueue = {"username": "system:serviceaccount:kueue-system:kueue-controller-manager"}
+    request = request_for(ungated, namespace="vision", operation="UPDATE", old=stored, user_info=kueue)
+    m = mutate(request, state, settings, engine)
+    assert m.allowed and m.patch is None
+    assert validate(request, state, settings, engine).allowed

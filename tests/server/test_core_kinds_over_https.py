@@ -38,7 +38,7 @@ async def _admit(gate, obj: dict, **kw) -> tuple[dict, dict]:
 
 
 async def test_a_bare_gpu_pod_is_queued_placed_and_admitted_over_https(gate):
-    out, verdict = await _admit(gate, _with_requests(gpu_pod(2)))
+    out, verdict = await _admit(gate, _with_requests(gpu_pod(1)))
     assert verdict["allowed"], verdict
     assert out["metadata"]["labels"][labels.KUEUE_QUEUE_NAME] == "vision-queue"
     assert out["spec"]["nodeSelector"]["tau.azure.com/gpu-class"] == "h100"
