@@ -38,9 +38,9 @@ class Settings(BaseSettings):
       kind's ``default_lane``, ``taugate.kinds``).
     - ``admin_groups`` / ``admin_users``: who may approve TauQuotaRequests.
     - ``controller_users``: the usernames whose creates of an owned object are trusted as children
-      of a workload (a RayJob's RayCluster, a Job's, RayCluster's or StatefulSet's pods, a
-      Deployment's ReplicaSet, the pods of a ReplicaSet, DaemonSet or ReplicationController: they
-      inherit the parent's run-id and nothing else);
+      of a workload (a RayJob's RayCluster, KubeRay's submitter Job, a JobSet's Jobs, a Job's,
+      RayCluster's or StatefulSet's pods, a Deployment's ReplicaSet, the pods of a ReplicaSet,
+      DaemonSet or ReplicationController: they inherit the parent's run-id and nothing else);
       an owned object anyone else creates is a top-level workload.
     - ``unmanaged_gpu_workloads``: what admission does with a GPU workload in a workspace of a
       kind taugate does not manage (a bare ReplicaSet, a DaemonSet, a ReplicationController, a
@@ -112,6 +112,11 @@ class Settings(BaseSettings):
         "system:serviceaccount:kube-system:daemon-set-controller",
         "system:serviceaccount:kube-system:replication-controller",
         "system:kube-controller-manager",
+        # Issue 17 kinds' controllers: JobSet's Jobs, LeaderWorkerSet's StatefulSets and Pods,
+        # training-operator's Pods (their install manifests' service accounts).
+        "system:serviceaccount:jobset-system:jobset-controller-manager",
+        "system:serviceaccount:lws-system:lws-controller-manager",
+        "system:serviceaccount:kubeflow:training-operator",
     )
     unmanaged_gpu_workloads: Literal["deny", "warn"] = "deny"
     kueue_elastic_jobs: bool = False

@@ -24,9 +24,10 @@ def test_each_module_directory_is_the_pinned_module_at_its_pinned_version(compon
 
 def test_the_paths_the_tests_read_exist_in_the_modules():
     for path in (paths.IMAGE_CLASSIFIER, paths.RAYJOB_CRD, paths.RAYCLUSTER_CRD, paths.KUEUE_JOB,
-                 paths.KUEUE_CRDS / "kueue.x-k8s.io_workloads.yaml", paths.JOBSET_CRD, paths.LWS_CRD,
-                 paths.PYTORCHJOB_CRD, paths.RAYSERVICE_CRD,
-                 paths.K8S_API / "testdata" / "HEAD" / "admission.k8s.io.v1.AdmissionReview.json"):
+                 paths.KUEUE_CRDS / "kueue.x-k8s.io_workloads.yaml",
+                 paths.K8S_API / "testdata" / "HEAD" / "admission.k8s.io.v1.AdmissionReview.json",
+                 paths.JOBSET_CRD, paths.LWS_CRD, paths.LWS_VLLM_GPU, paths.LWS_SAMPLE, paths.PYTORCHJOB_CRD,
+                 paths.PYTORCH_MNIST_NCCL, paths.PYTORCH_ELASTIC, paths.RAYSERVICE_CRD, paths.STABLE_DIFFUSION):
         assert path.is_file(), path
 
 

@@ -1,16 +1,18 @@
 """The registry of workload kinds taugate admits: one module per kind, every kind table derived here.
 
-A kind module (``rayjob``, ``raycluster``, ``job``, ``pod``, ``deployment``, ``statefulset``) holds
-all taugate knows about one kind, as a ``taugate.kinds.base.WorkloadKind`` subclass and its one
-instance ``KIND``:
+A kind module (``rayjob``, ``raycluster``, ``job``, ``pod``, ``deployment``, ``statefulset``,
+``jobset``, ``leaderworkerset``, ``pytorchjob``, ``rayservice``) holds all taugate knows about one
+kind, as a ``taugate.kinds.base.WorkloadKind`` subclass and its one instance ``KIND``:
 
 - its API group, version, resource (plural) and kind;
 - pod-template access: the path of every pod template, its role, replicas and GPU demand
   (``pod_templates``; the GPU arithmetic itself is shared, in ``taugate.pods``);
 - its structural check (``check_spec``, with ``taugate.shape.Shape``), its built-in rules
   (``checks``), the defaults mutation sets on CREATE (``create_defaults``), whether Kueue queues
-  an object (``queued``) and whether an UPDATE may change its pod templates
-  (``templates_mutable``);
+  an object (``queued``), where Kueue suspends it (``suspend_path``; None for a serving kind whose
+  pods Kueue gates instead, ``queued_template_metadata``), whether an UPDATE may change its pod
+  templates (``templates_mutable``) and how far an autoscaler may grow them (``autoscaling``,
+  ``most_pods``);
 - the upstream rule each follows (the KubeRay, Kueue or Kubernetes source file and function),
   named in its docstrings and in ``upstream``.
 
@@ -22,15 +24,17 @@ admit`` (``review.request_for``), the owner kinds whose children are trusted
 (``Settings.default_lanes``), the recorder's owner kinds and the test doubles' discovery
 (``tests/kubedouble.py``).
 
-How to add a workload kind (e.g. Kubeflow's ``PyTorchJob``):
+How to add a workload kind (e.g. Kubeflow's ``TFJob``, after ``pytorchjob``):
 
 1. Write ``taugate/kinds/<kind>.py``: a ``WorkloadKind`` subclass setting ``group``, ``version``,
    ``resource``, ``kind`` and ``upstream``, overriding ``pod_templates`` (every pod template,
    with the pods Kueue reserves for it: read the kind's Kueue integration,
    ``pkg/controller/jobs/<kind>``, ``PodSets``) and ``check_spec`` (the types of every field
    ``pod_templates`` reads), and, where the kind differs from the defaults, ``governs``,
-   ``queued``, ``suspend_path``, ``kueue_template_metadata``, ``templates_mutable``, ``checks``,
-   ``create_defaults`` and ``autoscaling``; end with ``KIND = <Class>()``.
+   ``suspend_path``, ``queued``, ``templates_mutable``, ``checks``, ``create_defaults``,
+   ``kueue_template_metadata``, ``queued_template_metadata``, ``autoscaling`` and ``most_pods``; a
+   new ``pods.Role`` needs its words in ``policies/lib/taugate.rego`` (``describe``) and
+   ``policies/input.schema.json``; end with ``KIND = <Class>()``.
 2. Add ``<kind>.KIND`` to ``KINDS`` below.
 3. Regenerate the chart's routes (``python scripts/chart_routes.py``) and give the chart's RBAC
    the new resource (``tests/install`` says where it is missing).
@@ -64,7 +68,8 @@ KINDS: tuple[WorkloadKind, ...] = (rayjob.KIND, raycluster.KIND, job.KIND,
 _BY_GROUP_KIND: dict[tuple[str, str], WorkloadKind] = {(k.group, k.kind): k for k in KINDS}
 
 KIND_NAMES: frozenset[str] = frozenset(k.kind for k in KINDS)
-"""The kinds' names: ``RayJob``, ``RayCluster``, ``Job``."""
+"""The kinds' names: ``RayJob``, ``RayCluster``, ``Job``, ``JobSet``, ``LeaderWorkerSet``,
+``PyTorchJob``, ``RayService``."""
 
 
 _CORE_VERSIONS = frozenset(k.version for k in KINDS if not k.group)

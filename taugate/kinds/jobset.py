@@ -12,8 +12,9 @@ Upstream rules followed here:
   replicated job and a Workload holds at most 8 PodSets (kueue v0.17
   ``apis/kueue/v1beta2/workload_types.go``, ``PodSets`` ``MaxItems=8``);
 - the pod templates' labels, annotations, node selector and tolerations may change only while the
-  JobSet is suspended (jobset v0.11.1 ``pkg/webhooks/jobset_webhook.go`` ``ValidateUpdate``:
-  ``spec.replicatedJobs`` is otherwise immutable);
+  JobSet is suspended, nothing else in ``spec.replicatedJobs`` ever (jobset v0.11.1
+  ``pkg/webhooks/jobset_webhook.go`` ``ValidateUpdate``), so taugate's UPDATE edits stay off the
+  pod templates (``templates_mutable``);
 - replicas x parallelism within int32 (the same ``ValidateCreate``: "the product of replicas and
   parallelism must not exceed 2147483647").
 """
@@ -95,13 +96,13 @@ class JobSet(WorkloadKind):
             shape.pod_template(job_spec.get("template"), path + ("template", "spec", "template"))
 
     def templates_mutable(self, old: dict[str, Any]) -> bool:
-        """Only while the stored JobSet is suspended: jobset v0.11.1
-        ``pkg/webhooks/jobset_webhook.go`` ``ValidateUpdate`` lets the pod templates' labels,
-        annotations, node selector, tolerations and scheduling gates change when the old or the
-        new JobSet is suspended ("needed for integration with Kueue"), and keeps
-        ``spec.replicatedJobs`` immutable otherwise. Judged on ``old`` alone, a JobSet being
-        suspended by this UPDATE is treated as immutable (no patch, never a failed UPDATE)."""
-        return as_dict(old.get("spec")).get("suspend") is True
+        """False: jobset v0.11.1 ``pkg/webhooks/jobset_webhook.go`` ``ValidateUpdate`` keeps
+        ``spec.replicatedJobs`` immutable except, while the old or the new JobSet is suspended,
+        the pod templates' labels, annotations, node selector, tolerations and scheduling gates
+        ("needed for integration with Kueue"). What taugate restores on UPDATE may also include
+        the workspace data volume (``mutation.place_templates``), which JobSet never lets change,
+        so the pod templates are left alone on every UPDATE: a patch of ours never fails one."""
+        return False
 
     def checks(self, obj: dict[str, Any], templates: list[PodTemplate], *, queued: bool, old: dict[str, Any] | None,
                elastic_jobs: bool) -> list[Violation]:

@@ -1,6 +1,7 @@
 """JobSet (``taugate.kinds.jobset``): the pods Kueue reserves per replicated job, the policy input
-it builds, its structure check, JobSet's and Kueue's rules, and UPDATEs that never touch the pod
-templates of a running JobSet (JobSet's webhook keeps them immutable)."""
+it builds, its structure check, JobSet's and Kueue's rules, UPDATEs that never touch the pod
+templates (JobSet's webhook keeps them immutable but for scheduling fields while suspended), and
+the Jobs JobSet's controller creates, which inherit the run-id only."""
 
 from __future__ import annotations
 
@@ -128,10 +129,9 @@ def _stored(state, settings, engine) -> dict:
     return stored
 
 
-def test_pod_templates_are_mutable_only_while_the_stored_jobset_is_suspended():
-    assert KIND.templates_mutable({"spec": {"suspend": True}})
+def test_pod_templates_are_never_claimed_mutable_as_jobset_allows_only_scheduling_fields_to_change():
+    assert not KIND.templates_mutable({"spec": {"suspend": True}})
     assert not KIND.templates_mutable({"spec": {"suspend": False}})
-    assert not KIND.templates_mutable({"spec": {}})
 
 
 def test_an_update_of_a_running_jobset_never_patches_its_pod_templates(state, settings, engine):
@@ -145,11 +145,54 @@ def test_an_update_of_a_running_jobset_never_patches_its_pod_templates(state, se
     assert [op["path"] for op in decision.patch] == [f"/metadata/labels/{labels.RUN_ID.replace('/', '~1')}"]
 
 
-def test_an_update_of_a_suspended_jobset_restores_the_run_id_on_its_pod_templates(state, settings, engine):
+def test_an_update_of_a_suspended_jobset_without_the_data_volume_gets_no_pod_template_patch(state, settings, engine):
+    # JobSet's webhook would refuse a volume added under spec.replicatedJobs, suspended or not.
     old = _stored(state, settings, engine)
+    for rjob in old["spec"]["replicatedJobs"]:
+        pod = rjob["template"]["spec"]["template"]["spec"]
+        pod["volumes"] = [v for v in pod["volumes"] if v["name"] != "tau-data"]
+        for c in pod["containers"]:
+            c["volumeMounts"] = [m for m in c["volumeMounts"] if m["name"] != "tau-data"]
     new = copy.deepcopy(old)
-    del new["spec"]["replicatedJobs"][1]["template"]["spec"]["template"]["metadata"]["labels"][labels.RUN_ID]
+    new["metadata"]["labels"]["example.com/team"] = "vision"
     decision = mutate(request_for(new, namespace="vision", operation="UPDATE", old=old), state, settings, engine)
-    assert decision.allowed
-    assert [op["path"] for op in decision.patch] == [
-        "/spec/replicatedJobs/1/template/spec/template/metadata/labels/tau.azure.com~1run-id"]
+    assert decision.allowed and decision.patch is None
+
+
+# Children: the Jobs the JobSet controller creates inherit the JobSet's run-id only.
+
+JOBSET_CONTROLLER = {"username": "system:serviceaccount:jobset-system:jobset-controller-manager",
+                     "groups": ["system:serviceaccounts", "system:authenticated"]}
+
+
+def _child_job(parent: dict) -> dict:
+    """The Job JobSet creates for replicated job ``trainer-node`` (index 0), as JobSet's controller
+    builds it: the replicated job's Job template, owned by the JobSet, suspended like its parent."""
+    rjob = parent["spec"]["replicatedJobs"][1]
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {
+        "name": "fine-tune-llm-trainer-node-0", "namespace": "vision",
+        "labels": {"jobset.sigs.k8s.io/jobset-name": "fine-tune-llm"},
+        "ownerReferences": [{"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "name": "fine-tune-llm",
+                             "uid": "5f1c0e9a-1b2c-4d3e-8f90-a1b2c3d4e5f6", "controller": True,
+                             "blockOwnerDeletion": True}]},
+        "spec": {**copy.deepcopy(rjob["template"]["spec"]), "suspend": True}}
+
+
+def test_a_job_the_jobset_controller_creates_inherits_the_run_id_and_is_not_queued_again(state, settings, engine):
+    parent = _stored(state, settings, engine)
+    child = _child_job(parent)  # JobSet copies the pod template, run-id label included, not the JobSet's labels
+    assert labels.RUN_ID not in child["metadata"]["labels"]
+    decision = admit(child, state=state, settings=settings, engine=engine, user_info=JOBSET_CONTROLLER)
+    assert decision.allowed, decision.message
+    run_id = parent["metadata"]["labels"][labels.RUN_ID]
+    out = decision.object
+    assert out["metadata"]["labels"][labels.RUN_ID] == out["spec"]["template"]["metadata"]["labels"][labels.RUN_ID] \
+        == run_id
+    assert labels.KUEUE_QUEUE_NAME not in out["metadata"]["labels"]
+
+
+def test_the_same_job_from_a_researcher_is_a_top_level_job_queued_by_taugate(state, settings, engine):
+    child = _child_job(_stored(state, settings, engine))
+    decision = admit(child, state=state, settings=settings, engine=engine,
+                     user_info={"username": "alice", "groups": ["vision-researchers"]})
+    assert decision.object["metadata"]["labels"][labels.KUEUE_QUEUE_NAME] == "vision-queue"

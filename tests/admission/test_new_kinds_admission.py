@@ -112,3 +112,13 @@ def test_taugate_admit_prints_the_admitted_object(case, tmp_path, capsys):
     assert printed["kind"] == obj["kind"]
     assert printed["metadata"]["labels"][labels.KUEUE_QUEUE_NAME] == "vision-queue"
     assert all(t[labels.RUN_ID] == printed["metadata"]["labels"][labels.RUN_ID] for t in ws.template_labels(printed))
+
+
+def test_taugate_admit_on_the_lws_vllm_file_denies_the_leaderworkerset_naming_its_field_and_passes_the_service(
+        capsys):
+    # The upstream file as shipped: the LeaderWorkerSet (2 groups x 2 pods x 8 GPUs) and its Service.
+    code = main(["admit", "-f", str(LWS_VLLM_GPU), "--cluster", str(EXAMPLE_CLUSTER), "-n", "vision"])
+    out = capsys.readouterr()
+    assert code == 1
+    assert "LeaderWorkerSet" in out.err and "spec.replicas: asks for 4 workers (leader: 2, worker: 2)" in out.err
+    assert "Service" in out.err and "unchanged" in out.err

@@ -5,6 +5,8 @@ under the kind's real CRD; a sample as written is denied with its field paths.""
 
 from __future__ import annotations
 
+import copy
+
 from taugate import labels
 from taugate.kinds import kind_of
 from tests import workload_samples as ws
@@ -12,6 +14,7 @@ from tests.admission.test_new_kinds_admission import CASES
 from tests.crdschema import crd_errors
 from tests.paths import LWS_VLLM_GPU
 from tests.server.https import admission_review, apply, check_response, workload_request
+from tests.upstream_manifests import KUEUE
 
 
 async def _admit(gate, obj):
@@ -49,3 +52,17 @@ async def test_a_leaderworkerset_over_https_is_queued_without_suspend_and_its_po
     for t in kind_of(out).pod_templates(out):
         assert t.template["metadata"]["annotations"]["kueue.x-k8s.io/pod-suspending-parent"] == \
             "leaderworkerset.x-k8s.io/leaderworkerset"
+
+
+async def test_kueues_unsuspend_of_a_jobset_over_https_is_allowed_without_a_patch(gate):
+    _, created = await _admit(gate, CASES["JobSet"].sample())
+    stored = {**created, "metadata": {**created["metadata"], "uid": "5f1c0e9a-1b2c-4d3e-8f90-a1b2c3d4e5f6"}}
+    start = copy.deepcopy(stored)
+    start["spec"]["suspend"] = False  # Kueue's RunWithPodSetsInfo: unsuspend, merge the flavor's node labels
+    for rjob in start["spec"]["replicatedJobs"]:
+        rjob["template"]["spec"]["template"]["spec"].setdefault("nodeSelector", {})["example.com/flavor"] = "h100"
+    request = workload_request(start, operation="UPDATE", old=stored, username=KUEUE)
+    mutated = check_response((await gate.post("/mutate", admission_review(request))).body, request["uid"])
+    assert mutated["allowed"] and "patch" not in mutated
+    validated = check_response((await gate.post("/validate", admission_review(request))).body, request["uid"])
+    assert validated["allowed"], validated
