@@ -195,12 +195,15 @@ def stack(whole_stack: Stack):
     try:
         yield whole_stack
     finally:
-        # The workloads first (their controllers would replace a pod deleted under them), then
-        # the bare Pods.
-        for resources in ([RESOURCE[k] for k in RESOURCE if k != "Pod"], [RESOURCE["Pod"]]):
-            for ns in (WORKSPACE, OUTSIDE):
-                cp.kubectl("delete", ",".join(resources), "-n", ns, "-l", "e2e.taugate/kinds=1", "--ignore-not-found",
-                           "--wait=false", check=False)
+        # The workloads (the garbage collector deletes their pods: a pod deleted under a live
+        # ReplicaSet would be replaced), then the bare Pods, which no controller owns.
+        for ns in (WORKSPACE, OUTSIDE):
+            cp.kubectl("delete", ",".join(RESOURCE[k] for k in RESOURCE if k != "Pod"), "-n", ns, "-l",
+                       "e2e.taugate/kinds=1", "--ignore-not-found", "--wait=false", check=False)
+            bare = [p["metadata"]["name"] for p in cp.get_json("pods", "-n", ns, "-l", "e2e.taugate/kinds=1")["items"]
+                    if not p["metadata"].get("ownerReferences")]
+            if bare:
+                cp.kubectl("delete", "pod", *bare, "-n", ns, "--ignore-not-found", "--wait=false", check=False)
         cp.kubectl("delete", "namespace", OUTSIDE, "--wait=false", check=False)
         whole_stack.wait_for("the pods of this module's workloads to be gone",
                              lambda: not cp.get_json("pods", "-n", WORKSPACE, "-l", "e2e.taugate/kinds=1")["items"],
