@@ -38,10 +38,10 @@ class Settings(BaseSettings):
       kind's ``default_lane``, ``taugate.kinds``).
     - ``admin_groups`` / ``admin_users``: who may approve TauQuotaRequests.
     - ``controller_users``: the usernames whose creates of an owned object are trusted as children
-      of a workload (a RayJob's RayCluster, a JobSet's Jobs, a Job's, RayCluster's or
-      StatefulSet's pods, a Deployment's ReplicaSet, the pods of a ReplicaSet, DaemonSet or
-      ReplicationController: they inherit the parent's run-id and nothing else); an owned object
-      anyone else creates is a top-level workload.
+      of a workload (a RayJob's RayCluster, KubeRay's submitter Job, a JobSet's Jobs, a Job's,
+      RayCluster's or StatefulSet's pods, a Deployment's ReplicaSet, the pods of a ReplicaSet,
+      DaemonSet or ReplicationController: they inherit the parent's run-id and nothing else);
+      an owned object anyone else creates is a top-level workload.
     - ``unmanaged_gpu_workloads``: what admission does with a GPU workload in a workspace of a
       kind taugate does not manage (a bare ReplicaSet, a DaemonSet, a ReplicationController, a
       Pod whose controller is another operator's kind: ``taugate.unmanaged``): ``deny`` (the default; the

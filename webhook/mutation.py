@@ -210,8 +210,9 @@ def edit_create(obj: dict, kind: WorkloadKind, templates: list[PodTemplate], res
     default adds is labelled and placed like the others). An object Kueue does not queue
     (``kind.queued``: a RayJob on an existing RayCluster) gets no queue or priority label and no
     ``suspend``. A kind Kueue queues without ``suspend`` gets on every pod template the metadata
-    Kueue's webhook gives it (``kind.queued_template_metadata``: a LeaderWorkerSet's pods are
-    gated by Kueue's pod integration).
+    Kueue's webhook gives it (``kind.kueue_template_metadata``: a Deployment's or LeaderWorkerSet's
+    pods are gated by Kueue's pod integration), and on itself Kueue's scheduling gate and
+    finalizer (``kind.kueue_holds``: a bare Pod).
     """
     edits = Edits(obj)
     edited = obj
@@ -243,13 +244,6 @@ def edit_create(obj: dict, kind: WorkloadKind, templates: list[PodTemplate], res
         known = {t.path for t in templates}
         templates = [*templates, *(t for t in kind.pod_templates(edited) if t.path not in known)]
     label_run(edits, templates, run_id_of(obj, templates) or mint_run_id())
-    if queued:
-        for key, values in kind.queued_template_metadata(obj_labels).items():
-            for t in templates:
-                meta = edits.container(_at(edited, t.path), t.path, "metadata", dict)
-                values_at = edits.container(meta, t.path + ("metadata",), key, dict)
-                for k, v in values.items():
-                    edits.set_default(values_at, t.path + ("metadata", key), k, v)
 
     path = kind.suspend_path
     if queued and path is not None:
@@ -260,21 +254,23 @@ def edit_create(obj: dict, kind: WorkloadKind, templates: list[PodTemplate], res
             holder = edits.container(holder, path[:i], str(part), dict)
         edits.set(holder, path[:-1], str(path[-1]), True)  # a field name: "suspend"
     if queued:
-        _kueue_template_metadata(edits, kind, templates, wanted)
+        _kueue_template_metadata(edits, kind, templates, obj_labels)
+        _kueue_holds(edits, kind)
 
     place_templates(edits, templates, res, settings)
     return edits
 
 
 def _kueue_template_metadata(edits: Edits, kind: WorkloadKind, templates: list[PodTemplate],
-                             wanted: dict[str, str | None]) -> None:
+                             obj_labels: dict) -> None:
     """What Kueue's defaulting webhook for ``kind`` puts on the pod templates of a queued object
-    (``kind.kueue_template_metadata``, from the queue and priority-class labels in ``wanted``),
-    set where missing."""
-    queue = wanted.get(labels.KUEUE_QUEUE_NAME)
-    if not queue:
+    (``kind.kueue_template_metadata``, from the object's queue and priority-class labels), set
+    where missing."""
+    queue = obj_labels.get(labels.KUEUE_QUEUE_NAME)
+    if not isinstance(queue, str) or not queue:
         return
-    on_labels, on_annotations = kind.kueue_template_metadata(queue, wanted.get(labels.KUEUE_PRIORITY_CLASS))
+    priority = obj_labels.get(labels.KUEUE_PRIORITY_CLASS)
+    on_labels, on_annotations = kind.kueue_template_metadata(queue, priority if isinstance(priority, str) else None)
     for t in templates:
         holder = _at(edits.doc, t.path)
         for key, values in (("labels", on_labels), ("annotations", on_annotations)):
@@ -283,6 +279,26 @@ def _kueue_template_metadata(edits: Edits, kind: WorkloadKind, templates: list[P
                 found = edits.container(meta, t.path + ("metadata",), key, dict)
                 for k, v in values.items():
                     edits.set_default(found, t.path + ("metadata", key), k, v)
+
+
+def _kueue_holds(edits: Edits, kind: WorkloadKind) -> None:
+    """The scheduling gates and finalizers Kueue's webhook puts on a queued object of ``kind``
+    (``kind.kueue_holds``: a bare Pod), each added when missing."""
+    gates, finalizers = kind.kueue_holds()
+    doc = edits.doc
+    if gates:
+        spec = edits.container(doc, (), "spec", dict)
+        have = edits.container(spec, ("spec",), "schedulingGates", list)
+        names = {g.get("name") for g in have if isinstance(g, dict)}
+        for gate in gates:
+            if gate not in names:
+                edits.append(have, ("spec", "schedulingGates"), {"name": gate})
+    if finalizers:
+        meta = edits.container(doc, (), "metadata", dict)
+        have = edits.container(meta, ("metadata",), "finalizers", list)
+        for name in finalizers:
+            if name not in have:
+                edits.append(have, ("metadata", "finalizers"), name)
 
 
 def place_templates(edits: Edits, templates: list[PodTemplate], res: Resolution, settings: Settings) -> None:

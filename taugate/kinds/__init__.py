@@ -11,7 +11,7 @@ kind, as a ``taugate.kinds.base.WorkloadKind`` subclass and its one instance ``K
   says how to write one), its built-in rules
   (``checks``), the defaults mutation sets on CREATE (``create_defaults``), whether Kueue queues
   an object (``queued``), where Kueue suspends it (``suspend_path``; None for a serving kind whose
-  pods Kueue gates instead, ``queued_template_metadata``), whether an UPDATE may change its pod
+  pods Kueue gates instead, ``kueue_template_metadata``, ``kueue_holds``), whether an UPDATE may change its pod
   templates (``templates_mutable``) and how far an autoscaler may grow them (``autoscaling``,
   ``most_pods``);
 - the upstream rule each follows (the KubeRay, Kueue or Kubernetes source file and function),
@@ -35,7 +35,7 @@ How to add a workload kind (e.g. Kubeflow's ``TFJob``, after ``pytorchjob``):
    ``taugate.structure.PodTemplateSpec``), and, where the kind differs from the defaults,
    ``governs``, ``suspend_path``, ``queued``, ``kueue_template_metadata``, ``templates_mutable``,
    ``checks``, ``create_defaults``,
-   ``queued_template_metadata``, ``autoscaling`` and ``most_pods``; a new ``pods.Role`` needs
+   ``kueue_holds``, ``autoscaling`` and ``most_pods``; a new ``pods.Role`` needs
    its words in ``policies/lib/taugate.rego`` (``describe``) and ``policies/input.schema.json``;
    end with ``KIND = <Class>()``.
 2. Add ``<kind>.KIND`` to ``KINDS`` below.

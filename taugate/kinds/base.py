@@ -39,7 +39,7 @@ class WorkloadKind:
 
     Methods a subclass overrides: ``pod_templates`` (always), and where the kind differs from the
     defaults here: ``governs``, ``queued``, ``templates_mutable``, ``checks``, ``create_defaults``,
-    ``kueue_template_metadata``, ``queued_template_metadata``, ``autoscaling`` with ``most_pods``.
+    ``kueue_template_metadata``, ``kueue_holds``, ``autoscaling`` with ``most_pods``.
     """
 
     group: ClassVar[str]
@@ -92,6 +92,13 @@ class WorkloadKind:
         Kueue's ``reinvocationPolicy`` is ``Never``). Default: none (Kueue reads the object)."""
         return {}, {}
 
+    def kueue_holds(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """``(scheduling gates, finalizers)`` Kueue's defaulting webhook puts on a queued object of
+        this kind itself (not on its templates): mutation adds those missing on CREATE, for the
+        same reason as ``kueue_template_metadata``. Default: none (Kueue suspends the object or
+        reads its templates)."""
+        return (), ()
+
     def queued(self, obj: dict[str, Any]) -> bool:
         """True when Kueue queues ``obj`` (so taugate gives it a LocalQueue and suspends it)."""
         return True
@@ -115,13 +122,6 @@ class WorkloadKind:
         (set-if-missing, so reinvocation changes nothing). Default: none."""
         return []
 
-    def queued_template_metadata(self, obj_labels: dict[str, Any]) -> dict[str, dict[str, str]]:
-        """``{"labels": {...}, "annotations": {...}}`` mutation sets (when missing) on every pod
-        template of a queued object on CREATE, given the object's labels after taugate's own:
-        what Kueue's defaulting webhook writes there for a kind it queues without ``suspend``
-        (its pods are gated instead), so the pods are held whichever webhook runs first.
-        Default: nothing."""
-        return {}
 
     def autoscaling(self, obj: dict[str, Any]) -> bool:
         """True when ``obj`` turns on an autoscaler that may grow its worker pods past their

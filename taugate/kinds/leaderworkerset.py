@@ -14,7 +14,7 @@ Upstream rules followed here:
   webhook puts on both pod templates when the LeaderWorkerSet has a queue name
   (``leaderworkerset_webhook.go`` ``Default``, ``podTemplateSpecDefault``:
   ``kueue.x-k8s.io/pod-suspending-parent``, ``kueue.x-k8s.io/pod-group-serving: "true"`` and the
-  object's ``kueue.x-k8s.io/priority-class``), which taugate sets too (``queued_template_metadata``);
+  object's ``kueue.x-k8s.io/priority-class``), which taugate sets too (``kueue_template_metadata``);
 - the pod templates' node selector, affinity, tolerations and container requests are immutable on
   a queued LeaderWorkerSet (``leaderworkerset_webhook.go`` ``ValidateUpdate``,
   ``validateImmutablePodTemplateSpec``; kueue v0.17 ``pkg/util/pod/pod.go`` ``SpecShape``);
@@ -113,16 +113,13 @@ class LeaderWorkerSet(WorkloadKind):
         admits is queued."""
         return False
 
-    def queued_template_metadata(self, obj_labels: dict[str, Any]) -> dict[str, dict[str, str]]:
+    def kueue_template_metadata(self, queue: str, priority_class: str | None) -> tuple[dict[str, str], dict[str, str]]:
         """What Kueue's ``podTemplateSpecDefault`` writes on both pod templates of a queued
         LeaderWorkerSet: the annotations that make Kueue's pod integration gate every pod
         (``kueue.x-k8s.io/pod-suspending-parent``, ``kueue.x-k8s.io/pod-group-serving``) and the
         object's WorkloadPriorityClass label, when it has one."""
-        out = {"annotations": {SUSPENDING_PARENT: FRAMEWORK, GROUP_SERVING: "true"}}
-        priority = obj_labels.get(PRIORITY_CLASS)
-        if isinstance(priority, str) and priority:
-            out["labels"] = {PRIORITY_CLASS: priority}
-        return out
+        return ({PRIORITY_CLASS: priority_class} if priority_class else {},
+                {SUSPENDING_PARENT: FRAMEWORK, GROUP_SERVING: "true"})
 
     def checks(self, obj: dict[str, Any], templates: list[PodTemplate], *, queued: bool, old: dict[str, Any] | None,
                elastic_jobs: bool) -> list[Violation]:

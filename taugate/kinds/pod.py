@@ -85,6 +85,13 @@ def check_pod_group(obj: dict[str, Any]) -> list[Violation]:
     return []
 
 
+KUEUE_MANAGED = "kueue.x-k8s.io/managed"
+"""Kueue's label on a Pod it manages (``pkg/constants`` ``ManagedByKueueLabelKey``), and the name of
+its finalizer on such a Pod (``pod/podconstants`` ``PodFinalizer``)."""
+KUEUE_ADMISSION_GATE = "kueue.x-k8s.io/admission"
+"""The scheduling gate Kueue's pod webhook holds a queued Pod with (``podconstants.SchedulingGateName``)."""
+
+
 class Pod(WorkloadKind):
     """Kubernetes core ``v1`` Pod: one pod template, the Pod itself (path ``()``), one pod, or
     the whole Kueue pod group it belongs to (``group_total_count`` pods like it)."""
@@ -96,6 +103,19 @@ class Pod(WorkloadKind):
     upstream = ("kueue v0.17 pkg/controller/jobs/pod/pod_webhook.go Default, validatePodGroupMetadata; "
                 "pod_controller.go groupTotalCount, constructGroupPodSetsFast; "
                 "kubernetes v1.37 pkg/apis/core/validation/validation.go ValidatePodUpdate")
+
+    def kueue_template_metadata(self, queue: str, priority_class: str | None) -> tuple[dict[str, str], dict[str, str]]:
+        """What Kueue's pod webhook (``pod_webhook.go`` ``PodWebhook.Default``) labels a queued Pod
+        with: ``kueue.x-k8s.io/managed: "true"`` (on the Pod itself, its own template)."""
+        return {KUEUE_MANAGED: "true"}, {}
+
+    def kueue_holds(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """What Kueue's pod webhook (``PodWebhook.Default``) puts on a queued Pod so that it waits
+        for admission: the scheduling gate ``kueue.x-k8s.io/admission`` (``gate``, removed by
+        Kueue when the Workload is admitted) and the finalizer ``kueue.x-k8s.io/managed``
+        (``podconstants.PodFinalizer``). Kueue's role-hash annotation is not set: Kueue computes
+        it from the spec when it is missing (``pod_controller.go`` ``getRoleHash``)."""
+        return (KUEUE_ADMISSION_GATE,), (KUEUE_MANAGED,)
 
     def pod_templates(self, obj: dict[str, Any]) -> list[PodTemplate]:
         """The Pod itself (role ``pod``, path ``()``): 1 pod, or ``group_total_count`` pods for a

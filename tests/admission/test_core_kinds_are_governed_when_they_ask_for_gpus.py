@@ -77,6 +77,22 @@ def test_a_bare_gpu_pod_is_queued_placed_and_given_a_run_id_without_being_suspen
     assert not any(op["path"].startswith("/spec/suspend") for op in d.patch)
 
 
+
+def test_a_bare_gpu_pod_is_held_for_kueue_with_its_gate_finalizer_and_managed_label_once(state, settings, engine):
+    # Kueue's pod webhook runs before taugate's and is never reinvoked (kueue v0.17
+    # pod_webhook.go PodWebhook.Default): taugate holds the Pod itself, keeping gates of others.
+    obj = gpu_pod()
+    obj["spec"]["schedulingGates"] = [{"name": "example.com/other"}]
+    d = _admit(obj, state, settings, engine)
+    assert d.allowed, d.message
+    out = d.object
+    assert out["spec"]["schedulingGates"] == [{"name": "example.com/other"}, {"name": pod.KUEUE_ADMISSION_GATE}]
+    assert out["metadata"]["finalizers"] == [pod.KUEUE_MANAGED]
+    assert _labels_of(out)[pod.KUEUE_MANAGED] == "true"
+    again = _admit(out, state, settings, engine)
+    assert again.allowed and not again.patch
+    assert again.object["spec"]["schedulingGates"] == out["spec"]["schedulingGates"]
+
 def test_a_cpu_only_pod_in_a_workspace_passes_unchanged(state, settings, engine):
     notebook = _yaml("kueue-pod.yaml")
     d = _admit(notebook, state, settings, engine)
