@@ -30,6 +30,13 @@ def _report(cp, namespace: str) -> dict | None:
     return json.loads(found.stdout) if found.returncode == 0 else None
 
 
+def _head_results(report: dict) -> list[dict]:
+    """The head-without-gpu results of this test's RayJob (other tests of the session may have left
+    workloads in the namespace, with results of their own)."""
+    return [r for r in report["results"]
+            if r["policy"] == "head-without-gpu" and r["resources"][0]["name"] == "resnet-gpu-head"]
+
+
 def test_the_charts_operator_writes_the_cluster_report_at_start_under_the_charts_rbac(platform):
     cp = platform.cp
     platform.wait_for("the operator's first audit (its ClusterPolicyReport)",
@@ -54,8 +61,8 @@ def test_reports_are_created_updated_and_removed_as_workloads_and_policies_chang
         loop.run_once()
         report = _report(cp, "vision")
         assert report is not None and crd_errors(report, POLICY_REPORT_CRD, "v1alpha2") == []
-        head = [r for r in report["results"] if r["policy"] == "head-without-gpu"]
-        assert head and head[0]["result"] == "warn" and head[0]["resources"][0]["name"] == "resnet-gpu-head"
+        head = _head_results(report)
+        assert head and head[0]["result"] == "warn"
         assert head[0]["resources"][0]["uid"] == json.loads(created.stdout)["metadata"]["uid"]
         table = cp.kubectl("get", "policyreports", "-n", "vision").stdout.splitlines()
         row = dict(zip(table[0].split(), table[1].split(), strict=False))
@@ -69,7 +76,7 @@ def test_reports_are_created_updated_and_removed_as_workloads_and_policies_chang
         (folder / "enforcement.yaml").write_text("head-without-gpu: deny\n")
         engine.store.check_for_changes()
         loop.run_once()
-        head = [r for r in _report(cp, "vision")["results"] if r["policy"] == "head-without-gpu"]
+        head = _head_results(_report(cp, "vision"))
         assert (head[0]["result"], head[0]["properties"]["action"]) == ("fail", "deny")
 
         # The workload goes: its results go, and the namespace's report with them when it was the
