@@ -218,25 +218,29 @@ def test_a_second_rayjob_over_the_cluster_queue_waits_suspended_and_its_taurun_s
     cp = whole_stack.cp
     # vision-cq: 24 H100 GPUs nominal (+8 borrowable; the cohort has no H100 to lend). The
     # classifier holds 4; two runs of 2 x 8 GPUs (profile h100-8gpu) make 36.
-    for name in ("big-a", "big-b"):
-        _apply(cp, _rayjob(name, profile_workers=2, gpus_per_worker=8))
-    whole_stack.wait_for("Kueue to admit big-a", lambda: (w := _workload_of(cp, "RayJob", "big-a")) and _cond(
-        w, "Admitted").get("status") == "True", 180)
+    try:
+        for name in ("big-a", "big-b"):
+            _apply(cp, _rayjob(name, profile_workers=2, gpus_per_worker=8))
+        whole_stack.wait_for("Kueue to admit big-a", lambda: (w := _workload_of(cp, "RayJob", "big-a")) and _cond(
+            w, "Admitted").get("status") == "True", 180)
 
-    def pending_for_quota() -> dict | None:
-        w = _workload_of(cp, "RayJob", "big-b")
-        reserved = _cond(w, "QuotaReserved") if w else {}
-        waits = reserved.get("status") == "False" and "insufficient" in reserved.get("message", "")
-        return w if w and waits else None
+        def pending_for_quota() -> dict | None:
+            w = _workload_of(cp, "RayJob", "big-b")
+            reserved = _cond(w, "QuotaReserved") if w else {}
+            waits = reserved.get("status") == "False" and "insufficient" in reserved.get("message", "")
+            return w if w and waits else None
 
-    wl = whole_stack.wait_for("Kueue to leave big-b pending for quota", pending_for_quota, 180)
-    assert "nvidia.com/gpu" in _cond(wl, "QuotaReserved")["message"]
-    assert cp.get_json("rayjob", "big-b", "-n", WORKSPACE)["spec"]["suspend"] is True
-    run_id = cp.get_json("rayjob", "big-b", "-n", WORKSPACE)["metadata"]["labels"][RUN_ID]
-    run = whole_stack.wait_for("big-b's TauRun to say it waits for quota", lambda: (
-        r := cp.get_json("taurun", run_id, "-n", WORKSPACE)) and _cond(r, "Admitted").get("status") == "False"
-        and "quota" in _cond(r, "Admitted").get("message", "") and r, 120)
-    assert _cond(run, "Admitted")["reason"] != "", run["status"]
+        wl = whole_stack.wait_for("Kueue to leave big-b pending for quota", pending_for_quota, 180)
+        assert "nvidia.com/gpu" in _cond(wl, "QuotaReserved")["message"]
+        assert cp.get_json("rayjob", "big-b", "-n", WORKSPACE)["spec"]["suspend"] is True
+        run_id = cp.get_json("rayjob", "big-b", "-n", WORKSPACE)["metadata"]["labels"][RUN_ID]
+        run = whole_stack.wait_for("big-b's TauRun to say it waits for quota", lambda: (
+            r := cp.get_json("taurun", run_id, "-n", WORKSPACE)) and _cond(r, "Admitted").get("status") == "False"
+            and "quota" in _cond(r, "Admitted").get("message", "") and r, 120)
+        assert _cond(run, "Admitted")["reason"] != "", run["status"]
+    finally:  # give the quota back to the tests after this one, in any order
+        cp.kubectl("delete", "rayjob", "big-a", "big-b", "-n", WORKSPACE, "--ignore-not-found", "--wait=true",
+                   timeout=120)
 
 
 def test_a_rayjob_over_nominal_plus_borrowing_is_refused_at_apply_with_both_numbers(whole_stack):
