@@ -15,7 +15,7 @@ Upstream rules followed here:
 
 from __future__ import annotations
 
-from typing import Any, Required
+from typing import Any, ClassVar, Required
 
 from typing_extensions import TypedDict
 
@@ -195,5 +195,21 @@ class RayCluster(WorkloadKind):
         """A worker group's ``maxReplicas`` x ``numOfHosts`` (``autoscaled_worker_pods``)."""
         return autoscaled_worker_pods(as_dict(obj.get("spec")), template)
 
+
+
+class EmbeddedRayCluster(WorkloadKind):
+    """A kind that carries a RayCluster spec under ``spec.<cluster_key>`` (a RayJob's
+    ``rayClusterSpec``, a RayService's ``rayClusterConfig``): its autoscaling and the most pods a
+    worker group may reach are the RayCluster's."""
+
+    cluster_key: ClassVar[str]
+
+    def autoscaling(self, obj: dict[str, Any]) -> bool:
+        """``spec.<cluster_key>.enableInTreeAutoscaling: true`` (``cluster_autoscaling``)."""
+        return cluster_autoscaling(as_dict(obj.get("spec")).get(self.cluster_key))
+
+    def most_pods(self, obj: dict[str, Any], template: PodTemplate) -> int:
+        """A worker group's ``maxReplicas`` x ``numOfHosts`` (``autoscaled_worker_pods``)."""
+        return autoscaled_worker_pods(as_dict(as_dict(obj.get("spec")).get(self.cluster_key)), template)
 
 KIND = RayCluster()

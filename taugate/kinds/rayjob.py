@@ -23,13 +23,11 @@ from pydantic import AfterValidator
 from pydantic_core import PydanticCustomError
 from typing_extensions import TypedDict
 
-from taugate.kinds.base import WorkloadKind
 from taugate.kinds.raycluster import (
+    EmbeddedRayCluster,
     RayClusterSpec,
-    autoscaled_worker_pods,
     check_autoscaling,
     check_worker_groups,
-    cluster_autoscaling,
     cluster_templates,
 )
 from taugate.pods import PodTemplate, as_dict
@@ -193,10 +191,11 @@ reads it: the RayCluster spec or a cluster selector (one of them, ``_runs_somewh
 submitter's pod template, ``suspend`` and ``shutdownAfterJobFinishes``."""
 
 
-class RayJob(WorkloadKind):
+class RayJob(EmbeddedRayCluster):
     """KubeRay ``ray.io/v1`` RayJob: the RayCluster spec plus the submitter pod template."""
 
     group, version, resource, kind = "ray.io", "v1", "rayjobs", "RayJob"
+    cluster_key = "rayClusterSpec"
     spec_model = RayJobSpec
     upstream = ("ray-operator v1.5 controllers/ray/utils/validation.go ValidateRayJobSpec, "
                 "controllers/ray/common/job.go GetSubmitterTemplate; kueue v0.17 pkg/controller/jobs/rayjob")
@@ -235,14 +234,6 @@ class RayJob(WorkloadKind):
         if queued and spec.get("deletionStrategy") is None:
             out.append(("shutdownAfterJobFinishes", True))
         return out
-
-    def autoscaling(self, obj: dict[str, Any]) -> bool:
-        """``spec.rayClusterSpec.enableInTreeAutoscaling: true``."""
-        return cluster_autoscaling(as_dict(obj.get("spec")).get("rayClusterSpec"))
-
-    def most_pods(self, obj: dict[str, Any], template: PodTemplate) -> int:
-        """A worker group's ``maxReplicas`` x ``numOfHosts`` (``raycluster.autoscaled_worker_pods``)."""
-        return autoscaled_worker_pods(as_dict(as_dict(obj.get("spec")).get("rayClusterSpec")), template)
 
 
 KIND = RayJob()

@@ -23,13 +23,11 @@ from typing import Any, Required
 
 from typing_extensions import TypedDict
 
-from taugate.kinds.base import WorkloadKind
 from taugate.kinds.raycluster import (
+    EmbeddedRayCluster,
     RayClusterSpec,
-    autoscaled_worker_pods,
     check_autoscaling,
     check_worker_groups,
-    cluster_autoscaling,
     cluster_templates,
 )
 from taugate.pods import PodTemplate, as_dict
@@ -48,11 +46,12 @@ class RayServiceSpec(TypedDict, total=False):
     rayClusterConfig: Required[RayClusterSpec]
 
 
-class RayService(WorkloadKind):
+class RayService(EmbeddedRayCluster):
     """KubeRay ``ray.io/v1`` RayService: the RayCluster spec at ``spec.rayClusterConfig``, queued and
     suspended there."""
 
     group, version, resource, kind = "ray.io", "v1", "rayservices", "RayService"
+    cluster_key = "rayClusterConfig"
     spec_model = RayServiceSpec
     default_lane = "serving"
     suspend_path = CLUSTER + ("suspend",)
@@ -79,14 +78,6 @@ class RayService(WorkloadKind):
                 "is set; KubeRay: \"spec.rayClusterConfig.headGroupSpec.headService.metadata.name should not be set\" "
                 "(the RayService names the services of each RayCluster it creates); fix: remove it"))
         return out
-
-    def autoscaling(self, obj: dict[str, Any]) -> bool:
-        """``spec.rayClusterConfig.enableInTreeAutoscaling: true``."""
-        return cluster_autoscaling(as_dict(obj.get("spec")).get("rayClusterConfig"))
-
-    def most_pods(self, obj: dict[str, Any], template: PodTemplate) -> int:
-        """A worker group's ``maxReplicas`` x ``numOfHosts`` (``raycluster.autoscaled_worker_pods``)."""
-        return autoscaled_worker_pods(as_dict(as_dict(obj.get("spec")).get("rayClusterConfig")), template)
 
 
 KIND = RayService()
