@@ -22,6 +22,9 @@ from tests.crdschema import crd_errors
 from tests.e2e.platform import SYSTEM_NAMESPACE
 from tests.paths import POLICIES, POLICY_REPORT_CRD, REPO
 
+RESULT_LINES = ('{range .results[*]}{.policy}{"\\t"}{.properties.action}{"\\t"}{.resources[0].kind}/'
+                '{.resources[0].name}{"\\t"}{.properties.field}{"\\t"}{.message}{"\\n"}{end}')
+"""The jsonpath policies/README.md gives to list a report's results, one line each."""
 GPU_HEAD = POLICIES / "head-without-gpu" / "samples" / "example_disallowed_head_one_gpu.yaml"
 
 
@@ -64,6 +67,11 @@ def test_reports_are_created_updated_and_removed_as_workloads_and_policies_chang
         head = _head_results(report)
         assert head and head[0]["result"] == "warn"
         assert head[0]["resources"][0]["uid"] == json.loads(created.stdout)["metadata"]["uid"]
+        # One line per result, as policies/README.md shows it: policy, action, object, field path, message.
+        lines = cp.kubectl("get", "policyreport", REPORT_NAME, "-n", "vision", "-o", "jsonpath=" + RESULT_LINES).stdout
+        mine = [line.split("\t") for line in lines.splitlines() if "\tRayJob/resnet-gpu-head\t" in line]
+        assert any(f[0] == "head-without-gpu" and f[1] == "warn" and f[3] == head[0]["properties"]["field"]
+                   and f[4] == head[0]["message"] for f in mine), lines
         table = cp.kubectl("get", "policyreports", "-n", "vision").stdout.splitlines()
         row = dict(zip(table[0].split(), table[1].split(), strict=False))
         assert row["KIND"] == "Namespace" and int(row["WARN"]) >= 1
