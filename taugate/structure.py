@@ -170,13 +170,15 @@ StringMap = dict[str, str]
 
 
 class ObjectMeta(TypedDict, total=False):
-    """meta/v1 ObjectMeta: the names taugate reads and writes, labels and annotations."""
+    """meta/v1 ObjectMeta: the names taugate reads and writes, labels, annotations and finalizers
+    (taugate adds Kueue's to a queued Pod)."""
 
     name: str | None
     generateName: str | None
     namespace: str | None
     labels: StringMap | None
     annotations: StringMap | None
+    finalizers: list[str] | None
 
 
 class NamedMeta(TypedDict, total=False):
@@ -254,6 +256,12 @@ class Container(TypedDict, total=False):
     volumeMounts: list[dict[str, Any]] | None
 
 
+class PodSchedulingGate(TypedDict, total=False):
+    """core/v1 PodSchedulingGate: its ``name`` (Kueue holds a queued Pod with one)."""
+
+    name: Required[str]
+
+
 class PodSpec(TypedDict, total=False):
     """core/v1 PodSpec: the containers' resources (GPU demand), the placement taugate injects and
     checks (nodeSelector, affinity, tolerations) and the volumes policies read."""
@@ -264,6 +272,7 @@ class PodSpec(TypedDict, total=False):
     affinity: Affinity | None
     tolerations: list[Toleration] | None
     volumes: list[dict[str, Any]] | None
+    schedulingGates: list[PodSchedulingGate] | None
 
 
 def _some_container(spec: PodSpec) -> PodSpec:

@@ -280,3 +280,17 @@ def test_a_bare_8_gpu_pod_under_a_fixed_two_worker_profile_is_refused_pointing_a
     pair["metadata"]["labels"] = {pod.POD_GROUP_NAME: "trainers"}
     pair["metadata"]["annotations"] = {pod.POD_GROUP_TOTAL_COUNT: "2"}
     assert _admit(pair, state, settings, engine).allowed
+
+
+@pytest.mark.parametrize(("field", "value", "path"), [
+    ("schedulingGates", "kueue", "spec.schedulingGates"),
+    ("schedulingGates", [{"gate": "x"}], "spec.schedulingGates[0].name"),
+    ("finalizers", "kueue.x-k8s.io/managed", "metadata.finalizers"),
+])
+def test_a_gpu_pod_whose_gates_or_finalizers_have_the_wrong_type_is_refused_not_overwritten(
+        state, settings, engine, field, value, path):
+    obj = gpu_pod()
+    (obj["metadata"] if field == "finalizers" else obj["spec"])[field] = value
+    d = _admit(obj, state, settings, engine)
+    assert not d.allowed
+    assert [v.field for v in d.violations] == [path], d.message
