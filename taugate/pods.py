@@ -17,6 +17,7 @@ from decimal import Decimal, InvalidOperation
 from functools import lru_cache
 from typing import Any, Literal
 
+import orjson
 from kubernetes.utils import quantity as _kubernetes_quantity
 
 from taugate import labels
@@ -132,21 +133,77 @@ def is_sidecar(kind: str, container: dict[str, Any]) -> bool:
     return kind == "initContainers" and container.get("restartPolicy") == "Always"
 
 
-def _read_gpus(spec: dict[str, Any]) -> tuple[ContainerGpus, ...]:
+def _read_resources(spec: dict[str, Any]) -> tuple[tuple[ContainerGpus, ...], dict[str, int]]:
+    """One pass over a pod spec's containers (``containers``, then ``initContainers``): the
+    ``nvidia.com/gpu`` request and limit of each, and the MIG slices one pod holds by resource
+    (``pod_request`` per resource; limit, else request, as for ``nvidia.com/gpu``; empty when the
+    pod asks for none)."""
     out = []
+    per: dict[str, list[tuple[str, bool, Decimal]]] = {}
     for kind, i, c in _containers(spec):
         sidecar = is_sidecar(kind, c)
+        name = c.get("name") or f"#{i}"
         res = c.get("resources")
-        if not isinstance(res, dict):
-            out.append(ContainerGpus(c.get("name") or f"#{i}", i, kind, None, None, None, None, sidecar))
+        if type(res) is not dict:
+            out.append(ContainerGpus(name, i, kind, None, None, None, None, sidecar))
             continue
         req, lim = res.get("requests"), res.get("limits")
-        r = req.get(labels.GPU_RESOURCE) if isinstance(req, dict) else None
-        lm = lim.get(labels.GPU_RESOURCE) if isinstance(lim, dict) else None
-        out.append(ContainerGpus(c.get("name") or f"#{i}", i, kind, r, lm,
-                                 None if r is None else gpu_quantity(r), None if lm is None else gpu_quantity(lm),
-                                 sidecar))
-    return tuple(out)
+        r = req.get(labels.GPU_RESOURCE) if type(req) is dict else None
+        lm = lim.get(labels.GPU_RESOURCE) if type(lim) is dict else None
+        out.append(ContainerGpus(name, i, kind, r, lm, None if r is None else gpu_quantity(r),
+                                 None if lm is None else gpu_quantity(lm), sidecar))
+        mig: dict[str, Decimal] | None = None
+        for values in (req, lim):  # limits last: the limit wins
+            if type(values) is not dict:
+                continue
+            for key, raw in values.items():
+                if type(key) is str and key.startswith(MIG_PREFIX):
+                    q = gpu_quantity(raw)
+                    if q is not None and q >= 0:
+                        mig = mig or {}
+                        mig[key] = q
+        for key, q in (mig or {}).items():
+            per.setdefault(key, []).append((kind, sidecar, q))
+    migs: dict[str, int] = {}
+    for key, items in per.items():
+        total = pod_request(items)
+        if total > 0:
+            migs[key] = _whole(total)
+    return tuple(out), migs
+
+
+RESOURCES_MEMO_SIZE = 1024
+"""Pod specs whose GPU demand is remembered (``pod_resources``); the memo starts again when full."""
+
+_resources_memo: dict[bytes, tuple[tuple[ContainerGpus, ...], int, dict[str, int]]] = {}
+
+
+def pod_resources(spec: dict[str, Any],
+                  spec_json: bytes | None) -> tuple[tuple[ContainerGpus, ...], int, dict[str, int]]:
+    """``(container_gpus, gpus_per_pod, mig_per_pod)`` of a pod spec (``_read_resources``, then
+    ``_gpus_per_pod``). A pod spec's demand depends on nothing but its JSON text ``spec_json``
+    (orjson's bytes of ``spec``; None when orjson cannot write it), and the same few pod specs
+    come in every review of a sweep of one job shape, so it is remembered by those bytes
+    (``RESOURCES_MEMO_SIZE`` specs). What is remembered holds no reference into any object
+    (quantities as written are strings or numbers): read it, never change it."""
+    hit = _resources_memo.get(spec_json) if spec_json is not None else None
+    if hit is None:
+        gpus, mig = _read_resources(spec)
+        hit = (gpus, _gpus_per_pod(gpus), mig)
+        if spec_json is not None:
+            if len(_resources_memo) >= RESOURCES_MEMO_SIZE:
+                _resources_memo.clear()
+            _resources_memo[spec_json] = hit
+    return hit
+
+
+def json_bytes(value: Any) -> bytes | None:
+    """orjson's JSON text of ``value``, or None when orjson cannot write it (nested past 255
+    levels, an integer beyond 64 bits, a key that is not a string)."""
+    try:
+        return orjson.dumps(value)
+    except TypeError:
+        return None
 
 
 def pod_request(containers: Iterator[tuple[str, bool, Decimal]] | list[tuple[str, bool, Decimal]]) -> Decimal:
@@ -188,34 +245,6 @@ MIG_PREFIX = "nvidia.com/mig-"
 strategy advertises them: a slice of a GPU, never a whole ``nvidia.com/gpu``."""
 
 
-def _mig_per_pod(spec: dict[str, Any]) -> dict[str, int]:
-    """MIG slices one pod holds, by resource name (``pod_request`` per resource; limit, else
-    request, as for ``nvidia.com/gpu``); empty when the pod asks for none."""
-    per: dict[str, list[tuple[str, bool, Decimal]]] = {}
-    for kind, _, c in _containers(spec):
-        res = c.get("resources")
-        if type(res) is not dict:
-            continue
-        names: dict[str, Decimal] = {}
-        for which in ("requests", "limits"):  # limits last: the limit wins
-            values = res.get(which)
-            if type(values) is not dict:
-                continue
-            for name, raw in values.items():
-                if type(name) is str and name.startswith(MIG_PREFIX):
-                    q = gpu_quantity(raw)
-                    if q is not None and q >= 0:
-                        names[name] = q
-        for name, q in names.items():
-            per.setdefault(name, []).append((kind, is_sidecar(kind, c), q))
-    out: dict[str, int] = {}
-    for name, items in per.items():
-        total = pod_request(items)
-        if total > 0:
-            out[name] = _whole(total)
-    return out
-
-
 @dataclass(slots=True)
 class PodTemplate:
     """One pod template of a workload; build it with ``PodTemplate.of``. Read-only by
@@ -243,6 +272,8 @@ class PodTemplate:
     - ``gpus_per_pod``: ``nvidia.com/gpu`` one pod holds (``pod_request``: KEP-753, native
       sidecars included), rounded up.
     - ``mig_per_pod``: MIG slices one pod holds by resource (``nvidia.com/mig-1g.10gb``: 2).
+    - ``spec_json``: the pod spec's JSON text (orjson), None when orjson cannot write it: what the
+      GPU demand and the template's policy input are remembered by (``pod_resources``).
     """
 
     role: Role
@@ -257,6 +288,7 @@ class PodTemplate:
     gpus_per_pod: int
     mig_per_pod: dict[str, int]
     min_replicas: int
+    spec_json: bytes | None = None
 
     @classmethod
     def of(cls, role: Role, group: str, path: Path, group_path: Path, replicas: int, template: dict[str, Any],
@@ -264,9 +296,10 @@ class PodTemplate:
         """The pod template ``template`` (at ``path``), its GPU demand read once;
         ``min_replicas`` defaults to ``replicas``."""
         spec = _pod_spec(template)
-        gpus = _read_gpus(spec)
+        spec_json = json_bytes(spec)
+        gpus, per_pod, mig = pod_resources(spec, spec_json)
         return cls(role, group, path, group_path, replicas, template, ray_start_params, spec, gpus,
-                   _gpus_per_pod(gpus), _mig_per_pod(spec), replicas if min_replicas is None else min_replicas)
+                   per_pod, mig, replicas if min_replicas is None else min_replicas, spec_json)
 
     def containers(self) -> Iterator[tuple[ContainerList, int, dict[str, Any]]]:
         """Yield ``(list name, index, container)`` for containers, then initContainers."""

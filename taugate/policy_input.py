@@ -16,12 +16,14 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
+import orjson
+
 from taugate import labels
 from taugate.fieldpath import annotation_field, field_path
 from taugate.kinds import kind_of
 from taugate.kinds.pod import POD_GROUP_TOTAL_COUNT
 from taugate.models import ResolvedProfile, TauWorkspace
-from taugate.pods import WORKER_ROLES, PodTemplate, is_sidecar
+from taugate.pods import WORKER_ROLES, PodTemplate
 from taugate.snapshot import ClusterState
 
 # Annotations never shown to policies: a full copy of the object (input size drives evaluation
@@ -71,11 +73,35 @@ def _without_nulls(value: Any) -> Any:
         return [_without_nulls(v) for v in value if v is not None]
     return value
 
+TEMPLATE_MEMO_SIZE = 1024
+"""Pod templates whose policy input is remembered (``_template_input``); the memo starts again when full."""
+
+_template_memo: dict[tuple[Any, ...], dict[str, Any]] = {}
+
+
 def _template_input(t: PodTemplate, most: int) -> dict[str, Any]:
+    """One entry of ``object.podTemplates``. A pure function of the template's fields and its pod
+    spec's JSON text (``PodTemplate.spec_json``), so remembered by them (``TEMPLATE_MEMO_SIZE``
+    entries) as a copy holding no reference into the object (mutation edits objects in place):
+    shared by every review with the same template, read it, never change it."""
+    key = None if t.spec_json is None else (t.spec_json, t.role, t.group, t.path, t.group_path, t.replicas,
+                                            t.min_replicas, most, t.ray_start_params.get("num-gpus"))
+    hit = _template_memo.get(key) if key is not None else None
+    if hit is not None:
+        return hit
+    doc = _build_template_input(t, most)
+    if key is not None:
+        doc = orjson.loads(orjson.dumps(doc))
+        if len(_template_memo) >= TEMPLATE_MEMO_SIZE:
+            _template_memo.clear()
+        _template_memo[key] = doc
+    return doc
+
+
+def _build_template_input(t: PodTemplate, most: int) -> dict[str, Any]:
     spec = t.spec
-    gpus: dict[tuple[str, int], Any] = {(g.kind, g.index): g.effective for g in t.gpus()}
     containers = []
-    for kind, i, c in t.containers():
+    for g, (kind, i, c) in zip(t.container_gpus, t.containers(), strict=True):
         res = _mapping(c.get("resources"))
         containers.append({
             "name": c.get("name"),
@@ -83,8 +109,8 @@ def _template_input(t: PodTemplate, most: int) -> dict[str, Any]:
             "field": field_path(t.path + ("spec", kind, i)),
             "requests": res.get("requests") or {},
             "limits": res.get("limits") or {},
-            "gpus": _whole(gpus.get((kind, i), 0)),
-            "sidecar": is_sidecar(kind, c),
+            "gpus": _whole(g.effective),
+            "sidecar": g.sidecar,
         })
     return {
         "role": t.role,
@@ -141,8 +167,7 @@ def build_policy_input(*, obj: dict[str, Any], templates: list[PodTemplate], ope
     annotations = meta.get("annotations")
     if isinstance(annotations, dict):
         annotations = {k: v for k, v in annotations.items() if k not in _HIDDEN_ANNOTATIONS}
-    quotas = state.queue_quotas.get((namespace or "", queue or ""), ())
-    lq = state.local_queues.get((namespace or "", queue or ""))
+    mig_names = tuple(sorted({name for t in templates for name in t.mig_per_pod}))
     return {
         "operation": operation,
         "userInfo": user_info or {},
@@ -161,6 +186,32 @@ def build_policy_input(*, obj: dict[str, Any], templates: list[PodTemplate], ope
             "workers": _workers(pod_templates),
             "podTemplates": pod_templates,
         },
+        **_context_input(state, namespace, workspace, profile, queue, gpu_class_label, mig_names),
+    }
+
+
+CONTEXT_MEMO_SIZE = 4096
+"""Context parts (``_context_input``) remembered per cluster state; the memo starts again when full."""
+
+
+def _context_input(state: ClusterState, namespace: str | None, workspace: TauWorkspace | None,
+                   profile: ResolvedProfile | None, queue: str | None, gpu_class_label: str,
+                   mig_names: tuple[str, ...]) -> dict[str, Any]:
+    """The input's ``workspace``, ``profile`` and ``cluster`` parts: a pure function of the cluster
+    state and the resolution (not of the object, except for the MIG resources it asks for,
+    ``mig_names``), so built once per state and resolution and shared by every request that
+    resolves the same way (the memo lives on the state, ``ClusterState.memo``: a new state starts
+    empty). Shared: read it, never change it. The memo keys on the identity of ``workspace`` and
+    ``profile`` and keeps both alive in its entry, so an identity is never reused while its entry
+    exists."""
+    memo = state.memo.setdefault("policy-input-context", {})
+    key = (namespace, id(workspace), id(profile), queue, gpu_class_label, mig_names)
+    hit = memo.get(key)
+    if hit is not None:
+        return hit[2]  # type: ignore[no-any-return]
+    quotas = state.queue_quotas.get((namespace or "", queue or ""), ())
+    lq = state.local_queues.get((namespace or "", queue or ""))
+    part = {
         "workspace": None if workspace is None else {
             "name": workspace.metadata.name, "namespace": workspace.target_namespace,
             "queue": workspace.local_queue(state.default_queue),
@@ -178,11 +229,14 @@ def build_policy_input(*, obj: dict[str, Any], templates: list[PodTemplate], ope
                 "quotas": [q.as_input() for q in quotas],
                 "gpu": _gpu_quota(quotas, state, profile.gpu_class if profile else None, gpu_class_label),
                 "mig": {name: _quota_of([q for q in quotas if q.resource == name])
-                        for t in templates for name in t.mig_per_pod
-                        if any(q.resource == name for q in quotas)},
+                        for name in mig_names if any(q.resource == name for q in quotas)},
             },
         },
     }
+    if len(memo) >= CONTEXT_MEMO_SIZE:
+        memo.clear()
+    memo[key] = (workspace, profile, part)
+    return part
 
 
 def _mig_totals(templates: list[PodTemplate]) -> dict[str, dict[str, int]]:

@@ -137,6 +137,13 @@ class ClusterState:
     mig_resources: dict[str, MigSummary] = field(default_factory=dict)
 
     @cached_property
+    def memo(self) -> dict[str, dict[Any, Any]]:
+        """Per-state memos of pure functions of this state (by function; e.g. the policy input's
+        context part, ``taugate.policy_input``): a new state starts with none, so nothing
+        outlives the state it was computed from."""
+        return {}
+
+    @cached_property
     def classes_input(self) -> dict[str, dict[str, Any]]:
         """``gpu_classes`` as the policy input's ``cluster.gpuClasses`` holds them, built once per
         state (shared by every request: read it, never change it)."""

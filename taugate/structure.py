@@ -50,6 +50,7 @@ from decimal import Decimal
 from functools import lru_cache
 from typing import Annotated, Any, Literal, NotRequired, Required
 
+import orjson
 from pydantic import AfterValidator, Field, PlainValidator, TypeAdapter, ValidationError
 from pydantic_core import ErrorDetails, PydanticCustomError
 from typing_extensions import TypedDict  # pydantic needs this TypedDict on Python 3.11
@@ -406,14 +407,52 @@ def workload_adapter(spec_model: Any) -> TypeAdapter[Any]:
     return TypeAdapter(workload)
 
 
+@lru_cache(maxsize=64)
+def _spec_adapter(spec_model: Any) -> TypeAdapter[Any]:
+    """``workload_adapter`` without ``metadata``: checks ``{"spec": ...}`` alone, so problems
+    carry their ``spec.`` paths."""
+    return TypeAdapter(TypedDict("workload_spec", {"spec": Required[spec_model]}))  # type: ignore[operator]  # noqa: UP013
+
+
+_METADATA: TypeAdapter[Any] = TypeAdapter(TypedDict("workload_metadata",  # type: ignore[operator]  # noqa: UP013
+                                                    {"metadata": NotRequired[ObjectMeta | None]}))
+
 ADMISSION_REVIEW: TypeAdapter[AdmissionReviewModel] = TypeAdapter(AdmissionReviewModel)
 """Checks an AdmissionReview (``problems(ADMISSION_REVIEW, review)``)."""
+
+SPEC_MEMO_SIZE = 256
+"""Specs whose problems are remembered (``workload_problems``); the memo starts again when full."""
+
+_spec_memo: dict[tuple[Any, bytes], list[tuple[str, str]]] = {}
 
 
 def workload_problems(spec_model: Any, obj: Any) -> list[tuple[str, str]]:
     """``(field path, problem)`` for every field of a workload ``obj`` (``metadata`` and ``spec``,
-    ``spec_model`` the kind's model) without the type its API gives it."""
-    return problems(workload_adapter(spec_model), obj)
+    ``spec_model`` the kind's model) without the type its API gives it: the metadata's first,
+    then the spec's.
+
+    A spec's problems depend on nothing but its JSON text, and the same spec comes again and
+    again (a pipeline submitting one job shape, the validating webhook seeing what the mutating
+    one saw, every UPDATE that leaves the spec alone): they are remembered by the spec's JSON
+    bytes (``SPEC_MEMO_SIZE`` specs). Equal bytes mean equal JSON values of equal JSON types
+    (orjson writes ``1`` and ``1.0``, ``true`` and ``1`` apart), which is all a strict check reads.
+    A spec orjson cannot write (nested past 255 levels, an integer beyond 64 bits) is checked
+    whole, every time."""
+    spec = obj.get("spec") if type(obj) is dict else None
+    if type(spec) is not dict:
+        return problems(workload_adapter(spec_model), obj)
+    try:
+        key = (spec_model, orjson.dumps(spec))
+    except TypeError:
+        return problems(workload_adapter(spec_model), obj)
+    found = _spec_memo.get(key)
+    if found is None:
+        found = problems(_spec_adapter(spec_model), {"spec": spec})
+        if len(_spec_memo) >= SPEC_MEMO_SIZE:
+            _spec_memo.clear()
+        _spec_memo[key] = found
+    meta = obj.get("metadata")
+    return (problems(_METADATA, {"metadata": meta}) if meta is not None else []) + found
 
 
 # --- values no Kubernetes object can hold ------------------------------------------------------
