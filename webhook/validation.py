@@ -37,9 +37,11 @@ def check_gpu_resources(templates: list[PodTemplate]) -> list[Violation]:
     out: list[Violation] = []
     for t in templates:
         for g in t.gpus():
+            if g.request is None and g.limit is None:  # the usual container: no GPU, nothing to check
+                continue
             base = t.path + ("spec", g.kind, g.index, "resources")
             for which, raw, num in (("limits", g.limit, g.limit_n), ("requests", g.request, g.request_n)):
-                if raw is None:
+                if raw is None or (num is not None and num >= 0 and num == num.to_integral_value()):
                     continue
                 f = field_path(base + (which, labels.GPU_RESOURCE))
                 if num is None:
