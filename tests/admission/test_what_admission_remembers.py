@@ -1,0 +1,122 @@
+"""What admission remembers between reviews, and that remembering never changes an answer.
+
+Admission remembers results that depend only on JSON it has already seen: a spec's structure
+problems (``taugate.structure.workload_problems``), a pod spec's GPU demand (``taugate.pods.pod_resources``),
+a pod template's part of the policy input and the input's workspace/profile/cluster part
+(``taugate.policy_input``). The server edits the object of each review in place, so nothing
+remembered may hold a reference into an object.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from decimal import Decimal
+
+from taugate import pods, policy_input, structure
+from taugate.kinds import kind_for
+from taugate.snapshot import FlavorQuota
+from taugate.webhook import review
+from tests.policies.test_engine import image_classifier
+from tests.policies.test_policy_input import build
+
+RAYJOB = kind_for("ray.io", "RayJob")
+
+
+def forget() -> None:
+    """Empty every memo of the pure functions (as a new process starts)."""
+    pods._resources_memo.clear()
+    policy_input._template_memo.clear()
+    structure._spec_memo.clear()
+
+
+# --- an object edited in place after its review never changes what the next review reads --------
+
+
+def test_a_mutation_in_place_does_not_reach_the_policy_input_of_the_next_object_of_the_same_shape(
+        example_state, settings):
+    forget()
+    first = image_classifier()
+    expected = build(copy.deepcopy(first), example_state, settings)
+    build(first, example_state, settings)  # remembered from ``first``
+    request = review.request_for(first, namespace="vision")
+    decision = review.mutate(request, example_state, settings, in_place=True)
+    assert decision.allowed and decision.patch
+    worker = first["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]
+    assert worker["nodeSelector"]  # the edits reached ``first`` itself
+
+    again = build(image_classifier(), example_state, settings)
+    assert again == expected
+    sample = image_classifier()["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]
+    assert again["object"]["podTemplates"][1]["nodeSelector"] == sample.get("nodeSelector", {})
+    assert sample.get("nodeSelector", {}) != worker["nodeSelector"]
+
+
+def test_the_remembered_template_input_is_a_copy_not_a_view_of_the_object(example_state, settings):
+    forget()
+    obj = image_classifier()
+    obj["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]["nodeSelector"] = {"pool": "a"}
+    doc = build(obj, example_state, settings)
+    selector = obj["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]["nodeSelector"]
+    remembered = doc["object"]["podTemplates"][1]["nodeSelector"]
+    assert remembered == {"pool": "a"} and remembered is not selector
+    selector["pool"] = "b"
+    assert build(copy.deepcopy(image_classifier()), example_state, settings)["object"]["podTemplates"][1][
+        "nodeSelector"] == {}
+    assert remembered == {"pool": "a"}
+
+
+# --- the same answer, remembered or not ---------------------------------------------------------
+
+
+def test_a_pod_spec_gets_the_same_gpu_demand_remembered_as_computed():
+    obj = image_classifier(4, 2)
+    forget()
+    computed = [(t.container_gpus, t.gpus_per_pod, t.mig_per_pod) for t in RAYJOB.pod_templates(obj)]
+    remembered = [(t.container_gpus, t.gpus_per_pod, t.mig_per_pod) for t in RAYJOB.pod_templates(obj)]
+    assert remembered == computed
+    assert [g for g, _, _ in computed][1][0].limit_n == Decimal(2) and computed[1][1] == 2
+
+
+def test_a_spec_checked_before_reports_its_problems_again_with_the_metadata_of_each_object():
+    forget()
+    obj = image_classifier()
+    obj["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["replicas"] = "2"
+    first = RAYJOB.malformed(obj)
+    other = copy.deepcopy(obj)
+    other["metadata"]["labels"] = {"team": 7}
+    second = RAYJOB.malformed(other)
+    assert [v.field for v in first] == ["spec.rayClusterSpec.workerGroupSpecs[0].replicas"]
+    assert [v.field for v in second] == ["metadata.labels.team"] + [v.field for v in first]
+
+
+def test_specs_that_differ_only_in_a_json_type_are_never_confused():
+    forget()
+    whole = image_classifier()
+    assert RAYJOB.malformed(whole) == []
+    fractional = copy.deepcopy(whole)
+    fractional["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["replicas"] = 4.0
+    assert [v.field for v in RAYJOB.malformed(fractional)] == ["spec.rayClusterSpec.workerGroupSpecs[0].replicas"]
+
+
+def test_a_spec_orjson_cannot_write_is_checked_whole_every_time():
+    forget()
+    obj = image_classifier()
+    obj["spec"]["entrypointNumGpus"] = 2**70  # beyond 64 bits: not remembered, still checked
+    assert RAYJOB.malformed(obj) == RAYJOB.malformed(copy.deepcopy(obj))
+    assert structure._spec_memo == {}
+
+
+# --- the cluster part belongs to one cluster state ----------------------------------------------
+
+
+def test_a_new_cluster_state_builds_its_own_queue_quota_for_the_policy_input(example_state, settings):
+    before = build(image_classifier(), example_state, settings)["cluster"]["queue"]["gpu"]
+    key = ("vision", "vision-queue")
+    grown = tuple(dataclasses.replace(q, nominal=q.nominal + 100) if q.resource == "nvidia.com/gpu" else q
+                  for q in example_state.queue_quotas[key])
+    assert all(isinstance(q, FlavorQuota) for q in grown)
+    state = dataclasses.replace(example_state, queue_quotas={**example_state.queue_quotas, key: grown})
+    after = build(image_classifier(), state, settings)["cluster"]["queue"]["gpu"]
+    assert after["nominal"] == before["nominal"] + 100 * len(before["flavors"])
+    assert build(image_classifier(), example_state, settings)["cluster"]["queue"]["gpu"] == before
