@@ -49,10 +49,12 @@ def _replicas_field(t: PodTemplate) -> str | None:
     """Where a template's pod count is set: a batch/v1 Job's ``spec.parallelism``; a bare Pod's
     ``kueue.x-k8s.io/pod-group-total-count`` annotation (its Kueue pod group's size); none for the
     Ray head and the RayJob submitter (one pod each); for every other role the ``replicas`` of its
-    group spec (``PodTemplate.group_path``: a Ray worker group, a Deployment's or StatefulSet's
+    group spec (``PodTemplate.group_path``: a TrainJob's ``spec.trainer.numNodes``; a Ray worker group, a Deployment's or StatefulSet's
     ``spec``, a JobSet replicated job, a Kubeflow replica spec, a LeaderWorkerSet's ``spec``)."""
     if t.role == "job":
         return field_path(t.group_path + ("parallelism",))
+    if t.role == "node":  # a TrainJob's training nodes
+        return field_path(t.group_path + ("numNodes",))
     if t.role == "pod":  # a bare Pod: its Kueue pod group's size
         return annotation_field(POD_GROUP_TOTAL_COUNT)
     if t.role not in WORKER_ROLES:
@@ -81,6 +83,7 @@ def _template_input(t: PodTemplate, most: int) -> dict[str, Any]:
             "name": c.get("name"),
             "kind": kind,
             "field": field_path(t.path + ("spec", kind, i)),
+            "resourcesField": field_path(t.resources_path(kind, i)),
             "requests": res.get("requests") or {},
             "limits": res.get("limits") or {},
             "gpus": _whole(gpus.get((kind, i), 0)),

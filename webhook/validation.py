@@ -37,7 +37,7 @@ def check_gpu_resources(templates: list[PodTemplate]) -> list[Violation]:
     out: list[Violation] = []
     for t in templates:
         for g in t.gpus():
-            base = t.path + ("spec", g.kind, g.index, "resources")
+            base = t.resources_path(g.kind, g.index)
             for which, raw, num in (("limits", g.limit, g.limit_n), ("requests", g.request, g.request_n)):
                 if raw is None:
                     continue
