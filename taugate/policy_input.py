@@ -46,11 +46,12 @@ def _mapping(value: Any) -> dict[str, Any]:
 
 
 def _replicas_field(t: PodTemplate) -> str | None:
-    """Where a template's pod count is set: a batch/v1 Job's ``spec.parallelism``; a bare Pod's
-    ``kueue.x-k8s.io/pod-group-total-count`` annotation (its Kueue pod group's size); none for the
-    Ray head and the RayJob submitter (one pod each); for every other role the ``replicas`` of its
-    group spec (``PodTemplate.group_path``: a TrainJob's ``spec.trainer.numNodes``; a Ray worker group, a Deployment's or StatefulSet's
-    ``spec``, a JobSet replicated job, a Kubeflow replica spec, a LeaderWorkerSet's ``spec``)."""
+    """Where a template's pod count is set: a batch/v1 Job's ``spec.parallelism``; a TrainJob's
+    ``spec.trainer.numNodes``; a bare Pod's ``kueue.x-k8s.io/pod-group-total-count`` annotation
+    (its Kueue pod group's size); none for the Ray head and the RayJob submitter (one pod each);
+    for every other role the ``replicas`` of its group spec (``PodTemplate.group_path``: a Ray
+    worker group, a Deployment's or StatefulSet's ``spec``, a JobSet replicated job, a Kubeflow
+    replica spec, a LeaderWorkerSet's ``spec``)."""
     if t.role == "job":
         return field_path(t.group_path + ("parallelism",))
     if t.role == "node":  # a TrainJob's training nodes

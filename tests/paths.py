@@ -68,6 +68,9 @@ TRAINING_RUNTIME_CRDS = (TRAINER_CRDS / "trainer.kubeflow.org_trainingruntimes.y
 TORCH_RUNTIME = TRAINER / "manifests" / "base" / "runtimes" / "torch_distributed.yaml"
 """Trainer's ``torch-distributed`` ClusterTrainingRuntime: one replicated job ``node`` (container
 ``node``), ``mlPolicy.numNodes: 1``, no resources of its own."""
+TRAINJOB_TORCH_DDP = DATA / "admission" / "trainer" / "torch-ddp.yaml"
+"""The trainer proposal's ``torch-ddp`` TrainJob (``tests/data/README.md``): 5 nodes of 2 GPUs by
+request only, on ``torch-distributed``."""
 LAMMPS_TRAINJOB = TRAINER / "examples" / "flux" / "lammps-train-job.yaml"
 """Trainer's Flux LAMMPS TrainJob: ``numNodes: 2`` on the ``flux-runtime``, no ``resourcesPerNode``."""
 LWS_EXAMPLES = LWS / "docs" / "examples"

@@ -17,10 +17,10 @@ from taugate.policy_input import build_policy_input
 from taugate.webhook.review import admit, mutate, request_for
 from tests import workload_samples as ws
 from tests.crdschema import crd_errors
-from tests.paths import DATA, LAMMPS_TRAINJOB, TRAINJOB_CRD
+from tests.paths import LAMMPS_TRAINJOB, TRAINJOB_CRD, TRAINJOB_TORCH_DDP
 
 KIND = trainjob.KIND
-TORCH_DDP = DATA / "admission" / "trainer" / "torch-ddp.yaml"
+TORCH_DDP = TRAINJOB_TORCH_DDP
 KUEUE_PATCH = {"manager": "kueue.x-k8s.io/manager", "trainingRuntimeSpec": {"template": {"spec": {}}}}
 """The entry Kueue's TrainJob webhook appends on CREATE (kueue v0.17 ``trainjob_webhook.go``
 ``Default``), before Kueue admits the job."""
