@@ -395,8 +395,12 @@ def test_a_gpu_trainjob_is_queued_by_kueue_with_its_run_id_and_placement_in_taug
 
 
 def test_a_trainjob_that_leaves_its_size_to_the_runtime_is_refused_naming_the_fields(stack, torch_runtime):
-    # the trainer's own Flux LAMMPS example: numNodes, but no resourcesPerNode
-    refused = create_trainjob(stack, _named(_first(LAMMPS_TRAINJOB, "TrainJob"), "lammps-flux"), check=False)
+    # The trainer's own Flux LAMMPS example: numNodes, but no resourcesPerNode. On the runtime the
+    # stack has: Kueue's validating webhook, which runs beside taugate's, refuses a TrainJob whose
+    # runtime is missing (trainjob_webhook.go validateTopologyRequest) and might answer first.
+    obj = _named(_first(LAMMPS_TRAINJOB, "TrainJob"), "lammps-flux")
+    obj["spec"]["runtimeRef"]["name"] = torch_runtime["metadata"]["name"]
+    refused = create_trainjob(stack, obj, check=False)
     assert refused.returncode != 0
     assert "trainjob-size" in refused.stderr and "spec.trainer.resourcesPerNode" in refused.stderr, refused.stderr
     assert stack.cp.kubectl("get", RESOURCE["TrainJob"], "lammps-flux", "-n", WORKSPACE, check=False).returncode != 0
