@@ -158,3 +158,47 @@ def test_a_malformed_trainjob_is_denied_with_the_field_path(mangle, field):
     obj = torch_ddp()
     mangle(obj["spec"])
     assert [v.field for v in KIND.malformed(obj)] == [field]
+
+
+# Children: the JobSet the trainer's controller creates for a TrainJob.
+
+TRAINER_CONTROLLER = {"username": "system:serviceaccount:kubeflow-system:kubeflow-trainer-controller-manager",
+                      "groups": ["system:serviceaccounts", "system:authenticated"]}
+
+
+def _child_jobset(parent: dict) -> dict:
+    """The JobSet the trainer builds from ``torch-distributed`` for ``parent`` (trainer v2.2.0
+    ``plugins/jobset/jobset.go`` ``Build``): the runtime's ``node`` replicated job with
+    taugate's runtime patch merged in (the run-id on the pod template), owned by the TrainJob,
+    suspended like it; an initializer job the patch does not reach."""
+    node = copy.deepcopy(_node_template(parent))
+    node["spec"]["containers"] = [{"name": "node", "image": "pytorch/pytorch",
+                                   "resources": parent["spec"]["trainer"]["resourcesPerNode"]}]
+    init = {"spec": {"containers": [{"name": "dataset-initializer", "image": "initializer"}]}}
+    return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {
+        "name": "torch-ddp", "namespace": "vision",
+        "ownerReferences": [{"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "name": "torch-ddp",
+                             "uid": "0b7c5a52-3f6e-4c1e-9d2a-6f1e2d3c4b5a", "controller": True,
+                             "blockOwnerDeletion": True}]},
+        "spec": {"suspend": True, "replicatedJobs": [
+            {"name": "dataset-initializer", "replicas": 1, "template": {"spec": {"template": init}}},
+            {"name": "node", "replicas": 1, "template": {"spec": {"parallelism": 2, "completions": 2,
+                                                                  "template": node}}}]}}
+
+
+def test_the_jobset_the_trainer_creates_inherits_the_run_id_everywhere_and_is_not_queued_again(state, settings,
+                                                                                               engine):
+    parent = admit(torch_ddp(), state=state, settings=settings, engine=engine).object
+    run_id = parent["metadata"]["labels"][labels.RUN_ID]
+    decision = admit(_child_jobset(parent), state=state, settings=settings, engine=engine,
+                     user_info=TRAINER_CONTROLLER)
+    assert decision.allowed, decision.message
+    out = decision.object
+    assert out["metadata"]["labels"][labels.RUN_ID] == run_id
+    assert labels.KUEUE_QUEUE_NAME not in out["metadata"]["labels"]
+    assert [r["template"]["spec"]["template"]["metadata"]["labels"][labels.RUN_ID]
+            for r in out["spec"]["replicatedJobs"]] == [run_id, run_id]
+    # the same JobSet from a researcher is a top-level JobSet, queued by taugate
+    forged = admit(_child_jobset(parent), state=state, settings=settings, engine=engine,
+                   user_info={"username": "alice", "groups": ["vision-researchers"]})
+    assert forged.object["metadata"]["labels"].get(labels.KUEUE_QUEUE_NAME) == "vision-queue"
