@@ -392,6 +392,20 @@ def test_a_gpu_trainjob_is_queued_by_kueue_with_its_run_id_and_placement_in_taug
     # the pod template Kueue reserves is the runtime's, with taugate's patch applied
     assert pod_set["template"]["metadata"]["labels"][RUN_ID] == labels[RUN_ID]
     assert pod_set["template"]["spec"]["nodeSelector"][GPU_CLASS_SELECTOR] == "h100"
+    # Kueue admits it: its own runtime patch gets the flavor's placement (RunWithPodSetsInfo, an
+    # UPDATE taugate's webhooks allow without touching taugate's patch) and the job is unsuspended.
+    stack.wait_for("the TrainJob's Workload to be admitted",
+                   lambda: any(admitted(w) for w in workloads_of(stack, "TrainJob", "gpu-trainjob")), 120)
+
+    def unsuspended() -> dict | None:
+        obj = get(stack, "TrainJob", "gpu-trainjob")
+        return obj if obj["spec"].get("suspend") is False else None
+    stored = stack.wait_for("Kueue to unsuspend the TrainJob", unsuspended, 60)
+    assert [p["manager"] for p in stored["spec"]["runtimePatches"]] == [TAUGATE_PATCH, KUEUE_PATCH]
+    assert _node_patch(stored, TAUGATE_PATCH) == node
+    flavor = _node_patch(stored, KUEUE_PATCH)
+    assert flavor is not None and flavor["spec"]["nodeSelector"][GPU_CLASS_SELECTOR] == "h100", flavor
+    assert stored["metadata"]["labels"][RUN_ID] == labels[RUN_ID]
 
 
 def test_a_trainjob_that_leaves_its_size_to_the_runtime_is_refused_naming_the_fields(stack, torch_runtime):
