@@ -40,7 +40,10 @@ Upstream rules followed here:
   Kueue admitted the job to requires. The replicated job is named ``node`` (trainer
   ``constants.Node``: "the name of the Job and container for the trainer node"), which every
   Kubeflow runtime has; the trainer refuses a patch of a replicated job its runtime lacks
-  (``plugins/jobset/jobset.go`` ``Validate``).
+  (``plugins/jobset/jobset.go`` ``Validate``), so no other replicated job is patched: an MPI
+  runtime's ``launcher`` (which gets ``resourcesPerNode`` too with ``runLauncherAsNode``) is
+  placed by Kueue's flavor alone, and the initializers get the run-id through the child JobSet
+  (below).
 - Runtime patches change only while the TrainJob is suspended and its JobSet inactive, and
   ``spec.trainer`` never (``jobset.go`` ``checkRuntimePatchesImmutability``; the CRD's
   ``self == oldSelf`` rules), so taugate's UPDATE edits stay off them (``templates_mutable``).
