@@ -85,7 +85,8 @@ def _by_conditions(owner: Mapping, *, success: str, failure: str, suspended: str
                    end_field: str | None) -> Outcome:
     """An outcome from an operator's ``status.conditions`` (``success``/``failure``/``suspended``
     condition types); running when ``running`` is True (or, without one, when not suspended and
-    not ended) or any replicated job / replica reports active pods."""
+    not ended) or any replicated job / replica / child Job (a TrainJob's ``jobsStatus``) reports
+    active pods."""
     kind = str(owner.get("kind"))
     conds = _conditions(owner)
     status = _d(owner.get("status"))
@@ -102,6 +103,7 @@ def _by_conditions(owner: Mapping, *, success: str, failure: str, suspended: str
     if running is not None and _is_true(conds.get(running)):
         return Outcome("running", "Running", f"{kind} condition {running} is true")
     active = sum(int(_d(r).get("active") or 0) for r in _l(status.get("replicatedJobsStatus")))
+    active += sum(int(_d(r).get("active") or 0) for r in _l(status.get("jobsStatus")))
     active += sum(int(_d(r).get("active") or 0) for r in _d(status.get("replicaStatuses")).values())
     if active > 0:
         return Outcome("running", "Running", f"{kind} has {active} active pod(s)")
@@ -124,6 +126,16 @@ def _pytorchjob(owner: Mapping, status: dict) -> Outcome:
     ``replicaStatuses[].active`` above 0) is running; ``status.completionTime`` is the end."""
     return _by_conditions(owner, success="Succeeded", failure="Failed", suspended="Suspended", running="Running",
                           end_field="completionTime")
+
+
+def _trainjob(owner: Mapping, status: dict) -> Outcome:
+    """Kubeflow Trainer v2.2.0 ``pkg/apis/trainer/v1alpha1/trainjob_types.go``: condition
+    ``Complete`` True is success, ``Failed`` True is failure (reason e.g. ``DeadlineExceeded``),
+    ``Suspended`` True means Kueue holds it; running while any ``jobsStatus[].active`` (child
+    Jobs with running or pending pods) is above 0. Kueue reads the same conditions (kueue v0.17
+    ``trainjob_controller.go`` ``Finished``)."""
+    return _by_conditions(owner, success="Complete", failure="Failed", suspended="Suspended", running=None,
+                          end_field=None)
 
 
 def _pod(owner: Mapping, status: dict) -> Outcome:
@@ -202,6 +214,7 @@ OUTCOMES: dict[tuple[str, str], Callable[[Mapping, dict], Outcome]] = {
     ("batch", "Job"): _job,
     ("jobset.x-k8s.io", "JobSet"): _jobset,
     ("kubeflow.org", "PyTorchJob"): _pytorchjob,
+    ("trainer.kubeflow.org", "TrainJob"): _trainjob,
     ("", "Pod"): _pod,
     ("apps", "Deployment"): _serving(_replicas_available),
     ("apps", "StatefulSet"): _serving(_replicas_available),

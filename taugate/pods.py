@@ -23,14 +23,16 @@ from kubernetes.utils import quantity as _kubernetes_quantity
 from taugate import labels
 from taugate.fieldpath import Path
 
-Role = Literal["head", "worker", "submitter", "job", "pod", "replica", "replicated-job", "master", "leader"]
+Role = Literal["head", "worker", "submitter", "job", "pod", "replica", "replicated-job", "master", "leader", "node"]
 """What a pod template's pods do: a Ray head, worker (a Ray worker group, a Kubeflow ``Worker``,
 LeaderWorkerSet workers), submitter, a Job's pods, a bare Pod itself (``pod``), the template of a
 Deployment or StatefulSet (``replicas`` identical pods: ``replica``), a JobSet replicated job's, a
-Kubeflow ``Master``, a LeaderWorkerSet leader. Every role but ``head`` and ``submitter`` trains or
-serves (``WORKER_ROLES``)."""
+Kubeflow ``Master``, a LeaderWorkerSet leader, a Kubeflow TrainJob's training nodes (``node``:
+``spec.trainer.numNodes`` pods). Every role but ``head`` and ``submitter`` trains or serves
+(``WORKER_ROLES``)."""
 
-WORKER_ROLES: frozenset[str] = frozenset({"worker", "job", "pod", "replica", "replicated-job", "master", "leader"})
+WORKER_ROLES: frozenset[str] = frozenset({"worker", "job", "pod", "replica", "replicated-job", "master", "leader",
+                                          "node"})
 """Roles whose pods do the work a workload profile sizes (``workerCount`` x ``gpusPerWorker``):
 all but the Ray head, which coordinates, and the RayJob submitter."""
 ContainerList = Literal["containers", "initContainers"]
@@ -272,6 +274,9 @@ class PodTemplate:
     - ``gpus_per_pod``: ``nvidia.com/gpu`` one pod holds (``pod_request``: KEP-753, native
       sidecars included), rounded up.
     - ``mig_per_pod``: MIG slices one pod holds by resource (``nvidia.com/mig-1g.10gb``: 2).
+    - ``resources_at``: where the containers' resources are written when not in the template
+      itself (a TrainJob's ``spec.trainer.resourcesPerNode``, which the trainer copies into its
+      runtime's ``node`` container), else None; ``resources_path`` gives the field.
     - ``spec_json``: the pod spec's JSON text (orjson), None when orjson cannot write it: what the
       GPU demand and the template's policy input are remembered by (``pod_resources``).
     """
@@ -288,18 +293,30 @@ class PodTemplate:
     gpus_per_pod: int
     mig_per_pod: dict[str, int]
     min_replicas: int
+    resources_at: Path | None = None
     spec_json: bytes | None = None
 
     @classmethod
     def of(cls, role: Role, group: str, path: Path, group_path: Path, replicas: int, template: dict[str, Any],
-           ray_start_params: dict[str, Any], min_replicas: int | None = None) -> PodTemplate:
+           ray_start_params: dict[str, Any], min_replicas: int | None = None, *, spec: dict[str, Any] | None = None,
+           resources_at: Path | None = None) -> PodTemplate:
         """The pod template ``template`` (at ``path``), its GPU demand read once;
-        ``min_replicas`` defaults to ``replicas``."""
-        spec = _pod_spec(template)
+        ``min_replicas`` defaults to ``replicas``. ``spec``: the pod spec the pods get, when it is
+        not ``template``'s own (a TrainJob's, assembled from its runtime patches and
+        ``spec.trainer``; mutation still writes into ``template``); ``resources_at``: see the
+        class docstring."""
+        spec = _pod_spec(template) if spec is None else spec
         spec_json = json_bytes(spec)
         gpus, per_pod, mig = pod_resources(spec, spec_json)
         return cls(role, group, path, group_path, replicas, template, ray_start_params, spec, gpus,
-                   per_pod, mig, replicas if min_replicas is None else min_replicas, spec_json)
+                   per_pod, mig, replicas if min_replicas is None else min_replicas, resources_at, spec_json)
+
+    def resources_path(self, kind: ContainerList, index: int) -> Path:
+        """Where the resources of container ``index`` of list ``kind`` are written:
+        ``resources_at`` when set, else ``path.spec.<kind>[index].resources``."""
+        if self.resources_at is not None:
+            return self.resources_at
+        return self.path + ("spec", kind, index, "resources")
 
     def containers(self) -> Iterator[tuple[ContainerList, int, dict[str, Any]]]:
         """Yield ``(list name, index, container)`` for containers, then initContainers."""

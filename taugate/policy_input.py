@@ -48,13 +48,16 @@ def _mapping(value: Any) -> dict[str, Any]:
 
 
 def _replicas_field(t: PodTemplate) -> str | None:
-    """Where a template's pod count is set: a batch/v1 Job's ``spec.parallelism``; a bare Pod's
-    ``kueue.x-k8s.io/pod-group-total-count`` annotation (its Kueue pod group's size); none for the
-    Ray head and the RayJob submitter (one pod each); for every other role the ``replicas`` of its
-    group spec (``PodTemplate.group_path``: a Ray worker group, a Deployment's or StatefulSet's
-    ``spec``, a JobSet replicated job, a Kubeflow replica spec, a LeaderWorkerSet's ``spec``)."""
+    """Where a template's pod count is set: a batch/v1 Job's ``spec.parallelism``; a TrainJob's
+    ``spec.trainer.numNodes``; a bare Pod's ``kueue.x-k8s.io/pod-group-total-count`` annotation
+    (its Kueue pod group's size); none for the Ray head and the RayJob submitter (one pod each);
+    for every other role the ``replicas`` of its group spec (``PodTemplate.group_path``: a Ray
+    worker group, a Deployment's or StatefulSet's ``spec``, a JobSet replicated job, a Kubeflow
+    replica spec, a LeaderWorkerSet's ``spec``)."""
     if t.role == "job":
         return field_path(t.group_path + ("parallelism",))
+    if t.role == "node":  # a TrainJob's training nodes
+        return field_path(t.group_path + ("numNodes",))
     if t.role == "pod":  # a bare Pod: its Kueue pod group's size
         return annotation_field(POD_GROUP_TOTAL_COUNT)
     if t.role not in WORKER_ROLES:
@@ -84,8 +87,8 @@ def _template_input(t: PodTemplate, most: int) -> dict[str, Any]:
     spec's JSON text (``PodTemplate.spec_json``), so remembered by them (``TEMPLATE_MEMO_SIZE``
     entries) as a copy holding no reference into the object (mutation edits objects in place):
     shared by every review with the same template, read it, never change it."""
-    key = None if t.spec_json is None else (t.spec_json, t.role, t.group, t.path, t.group_path, t.replicas,
-                                            t.min_replicas, most, t.ray_start_params.get("num-gpus"))
+    key = None if t.spec_json is None else (t.spec_json, t.role, t.group, t.path, t.group_path, t.resources_at,
+                                            t.replicas, t.min_replicas, most, t.ray_start_params.get("num-gpus"))
     hit = _template_memo.get(key) if key is not None else None
     if hit is not None:
         return hit
@@ -107,6 +110,7 @@ def _build_template_input(t: PodTemplate, most: int) -> dict[str, Any]:
             "name": c.get("name"),
             "kind": kind,
             "field": field_path(t.path + ("spec", kind, i)),
+            "resourcesField": field_path(t.resources_path(kind, i)),
             "requests": res.get("requests") or {},
             "limits": res.get("limits") or {},
             "gpus": _whole(g.effective),

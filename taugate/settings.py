@@ -113,10 +113,12 @@ class Settings(BaseSettings):
         "system:serviceaccount:kube-system:replication-controller",
         "system:kube-controller-manager",
         # Issue 17 kinds' controllers: JobSet's Jobs, LeaderWorkerSet's StatefulSets and Pods,
-        # training-operator's Pods (their install manifests' service accounts).
+        # training-operator's Pods, Kubeflow Trainer's JobSet of a TrainJob (their install
+        # manifests' service accounts).
         "system:serviceaccount:jobset-system:jobset-controller-manager",
         "system:serviceaccount:lws-system:lws-controller-manager",
         "system:serviceaccount:kubeflow:training-operator",
+        "system:serviceaccount:kubeflow-system:kubeflow-trainer-controller-manager",
     )
     unmanaged_gpu_workloads: Literal["deny", "warn"] = "deny"
     kueue_elastic_jobs: bool = False

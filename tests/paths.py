@@ -58,6 +58,21 @@ PYTORCH_MNIST_NCCL = KUBEFLOW / "examples" / "pytorch" / "mnist" / "v1" / "pytor
 """training-operator's GPU PyTorchJob: a Master and 1 Worker of 1 GPU each, no requests."""
 PYTORCH_ELASTIC = KUBEFLOW / "examples" / "pytorch" / "elastic" / "imagenet" / "imagenet.yaml"
 """training-operator's elastic PyTorchJob: 2 CPU Workers, an HPA (metrics) up to maxReplicas 3."""
+
+TRAINER = upstream.module_dir("trainer")
+"""Kubeflow Trainer's module: ``manifests/base/crds``, ``manifests/base/runtimes``, ``examples``."""
+TRAINER_CRDS = TRAINER / "manifests" / "base" / "crds"
+TRAINJOB_CRD = TRAINER_CRDS / "trainer.kubeflow.org_trainjobs.yaml"
+TRAINING_RUNTIME_CRDS = (TRAINER_CRDS / "trainer.kubeflow.org_trainingruntimes.yaml",
+                         TRAINER_CRDS / "trainer.kubeflow.org_clustertrainingruntimes.yaml")
+TORCH_RUNTIME = TRAINER / "manifests" / "base" / "runtimes" / "torch_distributed.yaml"
+"""Trainer's ``torch-distributed`` ClusterTrainingRuntime: one replicated job ``node`` (container
+``node``), ``mlPolicy.numNodes: 1``, no resources of its own."""
+TRAINJOB_TORCH_DDP = DATA / "admission" / "trainer" / "torch-ddp.yaml"
+"""The trainer proposal's ``torch-ddp`` TrainJob (``tests/data/README.md``): 5 nodes of 2 GPUs by
+request only, on ``torch-distributed``."""
+LAMMPS_TRAINJOB = TRAINER / "examples" / "flux" / "lammps-train-job.yaml"
+"""Trainer's Flux LAMMPS TrainJob: ``numNodes: 2`` on the ``flux-runtime``, no ``resourcesPerNode``."""
 LWS_EXAMPLES = LWS / "docs" / "examples"
 KUBEFLOW_EXAMPLES = KUBEFLOW / "examples"
 

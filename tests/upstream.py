@@ -30,6 +30,7 @@ MAIN_MODULE = {
     "jobset": "sigs.k8s.io/jobset",
     "lws": "sigs.k8s.io/lws",
     "kubeflow": "github.com/kubeflow/training-operator",
+    "trainer": "github.com/kubeflow/trainer/v2",
     "kyverno": "github.com/kyverno/kyverno",
 }
 """The module each component's ``go.mod`` pins, when the caller names none."""

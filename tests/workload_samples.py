@@ -58,6 +58,15 @@ def runnable(obj: dict[str, Any], gpus: int | None = None, profile: str | None =
     return obj
 
 
+def sized(obj: dict[str, Any], path: tuple[str, ...], count: int) -> dict[str, Any]:
+    """``obj`` with the pod count at ``path`` (``("spec", "trainer", "numNodes")``) set to ``count``."""
+    holder = obj
+    for key in path[:-1]:
+        holder = holder[key]
+    holder[path[-1]] = count
+    return obj
+
+
 def template_labels(obj: dict[str, Any]) -> list[dict[str, str]]:
     """The labels of every pod template of ``obj``."""
     kind = kind_of(obj)

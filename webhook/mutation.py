@@ -206,8 +206,9 @@ def edit_create(obj: dict, kind: WorkloadKind, templates: list[PodTemplate], res
     on a CPU-only Ray head or the submitter), the workspace data PVC at ``/data``, and
     the kind's defaults (``kind.create_defaults``: for a RayJob, ``shutdownAfterJobFinishes: true``
     without ``deletionStrategy``, which Kueue requires, and KubeRay's default submitter pod
-    template in ``K8sJobMode``, so its submitter pod carries the run-id too; a pod template a
-    default adds is labelled and placed like the others). An object Kueue does not queue
+    template in ``K8sJobMode``, so its submitter pod carries the run-id too; ``kind.create_inserts``:
+    a TrainJob's own runtime patch; a pod template a default adds is labelled and placed like the
+    others). An object Kueue does not queue
     (``kind.queued``: a RayJob on an existing RayCluster) gets no queue or priority label and no
     ``suspend``. A kind Kueue queues without ``suspend`` gets on every pod template the metadata
     Kueue's webhook gives it (``kind.kueue_template_metadata``: a Deployment's or LeaderWorkerSet's
@@ -240,9 +241,11 @@ def edit_create(obj: dict, kind: WorkloadKind, templates: list[PodTemplate], res
     for key, value in kind.create_defaults(spec, queued=queued):
         added |= key not in spec
         edits.set_default(spec, ("spec",), key, value)
-    if added:  # a default may carry a pod template (a RayJob's submitter)
-        known = {t.path for t in templates}
-        templates = [*templates, *(t for t in kind.pod_templates(edited) if t.path not in known)]
+    for key, index, item in kind.create_inserts(spec):
+        edits.insert(edits.container(spec, ("spec",), key, list), ("spec", key), index, item)
+        added = True
+    if added:  # a default may carry a pod template (a RayJob's submitter, a TrainJob's runtime patch)
+        templates = kind.pod_templates(edited)
     label_run(edits, templates, run_id_of(obj, templates) or mint_run_id())
 
     path = kind.suspend_path

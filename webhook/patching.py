@@ -140,6 +140,16 @@ class Edits:
         if isinstance(value, (dict, list)):
             self._carried(value)
 
+    def insert(self, items: list, path: Parts, index: int, value: Any) -> None:
+        """``items.insert(index, value)`` where ``items`` is the list at ``path`` (a JSONPatch
+        ``add`` at that index, which shifts the items after it). Operations are read by index when
+        the patch is built, so make it before any other edit inside ``items``."""
+        items.insert(index, value)
+        if id(items) not in self._inside:
+            self._ops.append(("add", path + (index,), items, index))
+        if isinstance(value, (dict, list)):
+            self._carried(value)
+
     def patch(self) -> list[dict] | None:
         """The RFC 6902 operations, in order, that turn the original into ``doc``; None when
         nothing changed. Values are the finished ones in ``doc`` (shared, not copied)."""

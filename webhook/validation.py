@@ -39,7 +39,7 @@ def check_gpu_resources(templates: list[PodTemplate]) -> list[Violation]:
         for g in t.gpus():
             if g.request is None and g.limit is None:  # the usual container: no GPU, nothing to check
                 continue
-            base = t.path + ("spec", g.kind, g.index, "resources")
+            base = t.resources_path(g.kind, g.index)
             for which, raw, num in (("limits", g.limit, g.limit_n), ("requests", g.request, g.request_n)):
                 if raw is None or (num is not None and num >= 0 and num == num.to_integral_value()):
                     continue

@@ -47,16 +47,24 @@ describe(t) := sprintf("the %s replica", [t.group]) if t.role == "master"
 
 describe(t) := "the leader" if t.role == "leader"
 
+describe(t) := "the TrainJob's training nodes" if t.role == "node"
+
 # gpu_field(t) is the field path of the GPU limit (else request) of the first container of t
 # that holds GPUs, e.g. spec.template.spec.containers[0].resources.limits["nvidia.com/gpu"].
 gpu_field(t) := f if {
-	fields := [sprintf("%s.resources.%s[\"%s\"]", [c.field, gpu_key(c), gpu_resource]) |
+	fields := [sprintf("%s.%s[\"%s\"]", [resources_field(c), gpu_key(c), gpu_resource]) |
 		some c in t.containers
 		c.gpus > 0
 	]
 	count(fields) > 0
 	f := fields[0]
 } else := sprintf("%s.spec.containers", [t.field])
+
+# resources_field(c) is the field path of container c's resources: c.resourcesField where the
+# input gives it (a TrainJob's spec.trainer.resourcesPerNode), else c.field + ".resources".
+resources_field(c) := c.resourcesField if {
+	is_string(c.resourcesField)
+} else := sprintf("%s.resources", [c.field])
 
 gpu_key(c) := "limits" if {
 	object.get(c.limits, gpu_resource, null) != null

@@ -19,7 +19,7 @@ offered := concat(", ", object.keys(input.cluster.migResources)) if {
 } else := "none"
 
 field(t, res) := f if {
-	fields := [sprintf("%s.resources.%s[\"%s\"]", [c.field, k, res]) |
+	fields := [sprintf("%s.%s[\"%s\"]", [lib.resources_field(c), k, res]) |
 		some c in t.containers
 		some k in ["limits", "requests"]
 		object.get(c[k], res, null) != null

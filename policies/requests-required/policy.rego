@@ -20,7 +20,7 @@ deny contains lib.violation(name, field, msg) if {
 	not c.requests[r]
 	not c.limits[r]
 	c.kind == "containers"
-	field := sprintf("%s.resources.requests.%s", [c.field, r])
+	field := sprintf("%s.requests.%s", [lib.resources_field(c), r])
 	msg := sprintf(
 		"container %s of %s requests no %s, so Kueue counts it as free against the queue's %s quota and the scheduler may place it on a full node; allowed: every container requests cpu and memory; fix: set resources.requests.%s (for example %s)",
 		[c.name, lib.describe(t), r, r, r, examples[r]],

@@ -1,7 +1,7 @@
 """The registry of workload kinds taugate admits: one module per kind, every kind table derived here.
 
 A kind module (``rayjob``, ``raycluster``, ``job``, ``pod``, ``deployment``, ``statefulset``,
-``jobset``, ``leaderworkerset``, ``pytorchjob``, ``rayservice``) holds all taugate knows about one
+``jobset``, ``leaderworkerset``, ``pytorchjob``, ``rayservice``, ``trainjob``) holds all taugate knows about one
 kind, as a ``taugate.kinds.base.WorkloadKind`` subclass and its one instance ``KIND``:
 
 - its API group, version, resource (plural) and kind;
@@ -62,19 +62,21 @@ from taugate.kinds import (
     rayjob,
     rayservice,
     statefulset,
+    trainjob,
 )
 from taugate.kinds.base import WorkloadKind
 
 KINDS: tuple[WorkloadKind, ...] = (rayjob.KIND, raycluster.KIND, job.KIND,
                                    pod.KIND, deployment.KIND, statefulset.KIND,
-                                   jobset.KIND, leaderworkerset.KIND, pytorchjob.KIND, rayservice.KIND)
+                                   jobset.KIND, leaderworkerset.KIND, pytorchjob.KIND, rayservice.KIND,
+                                   trainjob.KIND)
 """Every workload kind taugate admits, in the order webhook rules list them."""
 
 _BY_GROUP_KIND: dict[tuple[str, str], WorkloadKind] = {(k.group, k.kind): k for k in KINDS}
 
 KIND_NAMES: frozenset[str] = frozenset(k.kind for k in KINDS)
 """The kinds' names: ``RayJob``, ``RayCluster``, ``Job``, ``JobSet``, ``LeaderWorkerSet``,
-``PyTorchJob``, ``RayService``."""
+``PyTorchJob``, ``RayService``, ``TrainJob``."""
 
 
 _CORE_VERSIONS = frozenset(k.version for k in KINDS if not k.group)

@@ -39,6 +39,7 @@ class WorkloadKind:
 
     Methods a subclass overrides: ``pod_templates`` (always), and where the kind differs from the
     defaults here: ``governs``, ``queued``, ``templates_mutable``, ``checks``, ``create_defaults``,
+    ``create_inserts``,
     ``kueue_template_metadata``, ``kueue_holds``, ``autoscaling`` with ``most_pods``.
     """
 
@@ -122,6 +123,12 @@ class WorkloadKind:
         (set-if-missing, so reinvocation changes nothing). Default: none."""
         return []
 
+    def create_inserts(self, spec: dict[str, Any]) -> list[tuple[str, int, Any]]:
+        """``(key, index, item)`` triples mutation inserts on CREATE: ``item`` at ``index`` of the
+        list ``spec[key]`` (created when missing), for a kind whose pod templates live in an item
+        of a list the object may already hold (a TrainJob's own ``spec.runtimePatches`` entry).
+        Return none when the item is already there (reinvocation changes nothing). Default: none."""
+        return []
 
     def autoscaling(self, obj: dict[str, Any]) -> bool:
         """True when ``obj`` turns on an autoscaler that may grow its worker pods past their

@@ -22,6 +22,7 @@ import taugate.kinds
 from taugate.fieldpath import field_path
 from taugate.kinds import KIND_NAMES, KINDS, WorkloadKind, kind_for, kind_of, resources_by_group_version
 from taugate.kinds.base import WorkloadKind as Base
+from taugate.kinds.trainjob import own_patch
 from taugate.pods import Role
 from taugate.settings import Settings
 from taugate.structure import workload_adapter
@@ -68,6 +69,11 @@ SAMPLES = {
             "headGroupSpec": {"template": {"spec": {"containers": [{"name": "head", "image": "ray"}]}}},
             "workerGroupSpecs": [{"groupName": "gpu", "replicas": 2, "template": {"spec": {"containers": [
                 {"name": "w", "image": "ray", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}}]}}},
+    # as admitted: its pod template is taugate's runtime patch (taugate.kinds.trainjob)
+    "TrainJob": {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": {"name": "tj"},
+                 "spec": {"runtimeRef": {"name": "torch-distributed"}, "trainer": {
+                     "numNodes": 2, "resourcesPerNode": {"limits": {"nvidia.com/gpu": 4}}},
+                     "runtimePatches": [own_patch()]}},
 }
 """One small well-formed object of each kind; a new kind adds its own here."""
 

@@ -30,6 +30,8 @@ from tests.paths import (
     PYTORCHJOB_CRD,
     RAYSERVICE_CRD,
     STABLE_DIFFUSION,
+    TRAINJOB_CRD,
+    TRAINJOB_TORCH_DDP,
 )
 
 
@@ -48,11 +50,15 @@ CASES = {
     "LeaderWorkerSet": Case(lambda: ws.one_group(ws.load(LWS_VLLM_GPU)), LWS_CRD, "v1"),
     "PyTorchJob": Case(lambda: ws.runnable(ws.load(PYTORCH_MNIST_NCCL)), PYTORCHJOB_CRD, "v1"),
     "RayService": Case(lambda: ws.load(STABLE_DIFFUSION), RAYSERVICE_CRD, "v1"),
+    "TrainJob": Case(lambda: ws.sized(ws.runnable(ws.load(TRAINJOB_TORCH_DDP), gpus=1), ("spec", "trainer", "numNodes"),
+                                      2), TRAINJOB_CRD, "v1alpha1"),
 }
 """By kind: JobSet KEP 672's fine-tune JobSet (4 GPUs per trainer pod, profile h100-4gpu); LWS's
 vLLM LeaderWorkerSet with one group (a leader and a worker of 8 GPUs: the h100-8gpu profile's 2);
 training-operator's NCCL MNIST PyTorchJob (a Master and a Worker of 1 GPU) with requests;
-KubeRay's stable-diffusion RayService (a CPU head, one 1-GPU worker) as written."""
+KubeRay's stable-diffusion RayService (a CPU head, one 1-GPU worker) as written; the trainer
+proposal's torch-ddp TrainJob on 2 nodes (of its 5: the default profile's 4 workers) at 1 GPU a
+node, with requests."""
 
 
 @pytest.fixture(params=sorted(CASES))

@@ -43,6 +43,8 @@ from tests.paths import (
     RAYJOB_CRD,
     RAYSERVICE_CRD,
     REPO,
+    TRAINING_RUNTIME_CRDS,
+    TRAINJOB_CRD,
 )
 
 RELEASE = chart_helpers.RELEASE
@@ -68,10 +70,12 @@ def upstream_crds() -> list[dict]:
 def workload_crds() -> list[dict]:
     """The CRDs of the custom workload kinds taugate governs and Kueue's integrations watch
     (``stack.KUEUE_FRAMEWORKS``), as their pinned modules ship them: KubeRay's RayJob/RayCluster/
-    RayService, JobSet, LeaderWorkerSet and Kubeflow's PyTorchJob. Kueue sets an integration up
-    only once its CRD is served (``pkg/controller/jobframework/setup.go``)."""
+    RayService, JobSet, LeaderWorkerSet, Kubeflow's PyTorchJob and Kubeflow Trainer's TrainJob
+    with the (Cluster)TrainingRuntimes Kueue's trainjob integration reads its pod templates from.
+    Kueue sets an integration up only once its CRD is served
+    (``pkg/controller/jobframework/setup.go``)."""
     return [yaml.safe_load(f.read_text()) for f in (RAYJOB_CRD, RAYCLUSTER_CRD, RAYSERVICE_CRD, JOBSET_CRD, LWS_CRD,
-                                                     PYTORCHJOB_CRD)]
+                                                     PYTORCHJOB_CRD, TRAINJOB_CRD, *TRAINING_RUNTIME_CRDS)]
 
 
 def _is_hook(obj: dict) -> bool:

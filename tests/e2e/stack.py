@@ -8,15 +8,17 @@ with its recorder on.
 1. every Kueue CRD from ``config/components/crd/bases`` with the conversion webhook Kueue's
    kustomization adds (``config/components/crd/patches/webhook_in_*.yaml``), and the CRDs of the
    workload kinds Kueue's integrations watch (``workload_crds``): KubeRay's RayJob/RayCluster/
-   RayService (the operator sets up all three controllers), JobSet, LeaderWorkerSet and Kubeflow's
-   PyTorchJob, read from their pinned modules (``tests/e2e/gomod/{jobset,lws,kubeflow}``). Their
+   RayService (the operator sets up all three controllers), JobSet, LeaderWorkerSet, Kubeflow's
+   PyTorchJob and Kubeflow Trainer's TrainJob with its (Cluster)TrainingRuntimes, read from their
+   pinned modules (``tests/e2e/gomod/{jobset,lws,kubeflow,trainer}``). Their
    controllers do not run here: Kueue only needs the APIs to queue, suspend and admit the
    objects, and the tests check what is stored, what Kueue did and which pods exist (Deployments'
    and StatefulSets' pods come from kube-controller-manager, which runs);
 2. Kueue (``cmd/kueue``) with a ``--config`` as its manifests have it, but out of a cluster:
    ``internalCertManagement.enable: false`` and its webhook server on 127.0.0.1 with a certificate
    of the control plane's CA, leader election off, the integrations of ``KUEUE_FRAMEWORKS``
-   (batch/job, Ray's three, JobSet, PyTorchJob, LeaderWorkerSet, pod, deployment, statefulset) and,
+   (batch/job, Ray's three, JobSet, PyTorchJob, TrainJob, LeaderWorkerSet, pod, deployment,
+   statefulset) and,
    as the pod integration requires, a ``managedJobsNamespaceSelector`` that leaves out kube-system
    and kueue-system. Kueue reads its metrics certificate from the fixed
    path ``/etc/kueue/metrics/certs`` (``cmd/kueue/main.go``): it runs in its own mount namespace
@@ -74,6 +76,7 @@ KUEUE_WEBHOOK_PATHS = {
     "ray.io/rayservice": "-ray-io-v1-rayservice",
     "jobset.x-k8s.io/jobset": "-jobset-x-k8s-io-v1alpha2-jobset",
     "kubeflow.org/pytorchjob": "-kubeflow-org-v1-pytorchjob",
+    "trainer.kubeflow.org/trainjob": "-trainer-kubeflow-org-v1alpha1-trainjob",
     "leaderworkerset.x-k8s.io/leaderworkerset": "-leaderworkerset-x-k8s-io-v1-leaderworkerset",
     "pod": "--v1-pod",
     "deployment": "-apps-v1-deployment",

@@ -39,7 +39,7 @@ from tests.e2e.workloads import (
     pod_templates,
     template_gpus,
 )
-from tests.paths import JOBSET, KUBEFLOW_EXAMPLES, KUBERAY_SAMPLES, LWS_EXAMPLES
+from tests.paths import DATA, JOBSET, KUBEFLOW_EXAMPLES, KUBERAY_SAMPLES, LAMMPS_TRAINJOB, LWS_EXAMPLES, TORCH_RUNTIME
 
 KUBERNETES = upstream.module_dir("kubernetes")
 """k8s.io/kubernetes at the pinned version: ``test/fixtures/doc-yaml`` and ``hack/testdata`` hold
@@ -183,6 +183,7 @@ policy library requires (``_with_requests``)."""
 RESOURCE = {"Pod": "pod", "Deployment": "deployment.apps", "StatefulSet": "statefulset.apps",
             "JobSet": "jobsets.jobset.x-k8s.io", "LeaderWorkerSet": "leaderworkersets.leaderworkerset.x-k8s.io",
             "PyTorchJob": "pytorchjobs.kubeflow.org", "RayService": "rayservices.ray.io",
+            "TrainJob": "trainjobs.trainer.kubeflow.org",
             "DaemonSet": "daemonset.apps", "ReplicaSet": "replicaset.apps"}
 
 
@@ -322,6 +323,101 @@ def test_kueue_marks_a_leaderworkersets_templates_as_suspended_by_their_parent(s
         annotations = (tpl.get("metadata") or {}).get("annotations") or {}
         assert annotations.get("kueue.x-k8s.io/pod-suspending-parent") == "leaderworkerset.x-k8s.io/leaderworkerset", \
             f"{path}: {annotations}"
+
+
+# ---- a Kubeflow TrainJob -------------------------------------------------------------------------
+TAUGATE_PATCH = "tau.azure.com/taugate"
+KUEUE_PATCH = "kueue.x-k8s.io/manager"
+
+
+@pytest.fixture(scope="module")
+def torch_runtime(stack: Stack):
+    """Trainer's ``torch-distributed`` ClusterTrainingRuntime (``manifests/base/runtimes``), which
+    Kueue's trainjob integration reads to build a TrainJob's PodSets (``getRuntimeSpec``); the
+    platform team installs it with the trainer."""
+    runtime = _first(TORCH_RUNTIME, "ClusterTrainingRuntime")
+    stack.cp.kubectl("apply", "-f", "-", input=json.dumps(runtime))
+    try:
+        yield runtime
+    finally:
+        stack.cp.kubectl("delete", "clustertrainingruntimes.trainer.kubeflow.org", runtime["metadata"]["name"],
+                         "--ignore-not-found", "--wait=false", check=False)
+
+
+def gpu_trainjob(name: str = "gpu-trainjob") -> dict:
+    """The trainer proposal's ``torch-ddp`` TrainJob (``tests/data/admission/trainer``) sized to
+    the ``vision`` profile: 2 nodes of 1 GPU (limit = request), with cpu and memory requests."""
+    obj = _named(yaml.safe_load((DATA / "admission" / "trainer" / "torch-ddp.yaml").read_text()), name)
+    obj["spec"]["trainer"].update(numNodes=2, resourcesPerNode={
+        "limits": {GPU: "1"}, "requests": {GPU: "1", "cpu": "4", "memory": "16Gi"}})
+    return obj
+
+
+def create_trainjob(stack: Stack, obj: dict, *, check: bool = True):
+    """``kubectl create`` of a TrainJob as the researcher, labelled for the module's cleanup (it
+    has no pod template of its own to mark)."""
+    obj["metadata"].setdefault("labels", {})["e2e.taugate/kinds"] = "1"
+    return stack.cp.kubectl("create", "-f", "-", "-o", "json", input=json.dumps(obj), kubeconfig=researcher(stack),
+                            check=check)
+
+
+def _node_patch(trainjob: dict, manager: str) -> dict | None:
+    """The ``node`` replicated job's pod template patch of the runtime patch of ``manager``."""
+    for patch in trainjob["spec"].get("runtimePatches") or []:
+        if patch["manager"] == manager:
+            rjobs = (((patch.get("trainingRuntimeSpec") or {}).get("template") or {}).get("spec") or {}).get(
+                "replicatedJobs") or []
+            return next((r["template"]["spec"]["template"] for r in rjobs if r["name"] == "node"), None)
+    return None
+
+
+def test_a_gpu_trainjob_is_queued_by_kueue_with_its_run_id_and_placement_in_taugates_runtime_patch(
+        stack, torch_runtime):
+    created = json.loads(create_trainjob(stack, gpu_trainjob()).stdout)
+    labels = created["metadata"]["labels"]
+    assert labels[QUEUE] == WORKSPACE_QUEUE and re.fullmatch(r"[0-9a-f]{24}", labels[RUN_ID]), labels
+    assert created["spec"]["suspend"] is True
+    managers = [p["manager"] for p in created["spec"]["runtimePatches"]]
+    assert managers == [TAUGATE_PATCH, KUEUE_PATCH], managers  # taugate's first: Kueue's flavor has the last word
+    node = _node_patch(created, TAUGATE_PATCH)
+    assert node is not None and node["metadata"]["labels"][RUN_ID] == labels[RUN_ID]
+    assert node["spec"]["nodeSelector"][GPU_CLASS_SELECTOR] == "h100" and GPU_TOLERATION in node["spec"]["tolerations"]
+    wl = stack.wait_for("Kueue's Workload of the TrainJob", lambda: workloads_of(stack, "TrainJob", "gpu-trainjob"),
+                        60)[0]
+    assert wl["spec"]["queueName"] == WORKSPACE_QUEUE
+    [pod_set] = wl["spec"]["podSets"]  # the runtime's one replicated job, as the trainer would build it
+    assert (pod_set["name"], pod_set["count"]) == ("node", 2), pod_set
+    [container] = pod_set["template"]["spec"]["containers"]
+    assert container["resources"]["limits"][GPU] == "1"
+    # the pod template Kueue reserves is the runtime's, with taugate's patch applied
+    assert pod_set["template"]["metadata"]["labels"][RUN_ID] == labels[RUN_ID]
+    assert pod_set["template"]["spec"]["nodeSelector"][GPU_CLASS_SELECTOR] == "h100"
+    # Kueue admits it: its own runtime patch gets the flavor's placement (RunWithPodSetsInfo, an
+    # UPDATE taugate's webhooks allow without touching taugate's patch) and the job is unsuspended.
+    stack.wait_for("the TrainJob's Workload to be admitted",
+                   lambda: any(admitted(w) for w in workloads_of(stack, "TrainJob", "gpu-trainjob")), 120)
+
+    def unsuspended() -> dict | None:
+        obj = get(stack, "TrainJob", "gpu-trainjob")
+        return obj if obj["spec"].get("suspend") is False else None
+    stored = stack.wait_for("Kueue to unsuspend the TrainJob", unsuspended, 60)
+    assert [p["manager"] for p in stored["spec"]["runtimePatches"]] == [TAUGATE_PATCH, KUEUE_PATCH]
+    assert _node_patch(stored, TAUGATE_PATCH) == node
+    flavor = _node_patch(stored, KUEUE_PATCH)
+    assert flavor is not None and flavor["spec"]["nodeSelector"][GPU_CLASS_SELECTOR] == "h100", flavor
+    assert stored["metadata"]["labels"][RUN_ID] == labels[RUN_ID]
+
+
+def test_a_trainjob_that_leaves_its_size_to_the_runtime_is_refused_naming_the_fields(stack, torch_runtime):
+    # The trainer's own Flux LAMMPS example: numNodes, but no resourcesPerNode. On the runtime the
+    # stack has: Kueue's validating webhook, which runs beside taugate's, refuses a TrainJob whose
+    # runtime is missing (trainjob_webhook.go validateTopologyRequest) and might answer first.
+    obj = _named(_first(LAMMPS_TRAINJOB, "TrainJob"), "lammps-flux")
+    obj["spec"]["runtimeRef"]["name"] = torch_runtime["metadata"]["name"]
+    refused = create_trainjob(stack, obj, check=False)
+    assert refused.returncode != 0
+    assert "trainjob-size" in refused.stderr and "spec.trainer.resourcesPerNode" in refused.stderr, refused.stderr
+    assert stack.cp.kubectl("get", RESOURCE["TrainJob"], "lammps-flux", "-n", WORKSPACE, check=False).returncode != 0
 
 
 # ---- a bare Pod ----------------------------------------------------------------------------------

@@ -63,6 +63,24 @@ def test_a_jobset_ends_with_its_completed_or_failed_condition():
     assert (owner_outcome(js).state, owner_outcome(js).reason) == ("pending", "Suspended")
 
 
+def test_a_trainjob_ends_with_its_complete_or_failed_condition_and_its_jobset_is_a_member():
+    # trainer v2.2.0 trainjob_types.go: Suspended, Complete, Failed; jobsStatus[].active
+    tj = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": {
+        "name": "torch-ddp", "namespace": "team-a", "uid": "tj-uid", "labels": {RUN_ID_LABEL: "a" * 24}},
+        "spec": {"suspend": True},
+        "status": {"conditions": [k.condition("Suspended", "Suspended", "TrainJob is suspended")]}}
+    assert suspended(tj) and (owner_outcome(tj).state, owner_outcome(tj).reason) == ("pending", "Suspended")
+    tj["spec"]["suspend"] = False
+    tj["status"] = {"jobsStatus": [{"name": "node", "active": 2, "ready": 2, "succeeded": 0, "failed": 0,
+                                    "suspended": 0}]}
+    assert owner_outcome(tj).state == "running"
+    tj["status"]["conditions"] = [k.condition("Failed", "DeadlineExceeded", "TrainJob exceeded its deadline")]
+    assert (owner_outcome(tj).state, owner_outcome(tj).reason) == ("failed", "DeadlineExceeded")
+    tj["status"]["conditions"] = [k.condition("Complete", "JobsCompleted", "TrainJob completed successfully")]
+    assert owner_outcome(tj).state == "succeeded"
+    assert is_member_child(k.child(tj, "jobset.x-k8s.io/v1alpha2", "JobSet", "torch-ddp")) and not is_member_child(tj)
+
+
 def test_a_bare_pod_ends_with_its_phase():
     p = k.pod(k.jobset(), "debug")
     p["metadata"]["ownerReferences"] = []

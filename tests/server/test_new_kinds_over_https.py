@@ -12,7 +12,7 @@ from taugate.kinds import kind_of
 from tests import workload_samples as ws
 from tests.admission.test_new_kinds_admission import CASES
 from tests.crdschema import crd_errors
-from tests.paths import LWS_VLLM_GPU
+from tests.paths import LAMMPS_TRAINJOB, LWS_VLLM_GPU
 from tests.server.https import admission_review, apply, check_response, workload_request
 from tests.upstream_manifests import KUEUE
 
@@ -43,6 +43,23 @@ async def test_the_jobset_kep_sample_as_written_is_denied_over_https_with_field_
     resp, _ = await _admit(gate, ws.load(ws.JOBSET_FINE_TUNE))
     assert not resp["allowed"] and resp["status"]["code"] == 403
     assert "spec.replicatedJobs[1].replicas: asks for 3 workers" in resp["status"]["message"]
+
+
+async def test_the_trainers_own_trainjob_sample_is_denied_over_https_naming_resources_per_node(gate):
+    resp, _ = await _admit(gate, ws.load(LAMMPS_TRAINJOB))  # numNodes, but its size per node left to the runtime
+    assert not resp["allowed"] and resp["status"]["code"] == 403
+    assert "spec.trainer.resourcesPerNode: is not set" in resp["status"]["message"]
+
+
+async def test_a_trainjob_over_https_carries_its_run_id_and_placement_in_taugates_runtime_patch(gate, settings):
+    resp, out = await _admit(gate, CASES["TrainJob"].sample())
+    assert resp["allowed"], resp
+    [patch] = out["spec"]["runtimePatches"]
+    assert patch["manager"] == "tau.azure.com/taugate"
+    [node] = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
+    pod = node["template"]["spec"]["template"]
+    assert pod["metadata"]["labels"][labels.RUN_ID] == out["metadata"]["labels"][labels.RUN_ID]
+    assert pod["spec"]["nodeSelector"][settings.gpu_class_label] == "h100"
 
 
 async def test_a_leaderworkerset_over_https_is_queued_without_suspend_and_its_pods_held_by_kueue(gate):
