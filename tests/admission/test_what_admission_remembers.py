@@ -120,3 +120,22 @@ def test_a_new_cluster_state_builds_its_own_queue_quota_for_the_policy_input(exa
     after = build(image_classifier(), state, settings)["cluster"]["queue"]["gpu"]
     assert after["nominal"] == before["nominal"] + 100 * len(before["flavors"])
     assert build(image_classifier(), example_state, settings)["cluster"]["queue"]["gpu"] == before
+
+
+def test_a_template_that_differs_in_any_field_gets_its_own_policy_input():
+    """The template memo's key holds every field the template's input reads: a template changed
+    in any one field (its pod spec aside, which is the key's JSON) gets the input built for it."""
+    forget()
+    worker = RAYJOB.pod_templates(image_classifier(4, 2))[1]
+    policy_input._template_input(worker, worker.replicas)  # remembered
+    changes = {"role": "head", "group": "other", "path": ("spec", "x"), "group_path": ("spec", "y"),
+               "replicas": worker.replicas + 1, "min_replicas": worker.min_replicas + 1,
+               "resources_at": ("spec", "trainer", "resourcesPerNode"),
+               "ray_start_params": {**worker.ray_start_params, "num-gpus": "1"}}
+    derived = {"template", "spec", "container_gpus", "gpus_per_pod", "mig_per_pod", "spec_json"}
+    assert set(changes) | derived == {f.name for f in dataclasses.fields(worker)}
+    for name, value in changes.items():
+        changed = dataclasses.replace(worker, **{name: value})
+        assert policy_input._template_input(changed, changed.replicas) == \
+            policy_input._build_template_input(changed, changed.replicas), name
+    assert policy_input._template_input(worker, 99) == policy_input._build_template_input(worker, 99)
