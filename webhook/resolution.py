@@ -144,9 +144,10 @@ def resolve(obj: dict, templates: list[PodTemplate], ws: TauWorkspace, state: Cl
     return Resolution(ws, profile, queue, lane, how, note)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Asked:
-    """What ``resolve`` decides from, for one object: the workspace ``ws``, the ``state``, the
+    """Read-only by convention (built on every review; frozen costs ~1 us more). What ``resolve``
+    decides from, for one object: the workspace ``ws``, the ``state``, the
     ``lane``, the profiles ``applicable`` in that workspace and lane, the ``field`` path a
     profile violation names, the MIG slices ``mig`` asked for instead of whole GPUs
     (``mig_only``), and the object's ``shape`` (GPUs per pod) and GPU ``classes``
