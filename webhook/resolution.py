@@ -114,16 +114,45 @@ def resolve(obj: dict, templates: list[PodTemplate], ws: TauWorkspace, state: Cl
     missing, inapplicable or not-Ready profile fails closed. Queue: the workspace's LocalQueue;
     a ``kueue.x-k8s.io/queue-name`` label naming any other queue is a violation listing the
     allowed ones. Returns ``Unresolved`` with the violations (never raises) when resolution fails.
+    The answer depends only on the state and a few facts of the object (lane, the two labels,
+    GPUs per pod, GPU classes, MIG slices), so it is remembered per state by them.
     """
     if state.profile_set_problem:
         return Unresolved((Violation("workload-profile", "", state.profile_set_problem),))
     meta_labels = (obj.get("metadata") or {}).get("labels") or {}
     lane = lane_of(obj, settings)
     requested = meta_labels.get(labels.WORKLOAD_PROFILE)
+    asked_queue = meta_labels.get(labels.KUEUE_QUEUE_NAME)
     shape, classes = object_shape(templates, settings)
+    mig = mig_only(templates)
+    # Everything below reads only these facts and the state: remembered per state (a new state
+    # starts empty), keyed by the workspace's identity (kept alive in the entry, so never reused).
+    memo = state.memo.setdefault("resolve", {})
+    key = (id(ws), lane, requested, asked_queue, frozenset(shape), frozenset(classes), tuple(mig))
+    try:
+        hit = memo.get(key)
+    except TypeError:  # a label value that is no string (not checked yet): decided, not remembered
+        key, hit = None, None
+    if hit is not None:
+        return hit[1]  # type: ignore[no-any-return]
     ask = _Asked(ws, state, lane, state.applicable_profiles(ws, lane),
-                 label_field(labels.WORKLOAD_PROFILE) if requested is not None else "metadata",
-                 mig_only(templates), shape, classes)
+                 label_field(labels.WORKLOAD_PROFILE) if requested is not None else "metadata", mig, shape, classes)
+    result = _resolve(ask, requested, asked_queue)
+    if key is not None:
+        if len(memo) >= RESOLVE_MEMO_SIZE:
+            memo.clear()
+        memo[key] = (ws, result)
+    return result
+
+
+RESOLVE_MEMO_SIZE = 4096
+"""Resolutions remembered per cluster state (``resolve``); the memo starts again when full."""
+
+
+def _resolve(ask: _Asked, requested: str | None, asked_queue: str | None) -> Resolution | Unresolved:
+    """``resolve`` on the facts it reads from an object (``ask``, the labels ``requested`` and
+    ``asked_queue``): pure, so its answer is remembered per state by those facts."""
+    ws = ask.ws
     problems: list[Violation] = []
     how, chosen = ("label", _labelled_profile(ask, requested)) if requested is not None else _shaped_profile(ask)
     profile = chosen if isinstance(chosen, ResolvedProfile) else None
@@ -131,7 +160,7 @@ def resolve(obj: dict, templates: list[PodTemplate], ws: TauWorkspace, state: Cl
         problems.append(chosen)
     if profile is not None and not profile.is_ready():
         problems.append(_not_ready(ask, profile, how))
-    queue, queue_problem = _queue(ask, meta_labels.get(labels.KUEUE_QUEUE_NAME))
+    queue, queue_problem = _queue(ask, asked_queue)
     if queue_problem is not None:
         problems.append(queue_problem)
     if problems or profile is None:
@@ -141,7 +170,7 @@ def resolve(obj: dict, templates: list[PodTemplate], ws: TauWorkspace, state: Cl
         note = (f"no workload profile in workspace {ws.metadata.name!r} matches {ask.shape_text()}, so the "
                 f"workspace default {_describe(profile)} applies; to use another, set the label "
                 f"{labels.WORKLOAD_PROFILE}")
-    return Resolution(ws, profile, queue, lane, how, note)
+    return Resolution(ws, profile, queue, ask.lane, how, note)
 
 
 @dataclass(slots=True)

@@ -139,3 +139,21 @@ def test_a_template_that_differs_in_any_field_gets_its_own_policy_input():
         assert policy_input._template_input(changed, changed.replicas) == \
             policy_input._build_template_input(changed, changed.replicas), name
     assert policy_input._template_input(worker, 99) == policy_input._build_template_input(worker, 99)
+
+
+def test_a_resolution_is_remembered_per_cluster_state(example_state, settings):
+    from taugate.webhook.resolution import Resolution, Unresolved, resolve
+
+    obj = image_classifier()
+    templates = RAYJOB.pod_templates(obj)
+    ws = example_state.workspace_for("vision")
+    first = resolve(obj, templates, ws, example_state, settings)
+    assert isinstance(first, Resolution)
+    assert resolve(copy.deepcopy(obj), templates, ws, example_state, settings) is first
+    without_queue = dataclasses.replace(example_state, local_queues={})
+    other = resolve(obj, templates, ws, without_queue, settings)
+    assert isinstance(other, Unresolved) and [v.policy for v in other.violations] == ["queue"]
+    labelled = copy.deepcopy(obj)
+    labelled["metadata"].setdefault("labels", {})["tau.azure.com/workload-profile"] = "no-such-profile"
+    refused = resolve(labelled, templates, ws, example_state, settings)
+    assert isinstance(refused, Unresolved) and "no-such-profile" in refused.violations[0].message
