@@ -9,6 +9,7 @@ object belongs to.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from taugate import labels
 from taugate.fieldpath import label_field
@@ -128,7 +129,8 @@ def resolve(obj: dict, templates: list[PodTemplate], ws: TauWorkspace, state: Cl
     # Everything below reads only these facts and the state: remembered per state (a new state
     # starts empty), keyed by the workspace's identity (kept alive in the entry, so never reused).
     memo = state.memo.setdefault("resolve", {})
-    key = (id(ws), lane, requested, asked_queue, frozenset(shape), frozenset(classes), tuple(mig))
+    key: tuple[Any, ...] | None = (id(ws), lane, requested, asked_queue, frozenset(shape), frozenset(classes),
+                                   tuple(mig))
     try:
         hit = memo.get(key)
     except TypeError:  # a label value that is no string (not checked yet): decided, not remembered
