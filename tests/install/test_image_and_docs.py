@@ -67,7 +67,9 @@ def _source_metric_names() -> set[str]:
     for part in ("webhook", "certs", "controllers", "taugate"):
         for path in (REPO / part).glob("*.py"):
             text = path.read_text()
-            for kind, name in re.findall(r'\b(Counter|Gauge|Histogram|Summary)\(\s*"(taugate_[a-z_]+)"', text):
+            # prometheus_client's metric classes, and the metric families of a custom collector
+            constructed = r'\b(Counter|Gauge|Histogram|Summary)(?:MetricFamily)?\(\s*"(taugate_[a-z_]+)"'
+            for kind, name in re.findall(constructed, text):
                 names.add(name + "_total" if kind == "Counter" and not name.endswith("_total") else name)
     return names
 
