@@ -370,6 +370,8 @@ def judge(obj: dict, state: ClusterState, settings: Settings, engine: Engine | N
 def _decide(found: list[Violation], note: str, *, obj: dict, code: int = 403,
             policy_failures: list[str] | None = None) -> Decision:
     """Sort ``found`` by enforcement action into a decision: denials, warnings, dry-run."""
+    if not found and not policy_failures:  # the usual answer
+        return Decision(True, object=obj)
     deny = [v for v in found if v.action == "deny"]
     warnings = [v.render() for v in found if v.action == "warn"]
     dryrun = [v for v in found if v.action == "dryrun"]
