@@ -101,7 +101,7 @@ if set(_DECIDERS) != {r.name for r in ROUTES}:  # the route table and the server
                        f"{sorted(r.name for r in ROUTES)}")
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class _Settled:
     """A review decided and rendered (``body``, serialised in ``payload`` when not None), or,
     with ``decision`` None, not decided because the policy backend could not answer (``body``
@@ -335,7 +335,8 @@ class AdmissionServer:
             return _Reply(400, {"error": str(e)}, "invalid")
         del body  # the parsed review is what is kept from here on
         state = self.provider.state  # read once: the decision uses the state the readiness check saw
-        reasons = self.unable_reasons() or ([] if state is not None else ["no cluster state yet"])
+        ready = state is not None and self.provider.ready and (self.engine is not None or not self.policies_required)
+        reasons = [] if ready else (self.unable_reasons() or ["no cluster state yet"])
         if reasons or state is None:
             return self._answer(route, rev, self._settle(route, rev, lambda: self._unavailable_decision(reasons)),
                                 "unavailable")
