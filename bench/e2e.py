@@ -291,7 +291,8 @@ def _opa_platform(plat: e2e_platform.Platform, opa_url: str) -> e2e_platform.Pla
 
 def start_gatekeeper(cp: ControlPlane, workdir: Path) -> tuple[Process, list[dict]]:
     """Gatekeeper's manager (``--operation=webhook``: the validating webhook, no audit, no
-    mutation) as the admin, its CRDs, the translated policy library (``bench/gatekeeper``), and its
+    mutation; ``--operation=generate``: the constraint CRDs, which upstream's audit Deployment
+    makes) as the admin, its CRDs, the translated policy library (``bench/gatekeeper``), and its
     ValidatingWebhookConfiguration (returned, not applied)."""
     binary = cp.binary("gatekeeper")
     cp.kubectl("create", "namespace", gatekeeper.NAMESPACE)
@@ -315,7 +316,8 @@ def start_gatekeeper(cp: ControlPlane, workdir: Path) -> tuple[Process, list[dic
     port, health = free_port(), free_port()
     p = start_process("gatekeeper", [
         binary, f"--port={port}", f"--host={LOOPBACK}", f"--cert-dir={certs}", "--disable-cert-rotation",
-        "--operation=webhook", f"--health-addr={LOOPBACK}:{health}", f"--metrics-addr={LOOPBACK}:{free_port()}",
+        "--operation=webhook", "--operation=generate", f"--health-addr={LOOPBACK}:{health}",
+        f"--metrics-addr={LOOPBACK}:{free_port()}",
         f"--prometheus-port={free_port()}", f"--exempt-namespace={gatekeeper.NAMESPACE}",
         "--disable-opa-builtin={http.send}", "--enable-k8s-native-validation=false", "--shutdown-delay=0",
         "--log-level=WARNING"], workdir,
