@@ -75,12 +75,16 @@ class Histogram:
         return self.sum / self.count if self.count > 0 else None
 
 
-Key = tuple[str, str, str, str]
-"""(webhook name, type, operation, rejected) as the API server labels a series."""
+Key = tuple[str, ...]
+"""(webhook name, type, operation, rejected) as the API server labels a series (or the values of
+``parse``'s ``labels``)."""
+LABELS = ("name", "type", "operation", "rejected")
 
 
-def parse(text: str, metric: str = METRIC) -> dict[Key, Histogram]:
-    """Every series of ``metric`` in a Prometheus text exposition, by its labels."""
+def parse(text: str, metric: str = METRIC, labels: tuple[str, ...] = LABELS) -> dict[Key, Histogram]:
+    """Every series of the histogram ``metric`` in a Prometheus text exposition, keyed by the
+    values of ``labels`` (the API server's by default; taugate's own
+    ``taugate_admission_duration_seconds`` is labelled ``webhook``)."""
     out: dict[Key, Histogram] = {}
     for line in text.splitlines():
         if not line.startswith(metric):
@@ -89,12 +93,11 @@ def parse(text: str, metric: str = METRIC) -> dict[Key, Histogram]:
         if m is None:
             continue
         name, value = m.group("name"), float(m.group("value"))
-        labels = dict(_LABEL.findall(m.group("labels") or ""))
-        key = (labels.get("name", ""), labels.get("type", ""), labels.get("operation", ""),
-               labels.get("rejected", ""))
+        found = dict(_LABEL.findall(m.group("labels") or ""))
+        key = tuple(found.get(label, "") for label in labels)
         h = out.setdefault(key, Histogram())
         if name == metric + "_bucket":
-            h.buckets[float(labels["le"])] = value  # float("+Inf") is inf
+            h.buckets[float(found["le"])] = value  # float("+Inf") is inf
         elif name == metric + "_sum":
             h.sum = value
         elif name == metric + "_count":
@@ -120,6 +123,17 @@ def add(total: dict[Key, Histogram], more: dict[Key, Histogram]) -> dict[Key, Hi
     return out
 
 
+def handler_summary(series: dict[Key, Histogram]) -> dict[str, dict]:
+    """taugate's own time per review (``taugate_admission_duration_seconds{webhook}`` differenced,
+    keyed by the one label): per webhook ``calls``, ``mean_ms``, ``p50_ms``, ``p99_ms``."""
+    return {key[0]: {"calls": int(h.count), "mean_ms": _ms(h.mean), "p50_ms": _ms(h.quantile(0.5)),
+                     "p99_ms": _ms(h.quantile(0.99))} for key, h in sorted(series.items())}
+
+
+def _ms(v: float | None) -> float | None:
+    return None if v is None else round(v * 1000, 3)
+
+
 def summarize(series: dict[Key, Histogram], operation: str = "CREATE") -> list[dict]:
     """Per (webhook name, type) of ``operation``'s calls, rejected or not: ``webhook``, ``type``
     (admit | validating), ``calls``, ``rejected`` (calls the webhook refused), ``mean_ms``,
@@ -127,16 +141,14 @@ def summarize(series: dict[Key, Histogram], operation: str = "CREATE") -> list[d
     100 ms wide at the low end), sorted by webhook name then type."""
     by: dict[tuple[str, str], Histogram] = {}
     rejected: dict[tuple[str, str], float] = {}
-    for (name, typ, op, rej), h in series.items():
+    for key, h in series.items():
+        name, typ, op, rej = key
         if op != operation:
             continue
         by[(name, typ)] = by[(name, typ)].plus(h) if (name, typ) in by else h
         if rej == "true":
             rejected[(name, typ)] = rejected.get((name, typ), 0.0) + h.count
 
-    def ms(v: float | None) -> float | None:
-        return None if v is None else round(v * 1000, 3)
-
     return [{"webhook": name, "type": typ, "calls": int(h.count), "rejected": int(rejected.get((name, typ), 0)),
-             "mean_ms": ms(h.mean), "p50_ms": ms(h.quantile(0.5)), "p99_ms": ms(h.quantile(0.99))}
+             "mean_ms": _ms(h.mean), "p50_ms": _ms(h.quantile(0.5)), "p99_ms": _ms(h.quantile(0.99))}
             for (name, typ), h in sorted(by.items())]

@@ -28,7 +28,8 @@ configuration and no pod is made. Configurations:
   from the module's ``deploy/gatekeeper.yaml`` and the policy library translated to
   ConstraintTemplates (``bench/gatekeeper``).
 
-Each round runs every configuration once, in turn (one warm-up round first, not counted); each
+Each round runs every configuration once, in turn, each round starting one configuration later
+than the last (one warm-up round first, not counted); each
 configuration switch waits until the API server calls the configuration's webhooks (server-side
 dry runs). Per configuration: the client's create latency p50/p99 (ms) and creates/s, the ratio
 of both to ``none`` and, from the API server's
@@ -262,16 +263,22 @@ class Bench:
         return after[config] > before[config] and after.get(other, 0) == before.get(other, 0)
 
 
-def _taugate_reviews(p: e2e_platform.Platform | None) -> float:
-    """How many reviews ``taugate serve`` has answered (its ``taugate_admission_duration_seconds``
-    counts), from its /metrics."""
-    if p is None:
-        return 0.0
+HANDLER_METRIC = "taugate_admission_duration_seconds"
+
+
+def _taugate_metrics(p: e2e_platform.Platform) -> str:
+    """``taugate serve``'s /metrics."""
     ctx = ssl.create_default_context(cafile=str(p.cert_dir / "ca.crt"))
     with urllib.request.urlopen(f"https://{LOOPBACK}:{p.webhook_port}/metrics", context=ctx, timeout=5) as r:
-        text = r.read().decode()
-    return sum(float(line.split()[-1]) for line in text.splitlines()
-               if line.startswith("taugate_admission_duration_seconds_count"))
+        return r.read().decode()
+
+
+def _taugate_reviews(p: e2e_platform.Platform | None) -> float:
+    """How many reviews ``taugate serve`` has answered (its ``taugate_admission_duration_seconds``
+    counts)."""
+    if p is None:
+        return 0.0
+    return sum(h.count for h in am.parse(_taugate_metrics(p), HANDLER_METRIC, ("webhook",)).values())
 
 
 def _opa_platform(plat: e2e_platform.Platform, opa_url: str) -> e2e_platform.Platform:
@@ -394,16 +401,22 @@ def run(b: Bench, configs: tuple[str, ...], n: int, concurrency: int, rounds: in
     loads = loads or workloads()
     raw: dict[str, dict] = {c: {"creates": {w.name: [] for w in loads}, "seconds": {w.name: 0.0 for w in loads},
                                 "errors": {w.name: 0 for w in loads}, "first_error": None,
-                                "webhooks": {w.name: {} for w in loads}} for c in configs}
+                                "webhooks": {w.name: {} for w in loads}, "handler": {w.name: {} for w in loads}}
+                            for c in configs}
+    servers = {"taugate": b.taugate, "taugate-opa": b.taugate_opa}
     loadavg = []
     for rnd in range(rounds + 1):
-        for config in configs:
+        # Each round starts one configuration later, so none always runs first or after another.
+        for config in configs[rnd % len(configs):] + configs[:rnd % len(configs)]:
             b.switch(config)
             for w in loads:
                 prefix = f"bench-{config}-{rnd}-{'rj' if 'RayJob' in w.name else 'job'}"
+                server = servers.get(config)
+                handler_before = _taugate_metrics(server) if server else ""
                 before = scrape_text(b.cp)
                 got = create_many(b.cp, w, prefix, n, concurrency)
                 after = scrape_text(b.cp)
+                handler_after = _taugate_metrics(server) if server else ""
                 b.last_scrapes[config] = (before, after)
                 delete_bench_objects(b.cp)
                 if rnd == 0:
@@ -414,7 +427,12 @@ def run(b: Bench, configs: tuple[str, ...], n: int, concurrency: int, rounds: in
                 r["errors"][w.name] += got["errors"]
                 r["first_error"] = r["first_error"] or got["first_error"]
                 r["webhooks"][w.name] = am.add(r["webhooks"][w.name], am.difference(am.parse(after), am.parse(before)))
+                r["handler"][w.name] = am.add(r["handler"][w.name], am.difference(
+                    am.parse(handler_after, HANDLER_METRIC, ("webhook",)),
+                    am.parse(handler_before, HANDLER_METRIC, ("webhook",))))
             loadavg.append(os.getloadavg()[0])
+            print(f"bench: round {rnd}{' (warm-up)' if rnd == 0 else ''} {config} done "
+                  f"(load {loadavg[-1]:.2f})", flush=True)
     return summarize(raw, configs, loads, n, concurrency, rounds, loadavg)
 
 
@@ -432,7 +450,8 @@ def summarize(raw: dict, configs, loads: list[Workload], n: int, concurrency: in
             row = {"workload": w.name, "config": config, "creates": len(lat), "errors": r["errors"][w.name],
                    "p50_ms": _r(percentile(lat, 0.5)), "p99_ms": _r(percentile(lat, 0.99)),
                    "creates_per_s": round(len(lat) / secs, 1) if secs else None,
-                   "webhooks": am.summarize(r["webhooks"][w.name])}
+                   "webhooks": am.summarize(r["webhooks"][w.name]),
+                   "taugate_handler": am.handler_summary(r["handler"][w.name])}
             if config == "none":
                 base = row
             if base and base is not row:
@@ -479,6 +498,15 @@ def markdown(result: dict) -> str:
         for wh in r["webhooks"]:
             out.append(f"| {r['workload']} | {r['config']} | `{wh['webhook']}` | {wh['type']} | {wh['calls']} | "
                        f"{wh['rejected']} | {_fmt(wh['mean_ms'])} | {_fmt(wh['p50_ms'])} | {_fmt(wh['p99_ms'])} |")
+    handler = [(r, name, h) for r in result["rows"] for name, h in (r.get("taugate_handler") or {}).items()]
+    if handler:
+        out += ["", "taugate's own time per review (its `taugate_admission_duration_seconds`, from the request's "
+                "arrival to the answer; mean exact, p50/p99 interpolated in its buckets): what the API server's time "
+                "above adds to it is TLS, the connection and the wait for the server's CPU.", "",
+                "| workload | configuration | taugate webhook | reviews | mean ms | p50 ms | p99 ms |",
+                "| --- | --- | --- | ---: | ---: | ---: | ---: |"]
+        out += [f"| {r['workload']} | {r['config']} | `/{name}` | {h['calls']} | {_fmt(h['mean_ms'])} | "
+                f"{_fmt(h['p50_ms'])} | {_fmt(h['p99_ms'])} |" for r, name, h in handler]
     if result.get("first_errors"):
         out += ["", "First error per configuration: "
                 + "; ".join(f"{c}: {e}" for c, e in result["first_errors"].items())]
