@@ -505,7 +505,7 @@ def markdown(result: dict) -> str:
                 "above adds to it is TLS, the connection and the wait for the server's CPU.", "",
                 "| workload | configuration | taugate webhook | reviews | mean ms | p50 ms | p99 ms |",
                 "| --- | --- | --- | ---: | ---: | ---: | ---: |"]
-        out += [f"| {r['workload']} | {r['config']} | `/{name}` | {h['calls']} | {_fmt(h['mean_ms'])} | "
+        out += [f"| {r['workload']} | {r['config']} | `{name}` | {h['calls']} | {_fmt(h['mean_ms'])} | "
                 f"{_fmt(h['p50_ms'])} | {_fmt(h['p99_ms'])} |" for r, name, h in handler]
     if result.get("first_errors"):
         out += ["", "First error per configuration: "
