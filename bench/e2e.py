@@ -212,6 +212,7 @@ class Bench:
     taugate_opa: e2e_platform.Platform | None = None
     opa: OpaServer | None = None
     gatekeeper: Process | None = None
+    gatekeeper_metrics_port: int = 0
     configurations: dict[str, list[dict]] = dataclasses.field(default_factory=dict)
     started_s: dict[str, float] = dataclasses.field(default_factory=dict)
     last_scrapes: dict[str, tuple[str, str]] = dataclasses.field(default_factory=dict)
@@ -296,7 +297,22 @@ def _opa_platform(plat: e2e_platform.Platform, opa_url: str) -> e2e_platform.Pla
                                workdir=plat.workdir / "opa-webhook")
 
 
-def start_gatekeeper(cp: ControlPlane, workdir: Path) -> tuple[Process, list[dict]]:
+GATEKEEPER_METRIC = "gatekeeper_validation_request_duration_seconds"
+
+
+def _gatekeeper_handler(port: int) -> dict[am.Key, am.Histogram]:
+    """Gatekeeper's own time per validation review (``gatekeeper_validation_request_duration_seconds``,
+    ``pkg/webhook/stats_reporter.go``, on its Prometheus port), every series added into one, keyed
+    ``("validation.gatekeeper.sh",)``."""
+    with urllib.request.urlopen(f"http://{LOOPBACK}:{port}/metrics", timeout=5) as r:
+        series = am.parse(r.read().decode(), GATEKEEPER_METRIC, ("admission_status", "admission_dryrun"))
+    total = am.Histogram()
+    for h in series.values():
+        total = total.plus(h)
+    return {(GATEKEEPER_WEBHOOK,): total} if series else {}
+
+
+def start_gatekeeper(cp: ControlPlane, workdir: Path) -> tuple[Process, list[dict], int]:
     """Gatekeeper's manager (``--operation=webhook``: the validating webhook, no audit, no
     mutation; ``--operation=generate``: the constraint CRDs, which upstream's audit Deployment
     makes) as the admin, its CRDs, the translated policy library (``bench/gatekeeper``), and its
@@ -320,12 +336,12 @@ def start_gatekeeper(cp: ControlPlane, workdir: Path) -> tuple[Process, list[dic
                        "spec": {"nodeSelector": {"taugate-bench/no-such-node": "true"},
                                 "containers": [{"name": "manager", "image": image}]}}],
                      "--server-side", "--field-manager=bench")
-    port, health = free_port(), free_port()
+    port, health, prometheus = free_port(), free_port(), free_port()
     p = start_process("gatekeeper", [
         binary, f"--port={port}", f"--host={LOOPBACK}", f"--cert-dir={certs}", "--disable-cert-rotation",
         "--operation=webhook", "--operation=generate", f"--health-addr={LOOPBACK}:{health}",
         f"--metrics-addr={LOOPBACK}:{free_port()}",
-        f"--prometheus-port={free_port()}", f"--exempt-namespace={gatekeeper.NAMESPACE}",
+        f"--prometheus-port={prometheus}", f"--exempt-namespace={gatekeeper.NAMESPACE}",
         "--disable-opa-builtin={http.send}", "--enable-k8s-native-validation=false", "--shutdown-delay=0",
         "--log-level=WARNING"], workdir,
         env={"KUBECONFIG": str(cp.kubeconfig), "POD_NAMESPACE": gatekeeper.NAMESPACE, "POD_NAME": "gatekeeper-bench"})
@@ -344,7 +360,7 @@ def start_gatekeeper(cp: ControlPlane, workdir: Path) -> tuple[Process, list[dic
             raise RuntimeError(f"Gatekeeper made no constraint CRDs for {kinds} in 180 s: {p.tail()}")
         time.sleep(1)
     cp.apply_objects(gatekeeper.constraints(), "--server-side", "--field-manager=bench")
-    return p, [gatekeeper.webhook_configuration(port, cp.ca.pem)]
+    return p, [gatekeeper.webhook_configuration(port, cp.ca.pem)], prometheus
 
 
 def start(workdir: Path, configs: tuple[str, ...]) -> Bench:
@@ -384,7 +400,7 @@ def start(workdir: Path, configs: tuple[str, ...]) -> Bench:
             b.started_s["taugate-opa + OPA"] = time.monotonic() - t0
         if "gatekeeper" in configs:
             t0 = time.monotonic()
-            b.gatekeeper, b.configurations["gatekeeper"] = start_gatekeeper(cp, workdir)
+            b.gatekeeper, b.configurations["gatekeeper"], b.gatekeeper_metrics_port = start_gatekeeper(cp, workdir)
             b.started_s["gatekeeper"] = time.monotonic() - t0
     except BaseException:
         b.stop()
@@ -403,7 +419,6 @@ def run(b: Bench, configs: tuple[str, ...], n: int, concurrency: int, rounds: in
                                 "errors": {w.name: 0 for w in loads}, "first_error": None,
                                 "webhooks": {w.name: {} for w in loads}, "handler": {w.name: {} for w in loads}}
                             for c in configs}
-    servers = {"taugate": b.taugate, "taugate-opa": b.taugate_opa}
     loadavg = []
     for rnd in range(rounds + 1):
         # Each round starts one configuration later, so none always runs first or after another.
@@ -411,12 +426,11 @@ def run(b: Bench, configs: tuple[str, ...], n: int, concurrency: int, rounds: in
             b.switch(config)
             for w in loads:
                 prefix = f"bench-{config}-{rnd}-{'rj' if 'RayJob' in w.name else 'job'}"
-                server = servers.get(config)
-                handler_before = _taugate_metrics(server) if server else ""
+                handler_before = _handler(b, config)
                 before = scrape_text(b.cp)
                 got = create_many(b.cp, w, prefix, n, concurrency)
                 after = scrape_text(b.cp)
-                handler_after = _taugate_metrics(server) if server else ""
+                handler_after = _handler(b, config)
                 b.last_scrapes[config] = (before, after)
                 delete_bench_objects(b.cp)
                 if rnd == 0:
@@ -427,13 +441,22 @@ def run(b: Bench, configs: tuple[str, ...], n: int, concurrency: int, rounds: in
                 r["errors"][w.name] += got["errors"]
                 r["first_error"] = r["first_error"] or got["first_error"]
                 r["webhooks"][w.name] = am.add(r["webhooks"][w.name], am.difference(am.parse(after), am.parse(before)))
-                r["handler"][w.name] = am.add(r["handler"][w.name], am.difference(
-                    am.parse(handler_after, HANDLER_METRIC, ("webhook",)),
-                    am.parse(handler_before, HANDLER_METRIC, ("webhook",))))
+                r["handler"][w.name] = am.add(r["handler"][w.name], am.difference(handler_after, handler_before))
             loadavg.append(os.getloadavg()[0])
             print(f"bench: round {rnd}{' (warm-up)' if rnd == 0 else ''} {config} done "
                   f"(load {loadavg[-1]:.2f})", flush=True)
     return summarize(raw, configs, loads, n, concurrency, rounds, loadavg)
+
+
+def _handler(b: Bench, config: str) -> dict[am.Key, am.Histogram]:
+    """The webhook server's own review-time histograms now: taugate's per webhook (``/mutate``,
+    ``/validate``), Gatekeeper's validation one; none for ``none``."""
+    server = {"taugate": b.taugate, "taugate-opa": b.taugate_opa}.get(config)
+    if server is not None:
+        return am.parse(_taugate_metrics(server), HANDLER_METRIC, ("webhook",))
+    if config == "gatekeeper" and b.gatekeeper_metrics_port:
+        return _gatekeeper_handler(b.gatekeeper_metrics_port)
+    return {}
 
 
 def summarize(raw: dict, configs, loads: list[Workload], n: int, concurrency: int, rounds: int,
@@ -451,7 +474,7 @@ def summarize(raw: dict, configs, loads: list[Workload], n: int, concurrency: in
                    "p50_ms": _r(percentile(lat, 0.5)), "p99_ms": _r(percentile(lat, 0.99)),
                    "creates_per_s": round(len(lat) / secs, 1) if secs else None,
                    "webhooks": am.summarize(r["webhooks"][w.name]),
-                   "taugate_handler": am.handler_summary(r["handler"][w.name])}
+                   "handler": am.handler_summary(r["handler"][w.name])}
             if config == "none":
                 base = row
             if base and base is not row:
@@ -498,12 +521,13 @@ def markdown(result: dict) -> str:
         for wh in r["webhooks"]:
             out.append(f"| {r['workload']} | {r['config']} | `{wh['webhook']}` | {wh['type']} | {wh['calls']} | "
                        f"{wh['rejected']} | {_fmt(wh['mean_ms'])} | {_fmt(wh['p50_ms'])} | {_fmt(wh['p99_ms'])} |")
-    handler = [(r, name, h) for r in result["rows"] for name, h in (r.get("taugate_handler") or {}).items()]
+    handler = [(r, name, h) for r in result["rows"] for name, h in (r.get("handler") or {}).items()]
     if handler:
-        out += ["", "taugate's own time per review (its `taugate_admission_duration_seconds`, from the request's "
-                "arrival to the answer; mean exact, p50/p99 interpolated in its buckets): what the API server's time "
-                "above adds to it is TLS, the connection and the wait for the server's CPU.", "",
-                "| workload | configuration | taugate webhook | reviews | mean ms | p50 ms | p99 ms |",
+        out += ["", "The webhook server's own time per review (taugate's `taugate_admission_duration_seconds` per "
+                "route, Gatekeeper's `gatekeeper_validation_request_duration_seconds` over every review it got; mean "
+                "exact, p50/p99 interpolated in their buckets): what the API server's time above adds to it is TLS, "
+                "the connection and the wait for a CPU.", "",
+                "| workload | configuration | server's webhook | reviews | mean ms | p50 ms | p99 ms |",
                 "| --- | --- | --- | ---: | ---: | ---: | ---: |"]
         out += [f"| {r['workload']} | {r['config']} | `{name}` | {h['calls']} | {_fmt(h['mean_ms'])} | "
                 f"{_fmt(h['p50_ms'])} | {_fmt(h['p99_ms'])} |" for r, name, h in handler]
