@@ -34,9 +34,14 @@ configuration switch waits until the API server calls the configuration's webhoo
 dry runs). Per configuration: the client's create latency p50/p99 (ms) and creates/s, the ratio
 of both to ``none`` and, from the API server's
 ``apiserver_admission_webhook_admission_duration_seconds`` scraped before and after each round's
-creates (``bench/admission_metrics.py``), per webhook: calls, mean and p50/p99.
+creates (``bench/admission_metrics.py``), per webhook: calls, mean and p50/p99; and the webhook
+server's own time per review, differenced the same way (taugate's
+``taugate_admission_duration_seconds`` per route, Gatekeeper's
+``gatekeeper_validation_request_duration_seconds``).
 
-Writes ``bench/results/e2e.json`` and ``bench/results/e2e.md``, prints the table. Exit 0 when it
+Writes ``bench/results/e2e.json`` and ``bench/results/e2e.md`` (``--out`` changes the stem), and
+the API server's last ``/metrics`` scrapes per configuration (``e2e-metrics-<configuration>-
+{before,after}.txt``, not kept in git), prints the tables. Exit 0 when it
 ran, 2 when the stack could not start.
 """
 
