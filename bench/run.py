@@ -17,6 +17,9 @@ histogram). A probe before and after measures how much of the server's core the 
 takes away (``stall_probe``), and the report counts how often the null webhook, the floor,
 missed the p99 targets itself.
 
+``python bench/run.py --e2e [options of bench/e2e.py]`` runs the end-to-end mode instead: creates
+through a real API server with no webhook, taugate, taugate on OPA and Gatekeeper (``bench/e2e.py``).
+
 Writes ``bench/results/latest.json`` and ``bench/results/latest.md`` (the Markdown table that
 docs/performance.md quotes; ``--quick`` writes ``quick.json`` and ``quick.md`` instead) and prints
 the table.
@@ -480,4 +483,8 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    if "--e2e" in sys.argv[1:]:  # the end-to-end mode: bench/e2e.py, through a real API server
+        from bench import e2e
+
+        sys.exit(e2e.main([a for a in sys.argv[1:] if a != "--e2e"]))
     sys.exit(main())

@@ -40,6 +40,7 @@ binary_name() {
   case $1 in
     go.etcd.io/etcd/server/v3) echo etcd ;;
     github.com/ray-project/kuberay/ray-operator) echo kuberay-operator ;;
+    github.com/open-policy-agent/gatekeeper/v3) echo gatekeeper ;;
     *) basename "$1" ;;
   esac
 }
