@@ -423,7 +423,8 @@ ADMISSION_REVIEW: TypeAdapter[AdmissionReviewModel] = TypeAdapter(AdmissionRevie
 SPEC_MEMO_SIZE = 256
 """Specs whose problems are remembered (``workload_problems``); the memo starts again when full."""
 
-_spec_memo: dict[tuple[Any, bytes], list[tuple[str, str]]] = {}
+_spec_memo: dict[tuple[int, bytes], tuple[Any, list[tuple[str, str]]]] = {}
+"""Keyed by the identity of the kind's ``spec_model`` (kept in the entry) and the spec's bytes."""
 
 
 def workload_problems(spec_model: Any, obj: Any) -> list[tuple[str, str]]:
@@ -441,16 +442,18 @@ def workload_problems(spec_model: Any, obj: Any) -> list[tuple[str, str]]:
     spec = obj.get("spec") if type(obj) is dict else None
     if type(spec) is not dict:
         return problems(workload_adapter(spec_model), obj)
-    try:
-        key = (spec_model, orjson.dumps(spec))
+    try:  # the model by identity: hashing a typing alias (``Annotated[...]``) runs Python code
+        key = (id(spec_model), orjson.dumps(spec))
     except TypeError:
         return problems(workload_adapter(spec_model), obj)
-    found = _spec_memo.get(key)
-    if found is None:
+    hit = _spec_memo.get(key)
+    if hit is not None and hit[0] is spec_model:
+        found = hit[1]
+    else:
         found = problems(_spec_adapter(spec_model), {"spec": spec})
         if len(_spec_memo) >= SPEC_MEMO_SIZE:
             _spec_memo.clear()
-        _spec_memo[key] = found
+        _spec_memo[key] = (spec_model, found)  # the model kept alive, so its identity is never reused
     meta = obj.get("metadata")
     return (problems(_METADATA, {"metadata": meta}) if meta is not None else []) + found
 
