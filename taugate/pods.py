@@ -22,6 +22,7 @@ from kubernetes.utils import quantity as _kubernetes_quantity
 
 from taugate import labels
 from taugate.fieldpath import Path
+from taugate.memo import Memo
 
 Role = Literal["head", "worker", "submitter", "job", "pod", "replica", "replicated-job", "master", "leader", "node"]
 """What a pod template's pods do: a Ray head, worker (a Ray worker group, a Kubeflow ``Worker``,
@@ -177,7 +178,7 @@ def _read_resources(spec: dict[str, Any]) -> tuple[tuple[ContainerGpus, ...], di
 RESOURCES_MEMO_SIZE = 1024
 """Pod specs whose GPU demand is remembered (``pod_resources``); the memo starts again when full."""
 
-_resources_memo: dict[bytes, tuple[tuple[ContainerGpus, ...], int, dict[str, int]]] = {}
+_resources_memo: Memo[bytes, tuple[tuple[ContainerGpus, ...], int, dict[str, int]]] = Memo(RESOURCES_MEMO_SIZE)
 
 
 def pod_resources(spec: dict[str, Any],
@@ -193,9 +194,7 @@ def pod_resources(spec: dict[str, Any],
         gpus, mig = _read_resources(spec)
         hit = (gpus, _gpus_per_pod(gpus), mig)
         if spec_json is not None:
-            if len(_resources_memo) >= RESOURCES_MEMO_SIZE:
-                _resources_memo.clear()
-            _resources_memo[spec_json] = hit
+            _resources_memo.put(spec_json, hit)
     return hit
 
 

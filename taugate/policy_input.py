@@ -22,6 +22,7 @@ from taugate import labels
 from taugate.fieldpath import annotation_field, field_path
 from taugate.kinds import kind_of
 from taugate.kinds.pod import POD_GROUP_TOTAL_COUNT
+from taugate.memo import Memo
 from taugate.models import ResolvedProfile, TauWorkspace
 from taugate.pods import WORKER_ROLES, PodTemplate
 from taugate.snapshot import ClusterState
@@ -79,7 +80,7 @@ def _without_nulls(value: Any) -> Any:
 TEMPLATE_MEMO_SIZE = 1024
 """Pod templates whose policy input is remembered (``_template_input``); the memo starts again when full."""
 
-_template_memo: dict[tuple[Any, ...], dict[str, Any]] = {}
+_template_memo: Memo[tuple[Any, ...], dict[str, Any]] = Memo(TEMPLATE_MEMO_SIZE)
 
 
 def _template_input(t: PodTemplate, most: int) -> dict[str, Any]:
@@ -94,10 +95,7 @@ def _template_input(t: PodTemplate, most: int) -> dict[str, Any]:
         return hit
     doc = _build_template_input(t, most)
     if key is not None:
-        doc = orjson.loads(orjson.dumps(doc))
-        if len(_template_memo) >= TEMPLATE_MEMO_SIZE:
-            _template_memo.clear()
-        _template_memo[key] = doc
+        doc = _template_memo.put(key, orjson.loads(orjson.dumps(doc)))
     return doc
 
 
@@ -208,7 +206,7 @@ def _context_input(state: ClusterState, namespace: str | None, workspace: TauWor
     empty). Shared: read it, never change it. The memo keys on the identity of ``workspace`` and
     ``profile`` and keeps both alive in its entry, so an identity is never reused while its entry
     exists."""
-    memo = state.memo.setdefault("policy-input-context", {})
+    memo = state.memo("policy-input-context", CONTEXT_MEMO_SIZE)
     key = (namespace, id(workspace), id(profile), queue, gpu_class_label, mig_names)
     hit = memo.get(key)
     if hit is not None:
@@ -237,9 +235,7 @@ def _context_input(state: ClusterState, namespace: str | None, workspace: TauWor
             },
         },
     }
-    if len(memo) >= CONTEXT_MEMO_SIZE:
-        memo.clear()
-    memo[key] = (workspace, profile, part)
+    memo.put(key, (workspace, profile, part))
     return part
 
 

@@ -25,6 +25,7 @@ from pydantic import ValidationError
 
 from taugate import labels
 from taugate.files import InputError, load_documents, read_limited
+from taugate.memo import Memo
 from taugate.models import ResolvedProfile, TauCluster, TauWorkspace
 from taugate.pods import MIG_PREFIX, quantity
 from taugate.profiles import is_applicable, profile_set_hash, resolve_profile
@@ -137,11 +138,18 @@ class ClusterState:
     mig_resources: dict[str, MigSummary] = field(default_factory=dict)
 
     @cached_property
-    def memo(self) -> dict[str, dict[Any, Any]]:
-        """Per-state memos of pure functions of this state (by function; e.g. the policy input's
-        context part, ``taugate.policy_input``): a new state starts with none, so nothing
-        outlives the state it was computed from."""
+    def _memos(self) -> dict[str, Memo[Any, Any]]:
         return {}
+
+    def memo(self, name: str, size: int) -> Memo[Any, Any]:
+        """This state's memo ``name`` (made on first use, at most ``size`` entries) for a pure
+        function of the state (the policy input's context part, ``taugate.policy_input``; a
+        resolution, ``webhook.resolution``): a new state starts with none, so nothing outlives the
+        state it was computed from."""
+        found = self._memos.get(name)
+        if found is None:
+            found = self._memos.setdefault(name, Memo(size))
+        return found
 
     @cached_property
     def classes_input(self) -> dict[str, dict[str, Any]]:

@@ -50,13 +50,13 @@ from decimal import Decimal
 from functools import lru_cache
 from typing import Annotated, Any, Literal, NotRequired, Required
 
-import orjson
 from pydantic import AfterValidator, Field, PlainValidator, TypeAdapter, ValidationError
 from pydantic_core import ErrorDetails, PydanticCustomError
 from typing_extensions import TypedDict  # pydantic needs this TypedDict on Python 3.11
 
 from taugate.fieldpath import Path, field_path, loc_path
-from taugate.pods import INT32_MAX, quantity
+from taugate.memo import Memo
+from taugate.pods import INT32_MAX, json_bytes, quantity
 
 
 def json_type(value: Any) -> str:
@@ -423,7 +423,7 @@ ADMISSION_REVIEW: TypeAdapter[AdmissionReviewModel] = TypeAdapter(AdmissionRevie
 SPEC_MEMO_SIZE = 256
 """Specs whose problems are remembered (``workload_problems``); the memo starts again when full."""
 
-_spec_memo: dict[tuple[int, bytes], tuple[Any, list[tuple[str, str]]]] = {}
+_spec_memo: Memo[tuple[int, bytes], tuple[Any, list[tuple[str, str]]]] = Memo(SPEC_MEMO_SIZE)
 """Keyed by the identity of the kind's ``spec_model`` (kept in the entry) and the spec's bytes."""
 
 
@@ -442,18 +442,16 @@ def workload_problems(spec_model: Any, obj: Any) -> list[tuple[str, str]]:
     spec = obj.get("spec") if type(obj) is dict else None
     if type(spec) is not dict:
         return problems(workload_adapter(spec_model), obj)
-    try:  # the model by identity: hashing a typing alias (``Annotated[...]``) runs Python code
-        key = (id(spec_model), orjson.dumps(spec))
-    except TypeError:
+    spec_json = json_bytes(spec)
+    if spec_json is None:
         return problems(workload_adapter(spec_model), obj)
+    key = (id(spec_model), spec_json)  # the model by identity: hashing a typing alias runs Python code
     hit = _spec_memo.get(key)
     if hit is not None and hit[0] is spec_model:
         found = hit[1]
     else:
         found = problems(_spec_adapter(spec_model), {"spec": spec})
-        if len(_spec_memo) >= SPEC_MEMO_SIZE:
-            _spec_memo.clear()
-        _spec_memo[key] = (spec_model, found)  # the model kept alive, so its identity is never reused
+        _spec_memo.put(key, (spec_model, found))  # the model kept alive, so its identity is never reused
     meta = obj.get("metadata")
     return (problems(_METADATA, {"metadata": meta}) if meta is not None else []) + found
 

@@ -128,7 +128,7 @@ def resolve(obj: dict, templates: list[PodTemplate], ws: TauWorkspace, state: Cl
     mig = mig_only(templates)
     # Everything below reads only these facts and the state: remembered per state (a new state
     # starts empty), keyed by the workspace's identity (kept alive in the entry, so never reused).
-    memo = state.memo.setdefault("resolve", {})
+    memo = state.memo("resolve", RESOLVE_MEMO_SIZE)
     key: tuple[Any, ...] | None = (id(ws), lane, requested, asked_queue, frozenset(shape), frozenset(classes),
                                    tuple(mig))
     try:
@@ -141,9 +141,7 @@ def resolve(obj: dict, templates: list[PodTemplate], ws: TauWorkspace, state: Cl
                  label_field(labels.WORKLOAD_PROFILE) if requested is not None else "metadata", mig, shape, classes)
     result = _resolve(ask, requested, asked_queue)
     if key is not None:
-        if len(memo) >= RESOLVE_MEMO_SIZE:
-            memo.clear()
-        memo[key] = (ws, result)
+        memo.put(key, (ws, result))
     return result
 
 
