@@ -335,8 +335,7 @@ class AdmissionServer:
             return _Reply(400, {"error": str(e)}, "invalid")
         del body  # the parsed review is what is kept from here on
         state = self.provider.state  # read once: the decision uses the state the readiness check saw
-        ready = state is not None and self.provider.ready and (self.engine is not None or not self.policies_required)
-        reasons = [] if ready else (self.unable_reasons() or ["no cluster state yet"])
+        reasons = self.unable_reasons() or ([] if state is not None else ["no cluster state yet"])
         if reasons or state is None:
             return self._answer(route, rev, self._settle(route, rev, lambda: self._unavailable_decision(reasons)),
                                 "unavailable")
