@@ -24,7 +24,7 @@ from taugate.kinds import kind_of
 from taugate.kinds.pod import POD_GROUP_TOTAL_COUNT
 from taugate.memo import Memo
 from taugate.models import ResolvedProfile, TauWorkspace
-from taugate.pods import WORKER_ROLES, PodTemplate
+from taugate.pods import WORKER_ROLES, PodTemplate, json_bytes
 from taugate.snapshot import ClusterState
 
 # Annotations never shown to policies: a full copy of the object (input size drives evaluation
@@ -83,13 +83,21 @@ TEMPLATE_MEMO_SIZE = 1024
 _template_memo: Memo[tuple[Any, ...], dict[str, Any]] = Memo(TEMPLATE_MEMO_SIZE)
 
 
+def _template_key(t: PodTemplate, most: int) -> tuple[Any, ...] | None:
+    """What one entry of ``object.podTemplates`` is a pure function of: the template's fields, its
+    pod spec's JSON text (``PodTemplate.spec_json``; the GPU demand is read from it) and ``most``;
+    None when orjson could not write the pod spec."""
+    if t.spec_json is None:
+        return None
+    return (t.spec_json, t.role, t.group, t.path, t.group_path, t.resources_at, t.replicas, t.min_replicas, most,
+            t.ray_start_params.get("num-gpus"))
+
+
 def _template_input(t: PodTemplate, most: int) -> dict[str, Any]:
-    """One entry of ``object.podTemplates``. A pure function of the template's fields and its pod
-    spec's JSON text (``PodTemplate.spec_json``), so remembered by them (``TEMPLATE_MEMO_SIZE``
+    """One entry of ``object.podTemplates``, remembered by ``_template_key`` (``TEMPLATE_MEMO_SIZE``
     entries) as a copy holding no reference into the object (mutation edits objects in place):
     shared by every review with the same template, read it, never change it."""
-    key = None if t.spec_json is None else (t.spec_json, t.role, t.group, t.path, t.group_path, t.resources_at,
-                                            t.replicas, t.min_replicas, most, t.ray_start_params.get("num-gpus"))
+    key = _template_key(t, most)
     hit = _template_memo.get(key) if key is not None else None
     if hit is not None:
         return hit
@@ -161,14 +169,8 @@ def build_policy_input(*, obj: dict[str, Any], templates: list[PodTemplate], ope
     and those holding GPUs, now and at the autoscaler's maximum), so a policy can leave early on
     the common, compliant case.
     """
-    meta = obj.get("metadata") or {}
-    kind = kind_of(obj)
-    autoscaling = kind is not None and kind.autoscaling(obj)
-    pod_templates = [_template_input(t, kind.most_pods(obj, t) if kind is not None and autoscaling else t.replicas)
-                     for t in templates]
-    annotations = meta.get("annotations")
-    if isinstance(annotations, dict):
-        annotations = {k: v for k, v in annotations.items() if k not in _HIDDEN_ANNOTATIONS}
+    autoscaling, mosts = _autoscaling(obj, templates)
+    pod_templates = [_template_input(t, most) for t, most in zip(templates, mosts, strict=True)]
     mig_names = tuple(sorted({name for t in templates for name in t.mig_per_pod}))
     return {
         "operation": operation,
@@ -177,9 +179,7 @@ def build_policy_input(*, obj: dict[str, Any], templates: list[PodTemplate], ope
         "object": {
             "apiVersion": obj.get("apiVersion"),
             "kind": obj.get("kind"),
-            "metadata": {k: v for k, v in (("name", meta.get("name")), ("generateName", meta.get("generateName")),
-                                           ("namespace", meta.get("namespace")), ("labels", meta.get("labels")),
-                                           ("annotations", annotations or None)) if v is not None},
+            "metadata": _metadata_input(obj),
             "autoscaling": autoscaling,
             "totalGpus": sum(t.gpus_per_pod * t.replicas for t in templates),
             "minTotalGpus": sum(t.gpus_per_pod * t.min_replicas for t in templates),
@@ -190,6 +190,61 @@ def build_policy_input(*, obj: dict[str, Any], templates: list[PodTemplate], ope
         },
         **_context_input(state, namespace, workspace, profile, queue, gpu_class_label, mig_names),
     }
+
+
+def _autoscaling(obj: dict[str, Any], templates: list[PodTemplate]) -> tuple[bool, list[int]]:
+    """Whether ``obj`` autoscales (its kind's ``autoscaling``) and, per template, the most pods it
+    may reach: the kind's ``most_pods`` when it autoscales, else ``replicas``."""
+    kind = kind_of(obj)
+    if kind is None or not kind.autoscaling(obj):
+        return False, [t.replicas for t in templates]
+    return True, [kind.most_pods(obj, t) for t in templates]
+
+
+def _metadata_input(obj: dict[str, Any]) -> dict[str, Any]:
+    """The input's ``object.metadata``: name, generateName, namespace, labels and the annotations
+    but ``_HIDDEN_ANNOTATIONS``, each only when set."""
+    meta = obj.get("metadata") or {}
+    annotations = meta.get("annotations")
+    if isinstance(annotations, dict):
+        annotations = {k: v for k, v in annotations.items() if k not in _HIDDEN_ANNOTATIONS}
+    return {k: v for k, v in (("name", meta.get("name")), ("generateName", meta.get("generateName")),
+                              ("namespace", meta.get("namespace")), ("labels", meta.get("labels")),
+                              ("annotations", annotations or None)) if v is not None}
+
+
+def policy_input_key(*, obj: dict[str, Any], templates: list[PodTemplate], operation: str,
+                     user_info: dict[str, Any] | None, namespace: str | None,
+                     workspace: TauWorkspace | None, profile: ResolvedProfile | None,
+                     queue: str | None, state: ClusterState, gpu_class_label: str,
+                     read: frozenset[tuple[str, ...]]) -> tuple[tuple[Any, ...], tuple[Any, ...]] | None:
+    """``(key, anchors)`` for the input ``build_policy_input`` builds from the same arguments, as a
+    policy set sees it that reads, of the parts that differ on every request
+    (``webhook.input_use.TRIMMABLE``: ``("operation",)``, ``("userInfo",)``,
+    ``("object", "metadata")``), only those in ``read``: two calls whose keys are equal, and whose
+    ``anchors`` are the same objects, build inputs that are equal once the unread parts are
+    trimmed. So a policy set's results can be remembered by the key without building the input
+    (~15 us of a RayJob review): the key holds what the input is a function of, the pod templates
+    by ``_template_key`` (their GPU totals, MIG totals and worker counts are functions of those
+    too), the cluster state, workspace and profile by identity (``anchors`` holds them: keep it
+    alive beside the key, so no identity is reused while the key is remembered). None when a pod
+    spec or a field in the key cannot be written as JSON (then build the input).
+    ``tests/admission/test_what_admission_remembers.py`` changes every field of real objects one
+    at a time and checks that an unchanged key always means an unchanged trimmed input."""
+    autoscaling, mosts = _autoscaling(obj, templates)
+    parts = []
+    for t, most in zip(templates, mosts, strict=True):
+        key = _template_key(t, most)
+        if key is None:
+            return None
+        parts.append(key)
+    head = json_bytes([obj.get("apiVersion"), obj.get("kind"), autoscaling, namespace, queue, gpu_class_label,
+                       operation if ("operation",) in read else None,
+                       (user_info or {}) if ("userInfo",) in read else None,
+                       _metadata_input(obj) if ("object", "metadata") in read else None])
+    if head is None:
+        return None
+    return (head, tuple(parts), id(state), id(workspace), id(profile)), (state, workspace, profile)
 
 
 CONTEXT_MEMO_SIZE = 4096

@@ -12,14 +12,17 @@ import re
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import orjson
 import regorus
 
+from taugate.memo import Memo
 from taugate.webhook.decision import Violation
+from taugate.webhook.input_use import TRIMMABLE
 from taugate.webhook.policy_set import (
     POLICIES_PACKAGE,
     RESULTS_RULE,
@@ -124,6 +127,13 @@ DEFAULT_RESULTS_CACHE = 1024
 input, a few KiB: a few MiB in all)."""
 
 
+TRIMMABLE_SET = frozenset(TRIMMABLE)
+
+KeyFor = Callable[[frozenset[tuple[str, ...]]], tuple[Any, tuple[Any, ...]] | None]
+"""``EmbeddedPolicyEngine.evaluate_keyed``'s key function: the parts of the input the set reads ->
+``(key, anchors)`` or None."""
+
+
 class EmbeddedPolicyEngine:
     """The in-process backend: one regorus engine per thread, for the store's active set.
 
@@ -146,6 +156,7 @@ class EmbeddedPolicyEngine:
         self.cache_size = cache_size
         self._cache: OrderedDict[tuple[str, bytes], list] = OrderedDict()
         self._cache_lock = threading.Lock()
+        self._keyed: Memo[tuple[str, Any], tuple[tuple[Any, ...], list]] = Memo(cache_size)
         self.cache_hits = 0
         self.cache_misses = 0
 
@@ -189,6 +200,32 @@ class EmbeddedPolicyEngine:
                 while len(self._cache) > self.cache_size:
                     self._cache.popitem(last=False)
         return ps, raw
+
+    def evaluate_keyed(self, key_for: KeyFor, build: Callable[[], dict]) -> list[Violation]:
+        """``evaluate(build())``, remembered by a key instead of the input's bytes, so a review whose
+        key was seen builds no input at all. ``key_for(read)`` gives ``(key, anchors)`` (or None:
+        not remembered) for a set that reads, of ``input_use.TRIMMABLE``, the parts ``read``:
+        equal keys with the same ``anchors`` objects must mean equal trimmed inputs
+        (``taugate.policy_input.policy_input_key``). Kept by the digest of the set that evaluated,
+        ``cache_size`` entries (cleared when full), the anchors held in each entry; never for a
+        non-deterministic set; errors are never remembered. Raises as ``evaluate``."""
+        ps = self.store.current
+        use = ps.input_use
+        found = key_for(TRIMMABLE_SET - use.unread) if use.deterministic and self.cache_size > 0 else None
+        if found is not None:
+            key, anchors = found
+            hit = self._keyed.get((ps.digest, key))
+            if hit is not None and all(a is b for a, b in zip(hit[0], anchors, strict=True)):
+                self.cache_hits += 1
+                return ps.to_violations(hit[1])
+        input = build()
+        try:
+            ps, raw = self.raw_results(input, ps)
+        except PolicyEvaluationError as e:
+            raise self._isolate(input, e) from None
+        if found is not None:
+            self._keyed.put((ps.digest, found[0]), (found[1], raw))
+        return ps.to_violations(raw)
 
     def evaluate(self, input: dict) -> list[Violation]:
         """Every result of every policy for ``input``, with enforcement actions applied.

@@ -28,7 +28,7 @@ from taugate import labels
 from taugate.kinds import WorkloadKind, kind_for
 from taugate.models import TauWorkspace
 from taugate.pods import PodTemplate
-from taugate.policy_input import build_policy_input
+from taugate.policy_input import build_policy_input, policy_input_key
 from taugate.settings import Settings
 from taugate.snapshot import ClusterState
 from taugate.structure import ADMISSION_REVIEW, object_depth_problem, problems
@@ -248,12 +248,15 @@ def _policies(ctx: Context, engine: Engine, obj: dict, templates: list[PodTempla
     """The policy library's results for ``obj`` (whose pod templates are ``templates``).
     Raises ``PolicyFailure`` when a policy fails on it (the engine's ``PolicyEvaluationError``,
     a Rego runtime error); the engine's ``PolicyUnavailable`` passes through (nothing decided)."""
-    doc = build_policy_input(obj=obj, templates=templates, operation=ctx.request.get("operation", "CREATE"),
-                             user_info=ctx.request.get("userInfo"), namespace=res.workspace.target_namespace,
-                             workspace=res.workspace, profile=res.profile, queue=res.queue, state=ctx.state,
-                             gpu_class_label=ctx.settings.gpu_class_label)
+    args: dict[str, Any] = dict(obj=obj, templates=templates, operation=ctx.request.get("operation", "CREATE"),
+                                user_info=ctx.request.get("userInfo"), namespace=res.workspace.target_namespace,
+                                workspace=res.workspace, profile=res.profile, queue=res.queue, state=ctx.state,
+                                gpu_class_label=ctx.settings.gpu_class_label)
+    keyed = getattr(engine, "evaluate_keyed", None)  # the embedded engine remembers results by key
     try:
-        return list(engine.evaluate(doc))
+        if keyed is not None:
+            return list(keyed(lambda read: policy_input_key(**args, read=read), lambda: build_policy_input(**args)))
+        return list(engine.evaluate(build_policy_input(**args)))
     except PolicyEvaluationError as e:  # PolicyUnavailable (no answer at all) is the server's: HTTP 503
         reason = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise PolicyFailure(reason, dict(e.failed), list(e.results)) from None

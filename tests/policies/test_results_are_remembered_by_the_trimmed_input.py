@@ -104,3 +104,80 @@ def test_a_changed_policy_set_is_never_answered_from_the_old_sets_results(policy
     tighten_queue_limit(policy_copy)
     assert store.reload()
     assert [v for v in engine.evaluate(doc) if v.policy == "gpu-total-fits-queue"]
+
+
+# ---- remembering results by a key, without building the input ------------------------------------
+
+class Builds:
+    """A key function and an input builder that count their calls."""
+
+    def __init__(self, doc, key="k", anchors=()):
+        self.doc, self.key, self.anchors, self.built, self.reads = doc, key, anchors, 0, []
+
+    def key_for(self, read):
+        self.reads.append(read)
+        return (self.key, self.anchors)
+
+    def build(self):
+        self.built += 1
+        return self.doc
+
+
+def test_a_key_seen_before_is_answered_without_building_the_input(example_state, settings):
+    doc = image_classifier_input(example_state, settings, workers=16, gpus=4)
+    engine = EmbeddedPolicyEngine(PolicyStore(POLICIES))
+    calls = Builds(doc)
+    first = engine.evaluate_keyed(calls.key_for, calls.build)
+    assert first == EmbeddedPolicyEngine(PolicyStore(POLICIES)).evaluate(doc)
+    assert {v.policy for v in first} >= {"gpu-total-fits-queue"}
+    assert engine.evaluate_keyed(calls.key_for, calls.build) == first
+    assert calls.built == 1 and engine.cache_hits == 1
+    assert calls.reads == [frozenset(), frozenset()]  # the library reads no metadata, user or operation
+
+
+def test_the_key_function_is_told_which_parts_the_set_reads(policy_copy, example_state, settings):
+    (policy_copy / "by-name").mkdir()
+    (policy_copy / "by-name" / "policy.rego").write_text(
+        'package taugate.policies.by_name\n\nimport rego.v1\n\n'
+        'deny contains {"msg": "x", "field": ""} if input.object.metadata.name == "forbidden"\n')
+    engine = EmbeddedPolicyEngine(PolicyStore(policy_copy))
+    calls = Builds(image_classifier_input(example_state, settings, workers=4, gpus=1))
+    engine.evaluate_keyed(calls.key_for, calls.build)
+    assert calls.reads == [frozenset({METADATA})]
+
+
+def test_the_same_key_with_other_anchors_is_evaluated_again(example_state, settings):
+    doc = image_classifier_input(example_state, settings, workers=4, gpus=1)
+    engine = EmbeddedPolicyEngine(PolicyStore(POLICIES))
+    first, second = Builds(doc, anchors=(object(),)), Builds(doc, anchors=(object(),))
+    engine.evaluate_keyed(first.key_for, first.build)
+    engine.evaluate_keyed(second.key_for, second.build)
+    assert (first.built, second.built) == (1, 1)
+
+
+def test_no_key_and_a_non_deterministic_set_always_build_the_input(policy_copy, example_state, settings):
+    doc = image_classifier_input(example_state, settings, workers=4, gpus=1)
+    engine = EmbeddedPolicyEngine(PolicyStore(POLICIES))
+    for _ in range(2):
+        assert engine.evaluate_keyed(lambda read: None, lambda: doc) == engine.evaluate(doc)
+    (policy_copy / "clock").mkdir()
+    (policy_copy / "clock" / "policy.rego").write_text(
+        'package taugate.policies.clock\n\nimport rego.v1\n\n'
+        'deny contains {"msg": "x", "field": ""} if time.now_ns() < 0\n')
+    clocked = EmbeddedPolicyEngine(PolicyStore(policy_copy))
+    calls = Builds(doc)
+    clocked.evaluate_keyed(calls.key_for, calls.build)
+    clocked.evaluate_keyed(calls.key_for, calls.build)
+    assert calls.built == 2 and calls.reads == []
+
+
+def test_a_changed_policy_set_is_never_answered_from_the_old_sets_keyed_results(policy_copy, example_state,
+                                                                                settings):
+    calls = Builds(image_classifier_input(example_state, settings, workers=4, gpus=4))
+    store = PolicyStore(policy_copy)
+    engine = EmbeddedPolicyEngine(store)
+    assert not [v for v in engine.evaluate_keyed(calls.key_for, calls.build) if v.policy == "gpu-total-fits-queue"]
+    tighten_queue_limit(policy_copy)
+    assert store.reload()
+    assert [v for v in engine.evaluate_keyed(calls.key_for, calls.build) if v.policy == "gpu-total-fits-queue"]
+    assert calls.built == 2
