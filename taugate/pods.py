@@ -310,6 +310,32 @@ class PodTemplate:
         return cls(role, group, path, group_path, replicas, template, ray_start_params, spec, gpus,
                    per_pod, mig, replicas if min_replicas is None else min_replicas, resources_at, spec_json)
 
+    def blueprint(self) -> PodTemplate:
+        """This template without its references into the object (``template``, ``spec`` and
+        ``ray_start_params`` emptied), to be remembered and ``rebound`` to another object."""
+        return PodTemplate(self.role, self.group, self.path, self.group_path, self.replicas, {}, dict.fromkeys(
+            self.ray_start_params, ""), {}, self.container_gpus, self.gpus_per_pod, self.mig_per_pod,
+            self.min_replicas, self.resources_at, self.spec_json)
+
+    def rebound(self, obj: dict[str, Any]) -> PodTemplate:
+        """A ``blueprint`` made the template of ``obj``, an object whose ``spec`` has the JSON text
+        of the one it was read from (so everything but the references is the same): ``template``
+        is ``obj`` at ``path``, ``spec`` its pod spec and ``ray_start_params`` the group's
+        ``rayStartParams`` (at ``group_path``, where Ray kinds keep them; empty when the blueprint's
+        were). Raises ``KeyError``/``IndexError``/``TypeError`` when ``obj`` has no template at
+        ``path`` (a spec with other JSON text)."""
+        template: Any = obj
+        for step in self.path:
+            template = template[step]
+        params: Any = {}
+        if self.ray_start_params:
+            params = obj
+            for step in (*self.group_path, "rayStartParams"):
+                params = params[step]
+        return PodTemplate(self.role, self.group, self.path, self.group_path, self.replicas, template, params,
+                           _pod_spec(template), self.container_gpus, self.gpus_per_pod, self.mig_per_pod,
+                           self.min_replicas, self.resources_at, self.spec_json)
+
     def resources_path(self, kind: ContainerList, index: int) -> Path:
         """Where the resources of container ``index`` of list ``kind`` are written:
         ``resources_at`` when set, else ``path.spec.<kind>[index].resources``."""

@@ -427,7 +427,7 @@ _spec_memo: Memo[tuple[int, bytes], tuple[Any, list[tuple[str, str]]]] = Memo(SP
 """Keyed by the identity of the kind's ``spec_model`` (kept in the entry) and the spec's bytes."""
 
 
-def workload_problems(spec_model: Any, obj: Any) -> list[tuple[str, str]]:
+def workload_problems(spec_model: Any, obj: Any, spec_json: bytes | None = None) -> list[tuple[str, str]]:
     """``(field path, problem)`` for every field of a workload ``obj`` (``metadata`` and ``spec``,
     ``spec_model`` the kind's model) without the type its API gives it: the metadata's first,
     then the spec's.
@@ -438,11 +438,13 @@ def workload_problems(spec_model: Any, obj: Any) -> list[tuple[str, str]]:
     bytes (``SPEC_MEMO_SIZE`` specs). Equal bytes mean equal JSON values of equal JSON types
     (orjson writes ``1`` and ``1.0``, ``true`` and ``1`` apart), which is all a strict check reads.
     A spec orjson cannot write (nested past 255 levels, an integer beyond 64 bits) is checked
-    whole, every time."""
+    whole, every time. ``spec_json``: the spec's orjson text when the caller has it already
+    (``json_bytes(obj["spec"])``)."""
     spec = obj.get("spec") if type(obj) is dict else None
     if type(spec) is not dict:
         return problems(workload_adapter(spec_model), obj)
-    spec_json = json_bytes(spec)
+    if spec_json is None:
+        spec_json = json_bytes(spec)
     if spec_json is None:
         return problems(workload_adapter(spec_model), obj)
     key = (id(spec_model), spec_json)  # the model by identity: hashing a typing alias runs Python code

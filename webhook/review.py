@@ -138,9 +138,8 @@ def _subject(ctx: Context) -> _Subject | None:
     ws = state.workspace_for(namespace) if isinstance(namespace, str) else None
     if ws is None:
         return None
-    malformed = kind.malformed(obj)
+    malformed, templates = kind.read(obj)
     child = not malformed and mutation.is_child(request, obj, settings)
-    templates = [] if malformed else kind.pod_templates(obj)
     if not malformed and ungoverned.left_alone(request, obj, kind, templates, child, settings):
         return None
     return _Subject(obj, kind, templates, ws, child, malformed)
@@ -340,10 +339,10 @@ def validate(request: dict, state: ClusterState, settings: Settings, engine: Eng
         found, note = _violations(ctx, subject, subject.obj, subject.templates, old)
     except PolicyFailure as e:
         return _policy_failure_decision(e, subject.obj, e.found, engine)
-    if found and old is not None and not subject.kind.malformed(old):  # nothing to excuse: skip the old object
+    old_malformed, old_templates = subject.kind.read(old) if found and old is not None else ([], [])
+    if found and old is not None and not old_malformed:  # nothing to excuse: skip the old object
         try:
-            before = {(v.policy, v.field) for v in
-                      _violations(ctx, subject, old, subject.kind.pod_templates(old), None)[0]}
+            before = {(v.policy, v.field) for v in _violations(ctx, subject, old, old_templates, None)[0]}
         except PolicyFailure:  # the old object cannot be judged, so nothing of the new one is excused
             before = set()
         found = [v for v in found if (v.policy, v.field) not in before]

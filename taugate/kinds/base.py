@@ -10,12 +10,24 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from taugate.fieldpath import Path
-from taugate.pods import PodTemplate
+from taugate.memo import Memo
+from taugate.pods import PodTemplate, json_bytes
 from taugate.structure import workload_problems
 from taugate.violation import Violation
 
 SHAPE_POLICY = "object-shape"
 """The ``Violation.policy`` of a structure problem (a field without the type its API gives it)."""
+
+TEMPLATES_MEMO_SIZE = 256
+"""Specs whose pod templates are remembered (``WorkloadKind.read``); the memo starts again when full."""
+
+_templates_memo: Memo[tuple[int, bytes], tuple[Any, tuple[PodTemplate, ...]]] = Memo(TEMPLATES_MEMO_SIZE)
+"""Keyed by the identity of the kind (kept in the entry) and the spec's bytes: blueprints."""
+
+
+def _shape_violations(problems: list[tuple[str, str]]) -> list[Violation]:
+    return [Violation(SHAPE_POLICY, f, f"{problem}; fix the manifest (the API server would reject it too)")
+            for f, problem in problems]
 
 
 class WorkloadKind:
@@ -35,7 +47,9 @@ class WorkloadKind:
       LeaderWorkerSet: Kueue gates its pods instead, and a serving workload stays running);
     - ``spec_model``: the pydantic model of the kind's ``spec`` (a ``TypedDict`` of every field
       admission reads or writes, typed as the kind's Go API types; ``taugate.structure`` says how to
-      write one), which ``malformed`` checks.
+      write one), which ``malformed`` checks;
+    - ``templates_from_spec``: whether ``pod_templates`` reads nothing but ``spec`` (so ``read``
+      remembers them by the spec's JSON text); default True.
 
     Methods a subclass overrides: ``pod_templates`` (always), and where the kind differs from the
     defaults here: ``governs``, ``queued``, ``templates_mutable``, ``checks``, ``create_defaults``,
@@ -51,6 +65,7 @@ class WorkloadKind:
     default_lane: ClassVar[str] = "training"
     suspend_path: ClassVar[Path | None] = ("spec", "suspend")
     spec_model: ClassVar[Any]
+    templates_from_spec: ClassVar[bool] = True
 
     @property
     def api_version(self) -> str:
@@ -74,8 +89,33 @@ class WorkloadKind:
         API gives it (``taugate.structure.workload_problems``). The API server checks the schema
         only after mutating webhooks have run, so they see objects exactly as a client sent them;
         an object with none of these problems is safe to read with ``pod_templates``."""
-        return [Violation(SHAPE_POLICY, f, f"{problem}; fix the manifest (the API server would reject it too)")
-                for f, problem in workload_problems(self.spec_model, obj)]
+        return _shape_violations(workload_problems(self.spec_model, obj))
+
+    def read(self, obj: dict[str, Any]) -> tuple[list[Violation], list[PodTemplate]]:
+        """``(malformed(obj), [])`` when ``obj`` has structure problems, else ``([],
+        pod_templates(obj))``: what admission reads of every object, in one pass over its spec's
+        JSON text. For a kind whose ``templates_from_spec`` is True (the default: ``pod_templates``
+        reads nothing but ``spec`` and each template's pod spec is the one at its ``path``), the
+        templates are remembered by the spec's JSON text (``TEMPLATES_MEMO_SIZE`` specs) as
+        blueprints holding no reference into any object (``PodTemplate.blueprint``), and an object
+        with the same spec gets them ``rebound`` to itself: its own template dicts, the same
+        replicas and GPU demand. A kind whose templates read the metadata (a Job's
+        ``kueue.x-k8s.io/job-min-parallelism``, a Pod's group annotations) or are assembled from
+        several fields (a TrainJob's) sets it False and reads them every time."""
+        spec = obj.get("spec")
+        spec_json = json_bytes(spec) if type(spec) is dict else None
+        found = _shape_violations(workload_problems(self.spec_model, obj, spec_json))
+        if found:
+            return found, []
+        if spec_json is None or not self.templates_from_spec:
+            return [], self.pod_templates(obj)
+        key = (id(self), spec_json)
+        hit = _templates_memo.get(key)
+        if hit is not None and hit[0] is self:
+            return [], [t.rebound(obj) for t in hit[1]]
+        templates = self.pod_templates(obj)
+        _templates_memo.put(key, (self, tuple(t.blueprint() for t in templates)))
+        return [], templates
 
     def governs(self, templates: list[PodTemplate]) -> bool:
         """True when taugate governs an object of this kind whose pod templates are

@@ -101,6 +101,7 @@ class Job(WorkloadKind):
 
     group, version, resource, kind = "batch", "v1", "jobs", "Job"
     spec_model = JobSpec
+    templates_from_spec = False  # pod_templates reads the kueue.x-k8s.io/job-min-parallelism annotation
     upstream = ("kubernetes v1.37 pkg/apis/batch/validation/validation.go validatePodTemplateUpdate; "
                 "kueue v0.17 pkg/controller/jobs/job/job_controller.go podsCount, minPodsCount, job_webhook.go")
 

@@ -98,6 +98,7 @@ class Pod(WorkloadKind):
 
     group, version, resource, kind = "", "v1", "pods", "Pod"
     spec_model = PodSpecWithContainers
+    templates_from_spec = False  # pod_templates reads the pod group's annotations
     default_lane = "interactive"
     suspend_path = None
     upstream = ("kueue v0.17 pkg/controller/jobs/pod/pod_webhook.go Default, validatePodGroupMetadata; "

@@ -14,7 +14,7 @@ import dataclasses
 from decimal import Decimal
 
 from taugate import pods, policy_input, structure
-from taugate.kinds import kind_for
+from taugate.kinds import base, kind_for
 from taugate.snapshot import FlavorQuota
 from taugate.webhook import review
 from taugate.webhook.input_use import TRIMMABLE, InputUse
@@ -27,6 +27,7 @@ RAYJOB = kind_for("ray.io", "RayJob")
 def forget() -> None:
     """Empty every memo of the pure functions (as a new process starts)."""
     pods._resources_memo.clear()
+    base._templates_memo.clear()
     policy_input._template_memo.clear()
     structure._spec_memo.clear()
 
@@ -272,3 +273,49 @@ def test_a_pod_spec_orjson_cannot_write_gets_no_key(example_state, settings):
     obj = image_classifier()
     obj["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]["priority"] = 2**70
     assert _key_and_input(obj, example_state, settings, READ_NOTHING)[0] is None
+
+
+# --- pod templates remembered by the spec: the same templates, bound to each object ---------------
+
+
+def _at(obj, path):
+    for step in path:
+        obj = obj[step]
+    return obj
+
+
+def test_templates_read_from_a_remembered_spec_are_the_fresh_ones_bound_to_the_object():
+    """Every scalar of real and registry samples changed one at a time (metadata included), each
+    read after the original was remembered: the templates equal ``pod_templates`` of the changed
+    object and hold its own template dicts. A kind whose templates read the metadata would fail
+    here unless it sets ``templates_from_spec = False``."""
+    compared = 0
+    for obj in _objects():
+        kind = _kind_of(obj)
+        kind.read(copy.deepcopy(obj))  # remembered
+        for path, new in [((), obj), *_variants(obj)]:
+            malformed, templates = kind.read(new)
+            assert malformed == kind.malformed(new), (obj["kind"], path)
+            if malformed:
+                continue
+            compared += 1
+            fresh = kind.pod_templates(new)
+            assert templates == fresh, (obj["kind"], path)
+            for t in templates:
+                if kind.templates_from_spec:
+                    assert t.template is _at(new, t.path), (obj["kind"], path)
+                if t.ray_start_params:
+                    assert t.ray_start_params is _at(new, (*t.group_path, "rayStartParams"))
+    assert compared > 300
+    assert {k.kind for k in map(_kind_of, _objects()) if not k.templates_from_spec} == {"Job", "Pod", "TrainJob"}
+
+
+def test_a_remembered_template_holds_no_reference_into_the_object_it_was_read_from():
+    forget()
+    obj = image_classifier()
+    RAYJOB.read(obj)
+    ((kind, blueprints),) = base._templates_memo.values()
+    assert kind is RAYJOB and all(t.template == {} and t.spec == {} for t in blueprints)
+    obj["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["rayStartParams"]["num-gpus"] = "9"  # edited in place
+    again = RAYJOB.read(image_classifier())[1]
+    assert again == RAYJOB.pod_templates(image_classifier())
