@@ -328,26 +328,22 @@ class AdmissionServer:
         if isinstance(body, _Reply):
             return body
         threaded = len(body) > self.inline_limit
+        if not threaded and not self.remote:
+            return self._decide_now(route, body, late=loop.time() >= deadline)
         try:
             rev = await loop.run_in_executor(self.executor, review.parse_review, body) if threaded \
                 else review.parse_review(body)
         except review.ReviewError as e:
             return _Reply(400, {"error": str(e)}, "invalid")
         del body  # the parsed review is what is kept from here on
-        state = self.provider.state  # read once: the decision uses the state the readiness check saw
-        reasons = self.unable_reasons() or ([] if state is not None else ["no cluster state yet"])
-        if reasons or state is None:
-            return self._answer(route, rev, self._settle(route, rev, lambda: self._unavailable_decision(reasons)),
-                                "unavailable")
+        state = self._state_or_reply(route, rev)
+        if isinstance(state, _Reply):
+            return state
         decider = _DECIDERS[route.name]
 
         def decide() -> Decision:
             return decider(rev["request"], state, self.settings, self.engine)
 
-        if not threaded and not self.remote:
-            if loop.time() >= deadline:
-                return self._deadline_answer(route, rev)
-            return self._answer(route, rev, self._settle(route, rev, decide))
         work = loop.run_in_executor(self.executor, self._settle, route, rev, decide)
         remaining = deadline - loop.time()
         try:
@@ -361,6 +357,34 @@ class AdmissionServer:
             return self._deadline_answer(route, rev)
         return self._answer(route, rev, settled)
 
+    def _state_or_reply(self, route: Route, rev: dict) -> ClusterState | _Reply:
+        """The cluster state to decide ``rev`` with (read once: the decision uses the state the
+        readiness check saw), or the answer denying it with 503 when reviews cannot be decided now
+        (``unable_reasons``)."""
+        state = self.provider.state
+        reasons = self.unable_reasons() or ([] if state is not None else ["no cluster state yet"])
+        if reasons or state is None:
+            return self._answer(route, rev, self._settle(route, rev, lambda: self._unavailable_decision(reasons)),
+                                "unavailable")
+        return state
+
+    def _decide_now(self, route: Route, body: bytes, late: bool = False) -> _Reply:
+        """Parse and decide a small body on the event loop (a local engine): no timer, no thread,
+        nothing that waits. ``late``: the deadline passed while the body arrived (the review is
+        still parsed, for its uid, and answered with the deadline's denial)."""
+        try:
+            rev = review.parse_review(body)
+        except review.ReviewError as e:
+            return _Reply(400, {"error": str(e)}, "invalid")
+        state = self._state_or_reply(route, rev)
+        if isinstance(state, _Reply):
+            return state
+        if late:
+            return self._deadline_answer(route, rev)
+        decider, request = _DECIDERS[route.name], rev["request"]
+        return self._answer(route, rev, self._settle(
+            route, rev, lambda: decider(request, state, self.settings, self.engine)))
+
     def _deadline_answer(self, route: Route, rev: dict) -> _Reply:
         self.metrics.deadline.labels(route.path).inc()
         log.warning("deadline: %s uid=%s not decided within %g s", route.path, rev["request"].get("uid"),
@@ -370,7 +394,14 @@ class AdmissionServer:
     def _handler(self, route: Route):
         async def handle(request: web.Request) -> web.Response:
             started = time.perf_counter()
-            reply = await self._admit(route, request)
+            size = request.content_length
+            if size is not None and size <= self.inline_limit and size <= self.settings.max_body_bytes \
+                    and not self.remote and request.content.is_eof():
+                # The hot path: a small body already received whole, decided at once (_admit's
+                # limits and deadline cannot apply to it).
+                reply = self._decide_now(route, await request.read())
+            else:
+                reply = await self._admit(route, request)
             self.metrics.answered(route.path, reply.kind, reply.operation, reply.decision,
                                   time.perf_counter() - started)
             payload = reply.payload or orjson.dumps(reply.body)
