@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 TRIMMABLE: tuple[tuple[str, ...], ...] = (("operation",), ("userInfo",), ("object", "metadata"))
@@ -80,6 +81,11 @@ class InputUse:
 
     unread: frozenset[tuple[str, ...]]
     deterministic: bool
+
+    @cached_property
+    def read(self) -> frozenset[tuple[str, ...]]:
+        """The ``TRIMMABLE`` parts some rule can reach (what ``trim`` keeps of them)."""
+        return frozenset(TRIMMABLE) - self.unread
 
     def trim(self, doc: dict[str, Any]) -> dict[str, Any]:
         """``doc`` (the policy input) without the ``unread`` parts: a shallow copy where something

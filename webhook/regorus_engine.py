@@ -22,7 +22,6 @@ import regorus
 
 from taugate.memo import Memo
 from taugate.webhook.decision import Violation
-from taugate.webhook.input_use import TRIMMABLE
 from taugate.webhook.policy_set import (
     POLICIES_PACKAGE,
     RESULTS_RULE,
@@ -127,8 +126,6 @@ DEFAULT_RESULTS_CACHE = 1024
 input, a few KiB: a few MiB in all)."""
 
 
-TRIMMABLE_SET = frozenset(TRIMMABLE)
-
 KeyFor = Callable[[frozenset[tuple[str, ...]]], tuple[Any, tuple[Any, ...]] | None]
 """``EmbeddedPolicyEngine.evaluate_keyed``'s key function: the parts of the input the set reads ->
 ``(key, anchors)`` or None."""
@@ -205,17 +202,17 @@ class EmbeddedPolicyEngine:
         """``evaluate(build())``, remembered by a key instead of the input's bytes, so a review whose
         key was seen builds no input at all. ``key_for(read)`` gives ``(key, anchors)`` (or None:
         not remembered) for a set that reads, of ``input_use.TRIMMABLE``, the parts ``read``:
-        equal keys with the same ``anchors`` objects must mean equal trimmed inputs
-        (``taugate.policy_input.policy_input_key``). Kept by the digest of the set that evaluated,
-        ``cache_size`` entries (cleared when full), the anchors held in each entry; never for a
-        non-deterministic set; errors are never remembered. Raises as ``evaluate``."""
+        equal keys must mean equal trimmed inputs (``taugate.policy_input.policy_input_key``); a key
+        that names objects by identity (``id``) puts them in ``anchors``, which its entry keeps
+        alive, so no identity is reused while it is remembered. Kept by the digest of the set that
+        evaluated, ``cache_size`` entries (cleared when full); never for a non-deterministic set;
+        errors are never remembered. Raises as ``evaluate``."""
         ps = self.store.current
         use = ps.input_use
-        found = key_for(TRIMMABLE_SET - use.unread) if use.deterministic and self.cache_size > 0 else None
+        found = key_for(use.read) if use.deterministic and self.cache_size > 0 else None
         if found is not None:
-            key, anchors = found
-            hit = self._keyed.get((ps.digest, key))
-            if hit is not None and all(a is b for a, b in zip(hit[0], anchors, strict=True)):
+            hit = self._keyed.get((ps.digest, found[0]))
+            if hit is not None:  # the key's identities are the anchors the entry keeps alive
                 self.cache_hits += 1
                 return ps.to_violations(hit[1])
         input = build()

@@ -4,6 +4,8 @@ results by it (``webhook.input_use``, ``EmbeddedPolicyEngine.raw_results``)."""
 from __future__ import annotations
 
 import copy
+import gc
+import weakref
 
 import pytest
 
@@ -146,13 +148,19 @@ def test_the_key_function_is_told_which_parts_the_set_reads(policy_copy, example
     assert calls.reads == [frozenset({METADATA})]
 
 
-def test_the_same_key_with_other_anchors_is_evaluated_again(example_state, settings):
+def test_the_objects_a_remembered_key_names_by_identity_are_kept_alive(example_state, settings):
+    class Anchor:
+        pass
+
     doc = image_classifier_input(example_state, settings, workers=4, gpus=1)
     engine = EmbeddedPolicyEngine(PolicyStore(POLICIES))
-    first, second = Builds(doc, anchors=(object(),)), Builds(doc, anchors=(object(),))
-    engine.evaluate_keyed(first.key_for, first.build)
-    engine.evaluate_keyed(second.key_for, second.build)
-    assert (first.built, second.built) == (1, 1)
+    anchor = Anchor()
+    calls = Builds(doc, key=("k", id(anchor)), anchors=(anchor,))
+    engine.evaluate_keyed(calls.key_for, calls.build)
+    alive = weakref.ref(anchor)
+    del anchor, calls
+    gc.collect()
+    assert alive() is not None  # its id cannot be reused by another object while the key is remembered
 
 
 def test_no_key_and_a_non_deterministic_set_always_build_the_input(policy_copy, example_state, settings):
