@@ -18,6 +18,7 @@ from taugate.kinds import base, kind_for
 from taugate.snapshot import FlavorQuota
 from taugate.webhook import review
 from taugate.webhook.input_use import TRIMMABLE, InputUse
+from tests.admission.test_snapshot_types import _leaves
 from tests.policies.test_engine import image_classifier
 from tests.policies.test_policy_input import build
 
@@ -167,17 +168,6 @@ READ_NOTHING = frozenset()
 READ_ALL = frozenset(TRIMMABLE)
 
 
-def _leaves(value, path=()):
-    """``(path, value)`` for every scalar of a JSON value."""
-    if isinstance(value, dict):
-        for k, v in value.items():
-            yield from _leaves(v, path + (k,))
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            yield from _leaves(v, path + (i,))
-    else:
-        yield path, value
-
 
 def _changed(value):
     if isinstance(value, bool):
@@ -192,6 +182,8 @@ def _changed(value):
 def _variants(obj):
     """``obj`` changed in one place at a time: every scalar, plus metadata a review may carry."""
     for path, value in _leaves(obj):
+        if isinstance(value, dict | list):
+            continue
         new = copy.deepcopy(obj)
         at = new
         for step in path[:-1]:
