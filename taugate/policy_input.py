@@ -221,14 +221,15 @@ def policy_input_key(*, obj: dict[str, Any], templates: list[PodTemplate], opera
     """``(key, anchors)`` for the input ``build_policy_input`` builds from the same arguments, as a
     policy set sees it that reads, of the parts that differ on every request
     (``webhook.input_use.TRIMMABLE``: ``("operation",)``, ``("userInfo",)``,
-    ``("object", "metadata")``), only those in ``read``: two calls whose keys are equal, and whose
-    ``anchors`` are the same objects, build inputs that are equal once the unread parts are
-    trimmed. So a policy set's results can be remembered by the key without building the input
-    (~15 us of a RayJob review): the key holds what the input is a function of, the pod templates
-    by ``_template_key`` (their GPU totals, MIG totals and worker counts are functions of those
-    too), the cluster state, workspace and profile by identity (``anchors`` holds them: keep it
-    alive beside the key, so no identity is reused while the key is remembered). None when a pod
-    spec or a field in the key cannot be written as JSON (then build the input).
+    ``("object", "metadata")``), only those in ``read``: two calls with the same ``state`` whose
+    keys are equal build inputs that are equal once the unread parts are trimmed. So a policy set's
+    results can be remembered by the key without building the input (~15 us of a RayJob review),
+    in a memo of the state (``ClusterState.memo``: the state is not in the key, and a memo outside
+    it would keep old states alive). The key holds what the input is a function of: the pod
+    templates by ``_template_key`` (their GPU totals, MIG totals and worker counts are functions of
+    those too), the workspace and profile by identity (``anchors`` holds them: keep it alive beside
+    the key, so no identity is reused while the key is remembered). None when a pod spec or a
+    field in the key cannot be written as JSON (then build the input).
     ``tests/admission/test_what_admission_remembers.py`` changes every field of real objects one
     at a time and checks that an unchanged key always means an unchanged trimmed input."""
     autoscaling, mosts = _autoscaling(obj, templates)
@@ -244,7 +245,7 @@ def policy_input_key(*, obj: dict[str, Any], templates: list[PodTemplate], opera
                        _metadata_input(obj) if ("object", "metadata") in read else None])
     if head is None:
         return None
-    return (head, tuple(parts), id(state), id(workspace), id(profile)), (state, workspace, profile)
+    return (head, tuple(parts), id(workspace), id(profile)), (workspace, profile)
 
 
 CONTEXT_MEMO_SIZE = 4096

@@ -153,7 +153,6 @@ class EmbeddedPolicyEngine:
         self.cache_size = cache_size
         self._cache: OrderedDict[tuple[str, bytes], list] = OrderedDict()
         self._cache_lock = threading.Lock()
-        self._keyed: Memo[tuple[str, Any], tuple[tuple[Any, ...], list]] = Memo(cache_size)
         self.cache_hits = 0
         self.cache_misses = 0
 
@@ -198,20 +197,21 @@ class EmbeddedPolicyEngine:
                     self._cache.popitem(last=False)
         return ps, raw
 
-    def evaluate_keyed(self, key_for: KeyFor, build: Callable[[], dict]) -> list[Violation]:
-        """``evaluate(build())``, remembered by a key instead of the input's bytes, so a review whose
-        key was seen builds no input at all. ``key_for(read)`` gives ``(key, anchors)`` (or None:
-        not remembered) for a set that reads, of ``input_use.TRIMMABLE``, the parts ``read``:
-        equal keys must mean equal trimmed inputs (``taugate.policy_input.policy_input_key``); a key
-        that names objects by identity (``id``) puts them in ``anchors``, which its entry keeps
-        alive, so no identity is reused while it is remembered. Kept by the digest of the set that
-        evaluated, ``cache_size`` entries (cleared when full); never for a non-deterministic set;
+    def evaluate_keyed(self, key_for: KeyFor, build: Callable[[], dict], memo: Memo[Any, Any]) -> list[Violation]:
+        """``evaluate(build())``, remembered in ``memo`` by a key instead of the input's bytes, so a
+        review whose key was seen builds no input at all. ``key_for(read)`` gives ``(key, anchors)``
+        (or None: not remembered) for a set that reads, of ``input_use.TRIMMABLE``, the parts
+        ``read``: equal keys must mean equal trimmed inputs (``taugate.policy_input.policy_input_key``,
+        whose keys hold for one cluster state: admission passes that state's memo); a key that names
+        objects by identity (``id``) puts them in ``anchors``, which its entry keeps alive, so no
+        identity is reused while it is remembered. Entries are keyed by the digest of the set that
+        evaluated; nothing is remembered for a non-deterministic set or with ``cache_size`` 0;
         errors are never remembered. Raises as ``evaluate``."""
         ps = self.store.current
         use = ps.input_use
         found = key_for(use.read) if use.deterministic and self.cache_size > 0 else None
         if found is not None:
-            hit = self._keyed.get((ps.digest, found[0]))
+            hit = memo.get((ps.digest, found[0]))
             if hit is not None:  # the key's identities are the anchors the entry keeps alive
                 self.cache_hits += 1
                 return ps.to_violations(hit[1])
@@ -221,7 +221,7 @@ class EmbeddedPolicyEngine:
         except PolicyEvaluationError as e:
             raise self._isolate(input, e) from None
         if found is not None:
-            self._keyed.put((ps.digest, found[0]), (found[1], raw))
+            memo.put((ps.digest, found[0]), (found[1], raw))
         return ps.to_violations(raw)
 
     def evaluate(self, input: dict) -> list[Violation]:

@@ -231,6 +231,11 @@ def mutate(request: dict, state: ClusterState, settings: Settings, engine: Engin
     return Decision(True, patch=patch, object=edits.doc if patch else obj, warnings=warnings)
 
 
+POLICY_RESULTS_MEMO_SIZE = 1024
+"""Policy results remembered per cluster state by ``policy_input_key`` (``_policies``); the memo
+starts again when full."""
+
+
 class PolicyFailure(Exception):
     """The policy engine failed on an object (raised by ``_policies``): ``failed`` maps each
     failing policy to its reason (empty when the engine as a whole failed), ``results`` holds
@@ -254,7 +259,8 @@ def _policies(ctx: Context, engine: Engine, obj: dict, templates: list[PodTempla
     keyed = getattr(engine, "evaluate_keyed", None)  # the embedded engine remembers results by key
     try:
         if keyed is not None:
-            return list(keyed(lambda read: policy_input_key(**args, read=read), lambda: build_policy_input(**args)))
+            return list(keyed(lambda read: policy_input_key(**args, read=read), lambda: build_policy_input(**args),
+                              ctx.state.memo("policy-results", POLICY_RESULTS_MEMO_SIZE)))
         return list(engine.evaluate(build_policy_input(**args)))
     except PolicyEvaluationError as e:  # PolicyUnavailable (no answer at all) is the server's: HTTP 503
         reason = str(e).splitlines()[0] if str(e) else type(e).__name__

@@ -9,6 +9,7 @@ import weakref
 
 import pytest
 
+from taugate.memo import Memo
 from taugate.webhook.input_use import InputUse, scan
 from taugate.webhook.policy import EmbeddedPolicyEngine, PolicyStore
 from tests.policies.conftest import POLICIES
@@ -126,29 +127,32 @@ class Builds:
 
 
 def test_a_key_seen_before_is_answered_without_building_the_input(example_state, settings):
+    memo = Memo(16)
     doc = image_classifier_input(example_state, settings, workers=16, gpus=4)
     engine = EmbeddedPolicyEngine(PolicyStore(POLICIES))
     calls = Builds(doc)
-    first = engine.evaluate_keyed(calls.key_for, calls.build)
+    first = engine.evaluate_keyed(calls.key_for, calls.build, memo)
     assert first == EmbeddedPolicyEngine(PolicyStore(POLICIES)).evaluate(doc)
     assert {v.policy for v in first} >= {"gpu-total-fits-queue"}
-    assert engine.evaluate_keyed(calls.key_for, calls.build) == first
+    assert engine.evaluate_keyed(calls.key_for, calls.build, memo) == first
     assert calls.built == 1 and engine.cache_hits == 1
     assert calls.reads == [frozenset(), frozenset()]  # the library reads no metadata, user or operation
 
 
 def test_the_key_function_is_told_which_parts_the_set_reads(policy_copy, example_state, settings):
+    memo = Memo(16)
     (policy_copy / "by-name").mkdir()
     (policy_copy / "by-name" / "policy.rego").write_text(
         'package taugate.policies.by_name\n\nimport rego.v1\n\n'
         'deny contains {"msg": "x", "field": ""} if input.object.metadata.name == "forbidden"\n')
     engine = EmbeddedPolicyEngine(PolicyStore(policy_copy))
     calls = Builds(image_classifier_input(example_state, settings, workers=4, gpus=1))
-    engine.evaluate_keyed(calls.key_for, calls.build)
+    engine.evaluate_keyed(calls.key_for, calls.build, memo)
     assert calls.reads == [frozenset({METADATA})]
 
 
 def test_the_objects_a_remembered_key_names_by_identity_are_kept_alive(example_state, settings):
+    memo = Memo(16)
     class Anchor:
         pass
 
@@ -156,7 +160,7 @@ def test_the_objects_a_remembered_key_names_by_identity_are_kept_alive(example_s
     engine = EmbeddedPolicyEngine(PolicyStore(POLICIES))
     anchor = Anchor()
     calls = Builds(doc, key=("k", id(anchor)), anchors=(anchor,))
-    engine.evaluate_keyed(calls.key_for, calls.build)
+    engine.evaluate_keyed(calls.key_for, calls.build, memo)
     alive = weakref.ref(anchor)
     del anchor, calls
     gc.collect()
@@ -164,28 +168,53 @@ def test_the_objects_a_remembered_key_names_by_identity_are_kept_alive(example_s
 
 
 def test_no_key_and_a_non_deterministic_set_always_build_the_input(policy_copy, example_state, settings):
+    memo = Memo(16)
     doc = image_classifier_input(example_state, settings, workers=4, gpus=1)
     engine = EmbeddedPolicyEngine(PolicyStore(POLICIES))
     for _ in range(2):
-        assert engine.evaluate_keyed(lambda read: None, lambda: doc) == engine.evaluate(doc)
+        assert engine.evaluate_keyed(lambda read: None, lambda: doc, memo) == engine.evaluate(doc)
     (policy_copy / "clock").mkdir()
     (policy_copy / "clock" / "policy.rego").write_text(
         'package taugate.policies.clock\n\nimport rego.v1\n\n'
         'deny contains {"msg": "x", "field": ""} if time.now_ns() < 0\n')
     clocked = EmbeddedPolicyEngine(PolicyStore(policy_copy))
     calls = Builds(doc)
-    clocked.evaluate_keyed(calls.key_for, calls.build)
-    clocked.evaluate_keyed(calls.key_for, calls.build)
+    clocked.evaluate_keyed(calls.key_for, calls.build, memo)
+    clocked.evaluate_keyed(calls.key_for, calls.build, memo)
     assert calls.built == 2 and calls.reads == []
 
 
 def test_a_changed_policy_set_is_never_answered_from_the_old_sets_keyed_results(policy_copy, example_state,
                                                                                 settings):
+    memo = Memo(16)
     calls = Builds(image_classifier_input(example_state, settings, workers=4, gpus=4))
     store = PolicyStore(policy_copy)
     engine = EmbeddedPolicyEngine(store)
-    assert not [v for v in engine.evaluate_keyed(calls.key_for, calls.build) if v.policy == "gpu-total-fits-queue"]
+    first = engine.evaluate_keyed(calls.key_for, calls.build, memo)
+    assert not [v for v in first if v.policy == "gpu-total-fits-queue"]
     tighten_queue_limit(policy_copy)
     assert store.reload()
-    assert [v for v in engine.evaluate_keyed(calls.key_for, calls.build) if v.policy == "gpu-total-fits-queue"]
+    assert [v for v in engine.evaluate_keyed(calls.key_for, calls.build, memo) if v.policy == "gpu-total-fits-queue"]
     assert calls.built == 2
+
+
+def test_results_remembered_by_key_live_in_the_cluster_state_and_go_with_it(example_state, settings):
+    """Admission keeps the keyed results in the state's memo: a review under a new state finds
+    nothing of the old one, and the engine holds no old state alive."""
+    import dataclasses
+
+    from taugate.webhook import review
+    from tests.policies.test_engine import image_classifier
+
+    engine = EmbeddedPolicyEngine(PolicyStore(POLICIES))
+    request = review.request_for(image_classifier(), namespace="vision")
+    state = dataclasses.replace(example_state)
+    assert review.validate(request, state, settings, engine).allowed
+    assert len(state.memo("policy-results", 1)) == 1
+    newer = dataclasses.replace(example_state)
+    assert review.validate(request, newer, settings, engine).allowed
+    assert len(newer.memo("policy-results", 1)) == 1
+    old = weakref.ref(state)
+    del state
+    gc.collect()
+    assert old() is None
