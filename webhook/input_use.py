@@ -126,13 +126,18 @@ def scan(sources: list[str] | tuple[str, ...]) -> InputUse:
 
 def _path_after(code: str, at: int) -> tuple[str, ...]:
     """The literal keys that follow ``input`` at ``code[at:]``, at most two (``object``,
-    ``metadata``): one key when the second is not literal (``input.object[k]``)."""
+    ``metadata``): one key when the second is not literal (``input.object[k]``). A key in a string
+    the scan could not read as a plain name (``input[`userInfo`]``, ``input.object["meta\\u0064ata"]``,
+    both valid Rego for the literal key) is not literal: what lies under it is kept."""
     path: list[str] = []
     while len(path) < 2:
         m = _STEP.match(code, at)
         if not m:
             break
-        path.append(m.group(1) if m.group(1) is not None else m.group(2))
+        key = m.group(1) if m.group(1) is not None else m.group(2)
+        if not key:  # a string ``_code`` blanked (escaped, raw, or not a plain name): it may name any key
+            break
+        path.append(key)
         at = m.end()
     return tuple(path)
 

@@ -34,6 +34,10 @@ def test_the_policy_library_reads_no_metadata_user_or_operation_and_is_determini
     ('deny contains m if { some k; input.object[k]; m := {} }', {METADATA}),
     ('deny contains m if { walk(input, [p, v]); m := {} }', {METADATA, USER, OPERATION}),
     ('deny contains m if { x := input; x.object; m := {} }', {METADATA, USER, OPERATION}),
+    # keys the scan cannot read as plain names: a raw string, an escape, a name with a dash
+    ('deny contains m if { input[`userInfo`].username == "x"; m := {} }', {METADATA, USER, OPERATION}),
+    ('deny contains m if { input.object["meta\\u0064ata"].name == "x"; m := {} }', {METADATA}),
+    ('deny contains m if { input["user-info"]; m := {} }', {METADATA, USER, OPERATION}),
 ])
 def test_any_rule_that_can_reach_a_part_keeps_it(rule, kept):
     use = scan(["package p\n" + rule + "\n"])
@@ -218,3 +222,22 @@ def test_results_remembered_by_key_live_in_the_cluster_state_and_go_with_it(exam
     del state
     gc.collect()
     assert old() is None
+
+
+def test_a_policy_reading_the_user_through_a_raw_string_key_denies_from_the_first_review(policy_copy, example_state,
+                                                                                        settings):
+    """Found by trying: ``input[`userInfo`]`` was once read as an unknown key "", the user trimmed
+    away, and the policy never fired."""
+    from taugate.webhook import review
+    from tests.policies.test_engine import image_classifier
+
+    (policy_copy / "no-mallory").mkdir()
+    (policy_copy / "no-mallory" / "policy.rego").write_text(
+        'package taugate.policies.no_mallory\n\nimport rego.v1\n\n'
+        'deny contains {"msg": "not mallory", "field": ""} if input[`userInfo`].username == "mallory"\n')
+    engine = EmbeddedPolicyEngine(PolicyStore(policy_copy))
+    request = review.request_for(image_classifier(), namespace="vision", user_info={"username": "alice"})
+    assert review.validate(request, example_state, settings, engine).allowed
+    mallory = {**request, "userInfo": {"username": "mallory"}}
+    decision = review.validate(mallory, example_state, settings, engine)
+    assert not decision.allowed and "not mallory" in decision.message
