@@ -14,8 +14,9 @@ Every decision is made by ``webhook.review`` (pure); this module only moves byte
   ``taugate_admission_deadline_exceeded_total``). The body must be read and parsed for that (the
   answer needs the uid), so reading may overrun the deadline by ``READ_GRACE_SECONDS``; a body
   not received by then is HTTP 408.
-- The event loop never waits on decision work: a body up to ``inline_limit`` bytes (64 KiB, a
-  RayJob with managedFields is ~5-20 KiB) is parsed and decided inline (~1 ms of CPU); a larger
+- The event loop never waits on decision work: a body up to ``inline_limit`` bytes as read
+  (decoded: a compressed body's ``Content-Length`` counts its encoded bytes, ``_body_size``; 64 KiB,
+  a RayJob with managedFields is ~5-20 KiB) is parsed and decided inline (~1 ms of CPU); a larger
   one is parsed, then decided, in a thread pool (the policy engine keeps one regorus engine per
   thread, so it is thread-safe through its own interface), which is what lets the deadline
   answer while the work is still running. An inline decision cannot be interrupted, so it is
@@ -123,6 +124,15 @@ class _Reply:
     operation: str = ""
     payload: bytes | None = None
     headers: dict | None = None
+
+
+def _body_size(request: web.Request) -> int | None:
+    """The body's size in bytes as the server will read it: its ``Content-Length``, or None when
+    that does not say (no header, a chunked body, or a ``Content-Encoding`` aiohttp decodes: the
+    header then counts the encoded bytes)."""
+    if request.headers.get("Content-Encoding", "identity").lower() not in ("identity", ""):
+        return None
+    return request.content_length
 
 
 def _label_kind(req: dict) -> str:
@@ -271,7 +281,7 @@ class AdmissionServer:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.settings.admission_deadline_seconds
         limit = self.settings.max_body_bytes
-        size = request.content_length
+        size = _body_size(request)
         if size is not None and size > limit:
             return _Reply(413, {"error": f"request body is {size} bytes; the limit is {limit} "
                                          f"bytes ({limit / 1048576:g} MiB)"}, "too_large")
@@ -394,7 +404,7 @@ class AdmissionServer:
     def _handler(self, route: Route):
         async def handle(request: web.Request) -> web.Response:
             started = time.perf_counter()
-            size = request.content_length
+            size = _body_size(request)
             if size is not None and size <= self.inline_limit and size <= self.settings.max_body_bytes \
                     and not self.remote and request.content.is_eof():
                 # The hot path: a small body already received whole, decided at once (_admit's

@@ -74,6 +74,7 @@ class AdmissionClient:
         peers: list[bytes] = []
         ctx = client_context(self.ca_file, peers) if self.fresh else self._ctx
         headers = {"Content-Type": "application/json"} if data is not None else {}
+        headers.update(kw.pop("headers", {}))
         async with self.session.request(method, f"https://127.0.0.1:{self.port}{path}", data=data, ssl=ctx,
                                         server_hostname=self.server_hostname, headers=headers, **kw) as resp:
             text = await resp.text()

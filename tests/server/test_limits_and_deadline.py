@@ -98,6 +98,34 @@ async def test_a_large_valid_review_is_decided_in_the_thread_pool_while_small_on
     assert finished == ["probes", "big"]  # the event loop answered while the big review was decided
 
 
+async def test_a_compressed_body_is_sized_by_what_it_decodes_to_not_by_its_content_length(gate, rayjob, monkeypatch):
+    """Found by trying: a gzip body of 4 KB that decodes to over the inline limit was decided on the
+    event loop, since its Content-Length counts the encoded bytes."""
+    import gzip
+    import threading
+
+    from taugate.webhook import server
+
+    threads: list[str] = []
+    decide = server._DECIDERS["mutate.workloads.tau.azure.com"]
+
+    def recorded(*args):
+        threads.append(threading.current_thread().name)
+        return decide(*args)
+
+    monkeypatch.setitem(server._DECIDERS, "mutate.workloads.tau.azure.com", recorded)
+    big = workload_request(_padded(rayjob, 2 * gate.server.inline_limit))
+    body = gzip.compress(json.dumps(admission_review(big)).encode())
+    assert len(body) < gate.server.inline_limit
+    r = await gate.post("/mutate", body, headers={"Content-Encoding": "gzip"})
+    resp = check_response(r.body, big["uid"])
+    assert apply(big["object"], resp)["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "vision-queue"
+    small = workload_request(rayjob)
+    r = await gate.post("/mutate", admission_review(small))
+    assert check_response(r.body, small["uid"])["allowed"]
+    assert threads[0].startswith("taugate-admit") and threads[1] == "MainThread", threads
+
+
 async def test_a_review_not_decided_within_the_deadline_is_denied_with_a_valid_504_answer(start_server, rayjob):
     h = await start_server(settings_=Settings(admission_deadline_seconds=0.005))
     req = workload_request(_padded(rayjob, 4 * 1024 * 1024))  # receiving and parsing 4 MiB take longer than 5 ms
