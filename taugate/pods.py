@@ -311,8 +311,9 @@ class PodTemplate:
                    per_pod, mig, replicas if min_replicas is None else min_replicas, resources_at, spec_json)
 
     def blueprint(self) -> PodTemplate:
-        """This template without its references into the object (``template``, ``spec`` and
-        ``ray_start_params`` emptied), to be remembered and ``rebound`` to another object."""
+        """This template without its references into the object, to be remembered and ``rebound``
+        to another object: ``template`` and ``spec`` empty, ``ray_start_params`` its keys only
+        (``rebound`` reads whether there are any)."""
         return PodTemplate(self.role, self.group, self.path, self.group_path, self.replicas, {}, dict.fromkeys(
             self.ray_start_params, ""), {}, self.container_gpus, self.gpus_per_pod, self.mig_per_pod,
             self.min_replicas, self.resources_at, self.spec_json)

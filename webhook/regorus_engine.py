@@ -215,11 +215,7 @@ class EmbeddedPolicyEngine:
             if hit is not None:  # the key's identities are the anchors the entry keeps alive
                 self.cache_hits += 1
                 return ps.to_violations(hit[1])
-        input = build()
-        try:
-            ps, raw = self.raw_results(input, ps)
-        except PolicyEvaluationError as e:
-            raise self._isolate(input, e) from None
+        ps, raw = self._raw(build(), ps)
         if found is not None:
             memo.put((ps.digest, found[0]), (found[1], raw))
         return ps.to_violations(raw)
@@ -229,11 +225,15 @@ class EmbeddedPolicyEngine:
         Raises ``PolicyEvaluationError`` when a policy fails at run time: each policy's rules
         are then evaluated alone (only on this failure path), so ``failed`` names the policies
         that failed and ``results`` keeps what the others found."""
+        ps, raw = self._raw(input)
+        return ps.to_violations(raw)
+
+    def _raw(self, input: dict, ps: PolicySet | None = None) -> tuple[PolicySet, list]:
+        """``raw_results``, with a run-time failure narrowed to the policies that failed (``_isolate``)."""
         try:
-            ps, raw = self.raw_results(input)
+            return self.raw_results(input, ps)
         except PolicyEvaluationError as e:
             raise self._isolate(input, e) from None
-        return ps.to_violations(raw)
 
     def _isolate(self, input: dict, error: PolicyEvaluationError) -> PolicyEvaluationError:
         ps = self.store.current
