@@ -21,6 +21,7 @@ from taugate.webhook.input_use import TRIMMABLE, InputUse
 from tests.admission.test_snapshot_types import _leaves
 from tests.policies.test_engine import image_classifier
 from tests.policies.test_policy_input import build
+from tests.workload_samples import at
 
 RAYJOB = kind_for("ray.io", "RayJob")
 
@@ -270,12 +271,6 @@ def test_a_pod_spec_orjson_cannot_write_gets_no_key(example_state, settings):
 # --- pod templates remembered by the spec: the same templates, bound to each object ---------------
 
 
-def _at(obj, path):
-    for step in path:
-        obj = obj[step]
-    return obj
-
-
 def test_templates_read_from_a_remembered_spec_are_the_fresh_ones_bound_to_the_object():
     """Every scalar of real and registry samples changed one at a time (metadata included), each
     read after the original was remembered: the templates equal ``pod_templates`` of the changed
@@ -295,9 +290,9 @@ def test_templates_read_from_a_remembered_spec_are_the_fresh_ones_bound_to_the_o
             assert templates == fresh, (obj["kind"], path)
             for t in templates:
                 if kind.templates_from_spec:
-                    assert t.template is _at(new, t.path), (obj["kind"], path)
+                    assert t.template is at(new, t.path), (obj["kind"], path)
                 if t.ray_start_params:
-                    assert t.ray_start_params is _at(new, (*t.group_path, "rayStartParams"))
+                    assert t.ray_start_params is at(new, (*t.group_path, "rayStartParams"))
     assert compared > 300
     assert {k.kind for k in map(_kind_of, _objects()) if not k.templates_from_spec} == {"Job", "Pod", "TrainJob"}
 
