@@ -100,6 +100,7 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return 2
+    _configure_devices()
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
@@ -108,6 +109,22 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # no second error when Python flushes at exit
         return 141
+
+
+def _configure_devices() -> None:
+    """What counts as a GPU device resource in this process (``TAUGATE_GPU_DEVICE_RESOURCES``, set
+    once before any decision, ``taugate.devices.configure``); settings that do not load are left
+    for the command to report."""
+    from pydantic import ValidationError
+
+    from taugate import devices
+    from taugate.settings import Settings
+
+    try:
+        extra = Settings().gpu_device_resources
+    except ValidationError:
+        return
+    devices.configure(extra)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,7 +7,8 @@ only on the state and a few facts of an object (the policy input's context part,
 
 from __future__ import annotations
 
-from typing import TypeVar
+import weakref
+from typing import Any, TypeVar
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -23,6 +24,7 @@ class Memo(dict[K, V]):
     def __init__(self, size: int):
         super().__init__()
         self.size = size
+        _every[id(self)] = self
 
     def put(self, key: K, value: V) -> V:
         """Remember ``value`` under ``key`` and return it."""
@@ -30,3 +32,13 @@ class Memo(dict[K, V]):
             self.clear()
         self[key] = value
         return value
+
+
+_every: weakref.WeakValueDictionary[int, Memo[Any, Any]] = weakref.WeakValueDictionary()
+"""Every memo alive, by identity (a dict is not hashable, so not a WeakSet)."""
+
+
+def forget_everything() -> None:
+    """Empty every memo there is: what counts as a GPU changed (``taugate.devices.configure``)."""
+    for memo in list(_every.values()):
+        memo.clear()

@@ -5,7 +5,10 @@ role, replica count and GPU demand, so that mutation, validation and the policy 
 kind-specific paths themselves.
 
 GPUs per pod follow Kubernetes' pod request formula with native sidecars (KEP-753,
-``pod_request``), for ``nvidia.com/gpu`` and for every MIG slice resource ``nvidia.com/mig-*``.
+``pod_request``), for ``nvidia.com/gpu`` and for every other GPU device resource
+(``taugate.devices.is_device_resource``: MIG slices, shared GPUs, other vendors' GPUs). GPUs
+asked through Dynamic Resource Allocation depend on the cluster's DeviceClasses and claim
+templates, so they are added per request (``PodTemplate.dra_gpus``, ``taugate.devices``).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from typing import Any, Literal
 import orjson
 from kubernetes.utils import quantity as _kubernetes_quantity
 
-from taugate import labels
+from taugate import devices, labels
 from taugate.fieldpath import Path
 from taugate.memo import Memo
 
@@ -138,9 +141,9 @@ def is_sidecar(kind: str, container: dict[str, Any]) -> bool:
 
 def _read_resources(spec: dict[str, Any]) -> tuple[tuple[ContainerGpus, ...], dict[str, int]]:
     """One pass over a pod spec's containers (``containers``, then ``initContainers``): the
-    ``nvidia.com/gpu`` request and limit of each, and the MIG slices one pod holds by resource
-    (``pod_request`` per resource; limit, else request, as for ``nvidia.com/gpu``; empty when the
-    pod asks for none)."""
+    ``nvidia.com/gpu`` request and limit of each, and the other GPU device resources one pod holds
+    by resource (``pod_request`` per resource; limit, else request, as for ``nvidia.com/gpu``;
+    empty when the pod asks for none)."""
     out = []
     per: dict[str, list[tuple[str, bool, Decimal]]] = {}
     for kind, i, c in _containers(spec):
@@ -160,7 +163,7 @@ def _read_resources(spec: dict[str, Any]) -> tuple[tuple[ContainerGpus, ...], di
             if type(values) is not dict:
                 continue
             for key, raw in values.items():
-                if type(key) is str and key.startswith(MIG_PREFIX):
+                if type(key) is str and devices.is_device_resource(key):
                     q = gpu_quantity(raw)
                     if q is not None and q >= 0:
                         mig = mig or {}
@@ -241,11 +244,6 @@ def _gpus_per_pod(gpus: tuple[ContainerGpus, ...]) -> int:
     return _whole(pod_request([(g.kind, g.sidecar, g.effective) for g in gpus]))
 
 
-MIG_PREFIX = "nvidia.com/mig-"
-"""NVIDIA MIG slice resources (``nvidia.com/mig-1g.10gb`` ...) as the GPU operator's ``mixed``
-strategy advertises them: a slice of a GPU, never a whole ``nvidia.com/gpu``."""
-
-
 @dataclass(slots=True)
 class PodTemplate:
     """One pod template of a workload; build it with ``PodTemplate.of``. Read-only by
@@ -272,12 +270,19 @@ class PodTemplate:
       containers included).
     - ``gpus_per_pod``: ``nvidia.com/gpu`` one pod holds (``pod_request``: KEP-753, native
       sidecars included), rounded up.
-    - ``mig_per_pod``: MIG slices one pod holds by resource (``nvidia.com/mig-1g.10gb``: 2).
+    - ``mig_per_pod``: the GPU device resources other than ``nvidia.com/gpu`` one pod holds, by
+      resource (``nvidia.com/mig-1g.10gb``: 2, ``amd.com/gpu``: 1; ``taugate.devices``), which
+      Kueue counts by name.
     - ``resources_at``: where the containers' resources are written when not in the template
       itself (a TrainJob's ``spec.trainer.resourcesPerNode``, which the trainer copies into its
       runtime's ``node`` container), else None; ``resources_path`` gives the field.
     - ``spec_json``: the pod spec's JSON text (orjson), None when orjson cannot write it: what the
       GPU demand and the template's policy input are remembered by (``pod_resources``).
+    - ``dra_gpus``: GPUs its pods get through Dynamic Resource Allocation (claim templates, DRA
+      extended resources), included in ``gpus_per_pod``; set per request from the cluster state
+      (``taugate.devices``), 0 as read from the spec alone.
+    - ``device_access``: how its pods reach devices without asking for them, when the platform
+      governs that instead of refusing it (``Settings.device_access``); empty as read.
     """
 
     role: Role
@@ -294,6 +299,8 @@ class PodTemplate:
     min_replicas: int
     resources_at: Path | None = None
     spec_json: bytes | None = None
+    dra_gpus: int = 0
+    device_access: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, role: Role, group: str, path: Path, group_path: Path, replicas: int, template: dict[str, Any],
@@ -383,10 +390,10 @@ _WHOLE = re.compile(r"^[0-9]+$")
 
 
 def asks_for_gpus(templates: list[PodTemplate]) -> bool:
-    """True when a pod template holds a GPU: ``nvidia.com/gpu`` or a MIG slice
-    (``nvidia.com/mig-*``) in any container or init container (``gpus_per_pod``/``mig_per_pod``,
-    KEP-753 arithmetic)."""
-    return any(t.gpus_per_pod > 0 or t.mig_per_pod for t in templates)
+    """True when a pod template holds a GPU: ``nvidia.com/gpu`` or another GPU device resource in
+    any container or init container (``gpus_per_pod``/``mig_per_pod``, KEP-753 arithmetic), GPUs
+    through DRA (in ``gpus_per_pod``), or device access the platform governs (``device_access``)."""
+    return any(t.gpus_per_pod > 0 or t.mig_per_pod or t.device_access for t in templates)
 
 
 def replicated_template(obj: dict[str, Any], group: str) -> list[PodTemplate]:

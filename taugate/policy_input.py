@@ -85,12 +85,13 @@ _template_memo: Memo[tuple[Any, ...], dict[str, Any]] = Memo(TEMPLATE_MEMO_SIZE)
 
 def _template_key(t: PodTemplate, most: int) -> tuple[Any, ...] | None:
     """What one entry of ``object.podTemplates`` is a pure function of: the template's fields, its
-    pod spec's JSON text (``PodTemplate.spec_json``; the GPU demand is read from it) and ``most``;
-    None when orjson could not write the pod spec."""
+    pod spec's JSON text (``PodTemplate.spec_json``; the GPU demand is read from it), the GPUs the
+    cluster's DRA objects add (``dra_gpus``, in ``gpus_per_pod``) and ``most``; None when orjson
+    could not write the pod spec."""
     if t.spec_json is None:
         return None
     return (t.spec_json, t.role, t.group, t.path, t.group_path, t.resources_at, t.replicas, t.min_replicas, most,
-            t.ray_start_params.get("num-gpus"))
+            t.ray_start_params.get("num-gpus"), t.gpus_per_pod, t.dra_gpus, t.device_access)
 
 
 def _template_input(t: PodTemplate, most: int) -> dict[str, Any]:
@@ -138,8 +139,19 @@ def _build_template_input(t: PodTemplate, most: int) -> dict[str, Any]:
         "affinity": _without_nulls(spec.get("affinity")) or {},
         "tolerations": _without_nulls(spec.get("tolerations")) or [],
         "priorityClassName": spec.get("priorityClassName"),
+        "podRequests": _pod_requests(spec),
+        "draGpusPerPod": t.dra_gpus,
         "containers": containers,
     }
+
+
+def _pod_requests(spec: dict[str, Any]) -> dict[str, Any]:
+    """Pod-level resources (KEP-2837, beta and on by default since Kubernetes 1.34): the requests of
+    ``spec.resources``, a limit standing for a missing request as the API server defaults it
+    (``pkg/apis/core/v1/defaults.go`` ``SetDefaults_Pod``). Kubernetes schedules by them and Kueue
+    counts them (kueue ``pkg/util/resource`` pod requests with pod-level resources)."""
+    res = _mapping(spec.get("resources"))
+    return {**_mapping(res.get("limits")), **_mapping(res.get("requests"))}
 
 
 def build_policy_input(*, obj: dict[str, Any], templates: list[PodTemplate], operation: str,

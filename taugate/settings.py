@@ -23,6 +23,15 @@ DEFAULT_GPU_HEALTH_CONDITIONS = (
 )
 
 
+DEFAULT_GPU_DEVICE_CLASSES = ("gpu.nvidia.com", "mig.nvidia.com", "gpu.amd.com", "gpu.intel.com")
+"""DeviceClasses of GPUs as the DRA drivers install them: NVIDIA's k8s-dra-driver-gpu (``gpu.nvidia.com``,
+``mig.nvidia.com``), AMD's (``gpu.amd.com``) and Intel's (``gpu.intel.com``)."""
+# "system:serviceaccount:kube-system:resource-claim-controller" creates a pod's ResourceClaims from its
+# templates (kube-controller-manager's resource-claim-controller); kube-scheduler creates the claim of a
+# pod's DRA extended resources (KEP-5004).
+RESOURCE_CLAIM_CREATORS = ("system:serviceaccount:kube-system:resource-claim-controller", "system:kube-scheduler")
+
+
 class Settings(BaseSettings):
     """Platform-wide configuration.
 
@@ -81,6 +90,21 @@ class Settings(BaseSettings):
       and long before the API server gives up on the call (checked with the ``opa`` backend).
       1 s is over 100 times a local OPA's answer (median 2.2 ms, p99 8 ms for the policy
       samples' inputs with OPA v1.22.4 on the 2-core dev machine, 2026-12-01).
+    - ``gpu_device_resources``: GPU device resources of this cluster besides
+      ``taugate.devices.DEFAULT_DEVICE_RESOURCES`` (a name, or a prefix ending in ``*``); a pod
+      holding one is a GPU pod, counted by resource name (Helm value ``gpu.deviceResources``).
+    - ``gpu_device_classes``: the DRA DeviceClasses whose devices are GPUs (Helm value
+      ``gpu.deviceClasses``; the defaults are the NVIDIA, AMD and Intel DRA drivers' classes).
+    - ``dra_gpu_workloads``: what admission does with GPUs asked through Dynamic Resource
+      Allocation in a workspace: ``deny`` (the default: refused, naming ``nvidia.com/gpu`` as the
+      way) or ``queue`` (counted, queued and placed like any GPU workload; only when Kueue runs
+      with its DRA support and maps these DeviceClasses onto the queues' GPU resource:
+      docs/gpu-paths.md). Helm value ``gpu.draWorkloads``.
+    - ``device_access``: what admission does with a workspace pod that reaches devices without
+      asking for them (``NVIDIA_VISIBLE_DEVICES``, a privileged container, a host path of
+      ``/dev/nvidia*``, CDI annotations: ``taugate.devices.access_problems``): ``deny`` (the
+      default) or ``govern`` (admitted as a GPU workload: queued and placed by its profile).
+      Helm value ``gpu.deviceAccess``.
     """
 
     model_config = SettingsConfigDict(env_prefix="TAUGATE_")
@@ -126,6 +150,10 @@ class Settings(BaseSettings):
     policy_backend: Literal["embedded", "opa"] = "embedded"
     opa_url: str | None = None
     opa_timeout_seconds: float = Field(default=1.0, gt=0, le=30)
+    gpu_device_resources: tuple[str, ...] = ()
+    gpu_device_classes: tuple[str, ...] = DEFAULT_GPU_DEVICE_CLASSES
+    dra_gpu_workloads: Literal["deny", "queue"] = "deny"
+    device_access: Literal["deny", "govern"] = "deny"
 
     def admission_key_bytes(self) -> bytes | None:
         """``admission_key`` as bytes (UTF-8), or None when unset or empty."""

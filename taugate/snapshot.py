@@ -27,7 +27,8 @@ from taugate import labels
 from taugate.files import InputError, load_documents, read_limited
 from taugate.memo import Memo
 from taugate.models import ResolvedProfile, TauCluster, TauWorkspace
-from taugate.pods import MIG_PREFIX, quantity
+from taugate.devices import is_device_resource
+from taugate.pods import quantity
 from taugate.profiles import is_applicable, profile_set_hash, resolve_profile
 from taugate.settings import Settings
 from taugate.state_objects import state_object_problem
@@ -119,6 +120,9 @@ class ClusterState:
     is usable, else why it fails closed (stale ``profileSetHash``, no TauCluster).
     ``workspaces``: by target namespace. ``local_queues``: by (namespace, name).
     ``queue_quotas``: by (namespace, LocalQueue name), the flavor quotas of its ClusterQueue.
+    ``device_classes``: DRA DeviceClasses by name; ``claim_templates``: the claim spec
+    (``spec.spec``) of each ResourceClaimTemplate by (namespace, name); ``claims``: each
+    ResourceClaim's spec by (namespace, name) (``taugate.devices``).
     """
 
     cluster: TauCluster | None
@@ -136,6 +140,19 @@ class ClusterState:
     applicable: dict[tuple[str, str], tuple[ResolvedProfile, ...]] = field(default_factory=dict)
     lanes: frozenset[str] = frozenset()
     mig_resources: dict[str, MigSummary] = field(default_factory=dict)
+    device_classes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    claim_templates: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    claims: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+
+    @cached_property
+    def extended_names(self) -> dict[str, str]:
+        """DRA extended resource names (a DeviceClass's ``spec.extendedResourceName``) -> class."""
+        out = {}
+        for name, dc in sorted(self.device_classes.items()):
+            ext = (dc.get("spec") or {}).get("extendedResourceName")
+            if isinstance(ext, str) and ext:
+                out.setdefault(ext, name)
+        return out
 
     @cached_property
     def _memos(self) -> dict[str, Memo[Any, Any]]:
@@ -266,7 +283,7 @@ def summarise_mig_resources(nodes: Iterable[dict[str, Any]], settings: Settings)
         alloc = (node.get("status") or {}).get("allocatable") or {}
         healthy = None
         for name, raw in alloc.items():
-            if not (isinstance(name, str) and name.startswith(MIG_PREFIX)):
+            if not (isinstance(name, str) and is_device_resource(name)):
                 continue
             n = quantity(raw)
             if n is None or n <= 0:
@@ -342,7 +359,8 @@ def build_state(objects: Iterable[dict[str, Any]], settings: Settings | None = N
                 p for p in profiles.values() if is_applicable(p, namespace=ws.target_namespace, team=team, lane=lane))
     return ClusterState(cluster, profiles, set_hash, problem, found.workspaces, lqs, cqs, rfs, gpu_classes,
                         quotas, default_queue, generation, applicable, lanes,
-                        summarise_mig_resources(found.nodes, settings))
+                        summarise_mig_resources(found.nodes, settings), found.device_classes,
+                        found.claim_templates, found.claims)
 
 
 def _check_types(obj: dict[str, Any], source: str) -> None:
@@ -372,6 +390,9 @@ class _Objects:
     cluster_queues: dict[str, dict[str, Any]] = field(default_factory=dict)
     flavors: dict[str, dict[str, Any]] = field(default_factory=dict)
     priority_classes: set[str] = field(default_factory=set)  # WorkloadPriorityClass names
+    device_classes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    claim_templates: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    claims: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
 
     def take(self, obj: Any, *, source: str, strict: bool, check_types: bool) -> None:
         """Add one object (other kinds are ignored); raises ``SnapshotError`` as ``build_state`` says."""
@@ -399,6 +420,15 @@ class _Objects:
             self.flavors[name] = obj
         elif kind == "WorkloadPriorityClass":
             self.priority_classes.add(name)
+        elif kind == "DeviceClass":
+            self.device_classes[name] = obj
+        elif kind in ("ResourceClaimTemplate", "ResourceClaim"):
+            spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+            if kind == "ResourceClaimTemplate":
+                spec = spec.get("spec") if isinstance(spec.get("spec"), dict) else {}
+                self.claim_templates[(meta.get("namespace") or "default", name)] = spec
+            else:
+                self.claims[(meta.get("namespace") or "default", name)] = spec
 
     def _take_cluster(self, obj: dict[str, Any], name: Any, *, source: str, strict: bool, check_types: bool) -> None:
         if name != "cluster":

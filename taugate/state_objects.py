@@ -8,7 +8,7 @@ export`` (``taugate.controllers.export``), so both read the cluster alike.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Required
+from typing import Annotated, Any, Required
 
 from pydantic import TypeAdapter, ValidationError
 from typing_extensions import TypedDict
@@ -16,7 +16,15 @@ from typing_extensions import TypedDict
 from taugate import labels
 from taugate.kubeaccess import Resource, meta, name_of, namespace_of
 from taugate.models import TauCluster, TauWorkspace
-from taugate.structure import BoundedQuantity, NamedMeta, StringMap, Toleration, first_problem, problems
+from taugate.structure import (
+    BoundedQuantity,
+    NamedMeta,
+    StringMap,
+    Toleration,
+    first_problem,
+    problems,
+    whole_number,
+)
 
 NODES = Resource("", "v1", "nodes", "Node", False)
 # Kueue's storage version since v0.15; v1beta1 is deprecated in v0.17 ("This version is
@@ -30,8 +38,16 @@ WORKLOAD_PRIORITY_CLASSES = Resource("kueue.x-k8s.io", "v1beta2", "workloadprior
 TAU_CLUSTERS = Resource(labels.GROUP, labels.VERSION, "clusters", "TauCluster", False)
 TAU_WORKSPACES = Resource(labels.GROUP, labels.VERSION, "workspaces", "TauWorkspace", True)
 
+# Dynamic Resource Allocation (resource.k8s.io/v1, GA in Kubernetes 1.34): what a pod's resourceClaims
+# and DRA extended resources ask for is read from these (taugate.devices).
+DEVICE_CLASSES = Resource("resource.k8s.io", "v1", "deviceclasses", "DeviceClass", False)
+RESOURCE_CLAIM_TEMPLATES = Resource("resource.k8s.io", "v1", "resourceclaimtemplates", "ResourceClaimTemplate", True)
+RESOURCE_CLAIMS = Resource("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", True)
+
+DRA_RESOURCES = (DEVICE_CLASSES, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS)
+
 STATE_RESOURCES = (TAU_CLUSTERS, TAU_WORKSPACES, NODES, LOCAL_QUEUES, CLUSTER_QUEUES, RESOURCE_FLAVORS,
-                   WORKLOAD_PRIORITY_CLASSES)
+                   WORKLOAD_PRIORITY_CLASSES, *DRA_RESOURCES)
 """The objects a ClusterState is built from (``taugate.snapshot.build_state``), in snapshot order."""
 
 CLUSTER_NAME = "cluster"
@@ -45,8 +61,13 @@ Obj = dict[str, Any]
 def trim(res: Resource, obj: Obj) -> Obj:
     """The part of an object admission needs (memory: Nodes are large and numerous): Nodes keep
     name, labels, ``spec.unschedulable``/taints and ``status.allocatable``/conditions (type,
-    status); every object loses ``metadata.managedFields``."""
+    status); a DeviceClass its name and ``spec.extendedResourceName``; a ResourceClaim(Template)
+    its name, namespace and the devices it asks for (a claim the resource-claim controller made
+    for a pod, which has an owner, keeps nothing: no workload names it); every object loses
+    ``metadata.managedFields``."""
     kept_meta = {k: v for k, v in meta(obj).items() if k not in _DROP_META}
+    if res in (DEVICE_CLASSES, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS):
+        return _trim_dra(res, obj, kept_meta)
     out = dict(obj, apiVersion=obj.get("apiVersion") or res.api_version, kind=obj.get("kind") or res.kind,
                metadata=kept_meta)
     if res is NODES:
@@ -58,6 +79,20 @@ def trim(res: Resource, obj: Obj) -> Obj:
                "status": {"allocatable": status.get("allocatable") or {},
                           "conditions": [{"type": c.get("type"), "status": c.get("status")}
                                          for c in status.get("conditions") or [] if isinstance(c, dict)]}}
+    return out
+
+
+def _trim_dra(res: Resource, obj: Obj, kept_meta: dict[str, Any]) -> Obj:
+    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+    out: Obj = {"apiVersion": res.api_version, "kind": res.kind,
+                "metadata": {k: kept_meta[k] for k in ("name", "namespace", "resourceVersion") if k in kept_meta}}
+    if res is DEVICE_CLASSES:
+        out["spec"] = {k: spec[k] for k in ("extendedResourceName",) if k in spec}
+    elif res is RESOURCE_CLAIM_TEMPLATES:
+        inner = spec.get("spec") if isinstance(spec.get("spec"), dict) else {}
+        out["spec"] = {"spec": {k: inner[k] for k in ("devices",) if k in inner}}
+    elif not kept_meta.get("ownerReferences"):
+        out["spec"] = {k: spec[k] for k in ("devices",) if k in spec}
     return out
 
 
@@ -282,11 +317,74 @@ class Named(TypedDict):
 
 
 
+class DeviceClassSpec(TypedDict, total=False):
+    """resource.k8s.io/v1 DeviceClassSpec, as far as admission reads it."""
+
+    extendedResourceName: str | None
+
+
+class DeviceClass(TypedDict, total=False):
+    """resource.k8s.io/v1 DeviceClass: a kind of device DRA drivers offer (a GPU class)."""
+
+    metadata: Required[NamedMeta]
+    spec: DeviceClassSpec | None
+
+
+class DeviceSubRequest(TypedDict, total=False):
+    """resource.k8s.io/v1 ExactDeviceRequest and DeviceSubRequest: a DeviceClass and how many."""
+
+    deviceClassName: Required[str]
+    allocationMode: str | None
+    count: Annotated[int, whole_number(0, 2**63 - 1, "a whole number (int64)")] | None
+    adminAccess: bool | None
+
+
+class DeviceRequest(TypedDict, total=False):
+    """resource.k8s.io/v1 DeviceRequest: ``exactly`` one kind of device, or ``firstAvailable``."""
+
+    name: str
+    exactly: DeviceSubRequest | None
+    firstAvailable: list[DeviceSubRequest] | None
+
+
+class DeviceClaim(TypedDict, total=False):
+    """resource.k8s.io/v1 DeviceClaim: the requests of a claim (constraints and config as present)."""
+
+    requests: list[DeviceRequest] | None
+
+
+class ClaimSpec(TypedDict, total=False):
+    """resource.k8s.io/v1 ResourceClaimSpec."""
+
+    devices: DeviceClaim | None
+
+
+class ResourceClaim(TypedDict, total=False):
+    """resource.k8s.io/v1 ResourceClaim: devices asked for once, by name, shared by its pods."""
+
+    metadata: Required[NamedMeta]
+    spec: ClaimSpec | None
+
+
+class ClaimTemplateSpec(TypedDict, total=False):
+    """resource.k8s.io/v1 ResourceClaimTemplateSpec."""
+
+    spec: ClaimSpec | None
+
+
+class ResourceClaimTemplate(TypedDict, total=False):
+    """resource.k8s.io/v1 ResourceClaimTemplate: a claim made for each pod that names it."""
+
+    metadata: Required[NamedMeta]
+    spec: ClaimTemplateSpec | None
+
+
 STATE_KINDS: dict[str, TypeAdapter[Any]] = {
     kind: TypeAdapter(model) for kind, model in (
         ("Node", Node), ("LocalQueue", LocalQueue), ("ClusterQueue", ClusterQueue),
         ("ResourceFlavor", ResourceFlavor), ("WorkloadPriorityClass", Named), ("TauCluster", Named),
-        ("TauWorkspace", Named))}
+        ("TauWorkspace", Named), ("DeviceClass", DeviceClass), ("ResourceClaim", ResourceClaim),
+        ("ResourceClaimTemplate", ResourceClaimTemplate))}
 """The other owners' kinds cluster state reads, and their models' adapters."""
 
 

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 import jsonpatch
 import orjson
 
-from taugate import labels
+from taugate import demand, labels
 from taugate.kinds import WorkloadKind, kind_for
 from taugate.models import TauWorkspace
 from taugate.pods import PodTemplate
@@ -33,7 +33,7 @@ from taugate.settings import Settings
 from taugate.snapshot import ClusterState
 from taugate.structure import ADMISSION_REVIEW, object_depth_problem, problems
 from taugate.unmanaged import unmanaged_kind_for
-from taugate.webhook import mutation, ungoverned, validation
+from taugate.webhook import claims, mutation, ungoverned, validation
 from taugate.webhook.decision import Action, Decision, Violation
 from taugate.webhook.policy_set import PolicyEvaluationError
 from taugate.webhook.resolution import Resolution, Unresolved, resolve
@@ -105,9 +105,11 @@ class Context:
 @dataclass(slots=True)
 class _Subject:
     """Read-only by convention, like ``Context``. What the guard clauses leave for real work:
-    the object, its kind, its pod templates
-    (empty when it is malformed), its workspace, whether it is a child of another workload, and
-    its structure problems."""
+    the object, its kind, its pod templates (empty when it is malformed; GPUs through DRA folded in,
+    ``taugate.demand.govern``), its workspace, whether it is a child of another workload, its
+    structure problems, the ways it reaches GPUs past taugate's model (``refused``), and whether
+    it is otherwise left alone (``ungoverned.left_alone``: a CPU-only Pod with
+    ``NVIDIA_VISIBLE_DEVICES`` is judged for that alone)."""
 
     obj: dict
     kind: WorkloadKind
@@ -115,6 +117,8 @@ class _Subject:
     workspace: TauWorkspace
     child: bool
     malformed: list[Violation]
+    refused: list[Violation]
+    alone: bool
 
 
 def _subject(ctx: Context) -> _Subject | None:
@@ -140,9 +144,13 @@ def _subject(ctx: Context) -> _Subject | None:
         return None
     malformed, templates = kind.read(obj)
     child = not malformed and mutation.is_child(request, obj, settings)
-    if not malformed and ungoverned.left_alone(request, obj, kind, templates, child, settings):
+    refused: list[Violation] = []
+    if not malformed and not child:
+        templates, refused = demand.govern(templates, ws.target_namespace, state, settings)
+    alone = not malformed and ungoverned.left_alone(request, obj, kind, templates, child, settings)
+    if alone and not refused:
         return None
-    return _Subject(obj, kind, templates, ws, child, malformed)
+    return _Subject(obj, kind, templates, ws, child, malformed, refused, alone)
 
 
 def _record(res: Resolution, ctx: Context, queued: bool = True) -> dict:
@@ -206,6 +214,10 @@ def mutate(request: dict, state: ClusterState, settings: Settings, engine: Engin
     warnings: list[str] = []
     if subject.malformed:
         return Decision.deny(subject.malformed, obj=obj)
+    if subject.refused and ctx.operation == "CREATE":
+        return Decision.deny(subject.refused, obj=obj)
+    if subject.alone:  # only refused (on UPDATE, validation decides what the old object excuses)
+        return Decision.allow(obj)
     try:
         doc = obj if in_place else mutation.deep_copy(obj)  # what the edits change
     except TypeError:  # orjson: nested past 255 levels, or an integer beyond 64 bits
@@ -329,7 +341,7 @@ def validate(request: dict, state: ClusterState, settings: Settings, engine: Eng
     (``_policy_failure_decision``); the other policies' results are kept.
     """
     ctx = Context.of(request, state, settings, engine)
-    unmanaged = ungoverned.verdict(request, state, settings)
+    unmanaged = ungoverned.verdict(request, state, settings) or claims.verdict(request, state, settings)
     if unmanaged is not None:
         return unmanaged
     subject = _subject(ctx)
@@ -337,15 +349,20 @@ def validate(request: dict, state: ClusterState, settings: Settings, engine: Eng
         return Decision.allow(request.get("object"))
     if subject.malformed:
         return Decision.deny(subject.malformed, obj=subject.obj)
+    old = ctx.old
+    refused = _unexcused(ctx, subject, subject.refused)
+    if refused:
+        return Decision.deny(refused, obj=subject.obj)
+    if subject.alone:
+        return Decision.allow(subject.obj)
     added = ungoverned.gpus_added(request, subject.kind, subject.templates)
     if added is not None:
         return added
-    old = ctx.old
     try:
         found, note = _violations(ctx, subject, subject.obj, subject.templates, old)
     except PolicyFailure as e:
         return _policy_failure_decision(e, subject.obj, e.found, engine)
-    old_malformed, old_templates = subject.kind.read(old) if found and old is not None else ([], [])
+    old_malformed, old_templates = _old_templates(ctx, subject) if found and old is not None else ([], [])
     if found and old is not None and not old_malformed:  # nothing to excuse: skip the old object
         try:
             before = {(v.policy, v.field) for v in _violations(ctx, subject, old, old_templates, None)[0]}
@@ -353,6 +370,29 @@ def validate(request: dict, state: ClusterState, settings: Settings, engine: Eng
             before = set()
         found = [v for v in found if (v.policy, v.field) not in before]
     return _decide(found, note, obj=subject.obj)
+
+
+def _old_templates(ctx: Context, subject: _Subject) -> tuple[list[Violation], list[PodTemplate]]:
+    """The stored object's structure problems and pod templates, GPUs through DRA folded in as for
+    the new object (so the two are judged alike)."""
+    assert ctx.old is not None
+    malformed, templates = subject.kind.read(ctx.old)
+    if malformed:
+        return malformed, templates
+    return [], demand.govern(templates, subject.workspace.target_namespace, ctx.state, ctx.settings)[0]
+
+
+def _unexcused(ctx: Context, subject: _Subject, refused: list[Violation]) -> list[Violation]:
+    """``refused`` less what the stored object already broke at the same field (an UPDATE never
+    fails for what was admitted before: a deleted claim template, a rule that came later)."""
+    if not refused or ctx.old is None:
+        return refused
+    malformed, templates = subject.kind.read(ctx.old)
+    if malformed:
+        return refused
+    before = {(v.policy, v.field) for v in demand.govern(templates, subject.workspace.target_namespace,
+                                                         ctx.state, ctx.settings)[1]}
+    return [v for v in refused if (v.policy, v.field) not in before]
 
 
 def judge(obj: dict, state: ClusterState, settings: Settings, engine: Engine | None) -> tuple[list[Violation], dict]:
@@ -369,10 +409,12 @@ def judge(obj: dict, state: ClusterState, settings: Settings, engine: Engine | N
         return [], {}
     if subject.malformed:
         return subject.malformed, {}
+    if subject.alone:
+        return list(subject.refused), {}
     try:
-        return _violations(ctx, subject, subject.obj, subject.templates, None)[0], {}
+        return subject.refused + _violations(ctx, subject, subject.obj, subject.templates, None)[0], {}
     except PolicyFailure as e:
-        return e.found + e.results, dict(e.failed) or {ENGINE_FAILURE: e.reason}
+        return subject.refused + e.found + e.results, dict(e.failed) or {ENGINE_FAILURE: e.reason}
 
 
 def _decide(found: list[Violation], note: str, *, obj: dict, code: int = 403,

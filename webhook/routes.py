@@ -49,16 +49,19 @@ WORKLOAD_RULES = tuple(Rule((group,), (version,), resources, ("CREATE", "UPDATE"
                        for (group, version), resources in _workload_resources().items())
 """One rule per API group and version of the registered workload kinds (``taugate.kinds``) and
 the unmanaged kinds (``taugate.unmanaged``)."""
+CLAIM_RULES = (Rule(("resource.k8s.io",), ("v1",), ("resourceclaims", "resourceclaimtemplates"), ("CREATE", "UPDATE")),)
+"""Dynamic Resource Allocation claims and claim templates, judged as GPU requests (``webhook.claims``)."""
 TAU_RULES = (
     Rule(("tau.azure.com",), ("v1alpha1",), ("clusters", "workspaces", "quotarequests"), ("CREATE", "UPDATE")),
 )
 TAU_KINDS = frozenset({"TauCluster", "TauWorkspace", "TauQuotaRequest"})
 """The kinds of ``TAU_RULES``' resources."""
-ROUTED_KINDS = KIND_NAMES | TAU_KINDS | frozenset(u.kind for u in UNMANAGED_KINDS)
+ROUTED_KINDS = KIND_NAMES | TAU_KINDS | frozenset(u.kind for u in UNMANAGED_KINDS) | {"ResourceClaim",
+                                                                                     "ResourceClaimTemplate"}
 """Every kind a route admits."""
 
 ROUTES: tuple[Route, ...] = (
     Route("mutate.workloads.tau.azure.com", "/mutate", "mutating", WORKLOAD_RULES),
-    Route("validate.workloads.tau.azure.com", "/validate", "validating", WORKLOAD_RULES),
+    Route("validate.workloads.tau.azure.com", "/validate", "validating", WORKLOAD_RULES + CLAIM_RULES),
     Route("validate.resources.tau.azure.com", "/validate-tau", "validating", TAU_RULES),
 )

@@ -1,7 +1,8 @@
 """Live cluster state for the webhook: a ``ClusterState`` kept current from API watches.
 
 ``WatchStateProvider`` lists and then watches the TauCluster, TauWorkspaces, Nodes, LocalQueues,
-ClusterQueues and ResourceFlavors (one thread per kind, through an ``ApiReader``: the CLI wires
+ClusterQueues, ResourceFlavors, WorkloadPriorityClasses and the DRA DeviceClasses, ResourceClaimTemplates
+and ResourceClaims (none where the cluster does not serve ``resource.k8s.io/v1``; one thread per kind, through an ``ApiReader``: the CLI wires
 ``taugate.controllers.kube.Kube``, since the webhook never imports the controllers), keeps
 the objects in memory and rebuilds the immutable ``ClusterState`` with
 ``taugate.snapshot.build_state`` in a worker thread when they change (debounced), so admission
@@ -35,7 +36,7 @@ from typing import Any, Protocol
 from taugate.kubeaccess import KubeError, Resource, WatchExpired, name_of, namespace_of
 from taugate.settings import Settings
 from taugate.snapshot import ClusterState, SnapshotError, build_state
-from taugate.state_objects import STATE_RESOURCES, trim, usable_objects
+from taugate.state_objects import DRA_RESOURCES, STATE_RESOURCES, trim, usable_objects
 
 log = logging.getLogger("taugate.state_watch")
 
@@ -189,6 +190,13 @@ class WatchStateProvider:
             except KubeError as e:
                 if self._stopping.is_set():
                     break
+                if e.status == 404 and res in DRA_RESOURCES and need_list:
+                    # A cluster that does not serve resource.k8s.io/v1 (before Kubernetes 1.34) has no
+                    # DRA objects: nothing to watch, and no reason to stay unready.
+                    log.info("%s is not served by this cluster: no %s objects", res, res.kind)
+                    self._post(self._replace, res, [])
+                    self._post(self._connected, res)
+                    return
                 log.warning("watch of %s failed (%s); relisting in %.0f s", res, e, backoff)
                 need_list = True
                 self._stopping.wait(backoff)

@@ -4,7 +4,9 @@
 # (a missing request falls back to the limit, as Kubernetes does for pods); a container with
 # neither counts as free, so a queue's cpu/memory quota stops meaning anything and the
 # scheduler packs such pods onto full nodes. Regular containers only: init containers run
-# before them and do not add up.
+# before them and do not add up. Pod-level resources (KEP-2837, beta and on by default since
+# Kubernetes 1.34) set the whole pod's request, which the scheduler and Kueue count instead, so a
+# pod-level request covers its containers.
 package taugate.policies.requests_required
 
 import data.taugate.lib
@@ -19,6 +21,7 @@ deny contains lib.violation(name, field, msg) if {
 	some r in ["cpu", "memory"]
 	not c.requests[r]
 	not c.limits[r]
+	not object.get(t, "podRequests", {})[r]
 	c.kind == "containers"
 	field := sprintf("%s.requests.%s", [lib.resources_field(c), r])
 	msg := sprintf(

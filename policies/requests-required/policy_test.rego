@@ -35,3 +35,23 @@ test_init_containers_are_not_required if {
 	inp := json.patch(fx.rayjob("h100-8gpu", 2, 8), [{"op": "add", "path": "/object/podTemplates/0/containers/-", "value": init}])
 	count(deny) == 0 with input as inp
 }
+
+test_a_pod_level_request_covers_the_containers if {
+	inp := json.patch(fx.rayjob("h100-8gpu", 2, 8), [
+		{"op": "replace", "path": "/object/podTemplates/1/containers/0/requests", "value": {}},
+		{"op": "replace", "path": "/object/podTemplates/1/containers/0/limits", "value": {"nvidia.com/gpu": "8"}},
+		{"op": "add", "path": "/object/podTemplates/1/podRequests", "value": {"cpu": "16", "memory": "64Gi"}},
+	])
+	count(deny) == 0 with input as inp
+}
+
+test_a_pod_level_request_of_cpu_alone_leaves_memory_required if {
+	inp := json.patch(fx.rayjob("h100-8gpu", 2, 8), [
+		{"op": "replace", "path": "/object/podTemplates/1/containers/0/requests", "value": {}},
+		{"op": "replace", "path": "/object/podTemplates/1/containers/0/limits", "value": {"nvidia.com/gpu": "8"}},
+		{"op": "add", "path": "/object/podTemplates/1/podRequests", "value": {"cpu": "16"}},
+	])
+	count(deny) == 1 with input as inp
+	some v in deny with input as inp
+	contains(v.msg, "requests no memory")
+}

@@ -135,8 +135,11 @@ def test_a_template_that_differs_in_any_field_gets_its_own_policy_input():
     changes = {"role": "head", "group": "other", "path": ("spec", "x"), "group_path": ("spec", "y"),
                "replicas": worker.replicas + 1, "min_replicas": worker.min_replicas + 1,
                "resources_at": ("spec", "trainer", "resourcesPerNode"),
-               "ray_start_params": {**worker.ray_start_params, "num-gpus": "1"}}
-    derived = {"template", "spec", "container_gpus", "gpus_per_pod", "mig_per_pod", "spec_json"}
+               "ray_start_params": {**worker.ray_start_params, "num-gpus": "1"},
+               # what the cluster's DRA objects add to the same pod spec (taugate.demand.govern)
+               "gpus_per_pod": worker.gpus_per_pod + 2, "dra_gpus": 2,
+               "device_access": ("container x is privileged",)}
+    derived = {"template", "spec", "container_gpus", "mig_per_pod", "spec_json"}
     assert set(changes) | derived == {f.name for f in dataclasses.fields(worker)}
     for name, value in changes.items():
         changed = dataclasses.replace(worker, **{name: value})

@@ -110,6 +110,14 @@ app.kubernetes.io/component: {{ .component }}
   value: {{ .Values.webhook.trustedControllers | toJson | quote }}
 - name: TAUGATE_UNMANAGED_GPU_WORKLOADS
   value: {{ .Values.webhook.unmanagedGpuWorkloads | default "deny" | quote }}
+- name: TAUGATE_GPU_DEVICE_RESOURCES
+  value: {{ .Values.gpu.deviceResources | default list | toJson | quote }}
+- name: TAUGATE_GPU_DEVICE_CLASSES
+  value: {{ .Values.gpu.deviceClasses | toJson | quote }}
+- name: TAUGATE_DRA_GPU_WORKLOADS
+  value: {{ .Values.gpu.draWorkloads | default "deny" | quote }}
+- name: TAUGATE_DEVICE_ACCESS
+  value: {{ .Values.gpu.deviceAccess | default "deny" | quote }}
 - name: TAUGATE_ADMIN_GROUPS
   value: {{ append .Values.platformAdmins.groups "system:masters" | uniq | toJson | quote }}
 - name: TAUGATE_ADMISSION_DEADLINE_SECONDS

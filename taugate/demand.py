@@ -1,0 +1,150 @@
+"""A workload's GPU demand in its cluster: what its pod templates ask through Dynamic Resource
+Allocation, and how they reach devices without asking (``taugate.devices``), folded into the
+templates admission decides with, or refused.
+
+``govern`` runs on every workload of a workspace before anything else decides (a CPU-only Pod
+with ``NVIDIA_VISIBLE_DEVICES`` is not left alone): each template gets the GPUs of its claim
+templates and DRA extended resources of GPU DeviceClasses (``PodTemplate.dra_gpus``, added to
+``gpus_per_pod``, so profiles, placement, validation and policies count them like
+``nvidia.com/gpu``), and every way past that model is a ``Violation``:
+
+- a claim template or claim that does not exist, a DeviceClass that does not exist;
+- GPUs through DRA while ``Settings.dra_gpu_workloads`` is ``deny`` (Kueue's DRA support off);
+- GPUs in a ResourceClaim (not a template): Kueue leaves such a workload inadmissible (kueue v0.17
+  ``pkg/controller/core/workload_controller.go``: "DynamicResourceAllocation feature does not support
+  use of resource claims");
+- what Kueue cannot count on a GPU request (``devices.claim_devices``);
+- device access without a request, unless ``Settings.device_access`` is ``govern``
+  (then the template is a GPU template: ``PodTemplate.device_access``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from decimal import Decimal
+from typing import Any
+
+from taugate import devices
+from taugate.fieldpath import Path, field_path
+from taugate.pods import PodTemplate, gpu_quantity, pod_request
+from taugate.settings import Settings
+from taugate.snapshot import ClusterState
+from taugate.violation import Violation
+
+DRA_POLICY = "gpu-dra"
+"""The ``Violation.policy`` of a GPU asked through DRA in a way taugate cannot govern."""
+ACCESS_POLICY = "gpu-device-access"
+"""The ``Violation.policy`` of device access without a request."""
+
+_WAY = ("ask for whole GPUs as nvidia.com/gpu in resources.limits (docs/gpu-paths.md lists every way this "
+        "platform takes)")
+
+
+def govern(templates: list[PodTemplate], namespace: str, state: ClusterState,
+           settings: Settings) -> tuple[list[PodTemplate], list[Violation]]:
+    """``templates`` with their DRA GPUs and governed device access folded in, and the violations
+    (see the module docstring). Templates with nothing of either are returned as they are."""
+    out: list[PodTemplate] = []
+    found: list[Violation] = []
+    for t in templates:
+        access = _access(t, settings, found)
+        gpus = _claims(t, namespace, state, settings, found) + _extended(t, state, settings, found)
+        if gpus or access:
+            t = dataclasses.replace(t, gpus_per_pod=t.gpus_per_pod + gpus, dra_gpus=gpus, device_access=access)
+        out.append(t)
+    return out, found
+
+
+def _access(t: PodTemplate, settings: Settings, found: list[Violation]) -> tuple[str, ...]:
+    meta = t.template.get("metadata") if isinstance(t.template, dict) else None
+    problems = devices.access_problems(t.spec, meta.get("annotations") if isinstance(meta, dict) else None)
+    if settings.device_access == "govern":
+        return tuple(what for _, what in problems)
+    for rel, what in problems:
+        where = t.path + rel if rel[0] == "metadata" else t.path + ("spec", *rel)
+        found.append(Violation(ACCESS_POLICY, field_path(where),
+            f"{what}; allowed in a workspace: GPUs asked for in resources (queued and counted), never device "
+            f"access past them (the Pod Security Standards' baseline forbids privileged containers and host "
+            f"paths too); fix: remove it and {_WAY}"))
+    return ()
+
+
+def _claims(t: PodTemplate, namespace: str, state: ClusterState, settings: Settings,
+            found: list[Violation]) -> int:
+    total = 0
+    for i, how, name in devices.pod_claims(t.spec):
+        ref = "resourceClaimTemplateName" if how == "template" else "resourceClaimName"
+        where = field_path(t.path + ("spec", "resourceClaims", i, ref))
+        what = "ResourceClaimTemplate" if how == "template" else "ResourceClaim"
+        spec = (state.claim_templates if how == "template" else state.claims).get((namespace, name))
+        if spec is None:
+            found.append(Violation(DRA_POLICY, where,
+                f"names {what} {name!r}, which does not exist in namespace {namespace!r}, so taugate cannot tell "
+                f"which devices it asks for; allowed: a {what} of this namespace; fix: create the {what} first "
+                f"(kubectl apply it before the workload), or remove the claim"))
+            continue
+        count = devices.claim_devices(spec, settings.gpu_device_classes, state.device_classes)
+        for rel, text in count.problems:
+            found.append(Violation(DRA_POLICY, where,
+                f"names {what} {name!r}, whose {rel} {text}; allowed: GPUs asked as `exactly: {{deviceClassName, "
+                f"count}}` in a ResourceClaimTemplate, which Kueue counts against the queue; fix: change the "
+                f"{what}, or {_WAY}"))
+        if not count.classes:
+            continue
+        gpus = f"{count.gpus} GPU(s) of DeviceClass {', '.join(count.classes)}"
+        if how == "claim":
+            found.append(Violation(DRA_POLICY, where,
+                f"names ResourceClaim {name!r}, which asks for {gpus}; Kueue does not count the devices of a "
+                f"ResourceClaim (\"DynamicResourceAllocation feature does not support use of resource claims\"), "
+                f"so they would skip the workspace's GPU quota; allowed: GPUs through a ResourceClaimTemplate; fix: "
+                f"name a ResourceClaimTemplate (resourceClaimTemplateName) with the same devices"))
+        elif settings.dra_gpu_workloads == "deny":
+            found.append(Violation(DRA_POLICY, where, dra_off(f"ResourceClaimTemplate {name!r} asks for {gpus}")))
+        elif not count.problems:
+            total += count.gpus
+    return total
+
+
+def dra_off(what: str) -> str:
+    return (f"{what} through Dynamic Resource Allocation, which this platform does not queue (Kueue counts DRA "
+            f"devices only with its DynamicResourceAllocation gate and deviceClassMappings); fix: {_WAY}, or ask "
+            f"the platform team to turn on Kueue's DRA support and set the Helm value gpu.draWorkloads: queue")
+
+
+def _extended(t: PodTemplate, state: ClusterState, settings: Settings, found: list[Violation]) -> int:
+    """GPUs one pod of ``t`` asks as DRA extended resources (KEP-5004), by the pod request formula."""
+    per: dict[str, list[tuple[str, bool, Decimal]]] = {}
+    where: dict[str, Path] = {}
+    for kind, i, c in t.containers():
+        res = c.get("resources")
+        if not isinstance(res, dict):
+            continue
+        amounts: dict[str, Any] = {}
+        for part in ("requests", "limits"):  # limits last: the limit wins
+            values = res.get(part)
+            for name, raw in (values.items() if isinstance(values, dict) else ()):
+                if isinstance(name, str) and devices.extended_class(name, state.extended_names) is not None:
+                    amounts[name] = raw
+                    where.setdefault(name, t.resources_path(kind, i) + (part, name))
+        for name, raw in amounts.items():
+            q = gpu_quantity(raw)
+            per.setdefault(name, []).append((kind, kind == "initContainers" and c.get("restartPolicy") == "Always",
+                                             q if q is not None and q >= 0 else Decimal(0)))
+    total = 0
+    for name, items in sorted(per.items()):
+        cls = devices.extended_class(name, state.extended_names) or ""
+        at = field_path(where[name])
+        if name == devices.DRA_CLASS_PREFIX + cls and cls not in state.device_classes:
+            found.append(Violation(DRA_POLICY, at, f"asks for {name}, the extended resource of DeviceClass "
+                                   f"{cls!r}, which does not exist; fix: name an existing DeviceClass, or {_WAY}"))
+            continue
+        if cls not in settings.gpu_device_classes or name == "nvidia.com/gpu":
+            continue
+        n = pod_request(items)
+        count = int(n) if n == n.to_integral_value() else int(n) + 1
+        if settings.dra_gpu_workloads == "deny":
+            found.append(Violation(DRA_POLICY, at, dra_off(f"asks for {count} GPU(s) of DeviceClass {cls!r} "
+                                                            f"as the extended resource {name}")))
+        else:
+            total += count
+    return total

@@ -1,0 +1,233 @@
+"""Every way a pod can reach a GPU, in one place (docs/gpu-paths.md has the table).
+
+- Device-plugin resources: ``nvidia.com/gpu`` (whole GPUs, the unit of workload profiles) and the
+  other GPU device resources, counted by name (``is_device_resource``: MIG slices, shared GPUs,
+  other vendors' GPUs, and what the platform adds with ``configure``).
+- Dynamic Resource Allocation (KEP-4381, ``resource.k8s.io/v1``): a pod's ``spec.resourceClaims``
+  naming a ResourceClaimTemplate or a ResourceClaim, each request counted from its DeviceClass
+  (``claim_devices``), and DRA extended resources (KEP-5004: a container resource
+  ``deviceclass.resource.kubernetes.io/<class>``, or a DeviceClass's ``spec.extendedResourceName``).
+  Only DeviceClasses the platform names as GPU classes count (``Settings.gpu_device_classes``).
+- Device access without a request (``access_problems``): variables the container runtimes read to
+  hand devices to a container (``NVIDIA_VISIBLE_DEVICES``...), privileged containers, host paths of
+  device nodes, CDI annotations.
+
+Pure: objects and the cluster state's DRA objects in, counts and problems out.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from taugate.memo import forget_everything
+
+DEFAULT_DEVICE_RESOURCES: tuple[str, ...] = (
+    "nvidia.com/mig-*", "nvidia.com/gpu.shared", "amd.com/gpu", "gpu.intel.com/*", "habana.ai/gaudi")
+"""GPU device resources other than ``nvidia.com/gpu``, by name (a trailing ``*`` is a prefix): NVIDIA
+MIG slices (the GPU operator's ``mixed`` strategy), NVIDIA time-slicing/MPS with
+``renameByDefault`` (k8s-device-plugin ``nvidia.com/gpu.shared``), the AMD, Intel and Habana
+device plugins' resources. A pod holding any of them is a GPU pod, counted by resource name as
+Kueue counts it (``taugate.pods.PodTemplate.mig_per_pod``)."""
+
+_device_resources: tuple[str, ...] = DEFAULT_DEVICE_RESOURCES
+
+
+def configure(extra: Iterable[str]) -> None:
+    """Add the platform's own GPU device resources (``Settings.gpu_device_resources``) to the
+    defaults, once at start (the CLI does it before any admission, as Kueue's DRA mapper is set
+    once from its configuration). Every memo starts again: they hold results of the old table."""
+    global _device_resources
+    _device_resources = tuple(dict.fromkeys((*DEFAULT_DEVICE_RESOURCES, *extra)))
+    forget_everything()
+
+
+def device_resources() -> tuple[str, ...]:
+    """The GPU device resources in force (``DEFAULT_DEVICE_RESOURCES`` plus ``configure``'s)."""
+    return _device_resources
+
+
+def is_device_resource(name: str) -> bool:
+    """True for a GPU device resource counted by name (not ``nvidia.com/gpu`` itself)."""
+    for pattern in _device_resources:
+        if name == pattern or (pattern.endswith("*") and name.startswith(pattern[:-1])):
+            return True
+    return False
+
+
+DRA_CLASS_PREFIX = "deviceclass.resource.kubernetes.io/"
+"""The implicit extended resource of every DeviceClass (k8s.io/api resource/v1
+``ResourceDeviceClassPrefix``, KEP-5004): ``deviceclass.resource.kubernetes.io/<class>: N`` asks the
+scheduler to allocate N devices of the class through DRA."""
+
+
+# --- Dynamic Resource Allocation -------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimCount:
+    """The GPU devices one ResourceClaim(Template) spec asks for: ``gpus`` (GPU-class devices,
+    ``firstAvailable`` alternatives at their largest), ``classes`` (the GPU DeviceClasses named),
+    ``problems`` as ``(field below the claim spec, text)``: what Kueue cannot count (kueue v0.17
+    ``pkg/dra/claims.go`` ``countDevicesPerClass``) or a DeviceClass that does not exist."""
+
+    gpus: int
+    classes: tuple[str, ...]
+    problems: tuple[tuple[str, str], ...]
+
+
+def _count(raw: Any) -> int:
+    return raw if isinstance(raw, int) and not isinstance(raw, bool) and raw > 0 else 1
+
+
+def claim_devices(spec: Any, gpu_classes: Iterable[str], known_classes: Iterable[str]) -> ClaimCount:
+    """What a ResourceClaimSpec (``spec`` of a ResourceClaim, ``spec.spec`` of a template) asks of
+    the GPU DeviceClasses ``gpu_classes``, among the DeviceClasses that exist (``known_classes``).
+
+    Each request is ``exactly`` (``count`` devices, default 1, in ``ExactCount`` mode) or
+    ``firstAvailable`` (subrequests, one of which is allocated: the largest counts), k8s.io/api
+    ``resource/v1`` ``DeviceRequest``. Kueue's DRA support (kueue v0.17 ``pkg/dra/claims.go``
+    ``countDevicesPerClass``) counts only ``exactly`` requests in ``ExactCount`` mode without CEL
+    selectors or admin access, in a claim without constraints or config; on a GPU request anything
+    else is a problem (Kueue would leave the workload inadmissible). A request naming a
+    DeviceClass that does not exist is a problem too (the scheduler can never allocate it)."""
+    gpu, known = frozenset(gpu_classes), frozenset(known_classes)
+    devices = spec.get("devices") if isinstance(spec, dict) else None
+    devices = devices if isinstance(devices, dict) else {}
+    requests = devices.get("requests") if isinstance(devices.get("requests"), list) else []
+    total, classes, problems = 0, [], []
+    for i, req in enumerate(requests):
+        if not isinstance(req, dict):
+            continue
+        at = f"devices.requests[{i}]"
+        exactly = req.get("exactly") if isinstance(req.get("exactly"), dict) else None
+        subs = req.get("firstAvailable") if isinstance(req.get("firstAvailable"), list) else []
+        options = [(f"{at}.exactly", exactly)] if exactly is not None else []
+        options += [(f"{at}.firstAvailable[{j}]", s) for j, s in enumerate(subs) if isinstance(s, dict)]
+        largest = 0
+        for where, option in options:
+            cls = option.get("deviceClassName")
+            if not isinstance(cls, str) or not cls:
+                continue
+            if cls not in known:
+                problems.append((f"{where}.deviceClassName", f"names DeviceClass {cls!r}, which does not exist "
+                                 f"(DeviceClasses here: {', '.join(sorted(known)) or 'none'})"))
+                continue
+            if cls not in gpu:
+                continue
+            classes.append(cls)
+            if option.get("allocationMode") == "All":
+                problems.append((f"{where}.allocationMode", "is \"All\" on GPU DeviceClass "
+                                 f"{cls!r}: every matching GPU of a node, a number no queue can count"))
+                continue
+            largest = max(largest, _count(option.get("count")))
+            if where.endswith("exactly") and option.get("selectors"):
+                problems.append((f"{where}.selectors", f"selects GPUs of {cls!r} with CEL, which Kueue cannot "
+                                 "count (\"CEL selectors are not supported\")"))
+            if where.endswith("exactly") and option.get("adminAccess"):
+                problems.append((f"{where}.adminAccess", "asks admin access to GPUs (every device of the node, "
+                                 "in use or not)"))
+            if not where.endswith("exactly"):
+                problems.append((where, f"offers GPUs of {cls!r} as a firstAvailable alternative, which Kueue "
+                                 "cannot count (\"FirstAvailable device selection is not supported\")"))
+        total += largest
+    if classes:
+        for key in ("constraints", "config"):
+            if devices.get(key):
+                problems.append((f"devices.{key}", f"is set on a claim for GPUs, which Kueue cannot count "
+                                 f"(\"device {key} ... not supported\")"))
+    return ClaimCount(total, tuple(dict.fromkeys(classes)), tuple(problems))
+
+
+def pod_claims(pod_spec: dict[str, Any]) -> Iterator[tuple[int, str, str]]:
+    """``(index, "template" or "claim", name)`` of each entry of a pod spec's ``resourceClaims``
+    (core/v1 ``PodResourceClaim``: ``resourceClaimTemplateName`` or ``resourceClaimName``)."""
+    claims = pod_spec.get("resourceClaims")
+    for i, c in enumerate(claims if isinstance(claims, list) else []):
+        if not isinstance(c, dict):
+            continue
+        if isinstance(c.get("resourceClaimTemplateName"), str):
+            yield i, "template", c["resourceClaimTemplateName"]
+        elif isinstance(c.get("resourceClaimName"), str):
+            yield i, "claim", c["resourceClaimName"]
+
+
+def extended_class(name: str, extended_names: dict[str, str]) -> str | None:
+    """The DeviceClass a container resource ``name`` is allocated from through DRA (KEP-5004):
+    ``deviceclass.resource.kubernetes.io/<class>``, or a DeviceClass's ``spec.extendedResourceName``
+    (``extended_names``: extended resource name -> class); else None."""
+    if name.startswith(DRA_CLASS_PREFIX):
+        return name[len(DRA_CLASS_PREFIX):]
+    return extended_names.get(name)
+
+
+# --- Device access without a request ---------------------------------------------------------
+
+DEVICE_VARIABLES: tuple[str, ...] = (
+    "NVIDIA_VISIBLE_DEVICES", "NVIDIA_MIG_CONFIG_DEVICES", "NVIDIA_MIG_MONITOR_DEVICES",
+    "AMD_VISIBLE_DEVICES", "HABANA_VISIBLE_DEVICES")
+"""Variables a container runtime hook reads to hand devices to a container, whatever the pod
+requests: the NVIDIA Container Toolkit (``NVIDIA_VISIBLE_DEVICES``, honoured in privileged
+containers and, unless the node sets ``accept-nvidia-visible-devices-envvar-when-unprivileged =
+false``, in any container; the MIG ones), the AMD container toolkit, Habana's runtime.
+``CUDA_VISIBLE_DEVICES`` and ``ROCR_VISIBLE_DEVICES`` only choose among devices the container
+already has, so they are left alone."""
+
+_NO_DEVICES = frozenset({"", "void", "none"})
+
+DEVICE_PATHS: tuple[str, ...] = ("/dev/nvidia", "/dev/dri", "/dev/kfd", "/dev/accel", "/dev/vfio")
+"""Host device nodes of GPUs (NVIDIA, DRM render nodes of Intel/AMD, AMD's KFD, accelerators,
+VFIO passthrough): a hostPath volume of one, or of ``/dev`` or ``/`` above them, is device access."""
+
+CDI_ANNOTATION_PREFIX = "cdi.k8s.io/"
+"""Pod annotations the container runtime (containerd, CRI-O) reads as CDI device requests."""
+
+_LISTS = ("containers", "initContainers", "ephemeralContainers")
+
+
+def _device_path(path: Any) -> bool:
+    if not isinstance(path, str) or not path.startswith("/"):
+        return False
+    norm = posixpath.normpath(path)
+    norm = "/" + norm.lstrip("/")
+    return norm in ("/", "/dev") or any(norm == p or norm.startswith(p) for p in DEVICE_PATHS)
+
+
+def access_problems(pod_spec: dict[str, Any], annotations: Any = None) -> list[tuple[tuple[str | int, ...], str]]:
+    """Every way ``pod_spec`` (with the pod's ``annotations``) reaches a device without asking
+    for it: ``(path below the pod template, what)``."""
+    out: list[tuple[tuple[str | int, ...], str]] = []
+    for lst in _LISTS:
+        items = pod_spec.get(lst)
+        for i, c in enumerate(items if isinstance(items, list) else []):
+            if not isinstance(c, dict):
+                continue
+            name = c.get("name") if isinstance(c.get("name"), str) else f"#{i}"
+            env = c.get("env")
+            for j, e in enumerate(env if isinstance(env, list) else []):
+                if not isinstance(e, dict) or e.get("name") not in DEVICE_VARIABLES:
+                    continue
+                value = e.get("value")
+                if "valueFrom" not in e and (value is None or str(value).strip().lower() in _NO_DEVICES):
+                    continue
+                shown = json.dumps(value) if "valueFrom" not in e else "from valueFrom"
+                out.append(((lst, i, "env", j), f"container {name} sets {e['name']}={shown}, which makes the "
+                            "container runtime hand it GPUs that no request counts"))
+            ctx = c.get("securityContext")
+            if isinstance(ctx, dict) and ctx.get("privileged") is True:
+                out.append(((lst, i, "securityContext", "privileged"), f"container {name} is privileged, so it "
+                            "sees every device of its node, every GPU included"))
+    volumes = pod_spec.get("volumes")
+    for i, v in enumerate(volumes if isinstance(volumes, list) else []):
+        host = v.get("hostPath") if isinstance(v, dict) else None
+        if isinstance(host, dict) and _device_path(host.get("path")):
+            out.append((("volumes", i, "hostPath", "path"), f"mounts the host's {host.get('path')} (GPU device "
+                        "nodes), which hands the pod GPUs that no request counts"))
+    if isinstance(annotations, dict):
+        for key in sorted(k for k in annotations if isinstance(k, str) and k.startswith(CDI_ANNOTATION_PREFIX)):
+            out.append((("metadata", "annotations", key), "asks the container runtime for CDI devices directly, "
+                        "past the scheduler and every quota"))
+    return out
