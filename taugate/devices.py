@@ -79,6 +79,14 @@ class ClaimCount:
     problems: tuple[tuple[str, str], ...]
 
 
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
 def _count(raw: Any) -> int:
     return raw if isinstance(raw, int) and not isinstance(raw, bool) and raw > 0 else 1
 
@@ -95,17 +103,16 @@ def claim_devices(spec: Any, gpu_classes: Iterable[str], known_classes: Iterable
     else is a problem (Kueue would leave the workload inadmissible). A request naming a
     DeviceClass that does not exist is a problem too (the scheduler can never allocate it)."""
     gpu, known = frozenset(gpu_classes), frozenset(known_classes)
-    devices = spec.get("devices") if isinstance(spec, dict) else None
-    devices = devices if isinstance(devices, dict) else {}
-    requests = devices.get("requests") if isinstance(devices.get("requests"), list) else []
+    devices = _dict(_dict(spec).get("devices"))
+    requests = _list(devices.get("requests"))
     total, classes, problems = 0, [], []
     for i, req in enumerate(requests):
         if not isinstance(req, dict):
             continue
         at = f"devices.requests[{i}]"
-        exactly = req.get("exactly") if isinstance(req.get("exactly"), dict) else None
-        subs = req.get("firstAvailable") if isinstance(req.get("firstAvailable"), list) else []
-        options = [(f"{at}.exactly", exactly)] if exactly is not None else []
+        exactly = req.get("exactly")
+        subs = _list(req.get("firstAvailable"))
+        options = [(f"{at}.exactly", exactly)] if isinstance(exactly, dict) else []
         options += [(f"{at}.firstAvailable[{j}]", s) for j, s in enumerate(subs) if isinstance(s, dict)]
         largest = 0
         for where, option in options:
@@ -145,8 +152,7 @@ def claim_devices(spec: Any, gpu_classes: Iterable[str], known_classes: Iterable
 def pod_claims(pod_spec: dict[str, Any]) -> Iterator[tuple[int, str, str]]:
     """``(index, "template" or "claim", name)`` of each entry of a pod spec's ``resourceClaims``
     (core/v1 ``PodResourceClaim``: ``resourceClaimTemplateName`` or ``resourceClaimName``)."""
-    claims = pod_spec.get("resourceClaims")
-    for i, c in enumerate(claims if isinstance(claims, list) else []):
+    for i, c in enumerate(_list(pod_spec.get("resourceClaims"))):
         if not isinstance(c, dict):
             continue
         if isinstance(c.get("resourceClaimTemplateName"), str):
@@ -201,13 +207,11 @@ def access_problems(pod_spec: dict[str, Any], annotations: Any = None) -> list[t
     for it: ``(path below the pod template, what)``."""
     out: list[tuple[tuple[str | int, ...], str]] = []
     for lst in _LISTS:
-        items = pod_spec.get(lst)
-        for i, c in enumerate(items if isinstance(items, list) else []):
+        for i, c in enumerate(_list(pod_spec.get(lst))):
             if not isinstance(c, dict):
                 continue
             name = c.get("name") if isinstance(c.get("name"), str) else f"#{i}"
-            env = c.get("env")
-            for j, e in enumerate(env if isinstance(env, list) else []):
+            for j, e in enumerate(_list(c.get("env"))):
                 if not isinstance(e, dict) or e.get("name") not in DEVICE_VARIABLES:
                     continue
                 value = e.get("value")
@@ -220,8 +224,7 @@ def access_problems(pod_spec: dict[str, Any], annotations: Any = None) -> list[t
             if isinstance(ctx, dict) and ctx.get("privileged") is True:
                 out.append(((lst, i, "securityContext", "privileged"), f"container {name} is privileged, so it "
                             "sees every device of its node, every GPU included"))
-    volumes = pod_spec.get("volumes")
-    for i, v in enumerate(volumes if isinstance(volumes, list) else []):
+    for i, v in enumerate(_list(pod_spec.get("volumes"))):
         host = v.get("hostPath") if isinstance(v, dict) else None
         if isinstance(host, dict) and _device_path(host.get("path")):
             out.append((("volumes", i, "hostPath", "path"), f"mounts the host's {host.get('path')} (GPU device "

@@ -24,10 +24,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from taugate import labels
+from taugate.devices import is_device_resource
 from taugate.files import InputError, load_documents, read_limited
 from taugate.memo import Memo
 from taugate.models import ResolvedProfile, TauCluster, TauWorkspace
-from taugate.devices import is_device_resource
 from taugate.pods import quantity
 from taugate.profiles import is_applicable, profile_set_hash, resolve_profile
 from taugate.settings import Settings
@@ -147,7 +147,7 @@ class ClusterState:
     @cached_property
     def extended_names(self) -> dict[str, str]:
         """DRA extended resource names (a DeviceClass's ``spec.extendedResourceName``) -> class."""
-        out = {}
+        out: dict[str, str] = {}
         for name, dc in sorted(self.device_classes.items()):
             ext = (dc.get("spec") or {}).get("extendedResourceName")
             if isinstance(ext, str) and ext:
@@ -423,9 +423,9 @@ class _Objects:
         elif kind == "DeviceClass":
             self.device_classes[name] = obj
         elif kind in ("ResourceClaimTemplate", "ResourceClaim"):
-            spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+            spec = found if isinstance(found := obj.get("spec"), dict) else {}
             if kind == "ResourceClaimTemplate":
-                spec = spec.get("spec") if isinstance(spec.get("spec"), dict) else {}
+                spec = found if isinstance(found := spec.get("spec"), dict) else {}
                 self.claim_templates[(meta.get("namespace") or "default", name)] = spec
             else:
                 self.claims[(meta.get("namespace") or "default", name)] = spec

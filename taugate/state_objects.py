@@ -83,13 +83,13 @@ def trim(res: Resource, obj: Obj) -> Obj:
 
 
 def _trim_dra(res: Resource, obj: Obj, kept_meta: dict[str, Any]) -> Obj:
-    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+    spec = found if isinstance(found := obj.get("spec"), dict) else {}
     out: Obj = {"apiVersion": res.api_version, "kind": res.kind,
                 "metadata": {k: kept_meta[k] for k in ("name", "namespace", "resourceVersion") if k in kept_meta}}
     if res is DEVICE_CLASSES:
         out["spec"] = {k: spec[k] for k in ("extendedResourceName",) if k in spec}
     elif res is RESOURCE_CLAIM_TEMPLATES:
-        inner = spec.get("spec") if isinstance(spec.get("spec"), dict) else {}
+        inner = found if isinstance(found := spec.get("spec"), dict) else {}
         out["spec"] = {"spec": {k: inner[k] for k in ("devices",) if k in inner}}
     elif not kept_meta.get("ownerReferences"):
         out["spec"] = {k: spec[k] for k in ("devices",) if k in spec}

@@ -35,6 +35,11 @@ KUEUE_EXAMPLES = KUEUE / "cmd" / "kueueviz" / "examples"
 KUEUE_JOB = KUEUE_EXAMPLES / "03-agi-job.yaml"
 """Kueue's example batch/v1 Job: 3 pods, queue label, suspended, cpu and memory requests."""
 
+K8S_DRA_TEMPLATES = (upstream.module_dir("kubernetes", "k8s.io/kubernetes") / "test" / "integration" / "scheduler_perf"
+                     / "dra" / "templates")
+"""Kubernetes' own DRA objects (the scheduler's DRA benchmarks): DeviceClasses ``test-class``,
+ResourceClaimTemplates, ResourceClaims and the pods that name them."""
+
 K8S_API = upstream.module_dir("kubernetes", "k8s.io/api")
 """k8s.io/api at the pinned Kubernetes version: ``testdata/HEAD/<group>.<version>.<Kind>.json``."""
 

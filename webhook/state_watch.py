@@ -1,8 +1,9 @@
 """Live cluster state for the webhook: a ``ClusterState`` kept current from API watches.
 
 ``WatchStateProvider`` lists and then watches the TauCluster, TauWorkspaces, Nodes, LocalQueues,
-ClusterQueues, ResourceFlavors, WorkloadPriorityClasses and the DRA DeviceClasses, ResourceClaimTemplates
-and ResourceClaims (none where the cluster does not serve ``resource.k8s.io/v1``; one thread per kind, through an ``ApiReader``: the CLI wires
+ClusterQueues, ResourceFlavors, WorkloadPriorityClasses and the DRA DeviceClasses,
+ResourceClaimTemplates and ResourceClaims (none where the cluster does not serve
+``resource.k8s.io/v1``; one thread per kind, through an ``ApiReader``: the CLI wires
 ``taugate.controllers.kube.Kube``, since the webhook never imports the controllers), keeps
 the objects in memory and rebuilds the immutable ``ClusterState`` with
 ``taugate.snapshot.build_state`` in a worker thread when they change (debounced), so admission

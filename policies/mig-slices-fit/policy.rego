@@ -1,4 +1,5 @@
-# mig-slices-fit: MIG slices are checked against the nodes and the queue that offer them.
+# mig-slices-fit: MIG slices, and every GPU device resource counted by name (shared GPUs, other
+# vendors' GPUs: taugate/devices.py), are checked against the nodes and the queue that offer them.
 #
 # With the NVIDIA GPU operator's `mixed` MIG strategy a node advertises each slice size as its
 # own extended resource (nvidia.com/mig-1g.10gb, nvidia.com/mig-3g.40gb, ...), never as
@@ -33,7 +34,7 @@ deny contains lib.violation(name, field(t, res), msg) if {
 	some res, n in t.migPerPod
 	not input.cluster.migResources[res]
 	msg := sprintf(
-		"%s asks for %d %s per pod, but no node offers %s, so the pod can never be scheduled; allowed: the MIG slice sizes nodes offer (%s); fix: request one of those, or ask the platform team which MIG profile the GPU nodes are partitioned with",
+		"%s asks for %d %s per pod, but no node offers %s, so the pod can never be scheduled; allowed: the GPU device resources nodes offer (%s); fix: request one of those, or ask the platform team which GPU resources (MIG slice sizes, shared or other vendors' GPUs) the nodes offer",
 		[lib.describe(t), n, res, res, offered],
 	)
 }
