@@ -254,11 +254,11 @@ class Platform:
 
 
 def install(cp: ControlPlane, workdir: Path, *, record: bool = False,
-            node_annotations: dict[str, str] | None = None) -> Platform:
+            node_annotations: dict[str, str] | None = None, values: dict | None = None) -> Platform:
     """Install everything the module docstring lists and wait until a RayJob in the example's
     ``vision`` workspace is mutated by taugate through the API server. ``record`` turns the
     operator's recorder on; ``node_annotations`` are added to every example Node (kwok's
-    ``kwok.x-k8s.io/node: fake`` hands them to kwok)."""
+    ``kwok.x-k8s.io/node: fake`` hands them to kwok); ``values`` are chart values of the install."""
     workdir.mkdir(parents=True, exist_ok=True)
     # 1. CRDs (server-side: KubeRay's are larger than client-side apply's annotation limit).
     crds = chart_helpers.crds() + upstream_crds()
@@ -266,7 +266,7 @@ def install(cp: ControlPlane, workdir: Path, *, record: bool = False,
     cp.kubectl("wait", "--for=condition=Established", "--timeout=60s",
                *[f"crd/{c['metadata']['name']}" for c in crds])
     # 2. The release's objects (not the hook Jobs, not yet the webhook configurations).
-    objects = rendered_chart()
+    objects = rendered_chart(values)
     cp.kubectl("create", "namespace", NAMESPACE)
     cp.kubectl("create", "namespace", SYSTEM_NAMESPACE)
     release = release_objects(cp, objects)

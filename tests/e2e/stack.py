@@ -277,6 +277,7 @@ class Stack:
             "internalCertManagement": {"enable": False},
             "integrations": {"frameworks": list(KUEUE_FRAMEWORKS)},
             "managedJobsNamespaceSelector": MANAGED_JOBS_NAMESPACE_SELECTOR,
+            "resources": KUEUE_DRA_RESOURCES,
         }
         cfg = self.workdir / "kueue-config.yaml"
         cfg.write_text(yaml.safe_dump(config))
@@ -290,7 +291,7 @@ class Stack:
         script = (f"mount -t overlay overlay -o lowerdir=/etc,upperdir={shlex.quote(str(upper))},"
                   f"workdir={shlex.quote(str(work))} /etc && "
                   f"exec {shlex.quote(kueue)} --config={shlex.quote(str(cfg))} "
-                  "--feature-gates=VisibilityOnDemand=false --zap-log-level=2")
+                  f"--feature-gates=VisibilityOnDemand=false,{KUEUE_DRA_GATES} --zap-log-level=2")
         p = start_process("kueue", ["unshare", "--mount", "--propagation", "private", "sh", "-c", script], self.workdir,
                           env={"KUBECONFIG": str(self.kubeconfig("kueue"))})
         self.processes.append(p)
@@ -335,8 +336,9 @@ def start(cp: ControlPlane, workdir: Path) -> Stack:
         stack.start_kueue()
         stack.start_kuberay()
         stack.start_kwok()
-        stack.platform = install(cp, workdir / "taugate", record=True, node_annotations=KWOK_NODE_ANNOTATION)
-        cp.apply_objects(platform_extras(), "--server-side", "--field-manager=platform-team")
+        stack.platform = install(cp, workdir / "taugate", record=True, node_annotations=KWOK_NODE_ANNOTATION,
+                                 values={"gpu": {"draWorkloads": "queue"}})
+        cp.apply_objects(platform_extras() + dra_objects(), "--server-side", "--field-manager=platform-team")
         for node in unhealthy_gpu_nodes():
             cp.kubectl("cordon", node)
         stack.wait_for("kwok to hold every example Node Ready", lambda: _nodes_ready(cp), 120)
@@ -364,6 +366,46 @@ def platform_extras() -> list[dict]:
                              "storageClassName": vol["storageClassName"], "persistentVolumeReclaimPolicy": "Retain",
                              "claimRef": {"namespace": ns, "name": f"{ns}-data"},
                              "csi": {"driver": "file.csi.azure.com", "volumeHandle": f"{ns}-data"}}})
+    return out
+
+
+DRA_DRIVER = "gpu.nvidia.com"
+"""The driver and DeviceClass name of NVIDIA's DRA driver (k8s-dra-driver-gpu) for whole GPUs."""
+KUEUE_DRA_GATES = "DynamicResourceAllocation=true,DRAExtendedResources=true"
+"""Kueue's DRA support (kueue v0.17 ``pkg/features/kube_features.go``: alpha, off by default)."""
+KUEUE_DRA_RESOURCES = {
+    # Claim templates of gpu.nvidia.com count as nvidia.com/gpu (kueue v0.17 pkg/dra/mapper.go), so the
+    # ClusterQueues' GPU quota covers DRA GPUs too.
+    "deviceClassMappings": [{"name": "nvidia.com/gpu", "deviceClassNames": [DRA_DRIVER]}],
+    # The DeviceClass's implicit extended resource (KEP-5004) counts as nvidia.com/gpu as well: Kueue's
+    # DRAExtendedResources maps only a DeviceClass's explicit spec.extendedResourceName
+    # (pkg/dra/extended_resources.go), so a resource transformation does it (configuration_types.go).
+    "transformations": [{"input": f"deviceclass.resource.kubernetes.io/{DRA_DRIVER}", "strategy": "Replace",
+                         "outputs": {"nvidia.com/gpu": "1"}}],
+}
+"""What Kueue is configured with for DRA GPUs (docs/gpu-paths.md shows the same)."""
+GPUS_PER_SLICE = 8
+
+
+def dra_objects() -> list[dict]:
+    """The DRA objects NVIDIA's DRA driver would publish for the example's H100 Nodes: the DeviceClass
+    ``gpu.nvidia.com`` and, per H100 Node, a ResourceSlice of 8 GPUs in a pool named after the Node
+    (kube-scheduler allocates claims from ResourceSlices; no kubelet plugin is needed to schedule)."""
+    out: list[dict] = [{"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": DRA_DRIVER},
+                        "spec": {"selectors": [{"cel": {"expression": f"device.driver == '{DRA_DRIVER}'"}}]}}]
+    for d in _example():
+        labels = d["metadata"].get("labels") or {}
+        if d["kind"] != "Node" or labels.get("tau.azure.com/gpu-class") != "h100":
+            continue
+        node = d["metadata"]["name"]
+        out.append({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+                    "metadata": {"name": f"{node}-{DRA_DRIVER}"},
+                    "spec": {"driver": DRA_DRIVER, "nodeName": node,
+                             "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                             "devices": [{"name": f"gpu-{i}", "attributes": {
+                                 "type": {"string": "gpu"},
+                                 "productName": {"string": labels.get("nvidia.com/gpu.product", "")}}}
+                                 for i in range(GPUS_PER_SLICE)]}})
     return out
 
 

@@ -83,3 +83,21 @@ async def test_an_unmanaged_gpu_replicaset_is_refused_over_https_and_warned_when
     r = await lenient.post("/validate", admission_review(request))
     resp = check_response(r.body, request["uid"])
     assert resp["allowed"] and resp["warnings"][0].startswith("[unmanaged-kind] spec.template: a ReplicaSet")
+
+
+async def test_gpus_reached_without_a_request_or_through_an_unknown_claim_template_are_refused_over_https(gate):
+    sneaky = gpu_pod()
+    container = sneaky["spec"]["containers"][0]
+    del container["resources"]
+    container["env"] = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]
+    dra = _with_requests(gpu_pod())
+    del dra["spec"]["containers"][0]["resources"]["limits"]
+    dra["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": "eight-gpus"}]
+    for obj, field in ((sneaky, "spec.containers[0].env[0]"),
+                       (dra, "spec.resourceClaims[0].resourceClaimTemplateName")):
+        for path in ("/mutate", "/validate"):
+            request = workload_request(obj)
+            r = await gate.post(path, admission_review(request))
+            resp = check_response(r.body, request["uid"])
+            assert not resp["allowed"] and resp["status"]["code"] == 403, (path, resp)
+            assert field in resp["status"]["message"], resp["status"]["message"]
