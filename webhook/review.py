@@ -104,12 +104,10 @@ class Context:
 
 @dataclass(slots=True)
 class _Subject:
-    """Read-only by convention, like ``Context``. What the guard clauses leave for real work:
-    the object, its kind, its pod templates (empty when it is malformed; GPUs through DRA folded in,
-    ``taugate.demand.govern``), its workspace, whether it is a child of another workload, its
-    structure problems, the ways it reaches GPUs past taugate's model (``refused``), and whether
-    it is otherwise left alone (``ungoverned.left_alone``: a CPU-only Pod with
-    ``NVIDIA_VISIBLE_DEVICES`` is judged for that alone)."""
+    """Read-only, like ``Context``. What the guard clauses leave: the object, its kind, its pod
+    templates (empty when malformed; DRA GPUs folded in by ``demand.govern``), workspace, whether it
+    is a child, its structure problems, its refused paths to a GPU, and whether it is otherwise
+    left alone (``ungoverned.left_alone``: a CPU Pod with ``NVIDIA_VISIBLE_DEVICES``)."""
 
     obj: dict
     kind: WorkloadKind
@@ -350,7 +348,10 @@ def validate(request: dict, state: ClusterState, settings: Settings, engine: Eng
     if subject.malformed:
         return Decision.deny(subject.malformed, obj=subject.obj)
     old = ctx.old
-    refused = _unexcused(ctx, subject, subject.refused)
+    refused = subject.refused
+    if refused and old is not None:  # an UPDATE never fails for what the stored object already did
+        before = {(v.policy, v.field) for v in _old_demand(ctx, subject)[2]}
+        refused = [v for v in refused if (v.policy, v.field) not in before]
     if refused:
         return Decision.deny(refused, obj=subject.obj)
     if subject.alone:
@@ -362,7 +363,7 @@ def validate(request: dict, state: ClusterState, settings: Settings, engine: Eng
         found, note = _violations(ctx, subject, subject.obj, subject.templates, old)
     except PolicyFailure as e:
         return _policy_failure_decision(e, subject.obj, e.found, engine)
-    old_malformed, old_templates = _old_templates(ctx, subject) if found and old is not None else ([], [])
+    old_malformed, old_templates, _ = _old_demand(ctx, subject) if found and old is not None else ([], [], [])
     if found and old is not None and not old_malformed:  # nothing to excuse: skip the old object
         try:
             before = {(v.policy, v.field) for v in _violations(ctx, subject, old, old_templates, None)[0]}
@@ -372,27 +373,14 @@ def validate(request: dict, state: ClusterState, settings: Settings, engine: Eng
     return _decide(found, note, obj=subject.obj)
 
 
-def _old_templates(ctx: Context, subject: _Subject) -> tuple[list[Violation], list[PodTemplate]]:
-    """The stored object's structure problems and pod templates, GPUs through DRA folded in as for
-    the new object (so the two are judged alike)."""
+def _old_demand(ctx: Context, subject: _Subject) -> tuple[list[Violation], list[PodTemplate], list[Violation]]:
+    """The stored object's structure problems, pod templates and refused paths to a GPU, its DRA GPUs
+    folded in as for the new object (``demand.govern``), so the two are judged alike."""
     assert ctx.old is not None
     malformed, templates = subject.kind.read(ctx.old)
     if malformed:
-        return malformed, templates
-    return [], demand.govern(templates, subject.workspace.target_namespace, ctx.state, ctx.settings)[0]
-
-
-def _unexcused(ctx: Context, subject: _Subject, refused: list[Violation]) -> list[Violation]:
-    """``refused`` less what the stored object already broke at the same field (an UPDATE never
-    fails for what was admitted before: a deleted claim template, a rule that came later)."""
-    if not refused or ctx.old is None:
-        return refused
-    malformed, templates = subject.kind.read(ctx.old)
-    if malformed:
-        return refused
-    before = {(v.policy, v.field) for v in demand.govern(templates, subject.workspace.target_namespace,
-                                                         ctx.state, ctx.settings)[1]}
-    return [v for v in refused if (v.policy, v.field) not in before]
+        return malformed, templates, []
+    return [], *demand.govern(templates, subject.workspace.target_namespace, ctx.state, ctx.settings)
 
 
 def judge(obj: dict, state: ClusterState, settings: Settings, engine: Engine | None) -> tuple[list[Violation], dict]:
