@@ -7,7 +7,9 @@ as Kueue can count it (``taugate.devices.claim_devices``), while DRA GPU workloa
 may hold. A ResourceClaim asking for GPUs is refused (Kueue does not count a ResourceClaim's
 devices), except one that kube-controller-manager's resource-claim controller or kube-scheduler
 (KEP-5004 extended resources) makes for a pod: a claim with a Pod as its controller, created by
-one of them. A request naming a DeviceClass that does not exist is refused too. Pure.
+one of them. A request naming a DeviceClass that does not exist is refused too. Only a CREATE is
+judged: a claim's and a template's spec are immutable (k8s.io/api resource/v1), and the scheduler
+and the resource-claim controller update claims (finalizers, allocation) as they work. Pure.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ def verdict(request: dict, state: ClusterState, settings: Settings) -> Decision 
     if gvk.get("group") != GROUP or gvk.get("kind") not in KINDS:
         return None
     obj = request.get("object")
-    if (request.get("subResource") or request.get("operation") not in ("CREATE", "UPDATE")
+    if (request.get("subResource") or request.get("operation") != "CREATE"
             or not isinstance(obj, dict)
             or (request.get("userInfo") or {}).get("username") == settings.service_account):
         return None

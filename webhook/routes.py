@@ -49,8 +49,9 @@ WORKLOAD_RULES = tuple(Rule((group,), (version,), resources, ("CREATE", "UPDATE"
                        for (group, version), resources in _workload_resources().items())
 """One rule per API group and version of the registered workload kinds (``taugate.kinds``) and
 the unmanaged kinds (``taugate.unmanaged``)."""
-CLAIM_RULES = (Rule(("resource.k8s.io",), ("v1",), ("resourceclaims", "resourceclaimtemplates"), ("CREATE", "UPDATE")),)
-"""Dynamic Resource Allocation claims and claim templates, judged as GPU requests (``webhook.claims``)."""
+CLAIM_RULES = (Rule(("resource.k8s.io",), ("v1",), ("resourceclaims", "resourceclaimtemplates"), ("CREATE",)),)
+"""Dynamic Resource Allocation claims and claim templates, judged as GPU requests (``webhook.claims``) when
+created: their spec is immutable, and the scheduler and the claim controller update them all the time."""
 TAU_RULES = (
     Rule(("tau.azure.com",), ("v1alpha1",), ("clusters", "workspaces", "quotarequests"), ("CREATE", "UPDATE")),
 )

@@ -307,3 +307,10 @@ def test_a_snapshot_with_a_malformed_claim_template_is_refused_naming_the_field(
                        cwd=REPO, timeout=120)
     assert p.returncode == 2
     assert "spec.spec.devices.requests[0].exactly.count" in p.stderr and len(p.stderr.strip().splitlines()) == 1
+
+
+def test_an_update_of_a_resource_claim_is_never_judged():
+    claim = upstream("resourceclaim.yaml")
+    request = review.request_for(claim, namespace=NS, operation="UPDATE", old=claim,
+                                 user_info={"username": "system:kube-scheduler", "groups": []})
+    assert review.validate(request, state_with(CLASS), settings(dra_gpu_workloads="queue")).allowed

@@ -256,8 +256,11 @@ class ControlPlane:
                                             check=False).returncode == 0,
                        90, processes=self.processes, interval=0.5)
         if scheduler:
+            # As kubeadm runs it: user system:kube-scheduler (it writes the ResourceClaims of DRA extended
+            # resources, KEP-5004); system:masters stands for the system:kube-scheduler role binding.
+            sched = self.user_kubeconfig("system:kube-scheduler", ("system:masters",))
             self.processes.append(start_process("kube-scheduler", [
-                self.binary("kube-scheduler"), f"--kubeconfig={self.kubeconfig}",
+                self.binary("kube-scheduler"), f"--kubeconfig={sched}",
                 f"--authentication-kubeconfig={self.kubeconfig}", f"--authorization-kubeconfig={self.kubeconfig}",
                 "--leader-elect=false", f"--bind-address={LOOPBACK}", "--secure-port=0", "--v=1"], self.workdir))
         return self
