@@ -11,6 +11,7 @@ from typing import Any
 from taugate import labels
 from taugate import record as admission_record
 from taugate.controllers.run_values import RUN_ID_RE
+from taugate.devices import asks_through_dra
 from taugate.kinds import KINDS, WorkloadKind, kind_of
 
 _DROP_META = ("managedFields", "resourceVersion", "generation", "selfLink")
@@ -90,13 +91,16 @@ def is_member_child(obj: dict) -> bool:
 
 def is_root(obj: dict) -> bool:
     """True when ``obj`` may be a run's root: an object of a registered kind no governed
-    controller owns (``is_member_child``) that taugate governs (``WorkloadKind.governs``: a
-    CPU-only Pod or Deployment passes admission unchanged, so it never was a run)."""
+    controller owns (``is_member_child``) that taugate governs (``WorkloadKind.governs``, or GPUs
+    through DRA: a CPU-only Pod or Deployment passes admission unchanged, so it never was a run)."""
     kind = kind_of(obj)
     if kind is None or is_member_child(obj):
         return False
     try:
-        return kind.governs(kind.pod_templates(obj))
+        templates = kind.pod_templates(obj)
+        # GPUs through DRA are counted from the cluster's claim templates at admission; a pod spec
+        # that may hold them is a GPU workload here (taugate.devices.asks_through_dra).
+        return kind.governs(templates) or any(asks_through_dra(t.spec) for t in templates)
     except (TypeError, ValueError, AttributeError):
         return False  # a malformed object the webhook would have refused
 

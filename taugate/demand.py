@@ -148,3 +148,18 @@ def _extended(t: PodTemplate, state: ClusterState, settings: Settings, found: li
         else:
             total += count
     return total
+
+
+def ephemeral_problems(obj: dict[str, Any], old: dict[str, Any] | None, settings: Settings) -> list[Violation]:
+    """Device access by the ephemeral containers an UPDATE of a Pod's ``ephemeralcontainers``
+    subresource adds (``kubectl debug``: a privileged debug container sees every GPU of the node), as
+    ``govern`` judges any container; the ones the stored Pod already had are excused."""
+    if settings.device_access == "govern":
+        return []
+    spec = found if isinstance(found := obj.get("spec"), dict) else {}
+    old_spec = found if isinstance(old, dict) and isinstance(found := old.get("spec"), dict) else {}
+    only = {"ephemeralContainers": spec.get("ephemeralContainers")}
+    before = {rel for rel, _ in devices.access_problems({"ephemeralContainers": old_spec.get("ephemeralContainers")})}
+    return [Violation(ACCESS_POLICY, field_path(("spec", *rel)), f"{what}; allowed in a workspace: a debug container "
+                      f"without device access; fix: remove it (kubectl debug without --profile=sysadmin)")
+            for rel, what in devices.access_problems(only) if rel not in before]

@@ -161,6 +161,20 @@ def pod_claims(pod_spec: dict[str, Any]) -> Iterator[tuple[int, str, str]]:
             yield i, "claim", c["resourceClaimName"]
 
 
+def asks_through_dra(pod_spec: dict[str, Any]) -> bool:
+    """True when a pod spec may hold devices through DRA, read without the cluster's DRA objects: it
+    names a claim or template, or asks a ``deviceclass.resource.kubernetes.io/`` extended resource."""
+    if any(True for _ in pod_claims(pod_spec)):
+        return True
+    for lst in ("containers", "initContainers"):
+        for c in _list(pod_spec.get(lst)):
+            res = _dict(_dict(c).get("resources"))
+            for part in ("requests", "limits"):
+                if any(isinstance(k, str) and k.startswith(DRA_CLASS_PREFIX) for k in _dict(res.get(part))):
+                    return True
+    return False
+
+
 def extended_class(name: str, extended_names: dict[str, str]) -> str | None:
     """The DeviceClass a container resource ``name`` is allocated from through DRA (KEP-5004):
     ``deviceclass.resource.kubernetes.io/<class>``, or a DeviceClass's ``spec.extendedResourceName``

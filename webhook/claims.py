@@ -1,5 +1,6 @@
 """ResourceClaims and ResourceClaimTemplates written in a workspace, judged as the GPU requests
-they are (a claim for 64 GPUs is a GPU request): ``verdict``.
+they are (a claim for 64 GPUs is a GPU request): ``verdict``; and the debug containers added to a
+workspace Pod (its ``ephemeralcontainers`` subresource), judged for device access: ``debug_verdict``.
 
 A claim template asking for GPUs (a DeviceClass of ``Settings.gpu_device_classes``) is allowed only
 as Kueue can count it (``taugate.devices.claim_devices``), while DRA GPU workloads are queued
@@ -17,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from taugate import devices
-from taugate.demand import DRA_POLICY, dra_off
+from taugate.demand import DRA_POLICY, dra_off, ephemeral_problems
 from taugate.settings import RESOURCE_CLAIM_CREATORS, Settings
 from taugate.snapshot import ClusterState
 from taugate.webhook import mutation
@@ -83,3 +84,17 @@ def verdict(request: dict, state: ClusterState, settings: Settings) -> Decision 
                 f"at most {most}, the most GPUs one pod holds under this workspace's workload profiles; fix: ask "
                 f"for {most} or fewer, and more pods for more GPUs"))
     return Decision.deny(found, obj=obj) if found else None
+
+
+def debug_verdict(request: dict, state: ClusterState, settings: Settings) -> Decision:
+    """The validating webhook's answer for an UPDATE of a Pod's ``ephemeralcontainers`` subresource
+    (``kubectl debug``): refused when an added debug container reaches devices without asking
+    (``taugate.demand.ephemeral_problems``) in a workspace; allowed otherwise."""
+    obj, old = request.get("object"), request.get("oldObject")
+    namespace = request.get("namespace")
+    if (not isinstance(obj, dict) or request.get("operation") != "UPDATE"
+            or (request.get("userInfo") or {}).get("username") == settings.service_account
+            or not isinstance(namespace, str) or state.workspace_for(namespace) is None):
+        return Decision.allow(obj)
+    found = ephemeral_problems(obj, old if isinstance(old, dict) else None, settings)
+    return Decision.deny(found, obj=obj) if found else Decision.allow(obj)

@@ -339,6 +339,8 @@ def validate(request: dict, state: ClusterState, settings: Settings, engine: Eng
     (``_policy_failure_decision``); the other policies' results are kept.
     """
     ctx = Context.of(request, state, settings, engine)
+    if request.get("subResource") == "ephemeralcontainers":
+        return claims.debug_verdict(request, state, settings)
     unmanaged = ungoverned.verdict(request, state, settings) or claims.verdict(request, state, settings)
     if unmanaged is not None:
         return unmanaged

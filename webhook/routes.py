@@ -3,7 +3,8 @@ configurations (a test checks the chart against this table).
 
 Each route is one HTTPS path served by ``webhook.server`` and one entry in a
 Mutating/ValidatingWebhookConfiguration: which API groups, versions and resources it intercepts,
-for which operations. Rules never name ``*/status`` or other subresources.
+for which operations. Rules never name ``*/status``; the one subresource named is a Pod's
+``ephemeralcontainers`` (``kubectl debug``), judged for device access.
 """
 
 from __future__ import annotations
@@ -49,9 +50,11 @@ WORKLOAD_RULES = tuple(Rule((group,), (version,), resources, ("CREATE", "UPDATE"
                        for (group, version), resources in _workload_resources().items())
 """One rule per API group and version of the registered workload kinds (``taugate.kinds``) and
 the unmanaged kinds (``taugate.unmanaged``)."""
-CLAIM_RULES = (Rule(("resource.k8s.io",), ("v1",), ("resourceclaims", "resourceclaimtemplates"), ("CREATE",)),)
+CLAIM_RULES = (Rule(("resource.k8s.io",), ("v1",), ("resourceclaims", "resourceclaimtemplates"), ("CREATE",)),
+               Rule(("",), ("v1",), ("pods/ephemeralcontainers",), ("UPDATE",)))
 """Dynamic Resource Allocation claims and claim templates, judged as GPU requests (``webhook.claims``) when
-created: their spec is immutable, and the scheduler and the claim controller update them all the time."""
+created: their spec is immutable, and the scheduler and the claim controller update them all the time;
+and the debug containers ``kubectl debug`` adds to a Pod, judged for device access."""
 TAU_RULES = (
     Rule(("tau.azure.com",), ("v1alpha1",), ("clusters", "workspaces", "quotarequests"), ("CREATE", "UPDATE")),
 )

@@ -314,3 +314,22 @@ def test_an_update_of_a_resource_claim_is_never_judged():
     request = review.request_for(claim, namespace=NS, operation="UPDATE", old=claim,
                                  user_info={"username": "system:kube-scheduler", "groups": []})
     assert review.validate(request, state_with(CLASS), settings(dra_gpu_workloads="queue")).allowed
+
+
+def test_a_privileged_debug_container_added_to_a_workspace_pod_is_refused():
+    pod = cpu_pod()
+    debugged = copy.deepcopy(pod)
+    debugged["spec"]["ephemeralContainers"] = [{"name": "debugger", "image": "busybox",
+                                                "securityContext": {"privileged": True}}]
+    request = {**review.request_for(debugged, namespace=NS, operation="UPDATE", old=pod), "subResource":
+               "ephemeralcontainers"}
+    d = review.validate(request, state_with(), Settings())
+    assert not d.allowed
+    assert "[gpu-device-access] spec.ephemeralContainers[0].securityContext.privileged" in d.message
+    plain = copy.deepcopy(debugged)
+    del plain["spec"]["ephemeralContainers"][0]["securityContext"]
+    assert review.validate({**request, "object": plain}, state_with(), Settings()).allowed
+    # one added before (or before the rule) is excused: the UPDATE adding a second plain one passes
+    again = copy.deepcopy(debugged)
+    again["spec"]["ephemeralContainers"].append({"name": "second", "image": "busybox"})
+    assert review.validate({**request, "object": again, "oldObject": debugged}, state_with(), Settings()).allowed

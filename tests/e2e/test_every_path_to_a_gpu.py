@@ -109,14 +109,21 @@ def test_a_dra_job_is_queued_admitted_by_kueue_against_the_gpu_quota_and_bound_t
     w = stack.wait_for("Kueue to admit dra-train", lambda: _admitted_gpus(_workload_of(stack, "Job", "dra-train"))
                        is not None and _workload_of(stack, "Job", "dra-train"), 120)
     assert _admitted_gpus(w) == 8
-    pods = stack.wait_for("dra-train's 2 pods to be bound", lambda: _bound_pods(stack, "job-name=dra-train", 2), 120)
-    assert all(p["spec"]["nodeName"].startswith(H100_NODES) for p in pods)
-    for p in pods:  # kube-scheduler allocated each pod's claim from its node's ResourceSlice
-        claim_name = p["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
-        claim = cp.get_json("resourceclaim", claim_name, "-n", WORKSPACE)
+    # kube-scheduler allocates each pod's claim from its node's ResourceSlice before binding it; kwok
+    # completes a Job's pods, and the claim controller then deletes their claims: read both at once.
+    def allocated() -> list[tuple[dict, dict]] | None:
+        pods = _bound_pods(stack, "job-name=dra-train", 2)
+        claims = {c["metadata"]["name"]: c for c in cp.get_json("resourceclaims", "-n", WORKSPACE)["items"]}
+        pairs = [(p, claims.get(s["resourceClaimName"])) for p in pods or []
+                 for s in (p.get("status") or {}).get("resourceClaimStatuses") or []]
+        ok = pods and len(pairs) == 2 and all(c and (c.get("status") or {}).get("allocation") for _, c in pairs)
+        return pairs if ok else None  # type: ignore[return-value]
+
+    for pod, claim in stack.wait_for("dra-train's 2 pods bound with their claims allocated", allocated, 120):
+        assert pod["spec"]["nodeName"].startswith(H100_NODES)
         results = claim["status"]["allocation"]["devices"]["results"]
         assert len(results) == 4 and {r["driver"] for r in results} == {DRA_DRIVER}
-        assert {r["pool"] for r in results} == {p["spec"]["nodeName"]}
+        assert {r["pool"] for r in results} == {pod["spec"]["nodeName"]}
 
 
 def test_a_pod_asking_gpus_as_a_dra_extended_resource_is_queued_admitted_and_bound_to_an_h100_node(stack):
@@ -178,3 +185,13 @@ def test_a_gpu_pod_sized_by_pod_level_resources_is_admitted_and_queued(stack):
     stored = json.loads(_create(stack, pod).stdout)
     assert stored["metadata"]["labels"][QUEUE] == WORKSPACE_QUEUE
     assert stored["spec"]["resources"]["requests"] == {"cpu": "2", "memory": "8Gi"}
+
+
+def test_a_privileged_debug_container_on_a_workspace_pod_is_refused(stack):
+    p = stack.cp.kubectl("debug", "pod/dra-extended", "-n", WORKSPACE, "--image=busybox", "--profile=sysadmin",
+                         "--container=debugger", check=False)
+    assert p.returncode != 0
+    assert "[gpu-device-access] spec.ephemeralContainers[0].securityContext.privileged" in p.stderr
+    plain = stack.cp.kubectl("debug", "pod/dra-extended", "-n", WORKSPACE, "--image=busybox",
+                             "--profile=general", "--container=looker")
+    assert plain.returncode == 0

@@ -222,6 +222,19 @@ def test_a_cpu_only_pod_or_deployment_is_never_a_root_taugate_does_not_govern_it
     assert not is_root(p)
 
 
+
+def test_a_pod_or_deployment_with_gpus_through_dra_is_a_root():
+    pod = k.bare_pod()
+    del pod["spec"]["containers"][0]["resources"]
+    pod["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": "four-gpus"}]
+    assert is_root(pod)
+    dep = k.deployment()
+    del dep["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
+    dep["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] = {
+        "deviceclass.resource.kubernetes.io/gpu.nvidia.com": "1"}
+    assert is_root(dep)
+
+
 def test_a_bare_gpu_pod_is_its_own_run_and_ends_with_its_phase(kube, config):
     p = k.bare_pod()
     kube.apply([o.node("gpu-node-1"), p, k.workload(p, admitted=True)])
