@@ -19,9 +19,10 @@ import yaml
 
 from taugate.controllers import resources as R
 from taugate.files import write_atomic
+from taugate.kubeaccess import KubeError, meta
 from taugate.settings import Settings
 from taugate.snapshot import build_state
-from taugate.state_objects import trim, usable_objects
+from taugate.state_objects import DRA_RESOURCES, RESOURCE_CLAIMS, trim, usable_objects
 
 _SERVER_FIELDS = ("uid", "resourceVersion", "creationTimestamp", "generation", "ownerReferences",
                   "managedFields", "selfLink", "deletionGracePeriodSeconds")
@@ -47,7 +48,14 @@ def collect(kube: Any) -> list[dict]:
     """Every object of the snapshot kinds, cleaned, in snapshot order (reads the API once)."""
     out: list[dict] = []
     for res in R.STATE_RESOURCES:
-        items = kube.list(res)
+        try:
+            items = kube.list(res)
+        except KubeError as e:
+            if e.status == 404 and res in DRA_RESOURCES:  # resource.k8s.io/v1 not served: no DRA objects
+                continue
+            raise
+        if res in DRA_RESOURCES:  # what admission reads of them; a pod's own claims are left out
+            items = [trim(res, o) for o in items if res is not RESOURCE_CLAIMS or not meta(o).get("ownerReferences")]
         out.extend(clean(o, res) for o in sorted(items, key=lambda o: (R.namespace_of(o) or "", R.name_of(o))))
     return out
 
