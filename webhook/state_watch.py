@@ -162,6 +162,7 @@ class WatchStateProvider:
         backoff = 1.0
         rv: str | None = None
         need_list = True
+        unserved = False  # the cluster does not serve this (optional) API: nothing to watch
 
         def opened(response: Any) -> None:
             self._responses[res] = response
@@ -197,14 +198,15 @@ class WatchStateProvider:
                     log.info("%s is not served by this cluster: no %s objects", res, res.kind)
                     self._post(self._replace, res, [])
                     self._post(self._connected, res)
-                    return
+                    unserved = True
+                    break
                 log.warning("watch of %s failed (%s); relisting in %.0f s", res, e, backoff)
                 need_list = True
                 self._stopping.wait(backoff)
                 backoff = min(30.0, backoff * 2)
             finally:
                 self._responses.pop(res, None)
-                if not self._stopping.is_set():
+                if not self._stopping.is_set() and not unserved:
                     self._post(self._disconnected, res)
 
     # -- on the event loop -----------------------------------------------------------------

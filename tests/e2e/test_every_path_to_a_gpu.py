@@ -35,7 +35,11 @@ def _template(name: str, gpus: int) -> dict:
 def _job(name: str, pods: int, template: str) -> dict:
     return {"apiVersion": "batch/v1", "kind": "Job",
             "metadata": {"name": name, "namespace": WORKSPACE, "labels": {MADE: "yes"}},
-            "spec": {"parallelism": pods, "completions": pods, "template": {"spec": {
+            "spec": {"parallelism": pods, "completions": pods, "template": {
+                # kwok completes a Job's pod after 1-6 s (its pod-complete Stage); these train longer
+                "metadata": {"annotations": {"pod-complete.stage.kwok.x-k8s.io/delay": "10m",
+                                             "pod-complete.stage.kwok.x-k8s.io/jitter-delay": "10m"}},
+                "spec": {
                 "restartPolicy": "Never",
                 "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": template}],
                 "containers": [{"name": "train", "image": "nvcr.io/nvidia/pytorch:24.10-py3",
@@ -109,8 +113,7 @@ def test_a_dra_job_is_queued_admitted_by_kueue_against_the_gpu_quota_and_bound_t
     w = stack.wait_for("Kueue to admit dra-train", lambda: _admitted_gpus(_workload_of(stack, "Job", "dra-train"))
                        is not None and _workload_of(stack, "Job", "dra-train"), 120)
     assert _admitted_gpus(w) == 8
-    # kube-scheduler allocates each pod's claim from its node's ResourceSlice before binding it; kwok
-    # completes a Job's pods, and the claim controller then deletes their claims: read both at once.
+    # kube-scheduler allocates each pod's claim from its node's ResourceSlice before binding it.
     def allocated() -> list[tuple[dict, dict]] | None:
         pods = _bound_pods(stack, "job-name=dra-train", 2)
         claims = {c["metadata"]["name"]: c for c in cp.get_json("resourceclaims", "-n", WORKSPACE)["items"]}
