@@ -13,6 +13,7 @@ ignored. ``load_snapshot`` raises ``SnapshotError`` with a one-line reason on ba
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -143,6 +144,19 @@ class ClusterState:
     device_classes: dict[str, dict[str, Any]] = field(default_factory=dict)
     claim_templates: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     claims: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+
+    def with_dra_object(self, obj: dict[str, Any], namespace: str) -> ClusterState:
+        """This state with one more DRA object (a DeviceClass, ResourceClaimTemplate or ResourceClaim
+        in ``namespace``), as the API server would hold it once created: ``taugate admit`` takes the
+        documents of its input in order, so a claim template before the workload that names it is
+        known to it, as through ``kubectl apply`` of the same file."""
+        found = _Objects()
+        meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+        found.take({**obj, "metadata": {**meta, "namespace": namespace}}, source="input", strict=False,
+                   check_types=False)
+        return dataclasses.replace(self, device_classes={**self.device_classes, **found.device_classes},
+                                   claim_templates={**self.claim_templates, **found.claim_templates},
+                                   claims={**self.claims, **found.claims})
 
     @cached_property
     def extended_names(self) -> dict[str, str]:

@@ -103,6 +103,12 @@ install_namespace_path_fix()
 # ---------------------------------------------------------------------------------------------
 # Discovery: the resources taugate and its tests use, as (group/version/plural, kind, namespaced).
 
+DRA_RESOURCES: tuple[tuple[str, str, bool], ...] = (
+    ("resource.k8s.io/v1/deviceclasses", "DeviceClass", False),  # Dynamic Resource Allocation (taugate.devices)
+    ("resource.k8s.io/v1/resourceclaimtemplates", "ResourceClaimTemplate", True),
+    ("resource.k8s.io/v1/resourceclaims", "ResourceClaim", True),
+)
+"""What a cluster that serves resource.k8s.io/v1 (Kubernetes 1.34 and later) serves of it."""
 RESOURCES: tuple[tuple[str, str, bool], ...] = tuple(dict.fromkeys((  # once each (a Pod is also a workload kind)
     ("v1/namespaces", "Namespace", False),
     ("v1/nodes", "Node", False),
@@ -127,6 +133,7 @@ RESOURCES: tuple[tuple[str, str, bool], ...] = tuple(dict.fromkeys((  # once eac
     ("tau.azure.com/v1alpha1/tauruns", "TauRun", True),
     ("wgpolicyk8s.io/v1alpha2/policyreports", "PolicyReport", True),  # the audit's reports
     ("wgpolicyk8s.io/v1alpha2/clusterpolicyreports", "ClusterPolicyReport", False),
+    *DRA_RESOURCES,
 )))
 _VERBS = ("list", "watch", "get", "create", "patch", "delete")
 

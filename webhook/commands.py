@@ -153,6 +153,29 @@ def _admit_one(args: argparse.Namespace, f: str, obj: dict, stored: dict[tuple[s
     return True, decision.object
 
 
+_DRA_KINDS = ("ResourceClaimTemplate", "ResourceClaim", "DeviceClass")
+"""The DRA kinds ``taugate admit`` takes from its input (``_admit_dra``)."""
+
+
+def _admit_dra(args: argparse.Namespace, f: str, obj: dict, state: ClusterState,
+               settings: Settings) -> tuple[bool, dict | None, ClusterState]:
+    """A DRA object of the input (a claim template, a claim, a DeviceClass): judged as the webhook
+    judges it (``webhook.claims``) and, when allowed, added to the state for the documents after it,
+    as the API server would store it before the workload that names it. ``(allowed, what to print,
+    the state for the next document)``."""
+    from taugate.webhook.review import request_for, validate
+
+    meta = _metadata(obj)
+    label = f"{obj['kind']} {meta.get('name')}"
+    ns = "" if obj["kind"] == "DeviceClass" else _namespace(args, f, label, meta)
+    decision = validate(request_for(obj, namespace=ns or None), state, settings)
+    if not decision.allowed:
+        _err(f"{f}: {label} denied: {decision.message}")
+        return False, None, state
+    doc = None if args.output == "patch" else obj
+    return True, doc, state.with_dra_object(obj, ns)
+
+
 def _print(out_docs: list, output: str) -> None:
     """Print the admitted documents in ``-o`` format (one JSON object or a List, a JSON array of
     patch entries, or a YAML stream)."""
@@ -186,12 +209,15 @@ def cmd_admit(args: argparse.Namespace) -> int:
         _err(str(e))
         return 2
 
-    decide = functools.partial(admit, state=state, settings=settings, engine=engine)
     status = 0
     out_docs: list = []
     for f, obj in inputs:
+        decide = functools.partial(admit, state=state, settings=settings, engine=engine)
         try:
-            allowed, doc = _admit_one(args, f, obj, stored, state, decide)
+            if obj.get("kind") in _DRA_KINDS and group_of(str(obj.get("apiVersion") or "")) == "resource.k8s.io":
+                allowed, doc, state = _admit_dra(args, f, obj, state, settings)
+            else:
+                allowed, doc = _admit_one(args, f, obj, stored, state, decide)
         except _BadInput as e:
             _err(str(e))
             return 2

@@ -293,7 +293,7 @@ def test_dra_objects_are_read_from_a_snapshot_file(tmp_path):
     f = tmp_path / "cluster.yaml"
     f.write_text(EXAMPLE_CLUSTER.read_text() + "\n---\n" + yaml.safe_dump(CLASS) + "---\n" + yaml.safe_dump(TEMPLATE))
     st = load_snapshot(f, Settings())
-    assert set(st.device_classes) == {"test-class"}
+    assert set(st.device_classes) == {"test-class", "gpu.nvidia.com"}
     assert (NS, "test-claim-template") in st.claim_templates
 
 
@@ -333,3 +333,22 @@ def test_a_privileged_debug_container_added_to_a_workspace_pod_is_refused():
     again = copy.deepcopy(debugged)
     again["spec"]["ephemeralContainers"].append({"name": "second", "image": "busybox"})
     assert review.validate({**request, "object": again, "oldObject": debugged}, state_with(), Settings()).allowed
+
+
+def test_the_dra_example_is_refused_by_default_and_queued_when_the_platform_queues_dra_through_the_cli():
+    example = REPO / "examples" / "dra-job.yaml"
+
+    def admit(env: dict) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "taugate.cli", "admit", "-f", str(example), "--cluster",
+                               str(EXAMPLE_CLUSTER), "-o", "json"], capture_output=True, text=True, cwd=REPO,
+                              env={**os.environ, **env}, timeout=120)
+
+    refused = admit({})
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    assert "ResourceClaimTemplate four-h100 denied" in refused.stderr and "gpu.draWorkloads: queue" in refused.stderr
+    queued = admit({"TAUGATE_DRA_GPU_WORKLOADS": "queue"})
+    assert queued.returncode == 0, queued.stderr
+    template, job = json.loads(queued.stdout)["items"]
+    assert template["kind"] == "ResourceClaimTemplate"  # judged, then known to the Job after it
+    assert job["metadata"]["labels"][labels.WORKLOAD_PROFILE] == "h100-4gpu"
+    assert job["spec"]["template"]["spec"]["nodeSelector"]["tau.azure.com/gpu-class"] == "h100"

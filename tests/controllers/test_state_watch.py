@@ -15,7 +15,7 @@ from taugate.controllers.kube import Kube
 from taugate.state_objects import usable_objects
 from taugate.webhook.state_watch import WatchStateProvider
 from tests.controllers.conftest import pick
-from tests.kubedouble import KubeDouble
+from tests.kubedouble import DRA_RESOURCES, RESOURCES, KubeDouble
 
 TAU = "tau.azure.com/v1alpha1"
 KUEUE = "kueue.x-k8s.io/v1beta2"
@@ -135,6 +135,37 @@ async def test_a_stale_profile_set_hash_fails_closed(kube_double, example_object
         await provider.stop()
 
 
+async def test_a_cluster_that_does_not_serve_dra_is_ready_with_no_dra_objects(example_objects, settings):
+    with KubeDouble(tuple(r for r in RESOURCES if r not in DRA_RESOURCES)) as kd:  # a cluster before 1.34
+        kd.apply(_vision_only(example_objects))
+        provider = WatchStateProvider(Kube.from_configuration(kd.configuration), settings, debounce_seconds=0.02)
+        await provider.start()
+        try:
+            assert await provider.wait_ready(10)
+            assert provider.age_seconds() == 0.0  # an API that is not served is no watch that is down
+            assert provider.state.device_classes == {} and provider.state.claim_templates == {}
+        finally:
+            await provider.stop()
+
+
+async def test_claim_templates_and_device_classes_follow_the_cluster(kube_double, example_objects, settings):
+    kube_double.apply(_vision_only(example_objects))
+    provider = WatchStateProvider(Kube.from_configuration(kube_double.configuration), settings, debounce_seconds=0.02)
+    await provider.start()
+    try:
+        assert await provider.wait_ready(10)
+        kube_double.apply([
+            {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "gpu.nvidia.com"}},
+            {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+             "metadata": {"name": "four", "namespace": "vision"}, "spec": {"spec": {"devices": {"requests": [
+                 {"name": "g", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 4}}]}}}}])
+        await _until(lambda: ("vision", "four") in provider.state.claim_templates, what="the claim template")
+        assert set(provider.state.device_classes) == {"gpu.nvidia.com"}
+        assert provider.state.claim_templates[("vision", "four")]["devices"]["requests"][0]["exactly"]["count"] == 4
+    finally:
+        await provider.stop()
+
+
 async def test_an_api_outage_shows_as_a_growing_state_age(example_objects, settings):
     kd = KubeDouble().__enter__()
     provider = None
@@ -174,4 +205,4 @@ def test_an_invalid_workspace_or_a_second_claim_on_a_namespace_is_left_out(examp
     assert any("namespace 'vision' already belongs to TauWorkspace vision" in s for s in skipped)
     assert len(skipped) == 4
     assert {o["kind"] for o in kept} == {"TauCluster", "TauWorkspace", "Node", "LocalQueue", "ClusterQueue",
-                                         "ResourceFlavor", "WorkloadPriorityClass"}
+                                         "ResourceFlavor", "WorkloadPriorityClass", "DeviceClass"}
