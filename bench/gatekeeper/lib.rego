@@ -53,8 +53,12 @@ template(role, group, field, tmpl, replicas, min_replicas, max_replicas) := t {
 		"gpusPerPod": gpus_per_pod(spec), "containers": containers(spec, field),
 		"nodeSelector": object.get(spec, "nodeSelector", {}),
 		"affinity": object.get(spec, "affinity", {}),
+		"podRequests": pod_requests(spec),
 	}
 }
+
+# Pod-level resources (KEP-2837): the requests of spec.resources, a limit standing for a missing request.
+pod_requests(spec) := object.union(object.get(object.get(spec, "resources", {}), "limits", {}), object.get(object.get(spec, "resources", {}), "requests", {}))
 
 # The RayCluster spec of a RayJob or RayCluster and its field path.
 ray_cluster := [obj.spec.rayClusterSpec, "spec.rayClusterSpec"] {

@@ -236,7 +236,7 @@ def test_a_device_access_a_stored_object_already_had_does_not_fail_its_update():
 
 
 def test_a_gpu_pod_sized_by_pod_level_resources_is_admitted():
-    sample = REPO / "policies" / "requests-required" / "samples" / "example_allowed_pod_level_resources.yaml"
+    sample = REPO / "policies" / "requests-required" / "samples" / "example_allowed_job_pod_level_resources.yaml"
     d = review.admit(yaml.safe_load(sample.read_text()), state=state_with(), settings=Settings())
     assert d.allowed, messages(d)
     assert d.object["metadata"]["labels"][labels.WORKLOAD_PROFILE] == "h100-1gpu"
