@@ -76,7 +76,7 @@ def _claims(t: PodTemplate, namespace: str, state: ClusterState, settings: Setti
         ref = "resourceClaimTemplateName" if how == "template" else "resourceClaimName"
         where = field_path(t.path + ("spec", "resourceClaims", i, ref))
         what = "ResourceClaimTemplate" if how == "template" else "ResourceClaim"
-        spec = (state.claim_templates if how == "template" else state.claims).get((namespace, name))
+        spec = state.claim_spec(how, namespace, name)
         if spec is None:
             found.append(Violation(DRA_POLICY, where,
                 f"names {what} {name!r}, which does not exist in namespace {namespace!r}, so taugate cannot tell "

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from functools import cached_property
@@ -123,7 +123,8 @@ class ClusterState:
     ``queue_quotas``: by (namespace, LocalQueue name), the flavor quotas of its ClusterQueue.
     ``device_classes``: DRA DeviceClasses by name; ``claim_templates``: the claim spec
     (``spec.spec``) of each ResourceClaimTemplate by (namespace, name); ``claims``: each
-    ResourceClaim's spec by (namespace, name) (``taugate.devices``).
+    ResourceClaim's spec by (namespace, name) (``taugate.devices``); ``read_claim``: how a state
+    kept from watches reads one it does not hold yet (``claim_spec``), None for a snapshot.
     """
 
     cluster: TauCluster | None
@@ -144,6 +145,18 @@ class ClusterState:
     device_classes: dict[str, dict[str, Any]] = field(default_factory=dict)
     claim_templates: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     claims: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    read_claim: Callable[[str, str, str], dict[str, Any] | None] | None = field(default=None, compare=False)
+
+    def claim_spec(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        """The claim spec of ResourceClaimTemplate (``kind`` "template") or ResourceClaim ("claim")
+        ``name`` in ``namespace``: from this state, else, for a state kept from watches, read from the
+        API server (``read_claim``: one created a moment ago may not have reached the watch yet, as
+        when ``kubectl apply`` creates a template and the workload naming it back to back); None when
+        it does not exist or cannot be read."""
+        known = (self.claim_templates if kind == "template" else self.claims).get((namespace, name))
+        if known is not None or self.read_claim is None:
+            return known
+        return self.read_claim(kind, namespace, name)
 
     def with_dra_object(self, obj: dict[str, Any], namespace: str) -> ClusterState:
         """This state with one more DRA object (a DeviceClass, ResourceClaimTemplate or ResourceClaim

@@ -85,6 +85,11 @@ REMOTE_ENGINE_WORKERS = 16
 round trip (median 2.2 ms to a local OPA on the 2-core dev machine), so 16 keep more reviews in
 flight than two cores can decide, and bound the threads a late OPA server can hold at once."""
 
+CLAIM_MARK = b"resourceClaim"
+"""In a body naming DRA claims (``resourceClaims``, ``resourceClaimTemplateName``...): its decision may
+read a claim the watch has not delivered yet from the API server (``ClusterState.claim_spec``), so it is
+decided in the thread pool, never on the event loop."""
+
 KNOWN_KINDS = ROUTED_KINDS
 """Kinds kept as metric labels; anything else is ``other`` (a request body cannot mint labels)."""
 
@@ -337,7 +342,7 @@ class AdmissionServer:
         body = await self._read(request, deadline)
         if isinstance(body, _Reply):
             return body
-        threaded = len(body) > self.inline_limit
+        threaded = len(body) > self.inline_limit or CLAIM_MARK in body
         if not threaded and not self.remote:
             return self._decide_now(route, body, late=loop.time() >= deadline)
         try:
@@ -409,7 +414,8 @@ class AdmissionServer:
                     and not self.remote and request.content.is_eof():
                 # The hot path: a small body already received whole, decided at once (_admit's
                 # limits and deadline cannot apply to it).
-                reply = self._decide_now(route, await request.read())
+                body = await request.read()
+                reply = self._decide_now(route, body) if CLAIM_MARK not in body else await self._admit(route, request)
             else:
                 reply = await self._admit(route, request)
             self.metrics.answered(route.path, reply.kind, reply.operation, reply.decision,

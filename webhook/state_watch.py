@@ -26,7 +26,9 @@ reads ``provider.state`` with no API call per request. It satisfies the webhook 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
+import dataclasses
 import logging
 import math
 import threading
@@ -37,9 +39,20 @@ from typing import Any, Protocol
 from taugate.kubeaccess import KubeError, Resource, WatchExpired, name_of, namespace_of
 from taugate.settings import Settings
 from taugate.snapshot import ClusterState, SnapshotError, build_state
-from taugate.state_objects import DRA_RESOURCES, STATE_RESOURCES, trim, usable_objects
+from taugate.state_objects import (
+    DRA_RESOURCES,
+    RESOURCE_CLAIM_TEMPLATES,
+    RESOURCE_CLAIMS,
+    STATE_RESOURCES,
+    trim,
+    usable_objects,
+)
 
 log = logging.getLogger("taugate.state_watch")
+
+READ_CLAIM_SECONDS = 1.0
+"""The most a decision waits to read a claim or claim template the watch has not delivered yet
+(``WatchStateProvider.read_claim``); half the admission deadline."""
 
 class ApiReader(Protocol):
     """What the watch needs of an API client (``taugate.controllers.kube.Kube`` is one, wired by
@@ -81,6 +94,8 @@ class WatchStateProvider:
         self._dirty: asyncio.Event | None = None
         self._ready: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
+        self._read: dict[tuple[str, str, str], dict | None] = {}
+        self._reader = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="taugate-read-claim")
 
     # -- the StateProvider protocol --------------------------------------------------------
     @property
@@ -241,10 +256,39 @@ class WatchStateProvider:
         if self._dirty is not None:
             self._dirty.set()
 
+    def read_claim(self, kind: str, namespace: str, name: str) -> dict | None:
+        """The claim spec of a ResourceClaimTemplate (``kind`` "template") or ResourceClaim the
+        state does not hold, read from the API server (``ClusterState.claim_spec``): one created a
+        moment ago may not have reached the watch yet. Called from a decision thread (the server
+        decides a review that names claims off the event loop); at most ``READ_CLAIM_SECONDS``,
+        then None (the workload is refused, saying the claim is not known). What was read is kept
+        until the next rebuild, which holds it from the watch."""
+        key = (kind, namespace, name)
+        if key in self._read:
+            return self._read[key]
+        res = RESOURCE_CLAIM_TEMPLATES if kind == "template" else RESOURCE_CLAIMS
+        future = self._reader.submit(self.kube.get, res, name, namespace)  # type: ignore[attr-defined]
+        try:
+            obj = future.result(timeout=READ_CLAIM_SECONDS)
+        except (concurrent.futures.TimeoutError, KubeError) as e:  # not known: the workload is refused
+            log.warning("could not read %s %s/%s (%s): refused as unknown", res.kind, namespace, name, e)
+            return None
+        spec = (obj or {}).get("spec") if isinstance(obj, dict) else None
+        if kind == "template" and isinstance(spec, dict):
+            spec = spec.get("spec")
+        found = spec if isinstance(spec, dict) else None
+        if len(self._read) >= 256:
+            self._read.clear()
+        self._read[key] = found
+        return found
+
     def _build(self, objects: list[dict], generation: int) -> tuple[ClusterState, list[str]]:
         kept, skipped = usable_objects(objects, self.settings.system_namespace)
+        self._read = {}  # the watch holds what was read before this rebuild
+        read = self.read_claim if hasattr(self.kube, "get") else None
         try:
-            return build_state(kept, self.settings, generation=generation, source="cluster"), skipped
+            return dataclasses.replace(build_state(kept, self.settings, generation=generation, source="cluster"),
+                                       read_claim=read), skipped
         except SnapshotError as e:  # not expected after usable_objects; fail closed without a cluster
             log.error("cannot build the cluster state: %s", e)
             rest = [o for o in kept if o.get("kind") not in ("TauCluster", "TauWorkspace")]

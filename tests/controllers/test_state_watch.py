@@ -166,6 +166,28 @@ async def test_claim_templates_and_device_classes_follow_the_cluster(kube_double
         await provider.stop()
 
 
+async def test_a_claim_template_the_watch_has_not_delivered_yet_is_read_from_the_api_server(
+        kube_double, example_objects, settings):
+    kube_double.apply(_vision_only(example_objects))
+    provider = WatchStateProvider(Kube.from_configuration(kube_double.configuration), settings, debounce_seconds=0.02)
+    await provider.start()
+    try:
+        assert await provider.wait_ready(10)
+        state = provider.state  # built before the template exists, as one a review is decided with
+        kube_double.apply([{"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+                            "metadata": {"name": "just-made", "namespace": "vision"},
+                            "spec": {"spec": {"devices": {"requests": [{"name": "g", "exactly": {
+                                "deviceClassName": "gpu.nvidia.com", "count": 2}}]}}}}])
+        assert ("vision", "just-made") not in state.claim_templates
+        spec = await asyncio.to_thread(state.claim_spec, "template", "vision", "just-made")
+        assert spec == {"devices": {"requests": [{"name": "g", "exactly": {"deviceClassName": "gpu.nvidia.com",
+                                                                            "count": 2}}]}}
+        assert await asyncio.to_thread(state.claim_spec, "template", "vision", "never-made") is None
+        assert await asyncio.to_thread(state.claim_spec, "claim", "vision", "just-made") is None
+    finally:
+        await provider.stop()
+
+
 async def test_an_api_outage_shows_as_a_growing_state_age(example_objects, settings):
     kd = KubeDouble().__enter__()
     provider = None
