@@ -352,3 +352,19 @@ def test_the_dra_example_is_refused_by_default_and_queued_when_the_platform_queu
     assert template["kind"] == "ResourceClaimTemplate"  # judged, then known to the Job after it
     assert job["metadata"]["labels"][labels.WORKLOAD_PROFILE] == "h100-4gpu"
     assert job["spec"]["template"]["spec"]["nodeSelector"]["tau.azure.com/gpu-class"] == "h100"
+
+
+@pytest.mark.parametrize("kind", ["Deployment", "StatefulSet"])
+def test_a_sixteen_replica_deployment_or_statefulset_of_dra_pods_is_governed(kind):
+    obj = {"apiVersion": "apps/v1", "kind": kind, "metadata": {"name": "serve", "namespace": NS},
+           "spec": {"replicas": 16, "selector": {"matchLabels": {"app": "serve"}}, "template": {
+               "metadata": {"labels": {"app": "serve"}}, "spec": copy.deepcopy(POD["spec"])}}}
+    if kind == "StatefulSet":
+        obj["spec"]["serviceName"] = "serve"
+    refused = review.admit(obj, state=state_with(CLASS, four_gpu_template()), settings=settings())
+    assert not refused.allowed and "[gpu-dra] spec.template.spec.resourceClaims[0]" in messages(refused)
+    queued = review.admit(obj, state=state_with(CLASS, four_gpu_template()), settings=settings(dra_gpu_workloads="queue"))
+    assert queued.allowed, messages(queued)
+    assert queued.object["metadata"]["labels"][labels.KUEUE_QUEUE_NAME] == "vision-queue"
+    assert queued.object["spec"]["template"]["spec"]["nodeSelector"]["tau.azure.com/gpu-class"] == "h100"
+    assert queued.object["metadata"]["labels"][labels.WORKLOAD_PROFILE] == "h100-4gpu"

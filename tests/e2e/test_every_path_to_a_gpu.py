@@ -57,16 +57,11 @@ def _create(stack: Stack, obj: dict, check: bool = True):
     return stack.cp.kubectl("create", "-o", "json", "-f", "-", input=json.dumps(obj), check=check)
 
 
-def _create_once_taugate_knows_the_template(stack: Stack, obj: dict) -> dict:
-    """Create ``obj`` once taugate's watch has seen the claim template it names (a workload naming
-    one taugate has not seen is refused, saying so: the wait is on that answer, with a deadline)."""
-    def created():
-        p = _create(stack, obj, check=False)
-        if p.returncode == 0:
-            return json.loads(p.stdout)
-        assert "which does not exist in namespace" in p.stderr, p.stderr
-        return None
-    return stack.wait_for(f"taugate to admit {obj['metadata']['name']}", created, 30)
+def _create_together(stack: Stack, *objects: dict) -> list[dict]:
+    """``kubectl create -f`` of one file holding ``objects`` in order (a claim template, then the
+    workload naming it, back to back: taugate reads a template its watch has not delivered yet)."""
+    out = json.loads(_create(stack, {"apiVersion": "v1", "kind": "List", "items": list(objects)}).stdout)
+    return out["items"] if out.get("kind") == "List" else [out]
 
 
 def _workload_of(stack: Stack, kind: str, name: str) -> dict | None:
@@ -103,8 +98,7 @@ def stack(whole_stack):
 
 def test_a_dra_job_is_queued_admitted_by_kueue_against_the_gpu_quota_and_bound_to_h100_nodes(stack):
     cp = stack.cp
-    _create(stack, _template("four-gpus", 4))
-    stored = _create_once_taugate_knows_the_template(stack, _job("dra-train", 2, "four-gpus"))
+    _, stored = _create_together(stack, _template("four-gpus", 4), _job("dra-train", 2, "four-gpus"))
     assert stored["metadata"]["labels"][QUEUE] == WORKSPACE_QUEUE
     assert stored["metadata"]["labels"]["tau.azure.com/workload-profile"] == "h100-4gpu"
     assert stored["spec"]["template"]["spec"]["nodeSelector"][GPU_CLASS_SELECTOR] == "h100"
@@ -146,8 +140,7 @@ def test_a_pod_asking_gpus_as_a_dra_extended_resource_is_queued_admitted_and_bou
 
 
 def test_a_dra_job_over_the_queues_gpu_quota_waits_suspended_for_quota(stack):
-    _create(stack, _template("four-gpus-big", 4))
-    _create_once_taugate_knows_the_template(stack, _job("dra-big", 6, "four-gpus-big"))  # 24 GPUs on top of 9
+    _create_together(stack, _template("four-gpus-big", 4), _job("dra-big", 6, "four-gpus-big"))  # 24 GPUs on top of 9
 
     def pending_for_quota() -> dict | None:
         w = _workload_of(stack, "Job", "dra-big")
