@@ -199,10 +199,15 @@ def _kustomization_patches(kustomization: Path) -> dict[tuple[str, str], list[di
     return out
 
 
+LONG_RUNNING_CONTAINER = "train-until-deleted"
+"""The first container's name of a Job pod kwok leaves Running (``kwok_stages``)."""
+
+
 def kwok_stages() -> str:
     """The kwok Stage documents of ``KWOK_STAGES`` from the pinned kwok module, as one YAML
     stream; ``pod-complete`` leaves KubeRay's submitter pod (container ``ray-job-submitter``)
-    Running, as ``ray job submit`` runs while the Ray job does."""
+    Running, as ``ray job submit`` runs while the Ray job does, and a pod whose first container is
+    ``LONG_RUNNING_CONTAINER``."""
     root = upstream.module_dir("kwok") / "kustomize" / "stage"
     docs = []
     for rel in KWOK_STAGES:
@@ -218,8 +223,11 @@ def kwok_stages() -> str:
         if d["metadata"]["name"] == "pod-complete":
             # KubeRay's submitter runs `ray job submit` and follows the Ray job until it ends: it
             # does not complete while the RayJob runs (kwok's stage completes every Job's pod).
+            # A Job pod whose first container is LONG_RUNNING_CONTAINER trains until deleted: its
+            # DRA claim stays allocated while a test looks at it.
             d["spec"]["selector"]["matchExpressions"].append(
-                {"key": ".spec.containers.[0].name", "operator": "NotIn", "values": [SUBMITTER_CONTAINER]})
+                {"key": ".spec.containers.[0].name", "operator": "NotIn",
+                 "values": [SUBMITTER_CONTAINER, LONG_RUNNING_CONTAINER]})
     return yaml.safe_dump_all(docs)
 
 

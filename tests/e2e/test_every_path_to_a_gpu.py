@@ -16,7 +16,7 @@ import json
 
 import pytest
 
-from tests.e2e.stack import DRA_DRIVER, Stack
+from tests.e2e.stack import DRA_DRIVER, LONG_RUNNING_CONTAINER, Stack
 from tests.e2e.workloads import GPU_CLASS_SELECTOR, QUEUE, RUN_ID, WORKSPACE, WORKSPACE_QUEUE
 
 H100_NODES = "aks-h100-"
@@ -35,14 +35,11 @@ def _template(name: str, gpus: int) -> dict:
 def _job(name: str, pods: int, template: str) -> dict:
     return {"apiVersion": "batch/v1", "kind": "Job",
             "metadata": {"name": name, "namespace": WORKSPACE, "labels": {MADE: "yes"}},
-            "spec": {"parallelism": pods, "completions": pods, "template": {
-                # kwok completes a Job's pod after 1-6 s (its pod-complete Stage); these train longer
-                "metadata": {"annotations": {"pod-complete.stage.kwok.x-k8s.io/delay": "10m",
-                                             "pod-complete.stage.kwok.x-k8s.io/jitter-delay": "10m"}},
-                "spec": {
+            "spec": {"parallelism": pods, "completions": pods, "template": {"spec": {
                 "restartPolicy": "Never",
                 "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": template}],
-                "containers": [{"name": "train", "image": "nvcr.io/nvidia/pytorch:24.10-py3",
+                # kwok completes a Job's pods at once, unless their first container is this one
+                "containers": [{"name": LONG_RUNNING_CONTAINER, "image": "nvcr.io/nvidia/pytorch:24.10-py3",
                                 "command": ["python", "train.py"],
                                 "resources": {"requests": CPU, "limits": CPU, "claims": [{"name": "gpus"}]}}]}}}}
 
