@@ -121,6 +121,10 @@ def run_operator_command(args: argparse.Namespace) -> int:
     settings = Settings()
     if args.system_namespace:
         settings = settings.model_copy(update={"system_namespace": args.system_namespace})
+    problem = settings.admission_key_problem()
+    if problem:  # the recorder would trust records anyone can forge
+        _err(problem)
+        return 2
     try:
         audit = _audit_options(args, settings)
     except ValueError as e:
