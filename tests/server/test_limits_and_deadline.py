@@ -15,6 +15,7 @@ import pytest
 from taugate.settings import Settings
 from taugate.webhook.server import READ_GRACE_SECONDS
 from tests.server.https import SERVICE_NAME, admission_review, apply, check_response, client_context, workload_request
+from tests.waiting import until
 
 GARBAGE = [
     pytest.param(b"", "not JSON", id="empty"),
@@ -84,7 +85,7 @@ async def test_a_large_valid_review_is_decided_in_the_thread_pool_while_small_on
         return r
 
     async def probes():
-        await asyncio.sleep(0.005)
+        await until(lambda: gate.server.budget.used, what="the big review to hold its bytes")
         for _ in range(5):
             r = await gate.get("/healthz")
             assert r.status == 200
