@@ -54,7 +54,8 @@ MAX_INPUT_BYTES = 128 * 1024 * 1024
 
 MAX_EVIDENCE_BYTES = 64 * 1024 * 1024
 """Largest ``events.jsonl`` or ``evidence.json`` of one run read (an event is ~0.5 KB and a run
-records tens of them: 64 MiB is over 100,000 events); verifying one that size takes ~0.5 GB."""
+records tens of them: 64 MiB is over 100,000 events); verifying folds every event in memory,
+so the bound is what keeps ``taugate evidence verify`` from a MemoryError."""
 
 MAX_POLICY_FILE_BYTES = 8 * 1024 * 1024
 """Largest Rego module or ``enforcement.yaml`` read (the bundled library's largest is ~10 KB)."""
