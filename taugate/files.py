@@ -87,7 +87,8 @@ def _size(limit: int) -> str:
     return f"{limit // 1048576} MiB" if limit % 1048576 == 0 else f"{limit:,} bytes"
 
 
-def read_limited(path: str | Path, limit: int = MAX_INPUT_BYTES, what: str = "manifests and snapshots") -> bytes:
+def read_limited(path: str | os.PathLike[str], limit: int = MAX_INPUT_BYTES,
+                 what: str = "manifests and snapshots") -> bytes:
     """The bytes of ``path`` (``-``: standard input), at most ``limit``; ``what`` names the kind
     of file in the error. Raises ``InputError`` for a missing or unreadable file, a directory, or
     an input larger than ``limit`` (a regular file by its size, before anything is read; a
@@ -116,7 +117,7 @@ def read_limited(path: str | Path, limit: int = MAX_INPUT_BYTES, what: str = "ma
     return data
 
 
-def read_text_limited(path: str | Path, limit: int, what: str) -> str:
+def read_text_limited(path: str | os.PathLike[str], limit: int, what: str) -> str:
     """``read_limited`` as UTF-8 text; ``InputError`` also for bytes that are not UTF-8."""
     data = read_limited(path, limit, what)
     try:
