@@ -27,6 +27,7 @@ from prometheus_client import Gauge
 
 from taugate.certs.pki import CertError, fingerprint, load_certificates, load_private_key, public_keys_match
 from taugate.certs.store import CA_BUNDLE, TLS_CERT, TLS_KEY, generate
+from taugate.files import MAX_KEY_FILE_BYTES, InputError, read_limited
 
 log = logging.getLogger("taugate.certs")
 
@@ -76,11 +77,10 @@ class ServingTLS:
 
     def _read_pair(self) -> tuple[bytes, bytes]:
         try:
-            return self.cert_path.read_bytes(), self.key_path.read_bytes()
-        except FileNotFoundError as e:
-            raise CertError(f"{e.filename}: no such file") from None
-        except (IsADirectoryError, PermissionError) as e:
-            raise CertError(f"{e.filename}: cannot read: {e.strerror}") from None
+            return (read_limited(self.cert_path, MAX_KEY_FILE_BYTES, "certificate and key files"),
+                    read_limited(self.key_path, MAX_KEY_FILE_BYTES, "certificate and key files"))
+        except InputError as e:
+            raise CertError(str(e)) from None
 
     def _load(self, *, initial: bool = False) -> bool:
         stat = (_stat_id(self.cert_path), _stat_id(self.key_path))

@@ -44,7 +44,12 @@ from taugate.certs.pki import (
     fingerprint,
     service_dns_names,
 )
-from taugate.files import write_atomic  # noqa: F401  (re-exported: certs.store.write_atomic)
+from taugate.files import (
+    MAX_KEY_FILE_BYTES,
+    InputError,
+    read_limited,
+    write_atomic,  # noqa: F401  (re-exported: certs.store.write_atomic)
+)
 
 LOCK = ".lock"
 
@@ -90,14 +95,13 @@ def read_set(directory: str | Path) -> CertSet:
         raise CertError(f"{d}: is not a directory" if d.exists() else f"{d}: no such directory")
     items: dict[str, bytes | None] = {}
     for name in ITEMS:
-        try:
-            items[name] = (d / name).read_bytes()
-        except FileNotFoundError:
-            if name != CA_NEXT_KEY:
-                raise CertError(f"{d / name}: no such file") from None
+        if name == CA_NEXT_KEY and not (d / name).exists():
             items[name] = None
-        except (IsADirectoryError, PermissionError) as e:
-            raise CertError(f"{d / name}: cannot read: {e.strerror}") from None
+            continue
+        try:
+            items[name] = read_limited(d / name, MAX_KEY_FILE_BYTES, "certificate and key files")
+        except InputError as e:
+            raise CertError(str(e)) from None
     return CertSet.from_items(items, lambda n: str(d / n))
 
 

@@ -121,6 +121,10 @@ def run_operator_command(args: argparse.Namespace) -> int:
     settings = Settings()
     if args.system_namespace:
         settings = settings.model_copy(update={"system_namespace": args.system_namespace})
+    problem = settings.admission_key_problem()
+    if problem:  # the recorder would trust records anyone can forge
+        _err(problem)
+        return 2
     try:
         audit = _audit_options(args, settings)
     except ValueError as e:
@@ -241,6 +245,7 @@ def crds_command(args: argparse.Namespace) -> int:
     directory holds exactly what the models generate (``--check``, exit 1 when a CRD file is
     missing, differs, or an unexpected manifest is there: one line each)."""
     from taugate.controllers.crds import check_crds, render_crds, write_crds
+    from taugate.files import InputError
 
     if args.check:
         d = Path(args.check)
@@ -250,7 +255,11 @@ def crds_command(args: argparse.Namespace) -> int:
         if not d.is_dir():
             _err(f"{args.check}: is not a directory")
             return 2
-        problems = check_crds(d)
+        try:
+            problems = check_crds(d)
+        except InputError as e:
+            _err(str(e))
+            return 2
         fix = {"missing": f"missing; run `taugate crds -o {args.check}`",
                "differs": f"differs from the CRD generated from taugate/models.py; run `taugate crds -o {args.check}`",
                "unexpected": "unexpected file: Helm installs every YAML/JSON file of a chart's crds/ directory; "

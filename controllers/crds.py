@@ -35,6 +35,7 @@ import yaml
 from pydantic import BaseModel
 
 from taugate import labels
+from taugate.files import MAX_INPUT_BYTES, read_limited
 from taugate.models import TauCluster, TauQuotaRequest, TauWorkspace
 from taugate.run_models import TauRun
 
@@ -396,7 +397,8 @@ def check_crds(directory: str | Path, kinds: list[CrdKind] | None = None) -> lis
     manifest no kind generates and not one of ``VENDORED_CRDS``: Helm installs every
     ``.yaml``/``.yml``/``.json`` file under a chart's ``crds/``, subdirectories included, so a
     stray file would be applied as well).
-    Raises ``OSError`` when the directory cannot be read."""
+    Raises ``OSError`` when the directory cannot be read, ``taugate.files.InputError`` for a file
+    that cannot be read or is over 128 MiB (``read_limited``)."""
     d = Path(directory)
     expected = render_crds(kinds)
     problems: list[tuple[str, str]] = []
@@ -404,7 +406,7 @@ def check_crds(directory: str | Path, kinds: list[CrdKind] | None = None) -> lis
         path = d / name
         if not path.is_file():
             problems.append((name, "missing"))
-        elif not _same_content(path.read_text(errors="replace"), text):
+        elif not _same_content(read_limited(path, MAX_INPUT_BYTES, "CRD files").decode(errors="replace"), text):
             problems.append((name, "differs"))
     for path in sorted(d.rglob("*")):
         rel = path.relative_to(d).as_posix()

@@ -57,7 +57,7 @@ from taugate.controllers.evidence_format import (
 )
 from taugate.controllers.evidence_keys import Signer, load_public_key
 from taugate.controllers.evidence_log import check_chain, fold, signed_document
-from taugate.controllers.evidence_verify import Verification, verify_record
+from taugate.controllers.evidence_verify import Verification, read_evidence_file, verify_record
 
 # --------------------------------------------------------------------------------------------
 # the store
@@ -131,7 +131,7 @@ class EvidenceStore:
             path = d / EVENTS_FILE
             rec = RunRecord(run_id)
             if path.exists():
-                raw = path.read_bytes()
+                raw = read_evidence_file(path)
                 if raw and not raw.endswith(b"\n"):
                     raw = raw[: raw.rfind(b"\n") + 1]
                     atomic_write(path, raw)
@@ -143,10 +143,10 @@ class EvidenceStore:
                 stale = True
                 if ev_path.exists():
                     try:
-                        cur = json.loads(ev_path.read_bytes())
+                        cur = json.loads(read_evidence_file(ev_path))
                         evs = cur.get("events") if isinstance(cur, dict) else None
                         stale = not isinstance(evs, dict) or evs.get("head") != head
-                    except ValueError:
+                    except (ValueError, EvidenceError):
                         stale = True
                 if stale and events and self.signer is not None:
                     atomic_write(ev_path, canonical_document(signed_document(events, head, self.signer)))
@@ -191,11 +191,11 @@ class EvidenceStore:
         """The parsed ``evidence.json`` (a JSON object; its fields are not checked: see
         :func:`verify_record`); EvidenceError when missing, not JSON or not a JSON object."""
         path = self.run_dir(run_id) / EVIDENCE_FILE
+        if not path.exists():
+            raise EvidenceError(f"{path}: no evidence record for run {run_id}")
         try:
-            doc = json.loads(path.read_bytes())
-        except FileNotFoundError:
-            raise EvidenceError(f"{path}: no evidence record for run {run_id}") from None
-        except (OSError, ValueError) as e:
+            doc = json.loads(read_evidence_file(path))
+        except ValueError as e:
             raise EvidenceError(f"{path}: unreadable ({e})") from None
         if not isinstance(doc, dict):
             raise EvidenceError(f"{path}: not a JSON object (malformed record)")
@@ -222,6 +222,7 @@ __all__ = [
     "check_run_id",
     "fold",
     "load_public_key",
+    "read_evidence_file",
     "sha256_hex",
     "signed_document",
     "verify_record",

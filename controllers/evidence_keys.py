@@ -5,12 +5,20 @@ from __future__ import annotations
 
 import base64
 import os
-from pathlib import Path
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from taugate.controllers.evidence_format import EvidenceError, sha256_hex
+from taugate.files import MAX_KEY_FILE_BYTES, InputError, read_limited
+
+
+def _read_key_file(path: str | os.PathLike, what: str) -> bytes:
+    """A PEM file of at most ``MAX_KEY_FILE_BYTES``; EvidenceError naming it and ``what`` it holds."""
+    try:
+        return read_limited(path, MAX_KEY_FILE_BYTES, "key files")
+    except InputError as e:
+        raise EvidenceError(f"cannot read {what}: {e}") from None
 
 # --------------------------------------------------------------------------------------------
 # keys
@@ -52,11 +60,7 @@ class Signer:
     @classmethod
     def from_file(cls, path: str | os.PathLike) -> Signer:
         """Read a key file (e.g. a Secret mounted as a volume); raises EvidenceError."""
-        try:
-            data = Path(path).read_bytes()
-        except OSError as e:
-            raise EvidenceError(f"{path}: cannot read signing key ({e.strerror})") from None
-        return cls.from_pem(data, str(path))
+        return cls.from_pem(_read_key_file(path, "signing key"), str(path))
 
     def private_pem(self) -> bytes:
         """The key as unencrypted PKCS#8 PEM (what a Secret or key file holds)."""
@@ -76,10 +80,7 @@ class Signer:
 def load_public_key(path: str | os.PathLike) -> Ed25519PublicKey:
     """Read an Ed25519 public key (SubjectPublicKeyInfo PEM) or a private key PEM (its public
     half); raises EvidenceError naming the file."""
-    try:
-        data = Path(path).read_bytes()
-    except OSError as e:
-        raise EvidenceError(f"{path}: cannot read public key ({e.strerror})") from None
+    data = _read_key_file(path, "public key")
     try:
         key = serialization.load_pem_public_key(data)
     except (ValueError, TypeError):

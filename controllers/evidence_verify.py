@@ -24,6 +24,16 @@ from taugate.controllers.evidence_format import (
     sha256_hex,
 )
 from taugate.controllers.evidence_log import check_chain, fold
+from taugate.files import MAX_EVIDENCE_BYTES, InputError, read_limited
+
+
+def read_evidence_file(path: Path) -> bytes:
+    """The bytes of one file of a record, at most ``MAX_EVIDENCE_BYTES`` (``taugate.files.read_limited``);
+    EvidenceError naming the file when it is missing, unreadable or larger."""
+    try:
+        return read_limited(path, MAX_EVIDENCE_BYTES, "evidence files")
+    except InputError as e:
+        raise EvidenceError(str(e)) from None
 
 
 @dataclass(frozen=True)
@@ -91,12 +101,9 @@ def _read_record(d: Path) -> tuple[bytes, bytes] | Verification:
         raise EvidenceError(f"{d}: no evidence record (directory missing)")
     data: dict[str, bytes] = {}
     for path in (d / EVENTS_FILE, d / EVIDENCE_FILE):
-        try:
-            data[path.name] = path.read_bytes()
-        except FileNotFoundError:
+        if not path.exists() and not path.is_symlink():
             return Verification(False, (f"{path.name}: missing from the record",))
-        except OSError as e:
-            raise EvidenceError(f"{path}: unreadable ({e.strerror})") from None
+        data[path.name] = read_evidence_file(path)
     return data[EVENTS_FILE], data[EVIDENCE_FILE]
 
 

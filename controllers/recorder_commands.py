@@ -39,6 +39,7 @@ from taugate.controllers.evidence import (
     Verification,
     check_run_id,
     load_public_key,
+    read_evidence_file,
     verify_record,
 )
 from taugate.controllers.run_completion import describe_failure
@@ -193,8 +194,8 @@ def open_record(store: EvidenceStore, run_id: str) -> OpenedRecord:
     verification = verify_record(d)
     doc: dict | None = None
     try:
-        parsed = json.loads((d / EVIDENCE_FILE).read_bytes())
-    except (OSError, ValueError):
+        parsed = json.loads(read_evidence_file(d / EVIDENCE_FILE))
+    except (EvidenceError, ValueError):
         parsed = None  # the verification says why
     if isinstance(parsed, dict):
         doc = parsed
@@ -395,12 +396,11 @@ def cmd_evidence_show(args: argparse.Namespace) -> int:
         rec = open_record(EvidenceStore(_root(args)), args.run)
         raw = None
         if args.json:
+            path = rec.run_dir / EVIDENCE_FILE
             try:
-                raw = (rec.run_dir / EVIDENCE_FILE).read_text(encoding="utf-8")
-            except FileNotFoundError:
-                raw = None
-            except (OSError, UnicodeDecodeError) as e:
-                raise EvidenceError(f"{rec.run_dir / EVIDENCE_FILE}: unreadable ({e})") from None
+                raw = read_evidence_file(path).decode("utf-8") if path.exists() else None
+            except UnicodeDecodeError as e:
+                raise EvidenceError(f"{path}: unreadable ({e})") from None
     except EvidenceError as e:
         return _err(str(e))
     warning = rec.warning

@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 from pathlib import Path
 from typing import Protocol
 
@@ -20,6 +21,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from taugate.controllers.run_progress import parse_metrics_jsonl
 from taugate.controllers.run_values import ArtifactListing, ProgressSample
+from taugate.files import MAX_WORKLOAD_FILE_BYTES, read_limited
 
 
 class RecorderConfig(BaseSettings):
@@ -122,23 +124,31 @@ class FilesystemProbe:
     def metrics(self, namespace: str, run_id: str, workspace: str | None = None) -> ProgressSample | None:
         """Records and largest step of the run's metrics JSONL, read incrementally: only the
         complete lines appended since the last call are parsed (a file that shrank or was
-        replaced is read again from the start)."""
+        replaced is read again from the start), at most ``MAX_WORKLOAD_FILE_BYTES`` a call (the
+        rest on the next call; a piece of a line longer than that is skipped, it is no metrics
+        record). Anything but a regular file (a FIFO, ``/dev/zero``) is not read."""
         d = self.run_dir(namespace, run_id, workspace)
         if d is None:
             return None
         path = d / self.config.metrics_file
         key = str(path)
         try:
+            if not path.is_file():
+                return None
             with path.open("rb") as f:
                 st = os.fstat(f.fileno())
+                if not stat.S_ISREG(st.st_mode):
+                    return None
                 ino, offset, records, step = self._metrics.get(key, (st.st_ino, 0, 0, None))
                 if ino != st.st_ino or st.st_size < offset:
                     offset, records, step = 0, 0, None
                 f.seek(offset)
-                chunk = f.read()
+                chunk = f.read(MAX_WORKLOAD_FILE_BYTES)
         except OSError:
             return None
         complete = chunk[: chunk.rfind(b"\n") + 1]
+        if not complete and len(chunk) == MAX_WORKLOAD_FILE_BYTES:
+            complete = chunk  # one line longer than a read: skipped (it parses as no record)
         n, s = parse_metrics_jsonl(complete.decode("utf-8", errors="replace"), self.config.step_keys)
         records += n
         if s is not None:
@@ -181,8 +191,8 @@ class FilesystemProbe:
             if not p.is_file():
                 continue
             try:
-                parsed = json.loads(p.read_text(encoding="utf-8"))
-            except (OSError, ValueError):
+                parsed = json.loads(read_limited(p, MAX_WORKLOAD_FILE_BYTES, "artifact indexes"))
+            except ValueError:  # InputError (unreadable, too large) or not JSON
                 continue
             if isinstance(parsed, list):
                 parsed = {"artifacts": parsed}

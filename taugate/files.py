@@ -1,10 +1,15 @@
-"""Files that are never half-written: the one atomic write every part uses (certificates,
-evidence records, exported snapshots)."""
+"""Files that are never half-written, and never read whole when they are too large: the one
+atomic write every part uses (certificates, evidence records, exported snapshots) and the one
+bounded read every file the CLI, the webhook and the operator read goes through
+(``read_limited``: manifests, snapshots, policies, evidence records, keys, certificates, a run's
+metrics and artifact index). A file over its limit (or endless, ``/dev/zero``) is refused in one
+line naming it and the limit (``InputError``; the commands exit 2), never read into memory."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -47,6 +52,26 @@ MAX_INPUT_BYTES = 128 * 1024 * 1024
 """Largest manifest or snapshot file read (a 5,000-node snapshot is ~50 MB); a larger input (or
 ``/dev/zero``) is refused after reading this many bytes, never read whole."""
 
+MAX_EVIDENCE_BYTES = 64 * 1024 * 1024
+"""Largest ``events.jsonl`` or ``evidence.json`` of one run read (an event is ~0.5 KB and a run
+records tens of them: 64 MiB is over 100,000 events); verifying folds every event in memory,
+so the bound is what keeps ``taugate evidence verify`` from a MemoryError."""
+
+MAX_POLICY_FILE_BYTES = 8 * 1024 * 1024
+"""Largest Rego module or ``enforcement.yaml`` read (the bundled library's largest is ~10 KB)."""
+
+MAX_KEY_FILE_BYTES = 1024 * 1024
+"""Largest PEM file (a key, a certificate chain or a CA bundle) read; a chain of 100 certificates
+is ~200 KB."""
+
+MAX_KUBECONFIG_BYTES = 16 * 1024 * 1024
+"""Largest kubeconfig file accepted (the Kubernetes client library reads it whole; one with a few
+embedded certificates is ~10 KB)."""
+
+MAX_WORKLOAD_FILE_BYTES = 16 * 1024 * 1024
+"""Largest piece of a workload's own output the operator reads at once: the artifact index, and
+each read of the metrics JSONL (which goes on from where it stopped on the next read)."""
+
 MAX_ALIAS_VALUES = 1_000_000
 """Values YAML aliases may add to a file once expanded (a billion-laughs document adds ~10^9)."""
 
@@ -58,10 +83,18 @@ class InputError(ValueError):
     """An input that cannot be read; the message is one line naming the input and the problem."""
 
 
-def read_limited(path: str | Path, limit: int = MAX_INPUT_BYTES) -> bytes:
-    """The bytes of ``path`` (``-``: standard input), at most ``limit``. Raises ``InputError``
-    for a missing or unreadable file, a directory, or an input larger than ``limit``."""
+def _size(limit: int) -> str:
+    return f"{limit // 1048576} MiB" if limit % 1048576 == 0 else f"{limit:,} bytes"
+
+
+def read_limited(path: str | os.PathLike[str], limit: int = MAX_INPUT_BYTES,
+                 what: str = "manifests and snapshots") -> bytes:
+    """The bytes of ``path`` (``-``: standard input), at most ``limit``; ``what`` names the kind
+    of file in the error. Raises ``InputError`` for a missing or unreadable file, a directory, or
+    an input larger than ``limit`` (a regular file by its size, before anything is read; a
+    stream after ``limit`` bytes)."""
     name = "standard input" if str(path) == "-" else str(path)
+    too_large = InputError(f"{name}: larger than {_size(limit)}; taugate reads {what} up to that size")
     try:
         if str(path) == "-":
             import sys
@@ -69,15 +102,28 @@ def read_limited(path: str | Path, limit: int = MAX_INPUT_BYTES) -> bytes:
             data = sys.stdin.buffer.read(limit + 1)
         else:
             with open(path, "rb") as f:
+                st = os.fstat(f.fileno())
+                if stat.S_ISREG(st.st_mode) and st.st_size > limit:
+                    raise too_large
                 data = f.read(limit + 1)
     except FileNotFoundError:
         raise InputError(f"{name}: no such file") from None
+    except IsADirectoryError:
+        raise InputError(f"{name}: is a directory, not a file") from None
     except OSError as e:
         raise InputError(f"{name}: cannot read: {e.strerror or type(e).__name__}") from None
     if len(data) > limit:
-        raise InputError(f"{name}: larger than {limit // 1048576} MiB; taugate reads manifests and snapshots "
-                         f"up to that size")
+        raise too_large
     return data
+
+
+def read_text_limited(path: str | os.PathLike[str], limit: int, what: str) -> str:
+    """``read_limited`` as UTF-8 text; ``InputError`` also for bytes that are not UTF-8."""
+    data = read_limited(path, limit, what)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError(f"{path}: not UTF-8 text (byte {e.start})") from None
 
 
 def expand_paths(paths: list[str]) -> list[str]:

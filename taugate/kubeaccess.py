@@ -15,6 +15,8 @@ from typing import Any
 
 import urllib3
 
+from taugate.files import MAX_KUBECONFIG_BYTES, InputError, read_limited
+
 
 @dataclass(frozen=True)
 class Resource:
@@ -132,7 +134,8 @@ def kubeconfig_problem(spec: str, origin: str | None = None) -> str | None:
     """Why the kubeconfig ``spec`` (one path, or several joined by ``os.pathsep`` as in
     ``$KUBECONFIG``) cannot be used, as one line naming the file(s), or None. ``origin`` (e.g.
     ``$KUBECONFIG``) is added after the name. Like kubectl, a list is usable when at least one
-    of its files exists; an existing file must be a readable regular file."""
+    of its files exists; an existing file must be a readable file of at most
+    ``MAX_KUBECONFIG_BYTES``."""
     paths = [os.path.expanduser(p) for p in spec.split(os.pathsep) if p]
     named = ", ".join(paths) or repr(spec)
     where = f"{named} (from {origin})" if origin else named
@@ -146,8 +149,7 @@ def kubeconfig_problem(spec: str, origin: str | None = None) -> str | None:
         if os.path.isdir(p):
             return f"{label}: is a directory, not a kubeconfig file"
         try:
-            with open(p, "rb"):
-                pass
-        except OSError as e:
-            return f"{label}: the kubeconfig file cannot be read: {e.strerror or e.__class__.__name__}"
+            read_limited(p, MAX_KUBECONFIG_BYTES, "kubeconfig files")  # what the client library then reads whole
+        except InputError as e:
+            return f"{label}: the kubeconfig file cannot be read: {str(e).removeprefix(p + ': ')}"
     return None

@@ -32,6 +32,11 @@ DEFAULT_GPU_DEVICE_CLASSES = ("gpu.nvidia.com", "mig.nvidia.com", "gpu.amd.com",
 RESOURCE_CLAIM_CREATORS = ("system:serviceaccount:kube-system:resource-claim-controller", "system:kube-scheduler")
 
 
+MIN_ADMISSION_KEY_BYTES = 32
+"""The shortest admission key (HMAC-SHA256) taugate starts with: 256 bits, the hash's own size
+(RFC 2104 section 3: a key shorter than the hash output is discouraged, it weakens the MAC)."""
+
+
 class Settings(BaseSettings):
     """Platform-wide configuration.
 
@@ -76,7 +81,9 @@ class Settings(BaseSettings):
     - ``admission_key``: the secret that signs the admission record (``taugate.record``); the
       webhook signs with it and the operator's recorder verifies with it, so both need the same
       value (the chart fills ``TAUGATE_ADMISSION_KEY`` from one Secret). Unset, records are
-      unsigned and the recorder trusts none of them.
+      unsigned and the recorder trusts none of them. Set, it must be at least
+      ``MIN_ADMISSION_KEY_BYTES`` bytes (``admission_key_problem``): ``taugate serve`` and the
+      operator refuse to start with a shorter one.
     - ``policy_dir``: the Rego policy library (default: ``policies/`` of this checkout; set
       ``TAUGATE_POLICY_DIR`` in an image).
     - ``policy_backend``: where ``taugate serve`` evaluates the policies: ``embedded`` (regorus,
@@ -159,6 +166,19 @@ class Settings(BaseSettings):
         """``admission_key`` as bytes (UTF-8), or None when unset or empty."""
         value = self.admission_key.get_secret_value() if self.admission_key is not None else ""
         return value.encode() if value else None
+
+    def admission_key_problem(self) -> str | None:
+        """One line saying why the admission key is unusable (set, but shorter than
+        ``MIN_ADMISSION_KEY_BYTES``), naming the variable and the chart's Secret; None when it
+        is usable or unset."""
+        key = self.admission_key_bytes()
+        if key is None or len(key) >= MIN_ADMISSION_KEY_BYTES:
+            return None
+        return (f"TAUGATE_ADMISSION_KEY is {len(key)} byte(s); the admission key must be at least "
+                f"{MIN_ADMISSION_KEY_BYTES} bytes of random key material (a shorter key is recovered offline from "
+                f"any signed record, and then forged records verify): put one in the Secret "
+                f"webhook.admissionKey.existingSecret names (default <release>-admission-key, key `key`), "
+                f"e.g. `openssl rand -hex 32`")
 
     @model_validator(mode="after")
     def _opa_answers_before_the_deadline(self) -> Settings:

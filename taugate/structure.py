@@ -76,7 +76,11 @@ def json_type(value: Any) -> str:
 
 def _short(value: Any) -> str:
     """``repr`` of a value quoted in a problem, cut to 80 characters."""
-    text = repr(value)
+    return _cut(repr(value))
+
+
+def _cut(text: str) -> str:
+    """``text`` cut to 80 characters."""
     return text if len(text) <= 80 else text[:77] + "..."
 
 
@@ -124,7 +128,7 @@ def _quantity(raw: Any) -> Any:
     q = quantity(raw) if isinstance(raw, (str, int, float)) and not isinstance(raw, bool) else None
     if q is None:
         raise PydanticCustomError("quantity", "is {asked}, which is not a Kubernetes quantity (e.g. 2, 500m, 8Gi)",
-                                  {"asked": json.dumps(raw)})
+                                  {"asked": json_type(raw) if isinstance(raw, (dict, list)) else _cut(json.dumps(raw))})
     if q < 0:
         raise PydanticCustomError("quantity", "is {asked}; quantities must not be negative", {"asked": raw})
     return raw
@@ -439,20 +443,31 @@ def workload_problems(spec_model: Any, obj: Any, spec_json: bytes | None = None)
     (orjson writes ``1`` and ``1.0``, ``true`` and ``1`` apart), which is all a strict check reads.
     A spec orjson cannot write (nested past 255 levels, an integer beyond 64 bits) is checked
     whole, every time. ``spec_json``: the spec's orjson text when the caller has it already
-    (``json_bytes(obj["spec"])``)."""
-    spec = obj.get("spec") if type(obj) is dict else None
-    if type(spec) is not dict:
+    (``json_bytes(obj["spec"])``).
+
+    Depth comes first (``object_depth_problem``): a part of the object nested past ``MAX_DEPTH``
+    has that one problem, found before pydantic or a message formats any of its values (the
+    spec's answer is remembered with the rest)."""
+    if type(obj) is not dict:
         return problems(workload_adapter(spec_model), obj)
+    spec = obj.get("spec")
+    rest = {k: v for k, v in obj.items() if k != "spec"}  # metadata, status, anything else: small
+    deep = object_depth_problem(rest)
+    if deep:
+        return [deep]
+    if type(spec) is not dict:
+        return [deep] if (deep := object_depth_problem(obj)) else problems(workload_adapter(spec_model), obj)
     if spec_json is None:
         spec_json = json_bytes(spec)
     if spec_json is None:
-        return problems(workload_adapter(spec_model), obj)
+        return [deep] if (deep := object_depth_problem(obj)) else problems(workload_adapter(spec_model), obj)
     key = (id(spec_model), spec_json)  # the model by identity: hashing a typing alias runs Python code
     hit = _spec_memo.get(key)
     if hit is not None and hit[0] is spec_model:
         found = hit[1]
     else:
-        found = problems(_spec_adapter(spec_model), {"spec": spec})
+        deep = object_depth_problem({"spec": spec})
+        found = [deep] if deep else problems(_spec_adapter(spec_model), {"spec": spec})
         _spec_memo.put(key, (spec_model, found))  # the model kept alive, so its identity is never reused
     meta = obj.get("metadata")
     return (problems(_METADATA, {"metadata": meta}) if meta is not None else []) + found
@@ -463,15 +478,37 @@ def workload_problems(spec_model: Any, obj: Any, spec_json: bytes | None = None)
 MAX_DEPTH = 100
 """How deep an object may nest (levels below its root). Kubernetes objects nest ~20 levels (a
 pod template's affinity is among the deepest). A review nested past 255 levels is HTTP 400
-(orjson's limit). Checking depth costs ~70 us a RayJob, too much for every request, so it is
-checked where depth breaks something: when the policy engine (whose JSON reader stops at 128
-levels) or a copy fails on an object, and for every object ``taugate admit`` reads; an object
-past ``MAX_DEPTH`` is then denied naming the path (``object_depth_problem``), never a 500."""
+(orjson's limit). Depth is checked before anything else reads a value (``workload_problems``,
+first thing of every admission path, the server's fast path included; ``taugate admit``'s
+files): formatting a value in a message, hashing it, copying it or handing it to the policy
+engine (whose JSON reader stops at 128 levels) recurses, so an object past ``MAX_DEPTH`` is
+denied naming the path (``object_depth_problem``), never a 500. The check costs ~5 us a RayJob
+(``_deeper_than``), and a spec's answer is remembered with its other problems."""
+
+
+def _deeper_than(obj: Any, limit: int) -> bool:
+    """True when some value of ``obj`` lies more than ``limit`` levels below it: one list of
+    the values per level, no paths kept (the cheap test run on every object)."""
+    level, depth = [obj], 0
+    while level:
+        if depth > limit:
+            return True
+        below: list[Any] = []
+        for value in level:
+            if type(value) is dict:
+                below.extend(value.values())
+            elif type(value) is list:
+                below.extend(value)
+        level, depth = below, depth + 1
+    return False
 
 
 def object_depth_problem(obj: Any, limit: int = MAX_DEPTH) -> tuple[str, str] | None:
     """``(field path, problem)`` for the first place ``obj`` nests deeper than ``limit``
-    levels, or None. Iterative (no recursion limit), stops at the first such place."""
+    levels, or None. Iterative (no recursion limit), stops at the first such place; the path
+    is searched for only when ``_deeper_than`` found one."""
+    if not _deeper_than(obj, limit):
+        return None
     stack: list[tuple[Any, Path]] = [(obj, ())]
     while stack:
         value, path = stack.pop()

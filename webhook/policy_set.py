@@ -33,6 +33,7 @@ from typing import Any, Protocol, TypeGuard
 
 import yaml
 
+from taugate.files import MAX_POLICY_FILE_BYTES, InputError, read_text_limited
 from taugate.webhook.decision import Action, Violation
 from taugate.webhook.input_use import InputUse, scan
 
@@ -215,9 +216,9 @@ def _read_rego(root: Path, path: Path) -> RegoFile:
     rel = path.relative_to(root).as_posix()
     display = display_path(root, rel)
     try:
-        source = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise PolicyError(f"cannot read: {e.__class__.__name__}", display) from None
+        source = read_text_limited(path, MAX_POLICY_FILE_BYTES, "policy files")
+    except InputError as e:
+        raise PolicyError(f"cannot read: {str(e).removeprefix(str(path) + ': ')}", display) from None
     m = _PACKAGE.search(source)
     if not m:
         raise PolicyError("no package declaration", display, 1)
@@ -254,12 +255,12 @@ def load_enforcement(source: dict[str, str] | str | Path | None,
         data: Any = source
     else:
         where = str(source)
+        if not Path(source).exists():
+            raise PolicyError("enforcement file not found", where)
         try:
-            text = Path(source).read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise PolicyError("enforcement file not found", where) from None
-        except (OSError, UnicodeDecodeError) as e:
-            raise PolicyError(f"cannot read enforcement file: {e.__class__.__name__}", where) from None
+            text = read_text_limited(source, MAX_POLICY_FILE_BYTES, "policy files")
+        except InputError as e:
+            raise PolicyError(f"cannot read enforcement file: {str(e).removeprefix(where + ': ')}", where) from None
         try:
             data = yaml.safe_load(text)
         except yaml.YAMLError as e:

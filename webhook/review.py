@@ -429,6 +429,9 @@ def validate_tau(request: dict, state: ClusterState, settings: Settings) -> Deci
         return Decision.allow(request.get("object"))
     from taugate import tau_admission  # core module; imported lazily so admission starts without it
 
+    deep = object_depth_problem(request.get("object"))
+    if deep:  # before pydantic or a message reads any value (as workload_problems does for workloads)
+        return Decision.deny([Violation("object-shape", deep[0], f"{deep[1]}; fix the manifest")])
     violations = tau_admission.validate_tau_object(request, settings, state=state)
     return Decision.deny(violations) if violations else Decision.allow(request.get("object"))
 

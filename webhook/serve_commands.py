@@ -58,8 +58,8 @@ class _Unusable(Exception):
 
 def _settings(args: argparse.Namespace) -> Settings:
     """The settings (environment) with the ``--deadline``, ``--policy-backend`` and ``--opa-url``
-    flags over them. Raises ``_Unusable`` naming the flag or setting that is invalid, or an OPA
-    backend without a URL."""
+    flags over them. Raises ``_Unusable`` naming the flag or setting that is invalid, an OPA
+    backend without a URL, or an admission key too short to sign with."""
     try:
         settings = Settings()
         overrides = {k: v for k, v in (("admission_deadline_seconds", args.deadline),
@@ -75,6 +75,9 @@ def _settings(args: argparse.Namespace) -> Settings:
         raise _Unusable(f"{flag}: {first['msg'].removeprefix('Value error, ')}") from e
     if settings.policy_backend == "opa" and not settings.opa_url:
         raise _Unusable("--policy-backend opa needs --opa-url (for example http://127.0.0.1:8181)")
+    problem = settings.admission_key_problem()
+    if problem:
+        raise _Unusable(problem)
     return settings
 
 

@@ -14,13 +14,16 @@ Every decision is made by ``webhook.review`` (pure); this module only moves byte
   ``taugate_admission_deadline_exceeded_total``). The body must be read and parsed for that (the
   answer needs the uid), so reading may overrun the deadline by ``READ_GRACE_SECONDS``; a body
   not received by then is HTTP 408.
-- The event loop never waits on decision work: a body up to ``inline_limit`` bytes as read
-  (decoded: a compressed body's ``Content-Length`` counts its encoded bytes, ``_body_size``; 64 KiB,
-  a RayJob with managedFields is ~5-20 KiB) is parsed and decided inline (~1 ms of CPU); a larger
-  one is parsed, then decided, in a thread pool (the policy engine keeps one regorus engine per
-  thread, so it is thread-safe through its own interface), which is what lets the deadline
-  answer while the work is still running. An inline decision cannot be interrupted, so it is
-  bounded by size instead.
+- The event loop never waits on decision work: a light body is parsed and decided inline (~1 ms of
+  CPU); a heavy one is parsed, then decided, in a thread pool (the policy engine keeps one regorus
+  engine per thread, so it is thread-safe through its own interface), which is what lets the
+  deadline answer while the work is still running. An inline decision cannot be interrupted, so
+  it is bounded by the work the body can ask for (``_heavy``): at most ``inline_limit`` bytes as
+  read (decoded: a compressed body's ``Content-Length`` counts its encoded bytes, ``_body_size``;
+  64 KiB, a RayJob with managedFields is ~5-20 KiB) and at most ``inline_objects`` JSON objects
+  (512; the decision's work grows with the objects a review holds, containers above all: 1,000
+  one-line containers fit in 64 KiB and took ~40 ms to decide, while the largest real workloads
+  of the test data hold ~110 objects and k8s.io/api's every-field Job fixture 359).
 - Not ready (no cluster state yet, or no policy library when one is required): reviews are
   denied with code 503, and ``/readyz`` is 503 so the Service sends no traffic.
 - Errors decide the status: a body that is not an AdmissionReview is HTTP 400 with the reason
@@ -75,6 +78,11 @@ log = logging.getLogger("taugate.webhook")
 
 INLINE_LIMIT = 64 * 1024
 """Bodies up to this many bytes are decided on the event loop; larger ones in a thread."""
+
+INLINE_OBJECTS = 512
+"""Bodies with more JSON objects than this (``{`` bytes, counted before parsing: a bound on the
+containers, env entries, volumes and tolerations a review holds, since each is an object) are
+decided in a thread whatever their size (docs/performance.md, "Heavy reviews")."""
 
 READ_GRACE_SECONDS = 1.0
 """How long past the deadline a request body may still arrive (then HTTP 408): with the webhook
@@ -168,14 +176,15 @@ class AdmissionServer:
     seconds in a worker thread (a policy library reload, for example). ``registry``: where the
     admission metrics live (a new one by default); ``/metrics`` also exposes
     ``extra_registries`` (the process-wide default registry: process metrics and the policy
-    engine's reload counters). ``inline_limit``: body size in bytes above which parsing and
-    deciding move to the thread pool of ``executor_workers`` threads. Build the aiohttp app with
+    engine's reload counters). ``inline_limit``: body size in bytes, ``inline_objects``: JSON
+    objects in the body, above which parsing and deciding move to the thread pool of
+    ``executor_workers`` threads (``_heavy``). Build the aiohttp app with
     ``app()``; run it over HTTPS with ``webhook.lifecycle.start()`` or ``serve_forever()`` (one app per server).
     """
 
     def __init__(self, provider: StateProvider, settings: Settings | None = None, engine: Any = None, *,
                  policies_required: bool = True, registry: CollectorRegistry | None = None,
-                 inline_limit: int = INLINE_LIMIT, executor_workers: int = 2,
+                 inline_limit: int = INLINE_LIMIT, inline_objects: int = INLINE_OBJECTS, executor_workers: int = 2,
                  checks: tuple[Callable[[], Any], ...] = (), check_interval: float = 1.0,
                  extra_registries: tuple[CollectorRegistry, ...] = (REGISTRY,)):
         self.provider = provider
@@ -185,6 +194,7 @@ class AdmissionServer:
             executor_workers = max(executor_workers, REMOTE_ENGINE_WORKERS)
         self.policies_required = policies_required
         self.inline_limit = inline_limit
+        self.inline_objects = inline_objects
         self.metrics = AdmissionMetrics(self._state_age, registry)
         self.executor = ThreadPoolExecutor(max_workers=executor_workers, thread_name_prefix="taugate-admit")
         self.checks = tuple(checks)
@@ -332,17 +342,17 @@ class AdmissionServer:
 
     async def _decide_body(self, route: Route, request: web.Request, deadline: float,
                            loop: asyncio.AbstractEventLoop, held: list[int] | None) -> _Reply:
-        """Read, parse and decide one body (only the parsed review is kept). A small body (at most
-        ``inline_limit`` bytes) is parsed and,
-        with a local engine, decided on the event loop; a large one is parsed, then decided, in
-        the thread pool, and so is every decision of a ``remote`` engine (it waits on I/O). The
+        """Read, parse and decide one body (only the parsed review is kept). A light body (not
+        ``_heavy``) is parsed and, with a local engine, decided on the event loop; a heavy one is
+        parsed, then decided, in the thread pool, and so is every decision of a ``remote`` engine
+        (it waits on I/O). The
         parse always completes (its uid is needed for any valid answer, even the deadline's); a
         threaded decision is abandoned at the deadline (the thread finishes it, then gives the
         ``held`` bytes back; its result is dropped)."""
         body = await self._read(request, deadline)
         if isinstance(body, _Reply):
             return body
-        threaded = len(body) > self.inline_limit or CLAIM_MARK in body
+        threaded = self._heavy(body)
         if not threaded and not self.remote:
             return self._decide_now(route, body, late=loop.time() >= deadline)
         try:
@@ -371,6 +381,13 @@ class AdmissionServer:
                 work.add_done_callback(lambda _: self.budget.release(n))
             return self._deadline_answer(route, rev)
         return self._answer(route, rev, settled)
+
+    def _heavy(self, body: bytes) -> bool:
+        """True when ``body`` is decided in the thread pool, not on the event loop: more than
+        ``inline_limit`` bytes or more than ``inline_objects`` JSON objects (its ``{`` bytes: one
+        pass in C, ~5 us for 64 KiB; a ``{`` inside a string only counts too many, which is safe),
+        or naming DRA claims (``CLAIM_MARK``: its decision may read one from the API server)."""
+        return len(body) > self.inline_limit or CLAIM_MARK in body or body.count(b"{") > self.inline_objects
 
     def _state_or_reply(self, route: Route, rev: dict) -> ClusterState | _Reply:
         """The cluster state to decide ``rev`` with (read once: the decision uses the state the
@@ -412,10 +429,11 @@ class AdmissionServer:
             size = _body_size(request)
             if size is not None and size <= self.inline_limit and size <= self.settings.max_body_bytes \
                     and not self.remote and request.content.is_eof():
-                # The hot path: a small body already received whole, decided at once (_admit's
-                # limits and deadline cannot apply to it).
+                # The hot path: a light body already received whole, decided at once (_admit's
+                # limits and deadline cannot apply to it); a heavy one goes to the thread pool
+                # through _admit (aiohttp keeps the body read).
                 body = await request.read()
-                reply = self._decide_now(route, body) if CLAIM_MARK not in body else await self._admit(route, request)
+                reply = await self._admit(route, request) if self._heavy(body) else self._decide_now(route, body)
             else:
                 reply = await self._admit(route, request)
             self.metrics.answered(route.path, reply.kind, reply.operation, reply.decision,

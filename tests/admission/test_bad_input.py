@@ -13,6 +13,8 @@ from taugate.kinds import rayjob
 from taugate.snapshot import SnapshotError, load_snapshot
 from taugate.webhook.review import ReviewError, admit, mutate, parse_review, request_for, validate
 from tests.admission.conftest import EXAMPLE_CLUSTER
+from tests.deep_values import SHAPES, deep_json, field, with_deep
+from tests.paths import EXAMPLE_RAYJOB
 
 WORKER = ("spec", "rayClusterSpec", "workerGroupSpecs", 0)
 
@@ -367,3 +369,24 @@ def test_the_cli_denies_a_malformed_workload_naming_the_field(tmp_path, capsys, 
     assert main(["admit", "-f", str(f), "--cluster", str(EXAMPLE_CLUSTER)]) == 1
     err = capsys.readouterr().err
     assert "Traceback" not in err and f"[object-shape] {field}: " in err, err
+
+
+@pytest.mark.parametrize("path", SHAPES)
+@pytest.mark.parametrize("levels", [150, 1000])
+def test_a_deeply_nested_value_given_to_admit_is_one_line_naming_its_field(tmp_path, capsys, levels, path):
+    obj = yaml.safe_load(EXAMPLE_RAYJOB.read_text())
+    f = tmp_path / "deep.json"
+    f.write_bytes(deep_json(with_deep(obj, path), levels))
+    assert main(["admit", "-f", str(f), "--cluster", str(EXAMPLE_CLUSTER)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(f) in err and "Traceback" not in err, err
+    assert f"{field(path)}.a.a" in err and "nests more than 100 levels deep" in err, err[:400]
+
+
+def test_a_yaml_manifest_nested_1000_levels_is_one_line_naming_the_file(tmp_path, capsys):
+    obj = yaml.safe_load(EXAMPLE_RAYJOB.read_text())
+    f = tmp_path / "deep.yaml"  # flow-style YAML: libyaml stops at its own nesting limit
+    f.write_bytes(b"# a comment, so this is read as YAML\n" + deep_json(with_deep(obj, SHAPES[0].values[0])))
+    assert main(["admit", "-f", str(f), "--cluster", str(EXAMPLE_CLUSTER)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(f) in err and "nesting depth" in err, err

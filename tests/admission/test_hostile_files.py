@@ -1,21 +1,19 @@
 """Hostile and unusual inputs to ``taugate admit``: a billion-laughs YAML, an endless file, a
 duplicate key, standard input and directories. Each bad input is one line on stderr and exit 2,
-fast and small (the real CLI, as a child process, its time and peak memory measured)."""
+fast and small (the real CLI, as a child process, its time and its own peak memory measured)."""
 
 from __future__ import annotations
 
 import io
 import json
-import resource
-import subprocess
 import sys
-import time
 
 import pytest
 import yaml
 
 from taugate.cli import main
 from taugate.files import MAX_ALIAS_VALUES
+from tests.child_process import run_measured
 from tests.paths import EXAMPLE_CLUSTER, EXAMPLE_RAYJOB, REPO
 
 BILLION_LAUGHS = """apiVersion: ray.io/v1
@@ -35,15 +33,11 @@ spec: *i
 
 
 def admit_process(*args: str, stdin: bytes | None = None) -> tuple[int, str, float, float]:
-    """``taugate admit ARGS`` as a child process: exit code, stderr, seconds, peak RSS in MiB."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    started = time.monotonic()
-    p = subprocess.run([sys.executable, "-m", "taugate.cli", "admit", *args, "--cluster", str(EXAMPLE_CLUSTER)],
-                       cwd=REPO, input=stdin, capture_output=True, timeout=120)
-    seconds = time.monotonic() - started
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    assert peak >= before
-    return p.returncode, p.stderr.decode(), seconds, peak / 1024
+    """``taugate admit ARGS`` as a child process: exit code, stderr, seconds, and its own peak RSS
+    in MiB (``tests.child_process``: that process's rusage, not every child's of the test run)."""
+    done = run_measured([sys.executable, "-m", "taugate.cli", "admit", *args, "--cluster", str(EXAMPLE_CLUSTER)],
+                        cwd=REPO, stdin=stdin)
+    return done.returncode, done.stderr.decode(), done.seconds, done.peak_mib
 
 
 def one_line(err: str) -> str:

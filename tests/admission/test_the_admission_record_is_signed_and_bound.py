@@ -15,7 +15,7 @@ from taugate.settings import Settings
 from taugate.webhook.review import mutate, request_for
 from tests import upstream_manifests as m
 
-KEY = b"a-shared-admission-key"
+KEY = b"a-shared-admission-key-of-at-least-32-bytes"  # MIN_ADMISSION_KEY_BYTES
 
 
 @pytest.fixture

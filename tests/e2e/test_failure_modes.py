@@ -11,13 +11,13 @@ import os
 import subprocess
 import sys
 import threading
-import time
 
 import yaml
 
 from tests.e2e.platform import NAMESPACE, RELEASE, WEBHOOK_KINDS, rendered_chart, webhook_configurations
 from tests.e2e.workloads import RUN_ID, WORKSPACE, into_workspace
 from tests.paths import REPO
+from tests.waiting import until_sync
 
 EXAMPLE = yaml.safe_load((REPO / "examples" / "rayjob-image-classifier.yaml").read_text())
 CPU_JOB = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "plain"},
@@ -121,19 +121,27 @@ def test_a_certificate_rotation_while_creates_go_on_fails_no_create(platform):
             results.append((out.returncode, out.stderr.strip()))
             i += 1
 
+    def after(more: int) -> None:
+        """Wait until ``more`` further creates have been answered (the loop makes progress
+        through each step; the API server's webhook client picks a changed configuration up
+        within a second or two, about ten creates), or one failed."""
+        goal = len(results) + more
+        until_sync(lambda: len(results) >= goal or any(code != 0 for code, _ in results) or not worker.is_alive(),
+                   timeout=120, what=f"{more} more creates")
+
     worker = threading.Thread(target=creates)
     worker.start()
     try:
         certs = [sys.executable, "-m", "taugate.cli", "certs", "rotate", f"--dir={platform.cert_dir}", "--wait=0"]
-        time.sleep(2)
+        after(10)
         subprocess.run([*certs, "--step=publish"], check=True, capture_output=True, cwd=REPO)
         _set_ca_bundle(cp, (platform.cert_dir / "ca.crt").read_bytes())
-        time.sleep(3)  # the API server picks up a changed configuration within a second or two
+        after(15)
         subprocess.run([*certs, "--step=switch"], check=True, capture_output=True, cwd=REPO)
-        time.sleep(4)
+        after(20)
         subprocess.run([*certs, "--step=trim"], check=True, capture_output=True, cwd=REPO)
         _set_ca_bundle(cp, (platform.cert_dir / "ca.crt").read_bytes())
-        time.sleep(3)
+        after(15)
     finally:
         stop.set()
         worker.join(120)

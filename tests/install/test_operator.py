@@ -74,10 +74,15 @@ def test_the_webhook_and_the_operator_share_one_generated_admission_key(default_
     assert refs[0] == refs[1] == {"name": "taugate-admission-key", "key": "key"}
     secret = one(default_objects, "Secret", "taugate-admission-key")
     key = base64.b64decode(secret["data"]["key"])
-    assert len(key) == 64 and secret["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    # 48 random bytes (Helm's randBytes), written as 64 characters of base64: at least the 32 bytes of key material
+    # taugate serve and the operator insist on.
+    assert len(base64.b64decode(key, validate=True)) == 48 and len(key) == 64
+    assert secret["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    again = base64.b64decode(one(objects(), "Secret", "taugate-admission-key")["data"]["key"])
+    assert again != key, "each install generates its own key"
     # The settings both processes load read it.
     monkeypatch.setenv("TAUGATE_ADMISSION_KEY", key.decode())
-    assert Settings().admission_key_bytes() == key
+    assert Settings().admission_key_bytes() == key and Settings().admission_key_problem() is None
 
 
 def test_an_existing_admission_key_secret_is_used_instead_of_created():

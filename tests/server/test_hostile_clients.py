@@ -23,6 +23,7 @@ from tests.server.https import (
     workload_request,
 )
 from tests.server.process import rss_mib, serve, startup_lines
+from tests.waiting import until
 
 
 def chart_memory_limit_mib() -> float:
@@ -44,12 +45,16 @@ class Served:
         return await asyncio.open_connection("127.0.0.1", self.port, ssl=client_context(self.ca),
                                              server_hostname=SERVICE_NAME)
 
-    async def metric(self, name: str) -> float:
+    async def scrape(self) -> str:
+        """The text of ``/metrics``."""
         client = AdmissionClient(self.port, self.ca)
         try:
-            text = (await client.get("/metrics")).text
+            return (await client.get("/metrics")).text
         finally:
             await client.close()
+
+    async def metric(self, name: str) -> float:
+        text = await self.scrape()
         m = re.search(rf"^{re.escape(name)} ([0-9.e+]+)$", text, re.M)
         assert m, f"{name} not in /metrics"
         return float(m.group(1))
@@ -202,8 +207,9 @@ async def test_slowloris_heads_and_stalled_handshakes_are_cut_at_the_header_time
         writer.close()
         return asyncio.get_running_loop().time() - started
 
-    async def legit() -> bool:
-        await asyncio.sleep(0.5)
+    async def legit() -> bool:  # once the slow heads hold their connections (and the scrape its own)
+        await until(lambda: served.metric("taugate_connections_open"), check=lambda n: n >= 21,
+                    what="the 20 slow heads to be connected")
         return await served.review_is_allowed()
 
     *cut, handshake, ok = await asyncio.gather(*(drip() for _ in range(20)), stalled_handshake(), legit())
@@ -217,24 +223,42 @@ async def test_slowloris_heads_and_stalled_handshakes_are_cut_at_the_header_time
 async def test_a_client_that_disconnects_is_one_log_line_without_a_traceback(start_serve):
     served = await start_serve()
     small = json.dumps(admission_review(workload_request(rayjob()))).encode()
-    for _n, body, content_length in ((1, small[: len(small) // 2], len(small)),  # a small body cut off
-                                    (2, b"{" + b" " * 200_000, 1_000_000)):  # a large body cut off
+
+    async def head_taken(path: str, content_length: int):
+        """A connection whose request head the server has taken: it asks ``Expect: 100-continue``
+        and waits for the ``100 Continue`` aiohttp sends as the request reaches its handler."""
         reader, writer = await served.tls()
-        writer.write(b"POST /mutate HTTP/1.1\r\nHost: taugate\r\nContent-Type: application/json\r\n"
-                     b"Content-Length: %d\r\n\r\n" % content_length + body)
+        writer.write(b"POST %s HTTP/1.1\r\nHost: taugate\r\nContent-Type: application/json\r\n"
+                     b"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n" % (path.encode(), content_length))
         await writer.drain()
-        await asyncio.sleep(0.3)
+        assert (await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)).startswith(b"HTTP/1.1 100"), path
+        return writer
+
+    async def answers(decision: str, webhook: str) -> float:
+        """Reviews on ``webhook`` answered with ``decision`` (any, with ``""``)."""
+        text = (await served.scrape()).splitlines()
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text
+                   if line.startswith("taugate_admission_requests_total{")
+                   and f'decision="{decision}' in line and f'webhook="{webhook}"' in line)
+
+    for n, body, content_length in ((1, small[: len(small) // 2], len(small)),  # a small body cut off
+                                    (2, b"{" + b" " * 200_000, 1_000_000)):  # a large body cut off
+        writer = await head_taken("/mutate", content_length)
+        writer.write(body)
+        await writer.drain()
         writer.transport.abort()
-        await asyncio.sleep(0.5)
+        await until(lambda: answers("disconnected", "/mutate"), check=lambda seen, n=n: seen == n,
+                    what=f"disconnect {n} to be answered")
     # A client that leaves while its review is decided (the answer cannot be written).
-    reader, writer = await served.tls()
-    writer.write(b"POST /validate HTTP/1.1\r\nHost: taugate\r\nContent-Length: %d\r\n\r\n" % len(small) + small)
+    writer = await head_taken("/validate", len(small))
+    writer.write(small)
     await writer.drain()
     writer.transport.abort()
-    await asyncio.sleep(0.5)
+    await until(lambda: answers("", "/validate"), check=lambda seen: seen == 1,
+                what="the /validate review to be settled")
     err = served.stop()
     assert "Traceback" not in err, err
-    lines = [line for line in err.splitlines() if "disconnected" in line]
+    lines = [line for line in err.splitlines() if "disconnected from /mutate" in line]
     assert len(lines) == 2, err
     assert all(re.fullmatch(r"client \S+ disconnected from /mutate before its body was received \(.+\)", line)
                for line in lines), lines
@@ -250,12 +274,12 @@ async def test_the_byte_budget_serves_in_order_times_out_and_never_leaks_bytes()
     assert budget.used == 8
     waiting = asyncio.create_task(budget.acquire(5, loop.time() + 5))
     later = asyncio.create_task(budget.acquire(1, loop.time() + 5))  # fits, but waits its turn
-    await asyncio.sleep(0.01)
+    await asyncio.sleep(0)  # one turn of the loop: both tasks run to where they wait (no wall-clock wait)
     assert not waiting.done() and not later.done()
     budget.release(8)
     assert await waiting and await later and budget.used == 6
     cancelled = asyncio.create_task(budget.acquire(10, loop.time() + 5))
-    await asyncio.sleep(0.01)
+    await asyncio.sleep(0)  # one turn: it waits for room
     cancelled.cancel()
     with pytest.raises(asyncio.CancelledError):
         await cancelled

@@ -13,8 +13,10 @@ import time
 import pytest
 
 from taugate.settings import Settings
+from taugate.webhook import server
 from taugate.webhook.server import READ_GRACE_SECONDS
 from tests.server.https import SERVICE_NAME, admission_review, apply, check_response, client_context, workload_request
+from tests.waiting import until
 
 GARBAGE = [
     pytest.param(b"", "not JSON", id="empty"),
@@ -72,11 +74,23 @@ async def test_a_body_over_8_mib_is_http_413_with_a_reason(gate, rayjob):
     assert 'decision="too_large",kind="",operation="",webhook="/validate"} 1.0' in metrics
 
 
-async def test_a_large_valid_review_is_decided_in_the_thread_pool_while_small_ones_keep_flowing(gate, rayjob):
+async def test_a_large_valid_review_is_decided_in_the_thread_pool_while_small_ones_keep_flowing(gate, rayjob,
+                                                                                            monkeypatch):
+    import threading
+
     big = workload_request(_padded(rayjob, 7 * 1024 * 1024))
     body = json.dumps(admission_review(big)).encode()
     assert gate.server.inline_limit < len(body) < gate.server.settings.max_body_bytes
     finished: list[str] = []
+    probed = threading.Event()  # the decision waits for the probes: they can only pass if the loop is free
+    decide = server._DECIDERS["mutate.workloads.tau.azure.com"]
+
+    def held(*args):
+        assert probed.wait(30), "the probes were not answered while the review was decided"
+        return decide(*args)
+
+    monkeypatch.setitem(server._DECIDERS, "mutate.workloads.tau.azure.com", held)
+    threads = _where_decided(monkeypatch, "mutate.workloads.tau.azure.com")  # recorded before it waits
 
     async def big_review():
         r = await gate.post("/mutate", body)
@@ -84,11 +98,12 @@ async def test_a_large_valid_review_is_decided_in_the_thread_pool_while_small_on
         return r
 
     async def probes():
-        await asyncio.sleep(0.005)
+        await until(lambda: threads, what="the big review to be in its decision")
         for _ in range(5):
             r = await gate.get("/healthz")
             assert r.status == 200
         finished.append("probes")
+        probed.set()
 
     r, _ = await asyncio.gather(big_review(), probes())
     resp = check_response(r.body, big["uid"])
@@ -96,24 +111,15 @@ async def test_a_large_valid_review_is_decided_in_the_thread_pool_while_small_on
     assert out["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "vision-queue"
     assert len(out["metadata"]["annotations"]["example.com/notes"]) == 7 * 1024 * 1024
     assert finished == ["probes", "big"]  # the event loop answered while the big review was decided
+    assert threads[0].startswith("taugate-admit"), threads
 
 
 async def test_a_compressed_body_is_sized_by_what_it_decodes_to_not_by_its_content_length(gate, rayjob, monkeypatch):
     """Found by trying: a gzip body of 4 KB that decodes to over the inline limit was decided on the
     event loop, since its Content-Length counts the encoded bytes."""
     import gzip
-    import threading
 
-    from taugate.webhook import server
-
-    threads: list[str] = []
-    decide = server._DECIDERS["mutate.workloads.tau.azure.com"]
-
-    def recorded(*args):
-        threads.append(threading.current_thread().name)
-        return decide(*args)
-
-    monkeypatch.setitem(server._DECIDERS, "mutate.workloads.tau.azure.com", recorded)
+    threads = _where_decided(monkeypatch, "mutate.workloads.tau.azure.com")
     big = workload_request(_padded(rayjob, 2 * gate.server.inline_limit))
     body = gzip.compress(json.dumps(admission_review(big)).encode())
     assert len(body) < gate.server.inline_limit
@@ -123,6 +129,44 @@ async def test_a_compressed_body_is_sized_by_what_it_decodes_to_not_by_its_conte
     small = workload_request(rayjob)
     r = await gate.post("/mutate", admission_review(small))
     assert check_response(r.body, small["uid"])["allowed"]
+    assert threads[0].startswith("taugate-admit") and threads[1] == "MainThread", threads
+
+
+def _where_decided(monkeypatch, route: str) -> list[str]:
+    """The names of the threads that decide ``route``'s reviews from now on, in order."""
+    import threading
+
+    threads: list[str] = []
+    decide = server._DECIDERS[route]
+
+    def recorded(*args):
+        threads.append(threading.current_thread().name)
+        return decide(*args)
+
+    monkeypatch.setitem(server._DECIDERS, route, recorded)
+    return threads
+
+
+def _many_containers(rayjob: dict, n: int) -> dict:
+    obj = copy.deepcopy(rayjob)
+    template = obj["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]
+    template["containers"] += [{"name": f"sidecar-{i}", "image": "busybox"} for i in range(n)]
+    return obj
+
+
+@pytest.mark.parametrize("route, path", [("mutate.workloads.tau.azure.com", "/mutate"),
+                                         ("validate.workloads.tau.azure.com", "/validate")])
+async def test_a_small_review_with_many_containers_is_decided_in_the_thread_pool_by_its_work(gate, rayjob,
+                                                                                             monkeypatch, route, path):
+    """Issue 27 item 9: one 64 KiB review with 1,000 containers was decided on the event loop
+    (~350 ms). It is sized by the objects it holds, not only its bytes."""
+    threads = _where_decided(monkeypatch, route)
+    heavy = workload_request(_many_containers(rayjob, 1000))
+    body = json.dumps(admission_review(heavy), separators=(",", ":")).encode()
+    assert len(body) < gate.server.inline_limit and body.count(b"{") > gate.server.inline_objects
+    check_response((await gate.post(path, body)).body, heavy["uid"])
+    light = workload_request(_many_containers(rayjob, 8))  # a pod with a few sidecars stays on the loop
+    check_response((await gate.post(path, admission_review(light))).body, light["uid"])
     assert threads[0].startswith("taugate-admit") and threads[1] == "MainThread", threads
 
 

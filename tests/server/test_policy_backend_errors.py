@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 
 import pytest
@@ -18,6 +19,7 @@ import yaml
 from taugate.webhook.engines import load_policy_engine
 from tests.paths import POLICIES
 from tests.server.https import admission_review, apply, check_response, workload_request
+from tests.waiting import until
 
 DENIED_SAMPLE = POLICIES / "gpu-total-fits-queue" / "samples" / "example_disallowed_image_classifier_64.yaml"
 
@@ -75,8 +77,11 @@ async def test_an_opa_server_that_is_down_is_http_503_with_the_reason_and_mutati
 
 
 async def test_a_late_opa_server_is_http_503_within_its_timeout_while_the_event_loop_keeps_answering(
-        opa_gate, opa_server, rayjob):
+        opa_gate, opa_server, rayjob, monkeypatch):
     gate = await opa_gate(timeout_s=0.5)
+    asked = threading.Event()  # set when the review reaches the real engine (which then waits on OPA)
+    evaluate = gate.server.engine.evaluate
+    monkeypatch.setattr(gate.server.engine, "evaluate", lambda doc: (asked.set(), evaluate(doc))[1])
     created = workload_request(rayjob)
     mutated = apply(rayjob, check_response((await gate.post("/mutate", admission_review(created))).body,
                                            created["uid"]))
@@ -84,7 +89,7 @@ async def test_a_late_opa_server_is_http_503_within_its_timeout_while_the_event_
     try:
         started = time.monotonic()
         review = asyncio.create_task(gate.post("/validate", admission_review(workload_request(mutated))))
-        await asyncio.sleep(0.1)
+        await until(asked.is_set, what="the review to be sent to OPA")
         probe_started = time.monotonic()
         health = await gate.get("/healthz")
         assert health.status == 200 and time.monotonic() - probe_started < 0.2, "the loop waited on OPA"

@@ -14,6 +14,7 @@ import pytest
 from taugate.snapshot import load_snapshot
 from tests.server.conftest import EXAMPLE_CLUSTER
 from tests.server.https import AdmissionClient, admission_review, check_response, workload_request
+from tests.waiting import until
 
 
 async def test_healthz_and_readyz_answer_200_when_state_and_policies_are_loaded(gate):
@@ -128,7 +129,7 @@ async def test_only_post_is_served_on_admission_paths(gate):
 
 async def test_while_draining_readyz_is_503_but_reviews_are_still_decided(gate, rayjob):
     stopping = asyncio.ensure_future(gate.running.stop(drain_seconds=0.5))
-    await asyncio.sleep(0.1)
+    await until(lambda: gate.server.draining, what="the server to start draining")
     r = await gate.get("/readyz")
     assert r.status == 503 and r.body["reasons"] == ["shutting down"]
     req = workload_request(rayjob)

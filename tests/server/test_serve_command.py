@@ -172,7 +172,16 @@ async def test_editing_a_policy_over_https_changes_decisions_within_2_s_and_a_br
                 assert asyncio.get_running_loop().time() - edited_at < 2.0, "the edit was not served within 2 s"
                 await asyncio.sleep(0.05)
             rego.write_text(original.replace("deny contains", "deny contains contains ("))  # does not parse
-            await asyncio.sleep(2.5)
+
+            async def broken_seen() -> bool:  # the server tried the broken set and kept the one it had
+                metrics = (await client.get("/metrics")).text
+                return ("taugate_policy_set_broken 1.0" in metrics
+                        and "taugate_policy_reload_failures_total 1.0" in metrics)
+
+            broken_at = asyncio.get_running_loop().time()
+            while not await broken_seen():
+                assert asyncio.get_running_loop().time() - broken_at < 10, "the broken policy was never tried"
+                await asyncio.sleep(0.05)
             assert "or ask for the h100-4gpu profile" in await message()
             assert (await client.get("/readyz")).status == 200
         finally:
