@@ -57,8 +57,13 @@ def _create(stack: Stack, obj: dict, check: bool = True):
 def _create_together(stack: Stack, *objects: dict) -> list[dict]:
     """``kubectl create -f`` of one file holding ``objects`` in order (a claim template, then the
     workload naming it, back to back: taugate reads a template its watch has not delivered yet)."""
-    out = json.loads(_create(stack, {"apiVersion": "v1", "kind": "List", "items": list(objects)}).stdout)
-    return out["items"] if out.get("kind") == "List" else [out]
+    text = _create(stack, {"apiVersion": "v1", "kind": "List", "items": list(objects)}).stdout
+    out, at, decoder = [], 0, json.JSONDecoder()
+    while text[at:].strip():  # kubectl prints each created object as its own JSON document
+        obj, end = decoder.raw_decode(text, at + len(text[at:]) - len(text[at:].lstrip()))
+        out.append(obj)
+        at = end
+    return out
 
 
 def _workload_of(stack: Stack, kind: str, name: str) -> dict | None:
