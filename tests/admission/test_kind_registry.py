@@ -147,8 +147,12 @@ def test_the_webhook_rules_are_derived_from_the_registry():
     by_group_version = {(r.api_groups[0], r.api_versions[0]): r.resources for r in routes.WORKLOAD_RULES}
     for group_version, resources in resources_by_group_version().items():
         assert by_group_version[group_version][:len(resources)] == resources
-    workload_routes = [r for r in routes.ROUTES if r.path in ("/mutate", "/validate")]
-    assert workload_routes and all(r.rules == routes.WORKLOAD_RULES for r in workload_routes)
+    by_path = {r.path: r.rules for r in routes.ROUTES}
+    assert by_path["/mutate"] == routes.WORKLOAD_RULES
+    assert by_path["/validate"] == routes.WORKLOAD_RULES + routes.SCALE_RULES  # kubectl scale: webhook/scale.py
+    scales = {(g, v, r) for rule in routes.SCALE_RULES for g in rule.api_groups for v in rule.api_versions
+              for r in rule.resources}
+    assert scales == {(k.group, k.version, f"{k.resource}/scale") for k in KINDS if k.scale_path}
 
 
 def test_the_admission_request_of_taugate_admit_names_each_kinds_resource():

@@ -73,25 +73,33 @@ def test_the_rendered_configurations_agree_with_routes(default_objects):
 
 def test_the_workload_webhooks_intercept_every_registered_kind_and_unmanaged_kind_and_only_those(default_objects):
     webhooks = _webhooks(default_objects)
+    scalable = {(k.group, k.version, f"{k.resource}/scale") for k in KINDS if k.scale_path}
     for route in ("/mutate", "/validate"):
         name = next(r["name"] for r in routes_file() if r["path"] == route)
         _, w = webhooks[name]
         rules = {(g, v, res) for r in w["rules"]
                  for g in r["apiGroups"] for v in r["apiVersions"] for res in r["resources"]}
-        assert rules == {(k.group, k.version, k.resource) for k in KINDS} | \
-            {(u.group, u.version, u.resource) for u in UNMANAGED_KINDS}, name
-        assert all(r["operations"] == ["CREATE", "UPDATE"] for r in w["rules"]), name
+        objects_ = {(k.group, k.version, k.resource) for k in KINDS} | \
+            {(u.group, u.version, u.resource) for u in UNMANAGED_KINDS}
+        # the validating webhook also judges kubectl scale / an HPA on every kind with a scale subresource
+        assert rules == (objects_ | scalable if route == "/validate" else objects_), name
+        for r in w["rules"]:
+            scales = ["/scale" in res for res in r["resources"]]
+            assert all(scales) or not any(scales), (name, r)
+            assert r["operations"] == (["UPDATE"] if all(scales) else ["CREATE", "UPDATE"]), (name, r)
 
 
-def test_rules_name_only_workload_kinds_and_tau_kinds_never_a_subresource(default_objects):
+def test_rules_name_only_workload_kinds_and_tau_kinds_and_no_subresource_but_scale(default_objects):
     for name, (_kind, w) in _webhooks(default_objects).items():
         resources = {res for r in w["rules"] for res in r["resources"]}
         groups = {g for r in w["rules"] for g in r["apiGroups"]}
         if groups == {labels.GROUP}:
             assert resources <= TAU_RESOURCES, name
         else:
-            assert resources <= WORKLOAD_RESOURCES and groups <= WORKLOAD_GROUPS, name
-        assert not any("/" in res or "*" in res for res in resources), name
+            assert {res.removesuffix("/scale") for res in resources} <= WORKLOAD_RESOURCES, name
+            assert groups <= WORKLOAD_GROUPS, name
+        assert not any("*" in res or res.count("/") > 1 or ("/" in res and not res.endswith("/scale"))
+                       for res in resources), name
 
 
 def test_the_admission_settings_are_the_documented_defaults(default_objects):
