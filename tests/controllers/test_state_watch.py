@@ -173,5 +173,6 @@ def test_an_invalid_workspace_or_a_second_claim_on_a_namespace_is_left_out(examp
     assert ("TauWorkspace", "squatter") not in names  # only the system namespace's workspaces claim namespaces
     assert any("namespace 'vision' already belongs to TauWorkspace vision" in s for s in skipped)
     assert len(skipped) == 4
+    # the example's pod PriorityClass passes through: usable_objects leaves kinds it does not judge alone
     assert {o["kind"] for o in kept} == {"TauCluster", "TauWorkspace", "Node", "LocalQueue", "ClusterQueue",
-                                         "ResourceFlavor", "WorkloadPriorityClass"}
+                                         "ResourceFlavor", "WorkloadPriorityClass", "PriorityClass"}
