@@ -81,6 +81,10 @@ def namespace_refusal(namespace: str, settings: Settings) -> str | None:
     return None
 
 
+def _object(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
 def adoption_refusal(namespace: dict[str, Any] | None, workspace: str) -> str | None:
     """Why TauWorkspace ``workspace`` may not adopt the existing Namespace ``namespace`` (None when
     it may, or when the namespace does not exist yet and taugate will create it): a namespace
@@ -91,9 +95,8 @@ def adoption_refusal(namespace: dict[str, Any] | None, workspace: str) -> str | 
     RBAC lets update Namespaces can write it; a workspace's creator cannot)."""
     if namespace is None:
         return None
-    meta = namespace.get("metadata") if isinstance(namespace.get("metadata"), dict) else {}
-    ns_labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
-    notes = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
+    meta = _object(namespace.get("metadata"))
+    ns_labels, notes = _object(meta.get("labels")), _object(meta.get("annotations"))
     if ns_labels.get(labels.MANAGED_BY) == labels.MANAGED_BY_VALUE and ns_labels.get(labels.WORKSPACE) == workspace:
         return None
     if notes.get(labels.ADOPT_AS_WORKSPACE) == workspace:
