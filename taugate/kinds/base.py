@@ -50,9 +50,10 @@ class WorkloadKind:
       ``spec.pytorchReplicaSpecs.Worker.replicas``); None for a kind without one (Kubernetes
       ``pkg/registry/apps/*/storage`` ``ScaleREST``; a CRD's ``subresources.scale``). A change
       through it is judged as an UPDATE of that field (``taugate.webhook.scale``);
-    - ``pod_priority_field``: whether its pod templates have a ``priorityClassName`` for mutation
-      to set the profile's pod priority in (``webhook.pod_rules``); default True (a TrainJob's
-      runtime patch has none: the runtime, which the platform owns, sets it);
+    - ``pod_priority_field``: whether mutation sets the profile's pod ``priorityClassName`` on its
+      pod templates (``webhook.pod_rules``); default True (a TrainJob's runtime patch has no such
+      field: the runtime, which the platform owns, sets it; a bare Pod's priority is resolved by
+      the API server before the webhooks run, so a class added then is refused);
     - ``spec_model``: the pydantic model of the kind's ``spec`` (a ``TypedDict`` of every field
       admission reads or writes, typed as the kind's Go API types; ``taugate.structure`` says how to
       write one), which ``malformed`` checks;

@@ -79,7 +79,15 @@ def _update(new: dict, old: dict, state, settings, engine, user=ALICE):
 
 # ---- the profile's pod priority ------------------------------------------------------------------
 
-@pytest.mark.parametrize("kind", sorted(SAMPLES))
+def test_a_bare_pod_keeps_the_default_priority_as_the_api_server_resolved_it_before_the_webhooks(
+        state, settings, engine):
+    # plugin/pkg/admission/priority admitPod sets spec.priority before the webhooks and refuses a
+    # class added afterwards ("the integer value of priority must not be provided")
+    d = _admit(gpu_pod(), state, settings, engine)
+    assert d.allowed and "priorityClassName" not in d.object["spec"]
+
+
+@pytest.mark.parametrize("kind", sorted(set(SAMPLES) - {"Pod"}))
 def test_every_pod_template_of_a_governed_workload_gets_the_profiles_pod_priority_class(kind, state, settings,
                                                                                        engine):
     d = _admit(SAMPLES[kind](), state, settings, engine)
