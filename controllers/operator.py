@@ -13,7 +13,8 @@ pass.
 
 What wakes what: the TauCluster, Nodes, LocalQueues, ClusterQueues and ResourceFlavors wake the
 TauCluster; the TauCluster wakes every workspace (its default queue may change); a LocalQueue
-wakes the workspace of its namespace; a ClusterQueue wakes every workspace and quota request;
+or a Namespace (its labels and annotations: an admin's adoption opt-in) wakes the workspaces
+that target that namespace; a ClusterQueue wakes every workspace and quota request;
 TauWorkspaces and TauQuotaRequests (in the system namespace only) wake themselves. An event
 wakes anything only when it changes what the controllers read (``relevant``): status writes
 (the controllers' own included), node heartbeats and Kueue usage updates wake nobody.
@@ -181,9 +182,13 @@ class Controller:
 
     def on_local_queue(self, body: dict) -> None:
         self.enqueue(CLUSTER_KEY)
-        ns = R.namespace_of(body)
+        self.workspaces_of(R.namespace_of(body) or "")
+
+    def workspaces_of(self, namespace: str) -> None:
+        """Wake the workspaces that target ``namespace`` (its LocalQueue changed, or a platform
+        admin annotated it for adoption, ``tau_admission.adoption_refusal``)."""
         for (wns, wname), target in list(self.workspaces.items()):
-            if target == ns:
+            if target == namespace:
                 self.enqueue(("workspace", wns, wname))
 
     def on_cluster_queue(self) -> None:
@@ -368,6 +373,11 @@ def _register_inventory_events(registry: kopf.OperatorRegistry, ctl: Controller)
     def _local_queue(type: str | None, body: kopf.Body, **_: Any) -> None:
         if ctl.changed("LocalQueue", type, dict(body)):
             ctl.on_local_queue(dict(body))
+
+    @kopf.on.event("", "v1", "namespaces", registry=registry)
+    def _namespace(type: str | None, body: kopf.Body, **_: Any) -> None:
+        if ctl.changed("Namespace", type, dict(body)):
+            ctl.workspaces_of(R.name_of(dict(body)))
 
     @kopf.on.event(R.CLUSTER_QUEUES.group, R.CLUSTER_QUEUES.version, R.CLUSTER_QUEUES.plural, registry=registry)
     def _cluster_queue(type: str | None, body: kopf.Body, **_: Any) -> None:

@@ -1,4 +1,11 @@
-"""The run recorder: watches taugate-managed runs and keeps one TauRun and one evidence record per run-id.
+"""The run recorder: watches taugate-managed runs and keeps one TauRun and one evidence record per run.
+
+A run is a namespace and a run-id (``recorder_objects.RunKey``): the indices, the runs held and
+the work queue are keyed by both, so a run-id label copied into another namespace makes another
+run there, which never touches the first one's TauRun (it lives in the first one's namespace);
+the evidence directory of a run-id belongs to the namespace that recorded it first, and a run of
+another namespace under the same run-id writes nothing (``recorder_reconcile``). After a restart
+the indices are rebuilt with the same keys, so the same holds.
 
 Runs in the operator process (kopf). It watches, read-only:
 
@@ -66,12 +73,12 @@ from taugate.controllers.recorder_index import (
 )
 from taugate.controllers.recorder_objects import (
     CHILD_RESOURCES,
+    RunKey,
     gvr,
     is_member_child,
     is_root,
     name_of,
-    namespace_of,
-    run_id_of,
+    run_key,
     trim_node,
     uid_of,
 )
@@ -116,11 +123,11 @@ class Recorder:
         self.store = EvidenceStore(config.evidence_root, signer)
         self.reconciler = RunReconciler(config, settings, self.writer, self.store,
                                         probe if probe is not None else FilesystemProbe(config), clock)
-        self.runs: dict[str, RunEntry] = {}
-        self.by_uid: dict[str, str] = {}  # owner uid -> run-id
+        self.runs: dict[RunKey, RunEntry] = {}
+        self.by_uid: dict[str, RunKey] = {}  # owner uid -> run
         self.indices: dict[str, Any] = {}
         self._nodes_seen: dict[str, dict | None] = {}
-        self._dirty: dict[str, None] = {}
+        self._dirty: dict[RunKey, None] = {}
         self._wake: asyncio.Event | None = None
         self._tasks: list[asyncio.Task] = []
         self._stopping = False
@@ -186,8 +193,8 @@ class Recorder:
             return is_member_child(dict(body))
 
         def by_run_id(body: Any, **_: Any) -> dict | None:
-            rid = run_id_of(dict(body))
-            return {rid: dict(body)} if rid else None
+            key = run_key(dict(body))
+            return {key: dict(body)} if key else None
 
         def by_owner_uid(body: Any, **_: Any) -> dict | None:
             uid = workload_owner_uid(dict(body))
@@ -256,67 +263,67 @@ class Recorder:
         self._tasks = []
 
     # -- observation (called from watch handlers on the event loop; cheap, no I/O) ---------------
-    def _entry(self, run_id: str, namespace: str) -> RunEntry:
-        e = self.runs.get(run_id)
+    def _entry(self, key: RunKey) -> RunEntry:
+        e = self.runs.get(key)
         if e is None:
-            e = self.runs[run_id] = RunEntry(run_id, namespace)
+            e = self.runs[key] = RunEntry(key[1], key[0])
         return e
 
-    def mark(self, run_id: str) -> None:
-        """Queue a run for reconciling."""
-        self._dirty[run_id] = None
+    def mark(self, key: RunKey) -> None:
+        """Queue a run (its namespace and run-id) for reconciling."""
+        self._dirty[key] = None
         if self._wake is not None:
             self._wake.set()
 
     def observe_owner(self, event_type: str | None, obj: dict) -> None:
         """An event of a root: an object of a registered kind that no governed controller owns and
         taugate governs (``recorder_objects.is_root``; ``event_type`` ``None``/ADDED/MODIFIED/DELETED)."""
-        rid = run_id_of(obj)
-        if rid is None or not is_root(obj):
+        key = run_key(obj)
+        if key is None or not is_root(obj):
             return
-        self._entry(rid, namespace_of(obj))
+        self._entry(key)
         uid = uid_of(obj)
         if uid:
-            self.by_uid[uid] = rid  # for its Workloads' events; binding is the reconcile's
-        self.mark(rid)
+            self.by_uid[uid] = key  # for its Workloads' events; binding is the reconcile's
+        self.mark(key)
 
     def observe_child(self, event_type: str | None, obj: dict) -> None:
         """An event of a member candidate (an object of a registered kind, or a ReplicaSet, whose
         controller is governed): its run is marked (membership is decided on reconcile, from the
         ownerReference chain)."""
-        rid = run_id_of(obj)
-        if rid is not None:
-            self._entry(rid, namespace_of(obj))
-            self._follow(obj, rid)
-            self.mark(rid)
+        key = run_key(obj)
+        if key is not None:
+            self._entry(key)
+            self._follow(obj, key)
+            self.mark(key)
 
-    def _follow(self, obj: dict, rid: str) -> None:
+    def _follow(self, obj: dict, key: RunKey) -> None:
         """Remember which run ``obj``'s uid is for, so the events of a Kueue Workload it owns (a
         Deployment's pods', a RayService's RayCluster's) mark that run; binding is the reconcile's."""
         uid = uid_of(obj)
         if uid:
-            self.by_uid.setdefault(uid, rid)
+            self.by_uid.setdefault(uid, key)
 
     def observe_workload(self, event_type: str | None, obj: dict) -> None:
         """A Kueue Workload event: the run of its owner (known once the owner was seen) is marked."""
         uid = workload_owner_uid(obj)
-        rid = self.by_uid.get(uid or "")
-        if rid is not None:
-            self.mark(rid)
+        key = self.by_uid.get(uid or "")
+        if key is not None:
+            self.mark(key)
 
     def observe_pod(self, event_type: str | None, obj: dict) -> None:
         """A Pod event: its termination records are kept at once (a DELETED event carries the
         pod's last state, so a failure is never lost to the pod's deletion)."""
-        rid = run_id_of(obj)
-        if rid is None:
+        key = run_key(obj)
+        if key is None:
             return
-        e = self._entry(rid, namespace_of(obj))
-        self._follow(obj, rid)
+        e = self._entry(key)
+        self._follow(obj, key)
         # a pod's failure counts when its controller is the run's (a bare Pod: itself, the root)
         holder = members.controller_uid(obj) or uid_of(obj)
         for f in pod_terminations(obj):
             e.pending_failures.setdefault(f["key"], (f, holder))
-        self.mark(rid)
+        self.mark(key)
 
     def observe_node(self, event_type: str | None, obj: dict) -> None:
         """A Node event that changed its conditions: runs with a pod on that node are marked."""
@@ -328,9 +335,9 @@ class Recorder:
         pods = self.indices.get(IX_PODS)
         if pods is None:
             return
-        for rid, e in self.runs.items():
-            if not e.final and any((p.get("spec") or {}).get("nodeName") == name for p in pods.get(rid, ())):
-                self.mark(rid)
+        for key, e in self.runs.items():
+            if not e.final and any((p.get("spec") or {}).get("nodeName") == name for p in pods.get(key, ())):
+                self.mark(key)
 
     def snapshot(self, e: RunEntry) -> Snapshot:
         """The run's objects from kopf's indices (call on the event loop; ``take_snapshot``)."""
@@ -340,9 +347,9 @@ class Recorder:
     async def _poller(self) -> None:
         while True:
             await asyncio.sleep(self.config.poll_seconds)
-            for rid, e in list(self.runs.items()):
+            for key, e in list(self.runs.items()):
                 if not e.final:
-                    self.mark(rid)
+                    self.mark(key)
 
     async def _worker(self) -> None:
         assert self._wake is not None
@@ -350,20 +357,21 @@ class Recorder:
             await self._wake.wait()
             self._wake.clear()
             while self._dirty and not self._stopping:
-                rid = next(iter(self._dirty))
-                del self._dirty[rid]
+                key = next(iter(self._dirty))
+                del self._dirty[key]
                 try:
-                    await self.reconcile(rid)
+                    await self.reconcile(key)
                 except asyncio.CancelledError:
                     raise
                 except Exception as ex:  # one run's trouble never stops the others
-                    msg = f"run {rid}: {type(ex).__name__}: {ex}"
+                    msg = f"run {key[1]} in {key[0]}: {type(ex).__name__}: {ex}"
                     self.errors.append(msg)
                     log.exception("recorder: %s", msg)
 
-    async def reconcile(self, run_id: str) -> None:
-        """Re-derive one run, append what changed to its evidence, update its TauRun."""
-        e = self.runs.get(run_id)
+    async def reconcile(self, key: RunKey) -> None:
+        """Re-derive one run (``(namespace, run-id)``), append what changed to its evidence,
+        update its TauRun."""
+        e = self.runs.get(key)
         if e is None or e.final:
             return
         snap = self.snapshot(e)

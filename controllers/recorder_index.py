@@ -57,17 +57,18 @@ class Snapshot:
 
 # kopf index ids (also the names under which kopf passes them to handlers)
 IX_WORKLOADS = "recorder_workloads"  # owner uid -> Kueue Workload
-IX_PODS = "recorder_pods"            # run-id -> Pod
+IX_PODS = "recorder_pods"            # (namespace, run-id) -> Pod
 IX_NODES = "recorder_nodes"          # node name -> Node (name, labels, conditions)
 
 
 def root_index(kind: WorkloadKind) -> str:
-    """The index of ``kind``'s roots: run-id -> object of that kind no governed controller owns."""
+    """The index of ``kind``'s roots: (namespace, run-id) -> object of that kind no governed
+    controller owns."""
     return f"recorder_roots_{kind.resource}"
 
 
 def child_index(resource: str) -> str:
-    """The index of a resource's members: run-id -> object whose controller is governed."""
+    """The index of a resource's members: (namespace, run-id) -> object whose controller is governed."""
     return f"recorder_children_{resource}"
 
 
@@ -83,13 +84,14 @@ def take_snapshot(ix: dict[str, Any], e: RunEntry) -> Snapshot:
     loop): its root object (binding ``e`` to its first root), member children, pods, Workloads,
     the Nodes its pods are on and its pending failure records. Objects carrying the run-id
     without belonging to the run are logged once and left out."""
-    roots = [o for k in ROOT_INDEXES if k in ix for o in ix[k].get(e.run_id, ())]
+    key = (e.namespace, e.run_id)  # the indices are keyed by run (recorder_objects.run_key)
+    roots = [o for k in ROOT_INDEXES if k in ix for o in ix[k].get(key, ())]
     owner, intruders = members.choose_owner(roots, e.owner_uid)
     if owner is not None and e.owner_uid is None:
         e.owner_uid = uid_of(owner)  # the run is bound to its first root (the worker checks the evidence)
     uid = e.owner_uid
-    labelled = ix[IX_PODS].get(e.run_id, ()) if IX_PODS in ix else ()
-    children = [o for k in CHILD_INDEXES if k in ix for o in ix[k].get(e.run_id, ())]
+    labelled = ix[IX_PODS].get(key, ()) if IX_PODS in ix else ()
+    children = [o for k in CHILD_INDEXES if k in ix for o in ix[k].get(key, ())]
     e.member_uids |= members.members(uid, [*children, *labelled])  # an LWS's chain runs through its leader pods
     pods, strays = members.run_pods(labelled, frozenset(e.member_uids))
     for other in [*intruders, *strays]:

@@ -110,6 +110,18 @@ def run_id_of(obj: dict) -> str | None:
     return rid if isinstance(rid, str) and RUN_ID_RE.match(rid) else None
 
 
+RunKey = tuple[str, str]
+"""A run: ``(namespace, run-id)``. A run-id is a label anyone in any namespace can write, so the
+same run-id in another namespace is another run (issue 27): it joins nothing and moves nothing."""
+
+
+def run_key(obj: dict) -> RunKey | None:
+    """The run ``obj`` claims by its labels: its namespace and run-id, or None (no valid run-id,
+    or a cluster-scoped object)."""
+    rid, ns = run_id_of(obj), namespace_of(obj)
+    return (ns, rid) if rid is not None and ns else None
+
+
 def name_of(obj: dict) -> str:
     return str((obj.get("metadata") or {}).get("name") or "")
 

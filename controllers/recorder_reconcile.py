@@ -65,6 +65,13 @@ class RunReconciler:
         if not rec.has("run") and snap.owner is None:
             return False  # nothing to record until the run's object is seen
         state = rec.state()
+        if rec.has("run") and state.get("namespace") != e.namespace:
+            # the run-id's evidence is another namespace's run: this one (a copied label) writes nothing
+            if not e.final:
+                log.warning("run %s in namespace %s: the run-id is a run of namespace %s; objects carrying it in %s "
+                            "are not recorded", e.run_id, e.namespace, state.get("namespace"), e.namespace)
+            e.final = True
+            return False
         bound = (state.get("object") or {}).get("uid") if isinstance(state.get("object"), dict) else None
         if bound and bound != e.owner_uid:
             # after a restart: the evidence says which root the run is bound to; look again

@@ -23,8 +23,11 @@ Desired state (``plan_workspace``, pure, over plain dicts), in the target namesp
   conflict), conditions ``Ready``, ``NamespaceReady``, ``QueueReady``, ``AccessReady``,
   ``ServiceAccountReady``, ``DataVolumeReady``, and the resolved namespace and queues.
 
-Refusals (nothing is created): a reserved namespace (``taugate.tau_admission.namespace_refusal``),
-a namespace claimed by another existing workspace, or one that an older workspace also targets.
+Refusals (nothing is created): a reserved namespace (``taugate.tau_admission.namespace_refusal``:
+Kubernetes', taugate's and every trusted controller's), a namespace claimed by another existing
+workspace, one that an older workspace also targets, or an existing namespace taugate did not
+create for this workspace that no platform admin annotated ``tau.azure.com/adopt-as-workspace=<workspace>``
+(``adoption_refusal``).
 Objects taugate creates carry ``tau.azure.com/managed-by=taugate`` and the workspace label;
 objects it finds are adopted and never changed or deleted.
 
@@ -55,7 +58,7 @@ from taugate.controllers.resources import Action
 from taugate.models import TauCluster, TauWorkspace
 from taugate.settings import Settings
 from taugate.structure import first_problem
-from taugate.tau_admission import namespace_refusal
+from taugate.tau_admission import adoption_refusal, namespace_refusal
 
 log = logging.getLogger("taugate.controllers.tauworkspace")
 
@@ -253,7 +256,8 @@ def plan_workspace(obs: WorkspaceObservation, settings: Settings, now: str | Non
     draft = _Draft(ws, R.name_of(ws_obj), names, now, generation, actions,
                    extra={"target": {"resolvedNamespace": names.namespace}})
     refusal = (namespace_refusal(draft.target, settings)
-               or namespace_conflict(ws_obj, obs.namespace, obs.other_workspaces, draft.target))
+               or namespace_conflict(ws_obj, obs.namespace, obs.other_workspaces, draft.target)
+               or adoption_refusal(obs.namespace, draft.ws_name))
     if refusal:
         draft.condition("NamespaceReady", False, "NamespaceRefused", f"{refusal}; nothing was created")
         status = _finish(obs, draft.conds, "Degraded", now, generation, draft.extra)

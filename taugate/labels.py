@@ -28,6 +28,10 @@ APPROVED = "tau.azure.com/approved"
 REJECTED = "tau.azure.com/rejected"
 REVIEWED_BY = "tau.azure.com/reviewed-by"
 
+# Annotation a platform admin puts on an existing Namespace that taugate did not create, naming the
+# one TauWorkspace that may adopt it (Namespaces are cluster-scoped: only admins may annotate them).
+ADOPT_AS_WORKSPACE = "tau.azure.com/adopt-as-workspace"
+
 # Annotation in which the mutating webhook records what it changed and why, for the recorder
 # (admission has no side effects, so the record travels on the object itself).
 ADMISSION_RECORD = "tau.azure.com/admission"

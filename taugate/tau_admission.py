@@ -15,8 +15,10 @@ Rules:
   groups) as the API server authenticated it.
 - ``tau-schema``: the object matches the TauGrid schema (the pydantic models in taugate.models).
 - ``workspace-namespace``: a TauWorkspace may not target a reserved namespace (``kube-system``,
-  ``kube-public``, ``kube-node-lease``, ``default``, taugate's own namespace and the system
-  namespace) nor, when ``state`` is given, one another workspace already targets.
+  ``kube-public``, ``kube-node-lease``, ``default``, taugate's own namespace, the system
+  namespace and every trusted controller's namespace) nor, when ``state`` is given, one another
+  workspace already targets. Adopting an existing namespace needs an admin's annotation on it
+  (``adoption_refusal``, judged by the TauWorkspace controller, which reads the Namespace).
 - ``workspace-spec``: queue names are DNS-1123 labels (Kueue LocalQueue names); TauGrid's
   authorization rule (``workspace-rbac`` needs principalRef, kubernetesSubject and role;
   ``cluster-wide`` forbids them); ``defaults.workloadProfile`` names a known profile (with state).
@@ -53,11 +55,17 @@ def _violation(policy: str, field: str, msg: str) -> Violation:
 def reserved_namespaces(settings: Settings) -> tuple[str, ...]:
     """Namespaces no workspace may target: Kubernetes' own (``kube-system``, ``kube-public``,
     ``kube-node-lease``, ``default``), the namespace taugate runs in (from
-    ``settings.service_account``) and the system namespace holding TauWorkspaces."""
+    ``settings.service_account``), the system namespace holding TauWorkspaces, and the namespace
+    of every trusted controller (``settings.controller_users``, the chart's
+    ``webhook.trustedControllers``: ``ray-system``, ``kueue-system``, ``jobset-system``...). A
+    workspace's researchers may run pods as any ServiceAccount of their namespace, and a pod
+    running as a trusted controller's account creates objects taugate takes as that controller's
+    children (``mutation.is_child``), so none of those namespaces may become a workspace."""
     out = list(ALWAYS_RESERVED)
-    m = _SA_USER.match(settings.service_account or "")
-    if m and m.group(1) not in out:
-        out.append(m.group(1))
+    for user in (settings.service_account or "", *settings.controller_users):
+        m = _SA_USER.match(user)
+        if m and m.group(1) not in out:
+            out.append(m.group(1))
     if settings.system_namespace and settings.system_namespace not in out:
         out.append(settings.system_namespace)
     return tuple(out)
@@ -71,6 +79,32 @@ def namespace_refusal(namespace: str, settings: Settings) -> str | None:
     if not _DNS_LABEL.match(namespace or "") or len(namespace) > 63:
         return f"namespace {namespace!r} is not a valid Namespace name (DNS-1123 label, at most 63 characters)"
     return None
+
+
+def _object(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def adoption_refusal(namespace: dict[str, Any] | None, workspace: str) -> str | None:
+    """Why TauWorkspace ``workspace`` may not adopt the existing Namespace ``namespace`` (None when
+    it may, or when the namespace does not exist yet and taugate will create it): a namespace
+    taugate did not create for this workspace (labels ``tau.azure.com/managed-by=taugate`` and
+    ``tau.azure.com/workspace=<workspace>``, which it sets on the Namespaces it creates) is adopted
+    only with a platform admin's opt-in on the Namespace itself, the annotation
+    ``tau.azure.com/adopt-as-workspace=<workspace>`` (Namespaces are cluster-scoped, so only those
+    RBAC lets update Namespaces can write it; a workspace's creator cannot)."""
+    if namespace is None:
+        return None
+    meta = _object(namespace.get("metadata"))
+    ns_labels, notes = _object(meta.get("labels")), _object(meta.get("annotations"))
+    if ns_labels.get(labels.MANAGED_BY) == labels.MANAGED_BY_VALUE and ns_labels.get(labels.WORKSPACE) == workspace:
+        return None
+    if notes.get(labels.ADOPT_AS_WORKSPACE) == workspace:
+        return None
+    name = meta.get("name")
+    return (f"namespace {name!r} exists and was not created by taugate for TauWorkspace {workspace!r}; adopting "
+            f"it needs a platform admin's opt-in on the Namespace: kubectl annotate namespace {name} "
+            f"{labels.ADOPT_AS_WORKSPACE}={workspace}")
 
 
 def is_admin(user_info: dict[str, Any] | None, settings: Settings) -> bool:

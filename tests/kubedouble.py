@@ -17,7 +17,8 @@ What the harness adds to kmock (kmock's gaps)
       nodes, serviceaccounts, persistentvolumeclaims, configmaps, pods, events), RBAC
       (rolebindings, clusterroles), CustomResourceDefinitions (kopf looks them up), Kueue
       ``kueue.x-k8s.io/v1beta2`` (localqueues, clusterqueues, resourceflavors, workloadpriorityclasses, workloads:
-      Kueue v0.17's storage version), KubeRay ``ray.io/v1`` (rayjobs, rayclusters), ``batch/v1`` jobs (the
+      Kueue v0.17's storage version), ``scheduling.k8s.io/v1`` priorityclasses,
+      KubeRay ``ray.io/v1`` (rayjobs, rayclusters), ``batch/v1`` jobs (the
       registered workload kinds, ``taugate.kinds.KINDS``), and ``tau.azure.com/v1alpha1``
       (clusters, workspaces, quotarequests, tauruns), ``wgpolicyk8s.io/v1alpha2`` PolicyReports and
       ClusterPolicyReports (the audit's), each with its kind and scope, and
@@ -125,6 +126,7 @@ RESOURCES: tuple[tuple[str, str, bool], ...] = tuple(dict.fromkeys((  # once eac
     ("kueue.x-k8s.io/v1beta2/resourceflavors", "ResourceFlavor", False),
     ("kueue.x-k8s.io/v1beta2/workloadpriorityclasses", "WorkloadPriorityClass", False),
     ("kueue.x-k8s.io/v1beta2/workloads", "Workload", True),
+    ("scheduling.k8s.io/v1/priorityclasses", "PriorityClass", False),  # examples/cluster.yaml's pod priority
     ("apps/v1/replicasets", "ReplicaSet", True),  # the recorder follows a Deployment's pods through them
     *((f"{k.api_version}/{k.resource}", k.kind, True) for k in KINDS),  # the workload kinds (taugate.kinds)
     ("tau.azure.com/v1alpha1/clusters", "TauCluster", False),

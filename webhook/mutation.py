@@ -200,7 +200,8 @@ def edit_create(obj: dict, kind: WorkloadKind, templates: list[PodTemplate], res
     Sets ``suspend: true`` at ``kind.suspend_path`` (as Kueue's defaulting webhook does for a
     queued job, even when the object says false; Kueue's own webhook may run before ours); a kind
     without one (a LeaderWorkerSet) is queued by its label alone. Adds, where missing: the Kueue
-    queue label, a run-id on the object and every pod template, workspace / profile /
+    queue label, a run-id on the object and every pod template, the profile's pod
+    ``priorityClassName`` on every pod template, workspace / profile /
     profile-set-hash / gpu-class / managed-by labels, the Kueue priority-class label, the
     profile's node selector, GPU-class selector and tolerations on GPU pod templates only (never
     on a CPU-only Ray head or the submitter), the workspace data PVC at ``/data``, and
@@ -261,7 +262,22 @@ def edit_create(obj: dict, kind: WorkloadKind, templates: list[PodTemplate], res
         _kueue_holds(edits, kind)
 
     place_templates(edits, templates, res, settings)
+    if kind.pod_priority_field:
+        _pod_priority(edits, templates, profile.priorities.pod_priority_class_name)
     return edits
+
+
+def _pod_priority(edits: Edits, templates: list[PodTemplate], priority_class: str | None) -> None:
+    """The profile's ``priorities.podPriorityClassName`` as ``priorityClassName`` on every pod
+    template, where missing (CREATE only: on UPDATE a changed template would roll a Deployment's
+    pods, and a Pod's class is immutable); a template naming another class is refused by
+    ``pod_rules.priority_violations``."""
+    if not priority_class:
+        return
+    for t in templates:
+        pod_spec = _at(edits.doc, t.path).get("spec")
+        if isinstance(pod_spec, dict):
+            edits.set_default(pod_spec, t.path + ("spec",), "priorityClassName", priority_class)
 
 
 def _kueue_template_metadata(edits: Edits, kind: WorkloadKind, templates: list[PodTemplate],
@@ -375,7 +391,9 @@ def edit_update(obj: dict, old: dict | None, templates: list[PodTemplate], kind:
       profile the object was admitted with, or None) and mutable templates: the profile's
       placement on GPU pod templates and the workspace data volume, as
       on CREATE (``place_templates``: Kueue's flavor selectors and whatever else another writer
-      set are kept).
+      set are kept), and the profile's pod ``priorityClassName`` where a template dropped it,
+      when the stored object carries it (an object admitted before taugate set it gets none:
+      a new class in a Deployment's template would roll its pods).
 
     An object being deleted (``metadata.deletionTimestamp``) gets nothing. None when nothing
     needs to change.
@@ -412,8 +430,12 @@ def edit_update(obj: dict, old: dict | None, templates: list[PodTemplate], kind:
         holder = edits.container(edits.container(edits.doc, (), "metadata", dict), ("metadata",), "annotations", dict)
         edits.set(holder, ("metadata", "annotations"), labels.ADMISSION_RECORD, record)
     res = admitted() if owned and admitted is not None and settings is not None else None
-    if res is not None and settings is not None:
+    if res is not None and settings is not None and isinstance(old, dict):
         place_templates(edits, owned, res, settings)
+        cls = res.profile.priorities.pod_priority_class_name
+        if cls and kind.pod_priority_field and any(t.spec.get("priorityClassName") == cls
+                                                   for t in kind.pod_templates(old)):
+            _pod_priority(edits, owned, cls)  # only where taugate set it: never rolls an older Deployment
     return edits if edits.changed else None
 
 

@@ -5,12 +5,13 @@
 ``review_response`` renders the AdmissionReview answer; ``admit`` runs mutate then validate on a
 bare object, for the CLI and for policy samples, through exactly the webhook's code path.
 
-Guard clauses, in order, before any work: a subresource (``status``, ``scale``) is allowed
-untouched; DELETE and CONNECT are allowed; taugate's own service account is allowed; a kind
-taugate does not handle is allowed (an unmanaged GPU workload is judged by ``ungoverned.verdict``);
-a namespace that is not a workspace gets no change; a child whose controller owner is a governed
-workload (KubeRay's submitter Job, the RayCluster a RayJob creates, a Job's pods) only inherits the
-parent's run-id; a CPU-only Pod, Deployment or StatefulSet passes unchanged (``ungoverned.left_alone``).
+Guard clauses, in order, before any work: a subresource is allowed untouched (the workload
+rules name only ``scale``, which ``webhook.scale`` judges as an UPDATE of the parent's replicas);
+DELETE and CONNECT are allowed; taugate's own service account is allowed; a kind taugate does not
+handle is allowed (an unmanaged GPU workload is judged by ``ungoverned.verdict``); a namespace that
+is not a workspace gets no change; a child whose controller owner is a governed workload (KubeRay's
+submitter Job, the RayCluster a RayJob creates, a Job's pods) only inherits the parent's run-id; a
+CPU-only Pod, Deployment or StatefulSet passes unchanged (``ungoverned.left_alone``).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from taugate.settings import Settings
 from taugate.snapshot import ClusterState
 from taugate.structure import ADMISSION_REVIEW, object_depth_problem, problems
 from taugate.unmanaged import unmanaged_kind_for
-from taugate.webhook import claims, mutation, ungoverned, validation
+from taugate.webhook import claims, mutation, pod_rules, ungoverned, validation
 from taugate.webhook.decision import Action, Decision, Violation
 from taugate.webhook.policy_set import PolicyEvaluationError
 from taugate.webhook.resolution import Resolution, Unresolved, resolve
@@ -341,12 +342,17 @@ def validate(request: dict, state: ClusterState, settings: Settings, engine: Eng
     ctx = Context.of(request, state, settings, engine)
     if request.get("subResource") == "ephemeralcontainers":
         return claims.debug_verdict(request, state, settings)
-    unmanaged = ungoverned.verdict(request, state, settings) or claims.verdict(request, state, settings)
-    if unmanaged is not None:
-        return unmanaged
-    subject = _subject(ctx)
-    if subject is None or subject.child:
-        return Decision.allow(request.get("object"))
+    claim = claims.verdict(request, state, settings)
+    if claim is not None:
+        return claim
+    unmanaged = ungoverned.verdict(request, state, settings)
+    subject = _subject(ctx) if unmanaged is None else None
+    if subject is None or subject.child:  # not judged as a governed workload: only what bypasses scheduling
+        bypass = _unjudged_bypasses(ctx)
+        if bypass:
+            return Decision.deny(bypass + (unmanaged.violations if unmanaged is not None else []),
+                                 obj=request.get("object"))
+        return unmanaged if unmanaged is not None else Decision.allow(request.get("object"))
     if subject.malformed:
         return Decision.deny(subject.malformed, obj=subject.obj)
     old = ctx.old
@@ -354,6 +360,8 @@ def validate(request: dict, state: ClusterState, settings: Settings, engine: Eng
     if refused and old is not None:  # an UPDATE never fails for what the stored object already did
         before = {(v.policy, v.field) for v in _old_demand(ctx, subject)[2]}
         refused = [v for v in refused if (v.policy, v.field) not in before]
+    if subject.alone:  # a CPU-only workload reaching devices: judged for what bypasses scheduling too
+        refused = refused + _unjudged_bypasses(ctx)
     if refused:
         return Decision.deny(refused, obj=subject.obj)
     if subject.alone:
@@ -371,7 +379,7 @@ def validate(request: dict, state: ClusterState, settings: Settings, engine: Eng
             before = {(v.policy, v.field) for v in _violations(ctx, subject, old, old_templates, None)[0]}
         except PolicyFailure:  # the old object cannot be judged, so nothing of the new one is excused
             before = set()
-        found = [v for v in found if (v.policy, v.field) not in before]
+        found = [v for v in found if v.policy in pod_rules.SELF_EXCUSED or (v.policy, v.field) not in before]
     return _decide(found, note, obj=subject.obj)
 
 
@@ -383,6 +391,28 @@ def _old_demand(ctx: Context, subject: _Subject) -> tuple[list[Violation], list[
     if malformed:
         return malformed, templates, []
     return [], *demand.govern(templates, subject.workspace.target_namespace, ctx.state, ctx.settings)
+
+
+def _unjudged_bypasses(ctx: Context) -> list[Violation]:
+    """``pod_rules.bypass_violations`` of a workload in a workspace that validation does not
+    otherwise judge (a CPU-only Pod or Deployment, a kind taugate does not manage); nothing for a
+    child, taugate's own service account, or outside a workspace."""
+    request, obj = ctx.request, ctx.request.get("object")
+    if (request.get("subResource") or ctx.operation not in ("CREATE", "UPDATE") or not isinstance(obj, dict)
+            or ((request.get("userInfo") or {}).get("username")) == ctx.settings.service_account):
+        return []
+    namespace = request.get("namespace") or mutation.json_object(obj.get("metadata")).get("namespace")
+    if not isinstance(namespace, str) or ctx.state.workspace_for(namespace) is None:
+        return []
+    gvk = request.get("kind") or {}
+    kind = kind_for(gvk.get("group") or obj.get("apiVersion"), gvk.get("kind") or obj.get("kind")) or \
+        unmanaged_kind_for(gvk.get("group"), gvk.get("kind"))
+    if kind is None or mutation.is_child(request, obj, ctx.settings):
+        return []
+    old = ctx.old
+    return pod_rules.bypass_violations(kind.pod_templates(obj),
+                                       (lambda: kind.pod_templates(old)) if old is not None else None,
+                                       kind.kind)
 
 
 def judge(obj: dict, state: ClusterState, settings: Settings, engine: Engine | None) -> tuple[list[Violation], dict]:
@@ -437,7 +467,7 @@ def validate_tau(request: dict, state: ClusterState, settings: Settings) -> Deci
 
 
 # metav1.StatusReason for the codes a decision carries (Kubernetes api/errors conventions).
-_REASONS = {403: "Forbidden", 500: "InternalError", 503: "ServiceUnavailable", 504: "Timeout"}
+_REASONS = {403: "Forbidden", 409: "Conflict", 500: "InternalError", 503: "ServiceUnavailable", 504: "Timeout"}
 
 
 def review_response(review: dict, decision: Decision) -> dict:

@@ -3,15 +3,20 @@ configurations (a test checks the chart against this table).
 
 Each route is one HTTPS path served by ``webhook.server`` and one entry in a
 Mutating/ValidatingWebhookConfiguration: which API groups, versions and resources it intercepts,
-for which operations. Rules never name ``*/status``; the one subresource named is a Pod's
-``ephemeralcontainers`` (``kubectl debug``), judged for device access.
+for which operations. The validating workload route also names the ``scale`` subresource of
+every kind that has one (``WorkloadKind.scale_path``), for UPDATE only: ``kubectl scale`` and an
+HorizontalPodAutoscaler change replicas through it, and the API server sends a webhook a
+subresource only when a rule names it (k8s.io/apiserver ``pkg/admission/plugin/webhook/predicates/rules``
+``Matcher.resource``: ``deployments`` does not match ``deployments/scale``). No rule names
+``*/status``: the status is the controllers', never a researcher's request. The one other subresource
+named is a Pod's ``ephemeralcontainers`` (``kubectl debug``), judged for device access.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from taugate.kinds import KIND_NAMES, resources_by_group_version
+from taugate.kinds import KIND_NAMES, KINDS, resources_by_group_version
 from taugate.unmanaged import UNMANAGED_KINDS
 
 
@@ -55,6 +60,21 @@ CLAIM_RULES = (Rule(("resource.k8s.io",), ("v1",), ("resourceclaims", "resourcec
 """Dynamic Resource Allocation claims and claim templates, judged as GPU requests (``webhook.claims``) when
 created: their spec is immutable, and the scheduler and the claim controller update them all the time;
 and the debug containers ``kubectl debug`` adds to a Pod, judged for device access."""
+
+
+def _scale_rules() -> tuple[Rule, ...]:
+    """UPDATE of the ``scale`` subresource of every workload kind that has one, one rule per API
+    group and version (``taugate.webhook.scale`` judges it as an UPDATE of the parent's replicas).
+    The unmanaged kinds' UPDATEs are never judged (``ungoverned``), so neither are their scales."""
+    out: dict[tuple[str, str], tuple[str, ...]] = {}
+    for k in KINDS:
+        if k.scale_path is not None:
+            out[(k.group, k.version)] = out.get((k.group, k.version), ()) + (f"{k.resource}/scale",)
+    return tuple(Rule((group,), (version,), resources, ("UPDATE",)) for (group, version), resources in out.items())
+
+
+SCALE_RULES = _scale_rules()
+"""The ``scale`` subresources the validating workload route sees."""
 TAU_RULES = (
     Rule(("tau.azure.com",), ("v1alpha1",), ("clusters", "workspaces", "quotarequests"), ("CREATE", "UPDATE")),
 )
@@ -66,6 +86,6 @@ ROUTED_KINDS = KIND_NAMES | TAU_KINDS | frozenset(u.kind for u in UNMANAGED_KIND
 
 ROUTES: tuple[Route, ...] = (
     Route("mutate.workloads.tau.azure.com", "/mutate", "mutating", WORKLOAD_RULES),
-    Route("validate.workloads.tau.azure.com", "/validate", "validating", WORKLOAD_RULES + CLAIM_RULES),
+    Route("validate.workloads.tau.azure.com", "/validate", "validating", WORKLOAD_RULES + SCALE_RULES + CLAIM_RULES),
     Route("validate.resources.tau.azure.com", "/validate-tau", "validating", TAU_RULES),
 )

@@ -37,6 +37,8 @@ Every decision is made by ``webhook.review`` (pure); this module only moves byte
   traceback logged (``_settle``: the only broad ``except`` on this path).
 - A ``remote`` policy engine (OPA) is never called on the event loop: with it every decision
   runs in the thread pool (``REMOTE_ENGINE_WORKERS`` threads).
+- A ``scale`` request reads its stored parent from the API (``webhook.scale``, through the state
+  provider's ``read_object``), so it is always decided in the thread pool, by the deadline.
 - ``/healthz`` (process alive), ``/readyz``, ``/metrics`` (Prometheus text format).
 
 Bounded resources (connections, bytes in flight, timeouts): ``webhook/connections.py``.
@@ -66,7 +68,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, 
 
 from taugate.settings import Settings
 from taugate.snapshot import ClusterState
-from taugate.webhook import review
+from taugate.webhook import review, scale
 from taugate.webhook.connections import ByteBudget, ConnectionGuard
 from taugate.webhook.decision import Decision
 from taugate.webhook.metrics import AdmissionMetrics
@@ -104,11 +106,11 @@ KNOWN_KINDS = ROUTED_KINDS
 JSON = "application/json"
 
 
-_DECIDERS: dict[str, Callable[[dict, ClusterState, Settings, Any], Decision]] = {
+_DECIDERS: dict[str, Callable[[dict, ClusterState, Settings, Any, scale.Reader | None], Decision]] = {
     # The server parsed the review for this one answer: mutation may edit it in place.
-    "mutate.workloads.tau.azure.com": lambda req, st, s, e: review.mutate(req, st, s, e, in_place=True),
-    "validate.workloads.tau.azure.com": lambda req, st, s, e: review.validate(req, st, s, e),
-    "validate.resources.tau.azure.com": lambda req, st, s, e: review.validate_tau(req, st, s),
+    "mutate.workloads.tau.azure.com": lambda req, st, s, e, _: review.mutate(req, st, s, e, in_place=True),
+    "validate.workloads.tau.azure.com": lambda req, st, s, e, read: scale.validate(req, st, s, e, read),
+    "validate.resources.tau.azure.com": lambda req, st, s, e, _: review.validate_tau(req, st, s),
 }
 if set(_DECIDERS) != {r.name for r in ROUTES}:  # the route table and the server must agree
     raise RuntimeError(f"webhook.server has deciders for {sorted(_DECIDERS)} but ROUTES names "
@@ -354,20 +356,31 @@ class AdmissionServer:
             return body
         threaded = self._heavy(body)
         if not threaded and not self.remote:
-            return self._decide_now(route, body, late=loop.time() >= deadline)
+            now = self._decide_now(route, body, late=loop.time() >= deadline)
+            return now if isinstance(now, _Reply) else await self._decide_parsed(route, now, deadline, loop, held)
         try:
             rev = await loop.run_in_executor(self.executor, review.parse_review, body) if threaded \
                 else review.parse_review(body)
         except review.ReviewError as e:
             return _Reply(400, {"error": str(e)}, "invalid")
         del body  # the parsed review is what is kept from here on
+        return await self._decide_parsed(route, rev, deadline, loop, held)
+
+    def _reader(self) -> scale.Reader | None:
+        """How a decision reads a stored object (the parent of a ``scale`` request): the state
+        provider's ``read_object`` (the watch-based provider has one; a snapshot has none)."""
+        return getattr(self.provider, "read_object", None)
+
+    async def _decide_parsed(self, route: Route, rev: dict, deadline: float, loop: asyncio.AbstractEventLoop,
+                             held: list[int] | None) -> _Reply:
+        """Decide a parsed review in the thread pool, answering by the deadline."""
         state = self._state_or_reply(route, rev)
         if isinstance(state, _Reply):
             return state
-        decider = _DECIDERS[route.name]
+        decider, read = _DECIDERS[route.name], self._reader()
 
         def decide() -> Decision:
-            return decider(rev["request"], state, self.settings, self.engine)
+            return decider(rev["request"], state, self.settings, self.engine, read)
 
         work = loop.run_in_executor(self.executor, self._settle, route, rev, decide)
         remaining = deadline - loop.time()
@@ -400,10 +413,11 @@ class AdmissionServer:
                                 "unavailable")
         return state
 
-    def _decide_now(self, route: Route, body: bytes, late: bool = False) -> _Reply:
+    def _decide_now(self, route: Route, body: bytes, late: bool = False) -> _Reply | dict:
         """Parse and decide a small body on the event loop (a local engine): no timer, no thread,
         nothing that waits. ``late``: the deadline passed while the body arrived (the review is
-        still parsed, for its uid, and answered with the deadline's denial)."""
+        still parsed, for its uid, and answered with the deadline's denial). A review whose
+        decision reads the API (``scale.is_scale``) is returned parsed, for the thread pool."""
         try:
             rev = review.parse_review(body)
         except review.ReviewError as e:
@@ -414,8 +428,10 @@ class AdmissionServer:
         if late:
             return self._deadline_answer(route, rev)
         decider, request = _DECIDERS[route.name], rev["request"]
+        if scale.is_scale(request):
+            return rev
         return self._answer(route, rev, self._settle(
-            route, rev, lambda: decider(request, state, self.settings, self.engine)))
+            route, rev, lambda: decider(request, state, self.settings, self.engine, None)))
 
     def _deadline_answer(self, route: Route, rev: dict) -> _Reply:
         self.metrics.deadline.labels(route.path).inc()
@@ -433,7 +449,13 @@ class AdmissionServer:
                 # limits and deadline cannot apply to it); a heavy one goes to the thread pool
                 # through _admit (aiohttp keeps the body read).
                 body = await request.read()
-                reply = await self._admit(route, request) if self._heavy(body) else self._decide_now(route, body)
+                now = await self._admit(route, request) if self._heavy(body) else self._decide_now(route, body)
+                if isinstance(now, _Reply):
+                    reply = now
+                else:  # a decision that reads the API (a scale): in the thread pool, by the deadline
+                    loop = asyncio.get_running_loop()
+                    deadline = loop.time() + self.settings.admission_deadline_seconds
+                    reply = await self._decide_parsed(route, now, deadline, loop, None)
             else:
                 reply = await self._admit(route, request)
             self.metrics.answered(route.path, reply.kind, reply.operation, reply.decision,

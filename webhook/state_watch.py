@@ -47,6 +47,7 @@ from taugate.state_objects import (
     trim,
     usable_objects,
 )
+from taugate.webhook.scale import ObjectUnreadable
 
 log = logging.getLogger("taugate.state_watch")
 
@@ -63,6 +64,8 @@ class ApiReader(Protocol):
 
     def watch(self, res: Resource, *, resource_version: str | None = None, timeout_seconds: int = 300,
               on_open: Callable[[Any], None] | None = None) -> Iterator[dict[str, Any]]: ...
+
+    def get(self, res: Resource, name: str, namespace: str | None = None) -> dict | None: ...
 
 
 class WatchStateProvider:
@@ -115,6 +118,15 @@ class WatchStateProvider:
             return math.inf
         down = [t for t in self._down_since.values() if t is not None]
         return max(0.0, time.monotonic() - min(down)) if down else 0.0
+
+    def read_object(self, res: Resource, namespace: str, name: str) -> dict | None:
+        """One stored object, read from the API now (a quorum read), or None when it does not
+        exist: the parent of a ``scale`` request (``webhook.scale``). Raises ``ObjectUnreadable``
+        with the API's reason (unreachable, forbidden)."""
+        try:
+            return self.kube.get(res, name, namespace)
+        except KubeError as e:
+            raise ObjectUnreadable(str(e).splitlines()[0] if str(e) else type(e).__name__) from None
 
     async def start(self) -> None:
         """Start the watch threads and the rebuild task (returns at once)."""

@@ -17,6 +17,7 @@ from taugate.fieldpath import field_path, label_field
 from taugate.kinds import WorkloadKind
 from taugate.pods import MAX_GPUS, PodTemplate
 from taugate.violation import Violation
+from taugate.webhook import pod_rules
 from taugate.webhook.resolution import Resolution
 
 
@@ -126,15 +127,18 @@ def check_run_id(obj: dict, old: dict | None) -> list[Violation]:
 def structural(obj: dict, kind: WorkloadKind, templates: list[PodTemplate], res: Resolution | None,
                old: dict | None, *, elastic_jobs: bool = False) -> list[Violation]:
     """Every built-in structural check that applies to ``obj`` (a well-formed top-level workload of
-    ``kind``): the GPU resource rules, the kind's own rules (``kind.checks``), then the priority
-    class, run-id and queue label; ``old`` is the stored object on UPDATE, else None;
-    ``elastic_jobs`` says whether Kueue's ElasticJobsViaWorkloadSlices feature gate is on
-    (``Settings.kueue_elastic_jobs``)."""
+    ``kind``): the GPU resource rules, the kind's own rules (``kind.checks``), the pod templates'
+    node name and pod priority (``pod_rules``), then the priority class, run-id and queue label;
+    ``old`` is the stored object on UPDATE, else None; ``elastic_jobs`` says whether Kueue's
+    ElasticJobsViaWorkloadSlices feature gate is on (``Settings.kueue_elastic_jobs``)."""
     queued = kind.queued(obj)
     out = check_gpu_resources(templates)
     out += kind.checks(obj, templates, queued=queued, old=old, elastic_jobs=elastic_jobs)
+    stored = old if isinstance(old, dict) else None
+    out += pod_rules.bypass_violations(templates, (lambda: kind.read(stored)[1]) if stored is not None else None)
     if res is not None:
         out += check_priority(obj, res)
+        out += pod_rules.priority_violations(templates, res.profile)
     out += check_run_id(obj, old)
     out += check_queue_kept(obj, old, queued)
     return out

@@ -45,6 +45,15 @@ class WorkloadKind:
       a Kubeflow job's ``spec.runPolicy.suspend``, a RayService's ``spec.rayClusterConfig.suspend``);
       None for a kind Kueue queues without suspending it (a Pod, Deployment, StatefulSet or
       LeaderWorkerSet: Kueue gates its pods instead, and a serving workload stays running);
+    - ``scale_path``: the field the kind's ``scale`` subresource sets (its ``specReplicasPath``:
+      ``spec.replicas`` of a Deployment, StatefulSet or LeaderWorkerSet, a PyTorchJob's
+      ``spec.pytorchReplicaSpecs.Worker.replicas``); None for a kind without one (Kubernetes
+      ``pkg/registry/apps/*/storage`` ``ScaleREST``; a CRD's ``subresources.scale``). A change
+      through it is judged as an UPDATE of that field (``taugate.webhook.scale``);
+    - ``pod_priority_field``: whether mutation sets the profile's pod ``priorityClassName`` on its
+      pod templates (``webhook.pod_rules``); default True (a TrainJob's runtime patch has no such
+      field: the runtime, which the platform owns, sets it; a bare Pod's priority is resolved by
+      the API server before the webhooks run, so a class added then is refused);
     - ``spec_model``: the pydantic model of the kind's ``spec`` (a ``TypedDict`` of every field
       admission reads or writes, typed as the kind's Go API types; ``taugate.structure`` says how to
       write one), which ``malformed`` checks;
@@ -64,6 +73,8 @@ class WorkloadKind:
     upstream: ClassVar[str]
     default_lane: ClassVar[str] = "training"
     suspend_path: ClassVar[Path | None] = ("spec", "suspend")
+    scale_path: ClassVar[Path | None] = None
+    pod_priority_field: ClassVar[bool] = True
     spec_model: ClassVar[Any]
     templates_from_spec: ClassVar[bool] = True
 

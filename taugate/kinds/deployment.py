@@ -53,6 +53,7 @@ class ReplicatedPods(WorkloadKind):
     group, version = "apps", "v1"
     default_lane = "interactive"
     suspend_path = None
+    scale_path = ("spec", "replicas")
     spec_model = ReplicatedPodsSpec
 
     def pod_templates(self, obj: dict[str, Any]) -> list[PodTemplate]:

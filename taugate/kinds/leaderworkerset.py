@@ -79,6 +79,7 @@ class LeaderWorkerSet(WorkloadKind):
     spec_model = LeaderWorkerSetSpec
     default_lane = "serving"
     suspend_path = None
+    scale_path = ("spec", "replicas")
     upstream = ("kueue v0.17 pkg/controller/jobs/leaderworkerset/leaderworkerset_reconciler.go podSets, "
                 "leaderworkerset_webhook.go Default, ValidateUpdate; "
                 "lws v0.8.0 pkg/webhooks/leaderworkerset_webhook.go generalValidate")

@@ -101,6 +101,12 @@ class Pod(WorkloadKind):
     templates_from_spec = False  # pod_templates reads the pod group's annotations
     default_lane = "interactive"
     suspend_path = None
+    # The API server's Priority admission plugin resolves spec.priority of a Pod before the webhooks
+    # and is re-run after them: a class a webhook adds then disagrees with the priority already set
+    # and the Pod is refused (kubernetes plugin/pkg/admission/priority/admission.go admitPod: "the
+    # integer value of priority must not be provided"). A bare Pod keeps the default priority; a
+    # class other than the profile's is still refused (webhook.pod_rules).
+    pod_priority_field = False
     upstream = ("kueue v0.17 pkg/controller/jobs/pod/pod_webhook.go Default, validatePodGroupMetadata; "
                 "pod_controller.go groupTotalCount, constructGroupPodSetsFast; "
                 "kubernetes v1.37 pkg/apis/core/validation/validation.go ValidatePodUpdate")

@@ -79,6 +79,7 @@ class PyTorchJob(WorkloadKind):
     group, version, resource, kind = "kubeflow.org", "v1", "pytorchjobs", "PyTorchJob"
     spec_model = PyTorchJobSpec
     suspend_path = ("spec", "runPolicy", "suspend")
+    scale_path = ("spec", "pytorchReplicaSpecs", "Worker", "replicas")
     upstream = ("kueue v0.17 pkg/controller/jobs/kubeflow/kubeflowjob/kubeflowjob_controller.go PodSets, podsCount, "
                 "Suspend; training-operator v1.9.3 pkg/webhooks/pytorch/pytorchjob_webhook.go "
                 "validatePyTorchReplicaSpecs")

@@ -255,6 +255,7 @@ class TrainJob(WorkloadKind):
 
     group, version, resource, kind = "trainer.kubeflow.org", "v1alpha1", "trainjobs", "TrainJob"
     spec_model = TrainJobSpec
+    pod_priority_field = False  # a runtime patch's pod spec has no priorityClassName (the trainer's CRD)
     templates_from_spec = False  # the node template's pod spec is assembled from several fields
     upstream = ("kueue v0.17 pkg/controller/jobs/trainjob/trainjob_controller.go PodSets, RunWithPodSetsInfo, "
                 "trainjob_webhook.go Default; trainer v2.2.0 pkg/runtime/core/trainingruntime.go newRuntimeInfo, "

@@ -363,7 +363,8 @@ def test_a_sixteen_replica_deployment_or_statefulset_of_dra_pods_is_governed(kin
         obj["spec"]["serviceName"] = "serve"
     refused = review.admit(obj, state=state_with(CLASS, four_gpu_template()), settings=settings())
     assert not refused.allowed and "[gpu-dra] spec.template.spec.resourceClaims[0]" in messages(refused)
-    queued = review.admit(obj, state=state_with(CLASS, four_gpu_template()), settings=settings(dra_gpu_workloads="queue"))
+    queued = review.admit(obj, state=state_with(CLASS, four_gpu_template()),
+                          settings=settings(dra_gpu_workloads="queue"))
     assert queued.allowed, messages(queued)
     assert queued.object["metadata"]["labels"][labels.KUEUE_QUEUE_NAME] == "vision-queue"
     assert queued.object["spec"]["template"]["spec"]["nodeSelector"]["tau.azure.com/gpu-class"] == "h100"

@@ -149,7 +149,11 @@ def test_the_webhook_rules_are_derived_from_the_registry():
         assert by_group_version[group_version][:len(resources)] == resources
     by_path = {r.path: r.rules for r in routes.ROUTES}
     assert by_path["/mutate"] == routes.WORKLOAD_RULES
-    assert by_path["/validate"] == routes.WORKLOAD_RULES + routes.CLAIM_RULES  # DRA claims: webhook/claims.py
+    # kubectl scale: webhook/scale.py; DRA claims and kubectl debug: webhook/claims.py
+    assert by_path["/validate"] == routes.WORKLOAD_RULES + routes.SCALE_RULES + routes.CLAIM_RULES
+    scales = {(g, v, r) for rule in routes.SCALE_RULES for g in rule.api_groups for v in rule.api_versions
+              for r in rule.resources}
+    assert scales == {(k.group, k.version, f"{k.resource}/scale") for k in KINDS if k.scale_path}
 
 
 def test_the_admission_request_of_taugate_admit_names_each_kinds_resource():

@@ -226,5 +226,24 @@ def test_an_invalid_workspace_or_a_second_claim_on_a_namespace_is_left_out(examp
     assert ("TauWorkspace", "squatter") not in names  # only the system namespace's workspaces claim namespaces
     assert any("namespace 'vision' already belongs to TauWorkspace vision" in s for s in skipped)
     assert len(skipped) == 4
+    # the example's pod PriorityClass passes through: usable_objects leaves kinds it does not judge alone
     assert {o["kind"] for o in kept} == {"TauCluster", "TauWorkspace", "Node", "LocalQueue", "ClusterQueue",
-                                         "ResourceFlavor", "WorkloadPriorityClass", "DeviceClass"}
+                                         "ResourceFlavor", "WorkloadPriorityClass", "PriorityClass",
+                                         "DeviceClass"}
+
+
+def test_the_provider_reads_a_scale_requests_parent_from_the_api_and_says_why_it_cannot(settings):
+    from taugate.kinds import deployment
+    from taugate.kubeaccess import Resource
+    from taugate.webhook.scale import ObjectUnreadable
+
+    res = Resource("apps", "v1", deployment.KIND.resource, "Deployment", True)
+    obj = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "serve", "namespace": "vision"},
+           "spec": {"replicas": 2, "template": {"spec": {"containers": [{"name": "c", "image": "x"}]}}}}
+    with KubeDouble() as kd:
+        kd.apply([obj])
+        provider = WatchStateProvider(Kube.from_configuration(kd.configuration), settings)
+        assert provider.read_object(res, "vision", "serve")["spec"]["replicas"] == 2
+        assert provider.read_object(res, "vision", "missing") is None
+    with pytest.raises(ObjectUnreadable):  # the API server is gone: unreachable, one line
+        provider.read_object(res, "vision", "serve")

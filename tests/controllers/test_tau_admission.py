@@ -108,7 +108,11 @@ def test_the_example_workspaces_and_cluster_are_allowed(settings, example_object
             assert validate_tau_object(_req(obj, ADMIN), settings, state) == [], obj["metadata"]["name"]
 
 
-@pytest.mark.parametrize("namespace", ["kube-system", "default", "tau-platform", "taugate-system"])
+@pytest.mark.parametrize("namespace", ["kube-system", "kube-public", "kube-node-lease", "default", "tau-platform",
+                                       "taugate-system",
+                                       # every trusted controller's namespace (Settings.controller_users)
+                                       "ray-system", "kueue-system", "jobset-system", "lws-system", "kubeflow",
+                                       "kubeflow-system"])
 def test_a_workspace_for_a_reserved_namespace_is_denied(settings, example_objects, namespace):
     ws = pick(example_objects, "TauWorkspace", "vision")
     ws["spec"]["target"]["namespace"] = namespace
@@ -157,3 +161,15 @@ def test_cluster_spec_checks_unique_names_worker_count_priorities_and_singleton(
     assert "podPriorityClassName" in found["spec.workloadProfiles[3].priorities"]
     assert "not a valid LocalQueue name" in found["spec.workloadProfiles[4].defaultLocalQueue"]
     assert "singleton named 'cluster'" in found["metadata.name"]
+
+
+def test_the_namespaces_of_the_configured_trusted_controllers_are_reserved(example_objects):
+    from taugate.settings import Settings
+
+    settings = Settings(controller_users=("system:serviceaccount:gpu-operators:my-operator", "system:kube-scheduler"))
+    ws = pick(example_objects, "TauWorkspace", "vision")
+    ws["spec"]["target"]["namespace"] = "gpu-operators"
+    found = validate_tau_object(_req(ws, ADMIN), settings)
+    assert [v.field for v in found] == ["spec.target.namespace"] and "gpu-operators" in found[0].message
+    ws["spec"]["target"]["namespace"] = "ray-system"  # no longer a trusted controller's here
+    assert validate_tau_object(_req(ws, ADMIN), settings) == []

@@ -217,3 +217,55 @@ def test_cleanup_keeps_an_adopted_local_queue(small_cluster, settings):
     plan = reconcile_workspace(kube, settings, SYS, "vision", now=LATER)
     assert ("LocalQueue", "vision-queue") not in {(a.resource.kind, a.name) for a in plan.actions if a.verb == "delete"}
     assert store.get("LocalQueue", "vision-queue", "vision") is not None
+
+
+# ---- reserved namespaces and adoption (issue 27) ------------------------------------------------------
+
+def _existing_namespace(name: str, **annotations: str) -> dict:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "annotations": annotations}}
+
+
+def _targeting(small_cluster, namespace: str) -> list[dict]:
+    objs = copy.deepcopy(small_cluster)
+    ws = pick(objs, "TauWorkspace", "vision")
+    ws["spec"]["target"]["namespace"] = namespace
+    return objs
+
+
+@pytest.mark.parametrize("namespace", ["ray-system", "kueue-system", "jobset-system", "lws-system", "kubeflow",
+                                       "kube-public", "kube-node-lease"])
+def test_a_workspace_targeting_a_trusted_controllers_or_kubernetes_namespace_creates_nothing(
+        small_cluster, settings, namespace):
+    kube = MemKube(_store([*_targeting(small_cluster, namespace), _existing_namespace(namespace)]))
+    plan = reconcile_workspace(kube, settings, SYS, "vision", now=NOW)
+    assert [a for a in plan.actions if a.resource.kind not in ("TauWorkspace",)] == []
+    assert plan.status["phase"] == "Degraded"
+    assert "reserved" in _cond(plan.status, "NamespaceReady")["message"]
+
+
+def test_an_existing_namespace_taugate_did_not_create_is_adopted_only_with_an_admins_annotation(
+        small_cluster, settings):
+    kube = MemKube(_store([*_targeting(small_cluster, "legacy-ml"), _existing_namespace("legacy-ml")]))
+    plan = reconcile_workspace(kube, settings, SYS, "vision", now=NOW)
+    assert [a.resource.kind for a in plan.actions if a.resource.kind != "TauWorkspace"] == []
+    msg = _cond(plan.status, "NamespaceReady")["message"]
+    assert plan.status["phase"] == "Degraded" and "was not created by taugate" in msg
+    assert f"kubectl annotate namespace legacy-ml {labels.ADOPT_AS_WORKSPACE}=vision" in msg
+    # an annotation naming another workspace is no opt-in for this one
+    kube = MemKube(_store([*_targeting(small_cluster, "legacy-ml"),
+                           _existing_namespace("legacy-ml", **{labels.ADOPT_AS_WORKSPACE: "nlp"})]))
+    assert reconcile_workspace(kube, settings, SYS, "vision", now=NOW).status["phase"] == "Degraded"
+    kube = MemKube(_store([*_targeting(small_cluster, "legacy-ml"),
+                           _existing_namespace("legacy-ml", **{labels.ADOPT_AS_WORKSPACE: "vision"})]))
+    plan = reconcile_workspace(kube, settings, SYS, "vision", now=NOW)
+    assert "RoleBinding" in _created(plan)
+    assert any(a.resource.kind == "Namespace" and a.verb == "patch" for a in plan.actions)  # the claim labels
+
+
+def test_a_namespace_taugate_created_for_the_workspace_needs_no_annotation(small_cluster, settings):
+    kube = MemKube(_store(small_cluster))
+    first = reconcile_workspace(kube, settings, SYS, "vision", now=NOW)
+    assert "Namespace" in _created(first)
+    created = _created(first)["Namespace"]
+    again = MemKube(_store([*small_cluster, created]))
+    assert reconcile_workspace(again, settings, SYS, "vision", now=LATER).status["phase"] == "Ready"

@@ -15,8 +15,8 @@
    ``url: https://127.0.0.1:PORT/PATH`` + ``caBundle`` (envtest's rewrite): rules, selectors,
    failurePolicy, timeouts, reinvocationPolicy, matchPolicy and matchConditions as rendered;
 5. the platform of ``examples/cluster.yaml``: the TauCluster, TauWorkspaces, GPU Nodes,
-   ResourceFlavors and ClusterQueues (the operator makes the namespaces, LocalQueues, RBAC,
-   ServiceAccounts and PVCs from the TauWorkspaces).
+   ResourceFlavors, ClusterQueues and the profiles' (Workload)PriorityClasses (the operator
+   makes the namespaces, LocalQueues, RBAC, ServiceAccounts and PVCs from the TauWorkspaces).
 """
 
 from __future__ import annotations
@@ -285,7 +285,8 @@ def install(cp: ControlPlane, workdir: Path, *, record: bool = False,
     for n in nodes:
         n["metadata"].setdefault("annotations", {}).update(node_annotations or {})
     cp.apply_objects([d for d in platform_objects if d["kind"] in ("TauCluster", "TauWorkspace", "ResourceFlavor",
-                                                                   "ClusterQueue", "WorkloadPriorityClass", "Node")],
+                                                                   "ClusterQueue", "WorkloadPriorityClass",
+                                                                   "PriorityClass", "Node")],
                      "--server-side", "--field-manager=platform-team")
     for n in nodes:  # a Node's status is its kubelet's to write: set it through /status as one would
         cp.kubectl("patch", "node", n["metadata"]["name"], "--subresource=status", "--type=merge",

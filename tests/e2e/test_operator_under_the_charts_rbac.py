@@ -121,3 +121,51 @@ def test_a_researcher_cannot_approve_a_quota_request_rbac_and_the_webhook_both_r
 
     platform.wait_for("the operator to mark the request Approved", lambda: phase() == "Approved", 30)
 
+
+
+# ---- which namespaces may become a workspace (issue 27) ------------------------------------------------
+
+def _workspace(name: str, namespace: str) -> dict:
+    return {"apiVersion": "tau.azure.com/v1alpha1", "kind": "TauWorkspace",
+            "metadata": {"name": name, "namespace": SYSTEM_NAMESPACE},
+            "spec": {"principalRef": {"provider": "entra", "name": f"{name}-researchers"},
+                     "kubernetesSubject": {"kind": "Group", "name": f"{name}-researchers"},
+                     "role": "tau-researcher-v1", "target": {"namespace": namespace, "createNamespace": True},
+                     "queue": f"{name}-queue", "clusterQueue": "nlp-cq", "defaults": {"workloadProfile": "cpu-small"}}}
+
+
+def test_a_workspace_for_a_trusted_controllers_or_kubernetes_namespace_is_refused_by_the_api_server(platform):
+    cp = platform.cp
+    for target in ("ray-system", "kueue-system", "jobset-system", "lws-system", "kubeflow", "kube-public"):
+        out = cp.kubectl("create", "-f", "-", input=json.dumps(_workspace("grab", target)), check=False)
+        assert out.returncode != 0 and "denied the request" in out.stderr, out.stderr
+        assert f"namespace {target!r} is reserved" in out.stderr, out.stderr
+    assert cp.kubectl("get", "workspaces.tau.azure.com", "grab", "-n", SYSTEM_NAMESPACE, check=False).returncode != 0
+
+
+def test_an_existing_namespace_becomes_a_workspace_only_after_a_platform_admin_annotates_it(platform):
+    cp = platform.cp
+    cp.kubectl("create", "namespace", "legacy-ml")
+    cp.apply_objects([_workspace("legacy", "legacy-ml")])
+
+    def status() -> dict:
+        return cp.get_json("workspaces.tau.azure.com", "legacy", "-n", SYSTEM_NAMESPACE).get("status") or {}
+
+    def namespace_ready() -> dict:
+        return next((c for c in status().get("conditions") or [] if c["type"] == "NamespaceReady"), {})
+    refused = platform.wait_for("the operator to refuse adopting legacy-ml",
+                                lambda: namespace_ready().get("reason") == "NamespaceRefused" and namespace_ready(), 60)
+    assert "kubectl annotate namespace legacy-ml tau.azure.com/adopt-as-workspace=legacy" in refused["message"]
+    assert status()["phase"] == "Degraded"
+    assert cp.get_json("rolebindings", "-n", "legacy-ml")["items"] == []
+    assert "tau.azure.com/workspace" not in (cp.get_json("namespace", "legacy-ml")["metadata"].get("labels") or {})
+    # A researcher cannot give the opt-in: Namespaces are cluster-scoped.
+    researcher = cp.user_kubeconfig("rita", ("vision-researchers",))
+    assert cp.kubectl("annotate", "namespace", "legacy-ml", "tau.azure.com/adopt-as-workspace=legacy",
+                      kubeconfig=researcher, check=False).returncode != 0
+    # The platform admin's annotation wakes the workspace at once (the operator watches Namespaces).
+    cp.kubectl("annotate", "namespace", "legacy-ml", "tau.azure.com/adopt-as-workspace=legacy")
+    platform.wait_for("the operator to adopt legacy-ml and bind the researchers",
+                      lambda: namespace_ready().get("status") == "True"
+                      and cp.get_json("rolebindings", "-n", "legacy-ml")["items"], 30)
+    assert cp.get_json("namespace", "legacy-ml")["metadata"]["labels"]["tau.azure.com/workspace"] == "legacy"

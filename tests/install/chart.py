@@ -174,7 +174,8 @@ def webhook_configuration_problems(obj: dict) -> list[str]:
     only); admissionReviewVersions includes v1; webhook names unique and fully qualified (at least
     three DNS labels); rule operations from CREATE/UPDATE/DELETE/CONNECT/*; rule scope
     Cluster|Namespaced|*; at most 64 matchConditions with unique names. Safety rules: no
-    subresource (``x/status``) and no wildcard resource in rules.
+    subresource but ``x/scale`` (judged as an UPDATE of the replicas, ``webhook/scale.py``; never
+    ``x/status``) and no wildcard resource in rules.
     """
     problems: list[str] = []
     kind = obj["kind"]
@@ -214,7 +215,7 @@ JUDGED_SUBRESOURCES = frozenset({"pods/ephemeralcontainers"})
 
 
 def _rule_problems(webhook: dict, where: str) -> list[str]:
-    """A webhook's rules: operations, scope, and no subresource or wildcard resource."""
+    """A webhook's rules: operations, scope, and no subresource but ``scale``, no wildcard resource."""
     problems: list[str] = []
     for rule in webhook.get("rules") or []:
         if not set(rule.get("operations") or []) <= OPERATIONS or not rule.get("operations"):
@@ -222,7 +223,8 @@ def _rule_problems(webhook: dict, where: str) -> list[str]:
         if rule.get("scope", "*") not in ("Cluster", "Namespaced", "*"):
             problems.append(f"{where}: scope {rule.get('scope')!r} not Cluster|Namespaced|*")
         for res in rule.get("resources") or []:
-            if "*" in res or ("/" in res and res not in JUDGED_SUBRESOURCES):
+            if "*" in res or ("/" in res and res not in JUDGED_SUBRESOURCES
+                                    and not (res.count("/") == 1 and res.endswith("/scale"))):
                 problems.append(f"{where}: resource {res!r} is a subresource or wildcard")
     return problems
 

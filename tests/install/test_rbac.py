@@ -15,6 +15,8 @@ from tests.install.chart import NAMESPACE, allowed, crds, find, hook_events, obj
 # The kinds the webhook's in-cluster state provider (webhook/state_watch.py) lists and
 # watches: those a ClusterState is built from.
 STATE_KINDS = {(r.group, r.plural) for r in STATE_RESOURCES}
+SCALABLE = {(k.group, k.resource) for k in KINDS if k.scale_path}
+"""The kinds whose ``scale`` requests the webhook judges on the stored parent."""
 WRITE_VERBS = ("create", "update", "patch", "delete", "deletecollection")
 
 
@@ -26,15 +28,20 @@ def test_no_role_uses_a_wildcard(rendered):
                     assert "*" not in (rule.get(field) or []), (role["metadata"]["name"], rule)
 
 
-def test_the_webhook_can_only_get_list_and_watch_the_state_kinds(default_objects):
+def test_the_webhook_can_only_read_the_state_kinds_and_get_the_parents_of_scale_requests(default_objects):
     granted = rules_of(default_objects, "taugate-webhook")
     pairs = {(g, r) for _, rule in granted for g in rule["apiGroups"] for r in rule["resources"]}
-    assert pairs == STATE_KINDS
+    assert pairs == STATE_KINDS | SCALABLE
     assert {v for _, rule in granted for v in rule["verbs"]} == {"get", "list", "watch"}
     for group, resource in STATE_KINDS:
         assert allowed(granted, "watch", group, resource)
+    for group, resource in SCALABLE:  # webhook/scale.py reads the stored parent of a scale request
+        assert allowed(granted, "get", group, resource)
+        assert not allowed(granted, "list", group, resource) and not allowed(granted, "watch", group, resource)
+        assert not allowed(granted, "get", group, f"{resource}/scale")
     assert not allowed(granted, "get", "", "secrets", "taugate-webhook-tls", NAMESPACE)
     assert not allowed(granted, "list", "ray.io", "rayjobs")
+    assert not allowed(granted, "get", "ray.io", "rayjobs")
 
 
 def test_the_operator_writes_what_it_manages_and_nothing_else(default_objects):
@@ -141,6 +148,10 @@ def test_the_researcher_role_lets_researchers_submit_and_manage_every_registered
     for k in KINDS:
         for verb in ("get", "list", "watch", "create", "update", "patch", "delete"):
             assert allowed(rules, verb, k.group, k.resource), (verb, k.resource)
+        if k.scale_path:  # kubectl scale, judged as an UPDATE of the replicas
+            assert all(allowed(rules, verb, k.group, f"{k.resource}/scale") for verb in ("get", "update", "patch"))
+        else:
+            assert not allowed(rules, "update", k.group, f"{k.resource}/scale")
 
 
 def test_the_researcher_role_the_operator_binds_ships_with_the_chart_and_grants_no_cluster_writes(default_objects):

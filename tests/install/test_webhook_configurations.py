@@ -76,30 +76,40 @@ def test_the_rendered_configurations_agree_with_routes(default_objects):
 
 def test_the_workload_webhooks_intercept_every_registered_kind_and_unmanaged_kind_and_only_those(default_objects):
     webhooks = _webhooks(default_objects)
+    scalable = {(k.group, k.version, f"{k.resource}/scale") for k in KINDS if k.scale_path}
     for route in ("/mutate", "/validate"):
         name = next(r["name"] for r in routes_file() if r["path"] == route)
         _, w = webhooks[name]
         rules = {(g, v, res) for r in w["rules"]
                  for g in r["apiGroups"] for v in r["apiVersions"] for res in r["resources"]}
+        objects_ = {(k.group, k.version, k.resource) for k in KINDS} | \
+            {(u.group, u.version, u.resource) for u in UNMANAGED_KINDS}
         claims = {("resource.k8s.io", "v1", "resourceclaims"), ("resource.k8s.io", "v1", "resourceclaimtemplates"),
-                  ("", "v1", "pods/ephemeralcontainers")}
-        assert rules == {(k.group, k.version, k.resource) for k in KINDS} | \
-            {(u.group, u.version, u.resource) for u in UNMANAGED_KINDS} | (claims if route == "/validate" else set()), \
-            name
-        for r in w["rules"]:  # a claim's spec is immutable: judged when created (webhook/claims.py)
-            expected = {"resource.k8s.io": ["CREATE"]}.get(r["apiGroups"][0], ["CREATE", "UPDATE"])
-            assert r["operations"] == (["UPDATE"] if r["resources"] == ["pods/ephemeralcontainers"] else expected)
+                  ("", "v1", DEBUG_SUBRESOURCE)}
+        # the validating webhook also judges kubectl scale / an HPA on every kind with a scale subresource,
+        # DRA claims when created and kubectl debug's containers (webhook/claims.py)
+        assert rules == (objects_ | scalable | claims if route == "/validate" else objects_), name
+        for r in w["rules"]:
+            scales = ["/scale" in res for res in r["resources"]]
+            assert all(scales) or not any(scales), (name, r)
+            if r["apiGroups"] == ["resource.k8s.io"]:
+                assert r["operations"] == ["CREATE"], (name, r)
+            else:
+                assert r["operations"] == (["UPDATE"] if all(scales) or r["resources"] == [DEBUG_SUBRESOURCE]
+                                           else ["CREATE", "UPDATE"]), (name, r)
 
 
-def test_rules_name_only_workload_kinds_and_tau_kinds_never_a_subresource(default_objects):
+def test_rules_name_only_workload_kinds_and_tau_kinds_and_no_subresource_but_scale(default_objects):
     for name, (_kind, w) in _webhooks(default_objects).items():
         resources = {res for r in w["rules"] for res in r["resources"]}
         groups = {g for r in w["rules"] for g in r["apiGroups"]}
         if groups == {labels.GROUP}:
             assert resources <= TAU_RESOURCES, name
         else:
-            assert resources - {DEBUG_SUBRESOURCE} <= WORKLOAD_RESOURCES and groups <= WORKLOAD_GROUPS, name
-        assert not any("/" in res or "*" in res for res in resources - {DEBUG_SUBRESOURCE}), name
+            assert {res.removesuffix("/scale") for res in resources - {DEBUG_SUBRESOURCE}} <= WORKLOAD_RESOURCES, name
+            assert groups <= WORKLOAD_GROUPS, name
+        assert not any("*" in res or res.count("/") > 1 or ("/" in res and not res.endswith("/scale"))
+                       for res in resources - {DEBUG_SUBRESOURCE}), name
 
 
 def test_the_admission_settings_are_the_documented_defaults(default_objects):

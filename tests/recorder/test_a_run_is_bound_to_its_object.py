@@ -93,3 +93,66 @@ def test_a_record_copied_from_another_object_is_not_trusted(kube, config):
         wait_state(kube, "Admitted", "True")
     adm = _evidence(config)["admission"]
     assert adm["trusted"] is False and "made for RayJob 'someone-else'" in adm["untrusted"]
+
+
+# ---- a run belongs to its namespace (issue 27) -------------------------------------------------------
+
+OTHER_NS = "team-b"
+OWN_RUN = "0a1b2c3d4e5f60718293a4b6"
+
+
+def _in_other_namespace(obj: dict) -> dict:
+    obj["metadata"]["namespace"] = OTHER_NS
+    return obj
+
+
+def test_a_run_id_copied_into_another_namespace_moves_nothing_and_records_nothing_there(kube, config):
+    rj = o.rayjob(workers=1)
+    kube.apply([o.node("gpu-node-1"), o.node("gpu-node-2"), rj, o.workload(rj, "admitted")])
+    with kube.operator(SETTINGS, recorder=config, resync_seconds=60):
+        wait_state(kube, "Admitted", "True")
+        # team-b's RayJob with team-a's run-id, and a pod of it that is OOM-killed
+        copycat = _in_other_namespace(o.rayjob(name="copycat", uid="b1f2c3d4-0000-4000-8000-00000000bb02",
+                                               workers=1, created=LATER))
+        oom = _in_other_namespace(o.pod(copycat, "worker", 0, node="gpu-node-2", phase="Running",
+                                        last_terminated=o.oom()))
+        kube.apply([copycat, _in_other_namespace(o.raycluster(copycat)), oom])
+        kube.apply([o.raycluster(rj), *pods_of(rj)])
+        wait_state(kube, "Scheduled", "True")
+        status = taurun(kube)
+        assert status["metadata"]["namespace"] == o.NS
+        assert status["spec"]["object"]["uid"] == rj["metadata"]["uid"]
+        assert status["status"].get("failures", []) == [] and status["status"]["nodes"] == ["gpu-node-1"]
+        assert kube.get("tau.azure.com/v1alpha1", "TauRun", RUN, OTHER_NS) is None
+    doc = _evidence(config)
+    assert doc["namespace"] == o.NS and doc["object"]["uid"] == rj["metadata"]["uid"] and doc["failures"] == []
+    assert verify_record(Path(config.evidence_root) / RUN).ok
+
+
+def test_a_copied_run_id_in_another_namespace_stays_out_across_a_restart(kube, config):
+    rj = o.rayjob(workers=1)
+    kube.apply([o.node("gpu-node-1"), o.node("gpu-node-2"), rj, o.workload(rj, "admitted")])
+    with kube.operator(SETTINGS, recorder=config, resync_seconds=60):
+        wait_state(kube, "Admitted", "True")
+    recorded = _evidence(config)
+    # While the operator is down, team-a's RayJob goes and team-b copies its run-id: after the
+    # restart the rebuilt indices hold only team-b's objects under that run-id.
+    kube.delete("ray.io/v1", "RayJob", rj["metadata"]["name"], o.NS)
+    copycat = _in_other_namespace(o.rayjob(name="copycat", uid="b1f2c3d4-0000-4000-8000-00000000bb02", workers=1,
+                                           created=LATER))
+    kube.apply([copycat, _in_other_namespace(o.workload(copycat, "admitted")),
+                _in_other_namespace(o.pod(copycat, "worker", 0, node="gpu-node-2", phase="Running",
+                                          last_terminated=o.oom()))])
+    with kube.operator(SETTINGS, recorder=config, resync_seconds=60):
+        # team-b's own run, made after the start: the recorder reconciles runs in the order they
+        # were marked, so once its TauRun is written the copy (marked at the start) was handled.
+        own = _in_other_namespace(o.rayjob(name="own", run_id=OWN_RUN, uid="b1f2c3d4-0000-4000-8000-00000000bb03",
+                                           workers=1, created=LATER))
+        kube.apply([own])
+        kube.wait_for(lambda: kube.get("tau.azure.com/v1alpha1", "TauRun", OWN_RUN, OTHER_NS), timeout=8.0,
+                      message="team-b's own run to be recorded")
+        assert kube.get("tau.azure.com/v1alpha1", "TauRun", RUN, OTHER_NS) is None
+        assert taurun(kube)["spec"]["object"]["uid"] == rj["metadata"]["uid"]
+    doc = _evidence(config)
+    assert doc["namespace"] == o.NS and doc["object"]["uid"] == rj["metadata"]["uid"] and doc["failures"] == []
+    assert doc == recorded  # nothing of team-b's was written into team-a's run

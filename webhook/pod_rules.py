@@ -1,0 +1,101 @@
+"""What a pod template in a workspace may not say about its own scheduling (issue 27): its pod
+priority is the workload profile's, never a system-critical class, and it never names a node.
+
+- ``spec.priorityClassName``: the pod's PriorityClass is the scheduler's preemption order and,
+  for a workload without a ``kueue.x-k8s.io/priority-class`` label, Kueue's queueing priority too
+  (kueue v0.17 ``pkg/controller/jobframework/reconciler.go`` ``ExtractPriority`` ->
+  ``pkg/util/priority/priority.go`` ``GetPriorityFromPriorityClass``, from the pod sets'
+  ``priorityClassName``). It belongs to the profile (``priorities.podPriorityClassName``):
+  mutation sets it on every pod template of a governed workload on CREATE where it is missing
+  (``mutation.edit_create``), and a template naming another class is refused
+  (``priority_violations``), like every other disagreement with the profile (ARCHITECTURE.md
+  section 1: the object is refused, never silently changed).
+- A class with the ``system-`` prefix (``system-node-critical``, ``system-cluster-critical``;
+  Kubernetes reserves the prefix: ``pkg/apis/scheduling/types.go`` ``SystemPriorityClassPrefix``,
+  ``validation.ValidatePriorityClass``) makes the kubelet evict other pods for it and outranks
+  every workload; ``spec.nodeName`` binds the pod without the scheduler, so without the
+  placement's taints and Kueue's scheduling gates (a gated pod is never bound by the scheduler,
+  KEP-3521; a pod with a node name is not scheduled at all). Both are refused on every pod
+  template of every workload in a workspace, governed or not (a CPU-only Deployment, a
+  DaemonSet, a bare Pod: ``bypass_violations``), on CREATE and on an UPDATE that sets or changes
+  them; an UPDATE that leaves a stored value as it was is not refused by this rule (the API
+  server makes a Pod's node name and class immutable, so a bound Pod's later updates, the
+  garbage collector's and Kueue's, keep working).
+
+Pure: pod templates (``taugate.pods.PodTemplate``) in, ``Violation``s out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from taugate.fieldpath import Path, field_path
+from taugate.models import WorkloadProfile
+from taugate.pods import PodTemplate
+from taugate.violation import Violation
+
+SYSTEM_PREFIX = "system-"
+"""The PriorityClass name prefix Kubernetes reserves (``scheduling.SystemPriorityClassPrefix``)."""
+PROFILE_PRIORITY = "pod-priority-class"
+SYSTEM_PRIORITY = "system-priority-class"
+NODE_NAME = "node-name"
+SELF_EXCUSED = frozenset({SYSTEM_PRIORITY, NODE_NAME})
+"""Policies whose check already compares with the stored object on UPDATE, so validation's
+UPDATE excuse (same policy at the same field before) does not apply to them: a changed node name
+or system class is refused even where the stored one had another."""
+
+
+def _spec_of(t: PodTemplate) -> tuple[dict, Path]:
+    return t.spec, t.path + ("spec",)
+
+
+def _stored(old: Callable[[], list[PodTemplate]] | None, path: Path, key: str) -> object:
+    if old is None:
+        return None
+    for t in old():
+        if t.path == path:
+            return t.spec.get(key)
+    return None
+
+
+def bypass_violations(templates: list[PodTemplate], old: Callable[[], list[PodTemplate]] | None,
+                      what: str = "workload") -> list[Violation]:
+    """A ``system-`` PriorityClass or a ``nodeName`` on any of ``templates``, unless the stored
+    object's template at the same path (``old()``, on UPDATE) had the same value."""
+    out: list[Violation] = []
+    for t in templates:
+        spec, at = _spec_of(t)
+        cls = spec.get("priorityClassName")
+        if isinstance(cls, str) and cls.startswith(SYSTEM_PREFIX) and _stored(old, t.path, "priorityClassName") != cls:
+            out.append(Violation(SYSTEM_PRIORITY, field_path(at + ("priorityClassName",)),
+                f"asks for the system PriorityClass {cls!r}, which outranks every workload and makes the kubelet "
+                f"evict other pods for it; allowed: no system-* class in a workspace (Kubernetes reserves the prefix "
+                f"for the cluster's own components); fix: remove priorityClassName, the {what}'s workload profile "
+                f"sets the pod priority"))
+        node = spec.get("nodeName")
+        if node not in (None, "") and _stored(old, t.path, "nodeName") != node:
+            out.append(Violation(NODE_NAME, field_path(at + ("nodeName",)),
+                f"binds the pods to node {node!r} directly, bypassing the scheduler, the profile's placement and "
+                f"Kueue's admission; allowed: no nodeName in a workspace; fix: remove nodeName (the profile's node "
+                f"selector and tolerations place the pods)"))
+    return out
+
+
+def priority_violations(templates: list[PodTemplate], profile: WorkloadProfile) -> list[Violation]:
+    """A ``priorityClassName`` other than the profile's ``priorities.podPriorityClassName`` on
+    any of ``templates`` (a ``system-`` class is ``bypass_violations``' to report)."""
+    allowed = profile.priorities.pod_priority_class_name
+    out: list[Violation] = []
+    for t in templates:
+        spec, at = _spec_of(t)
+        cls = spec.get("priorityClassName")
+        if cls is None or cls == allowed or (isinstance(cls, str) and cls.startswith(SYSTEM_PREFIX)):
+            continue
+        fix = f"set it to {allowed!r} or remove it (taugate sets it)" if allowed else "remove it"
+        out.append(Violation(PROFILE_PRIORITY, field_path(at + ("priorityClassName",)),
+            f"asks for PriorityClass {cls!r}; allowed: {allowed!r} (workload profile {profile.name!r}, "
+            f"priorities.podPriorityClassName), the pod priority of the profile's runs, which Kueue also "
+            f"queues by; fix: {fix}" if allowed else
+            f"asks for PriorityClass {cls!r}; allowed: none (workload profile {profile.name!r} sets no "
+            f"priorities.podPriorityClassName), the pod priority is the profile's; fix: {fix}"))
+    return out
