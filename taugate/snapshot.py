@@ -164,7 +164,7 @@ class ClusterState:
         documents of its input in order, so a claim template before the workload that names it is
         known to it, as through ``kubectl apply`` of the same file."""
         found = _Objects()
-        meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+        meta = given if isinstance(given := obj.get("metadata"), dict) else {}
         found.take({**obj, "metadata": {**meta, "namespace": namespace}}, source="input", strict=False,
                    check_types=False)
         return dataclasses.replace(self, device_classes={**self.device_classes, **found.device_classes},
