@@ -26,6 +26,7 @@ from typing import Any
 
 from taugate import devices
 from taugate.fieldpath import Path, field_path
+from taugate.kinds import WorkloadKind
 from taugate.pods import PodTemplate, gpu_quantity, pod_request
 from taugate.settings import Settings
 from taugate.snapshot import ClusterState
@@ -53,6 +54,18 @@ def govern(templates: list[PodTemplate], namespace: str, state: ClusterState,
             t = dataclasses.replace(t, gpus_per_pod=t.gpus_per_pod + gpus, dra_gpus=gpus, device_access=access)
         out.append(t)
     return out, found
+
+
+def stored(kind: WorkloadKind, old: dict[str, Any] | None, namespace: str, state: ClusterState,
+           settings: Settings) -> tuple[list[Violation], list[PodTemplate], list[Violation]]:
+    """The stored object's structure problems, pod templates and refused paths to a GPU (an
+    UPDATE's ``old``), its DRA GPUs folded in as for the new object, so the two are judged alike."""
+    if old is None:
+        return [], [], []
+    malformed, templates = kind.read(old)
+    if malformed:
+        return malformed, templates, []
+    return [], *govern(templates, namespace, state, settings)
 
 
 def _access(t: PodTemplate, settings: Settings, found: list[Violation]) -> tuple[str, ...]:

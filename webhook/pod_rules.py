@@ -30,9 +30,14 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from taugate.fieldpath import Path, field_path
+from taugate.kinds import kind_for
 from taugate.models import WorkloadProfile
 from taugate.pods import PodTemplate
+from taugate.settings import Settings
+from taugate.snapshot import ClusterState
+from taugate.unmanaged import unmanaged_kind_for
 from taugate.violation import Violation
+from taugate.webhook import mutation
 
 SYSTEM_PREFIX = "system-"
 """The PriorityClass name prefix Kubernetes reserves (``scheduling.SystemPriorityClassPrefix``)."""
@@ -99,3 +104,24 @@ def priority_violations(templates: list[PodTemplate], profile: WorkloadProfile) 
             f"asks for PriorityClass {cls!r}; allowed: none (workload profile {profile.name!r} sets no "
             f"priorities.podPriorityClassName), the pod priority is the profile's; fix: {fix}"))
     return out
+
+
+def unjudged_bypasses(request: dict, old: dict | None, state: ClusterState, settings: Settings) -> list[Violation]:
+    """``bypass_violations`` of a workload in a workspace that validation does not otherwise judge
+    (a CPU-only Pod or Deployment, a kind taugate does not manage); nothing for a child, taugate's
+    own service account, or outside a workspace. ``old``: the stored object of an UPDATE."""
+    obj = request.get("object")
+    user = (request.get("userInfo") or {}).get("username")
+    if (request.get("subResource") or request.get("operation") not in ("CREATE", "UPDATE")
+            or not isinstance(obj, dict) or user == settings.service_account):
+        return []
+    namespace = request.get("namespace") or mutation.json_object(obj.get("metadata")).get("namespace")
+    if not isinstance(namespace, str) or state.workspace_for(namespace) is None:
+        return []
+    gvk = request.get("kind") or {}
+    kind = kind_for(gvk.get("group") or obj.get("apiVersion"), gvk.get("kind") or obj.get("kind")) or \
+        unmanaged_kind_for(gvk.get("group"), gvk.get("kind"))
+    if kind is None or mutation.is_child(request, obj, settings):
+        return []
+    return bypass_violations(kind.pod_templates(obj), (lambda: kind.pod_templates(old)) if old is not None else None,
+                             kind.kind)

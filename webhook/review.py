@@ -1,17 +1,11 @@
 """AdmissionReview in, decision out: the pure heart of the webhook (ARCHITECTURE.md section 2).
 
-``parse_review`` checks an AdmissionReview body; ``mutate`` and ``validate`` decide on its
-``request`` from a ``ClusterState`` (no API call, no I/O; ``validate`` calls the policy engine);
-``review_response`` renders the AdmissionReview answer; ``admit`` runs mutate then validate on a
-bare object, for the CLI and for policy samples, through exactly the webhook's code path.
-
-Guard clauses, in order, before any work: a subresource is allowed untouched (the workload
-rules name only ``scale``, which ``webhook.scale`` judges as an UPDATE of the parent's replicas);
-DELETE and CONNECT are allowed; taugate's own service account is allowed; a kind taugate does not
-handle is allowed (an unmanaged GPU workload is judged by ``ungoverned.verdict``); a namespace that
-is not a workspace gets no change; a child whose controller owner is a governed workload (KubeRay's
-submitter Job, the RayCluster a RayJob creates, a Job's pods) only inherits the parent's run-id; a
-CPU-only Pod, Deployment or StatefulSet passes unchanged (``ungoverned.left_alone``).
+``parse_review`` checks a body; ``mutate`` and ``validate`` decide on its ``request`` from a
+``ClusterState`` (no I/O but the policy engine and ``ClusterState.claim_spec``'s read-through);
+``review_response`` renders the answer; ``admit`` runs mutate then validate on a bare object, for the
+CLI and policy samples, through exactly the webhook's code path. The guard clauses (a subresource,
+DELETE/CONNECT, taugate itself, an unhandled kind, a namespace that is not a workspace, a child, a
+CPU-only Pod/Deployment/StatefulSet with no device access) are listed in ARCHITECTURE.md section 2.
 """
 
 from __future__ import annotations
@@ -348,24 +342,23 @@ def validate(request: dict, state: ClusterState, settings: Settings, engine: Eng
     unmanaged = ungoverned.verdict(request, state, settings)
     subject = _subject(ctx) if unmanaged is None else None
     if subject is None or subject.child:  # not judged as a governed workload: only what bypasses scheduling
-        bypass = _unjudged_bypasses(ctx)
+        bypass = pod_rules.unjudged_bypasses(ctx.request, ctx.old, ctx.state, ctx.settings)
         if bypass:
             return Decision.deny(bypass + (unmanaged.violations if unmanaged is not None else []),
                                  obj=request.get("object"))
         return unmanaged if unmanaged is not None else Decision.allow(request.get("object"))
     if subject.malformed:
         return Decision.deny(subject.malformed, obj=subject.obj)
-    old = ctx.old
+    old, ns = ctx.old, subject.workspace.target_namespace
     refused = subject.refused
     if refused and old is not None:  # an UPDATE never fails for what the stored object already did
-        before = {(v.policy, v.field) for v in _old_demand(ctx, subject)[2]}
+        before = {(v.policy, v.field) for v in demand.stored(subject.kind, old, ns, state, settings)[2]}
         refused = [v for v in refused if (v.policy, v.field) not in before]
     if subject.alone:  # a CPU-only workload reaching devices: judged for what bypasses scheduling too
-        refused = refused + _unjudged_bypasses(ctx)
+        refused = refused + pod_rules.unjudged_bypasses(request, old, state, settings)
+        return Decision.deny(refused, obj=subject.obj) if refused else Decision.allow(subject.obj)
     if refused:
         return Decision.deny(refused, obj=subject.obj)
-    if subject.alone:
-        return Decision.allow(subject.obj)
     added = ungoverned.gpus_added(request, subject.kind, subject.templates)
     if added is not None:
         return added
@@ -373,7 +366,7 @@ def validate(request: dict, state: ClusterState, settings: Settings, engine: Eng
         found, note = _violations(ctx, subject, subject.obj, subject.templates, old)
     except PolicyFailure as e:
         return _policy_failure_decision(e, subject.obj, e.found, engine)
-    old_malformed, old_templates, _ = _old_demand(ctx, subject) if found and old is not None else ([], [], [])
+    old_malformed, old_templates, _ = demand.stored(subject.kind, old if found else None, ns, state, settings)
     if found and old is not None and not old_malformed:  # nothing to excuse: skip the old object
         try:
             before = {(v.policy, v.field) for v in _violations(ctx, subject, old, old_templates, None)[0]}
@@ -381,38 +374,6 @@ def validate(request: dict, state: ClusterState, settings: Settings, engine: Eng
             before = set()
         found = [v for v in found if v.policy in pod_rules.SELF_EXCUSED or (v.policy, v.field) not in before]
     return _decide(found, note, obj=subject.obj)
-
-
-def _old_demand(ctx: Context, subject: _Subject) -> tuple[list[Violation], list[PodTemplate], list[Violation]]:
-    """The stored object's structure problems, pod templates and refused paths to a GPU, its DRA GPUs
-    folded in as for the new object (``demand.govern``), so the two are judged alike."""
-    assert ctx.old is not None
-    malformed, templates = subject.kind.read(ctx.old)
-    if malformed:
-        return malformed, templates, []
-    return [], *demand.govern(templates, subject.workspace.target_namespace, ctx.state, ctx.settings)
-
-
-def _unjudged_bypasses(ctx: Context) -> list[Violation]:
-    """``pod_rules.bypass_violations`` of a workload in a workspace that validation does not
-    otherwise judge (a CPU-only Pod or Deployment, a kind taugate does not manage); nothing for a
-    child, taugate's own service account, or outside a workspace."""
-    request, obj = ctx.request, ctx.request.get("object")
-    if (request.get("subResource") or ctx.operation not in ("CREATE", "UPDATE") or not isinstance(obj, dict)
-            or ((request.get("userInfo") or {}).get("username")) == ctx.settings.service_account):
-        return []
-    namespace = request.get("namespace") or mutation.json_object(obj.get("metadata")).get("namespace")
-    if not isinstance(namespace, str) or ctx.state.workspace_for(namespace) is None:
-        return []
-    gvk = request.get("kind") or {}
-    kind = kind_for(gvk.get("group") or obj.get("apiVersion"), gvk.get("kind") or obj.get("kind")) or \
-        unmanaged_kind_for(gvk.get("group"), gvk.get("kind"))
-    if kind is None or mutation.is_child(request, obj, ctx.settings):
-        return []
-    old = ctx.old
-    return pod_rules.bypass_violations(kind.pod_templates(obj),
-                                       (lambda: kind.pod_templates(old)) if old is not None else None,
-                                       kind.kind)
 
 
 def judge(obj: dict, state: ClusterState, settings: Settings, engine: Engine | None) -> tuple[list[Violation], dict]:
