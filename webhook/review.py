@@ -433,13 +433,17 @@ _REASONS = {403: "Forbidden", 409: "Conflict", 500: "InternalError", 503: "Servi
 
 def review_response(review: dict, decision: Decision) -> dict:
     """The AdmissionReview answer for ``review``: ``uid`` echoed, ``allowed``, ``status`` with
-    code and message on denial, ``warnings`` when any, and ``patch`` (base64 JSONPatch) with
-    ``patchType: JSONPatch`` only when there is a patch."""
+    code, message and ``details.causes`` on denial (what reaches the client: ``Decision.causes``),
+    ``warnings`` when any, and ``patch`` (base64 JSONPatch) with ``patchType: JSONPatch`` only
+    when there is a patch."""
     req = review.get("request") or {}
     response: dict[str, Any] = {"uid": req.get("uid", ""), "allowed": decision.allowed}
     if not decision.allowed:
         response["status"] = {"code": decision.code, "reason": _REASONS.get(decision.code, "Forbidden"),
                               "message": decision.message}
+        causes = decision.causes
+        if causes:
+            response["status"]["details"] = {"causes": causes}
     if decision.warnings:
         response["warnings"] = list(decision.warnings)
     if decision.allowed and decision.patch:
