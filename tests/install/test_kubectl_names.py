@@ -15,9 +15,9 @@ import yaml
 from tests.paths import JOBSET, KUBEFLOW, KUBERAY, KUEUE_CRDS, KYVERNO, LWS, REPO, TAUGRID, TRAINER_CRDS, upstream
 
 CHART_CRDS = REPO / "charts" / "taugate" / "crds"
-UPSTREAM_CRD_DIRS = (KUBERAY / "config" / "crd" / "bases", KUEUE_CRDS, JOBSET / "config" / "components" / "crd" / "bases",
-                     LWS / "config" / "crd" / "bases", KUBEFLOW / "manifests" / "base" / "crds", TRAINER_CRDS,
-                     KYVERNO / "config" / "crds")
+UPSTREAM_CRD_DIRS = (KUBERAY / "config" / "crd" / "bases", KUEUE_CRDS,
+                     JOBSET / "config" / "components" / "crd" / "bases", LWS / "config" / "crd" / "bases",
+                     KUBEFLOW / "manifests" / "base" / "crds", TRAINER_CRDS, KYVERNO / "config" / "crds")
 
 
 def _crds(paths) -> list[dict]:
@@ -92,4 +92,4 @@ def test_kubectl_get_tauruns_says_what_each_run_belongs_to_and_its_phase():
     default = [(c["name"], c["jsonPath"]) for c in columns if not c.get("priority")]
     assert default[:3] == [("Kind", ".spec.object.kind"), ("Object", ".spec.object.name"), ("Phase", ".status.phase")]
     assert {c["name"] for c in columns if c.get("priority") == 1} == {"Workspace", "Profile", "Queue", "Reason"}
-    assert ("Age", ".metadata.creationTimestamp") == default[-1]
+    assert default[-1] == ("Age", ".metadata.creationTimestamp")
