@@ -93,3 +93,32 @@ def test_kubectl_get_tauruns_says_what_each_run_belongs_to_and_its_phase():
     assert default[:3] == [("Kind", ".spec.object.kind"), ("Object", ".spec.object.name"), ("Phase", ".status.phase")]
     assert {c["name"] for c in columns if c.get("priority") == 1} == {"Workspace", "Profile", "Queue", "Reason"}
     assert default[-1] == ("Age", ".metadata.creationTimestamp")
+
+
+def _undescribed(schema: dict, path: str) -> list[str]:
+    """Paths under ``schema`` (a CRD schema node at ``path``) whose node has no description."""
+    out = []
+    for key, sub in (schema.get("properties") or {}).items():
+        here = f"{path}.{key}"
+        if not sub.get("description"):
+            out.append(here)
+        out += _undescribed(sub, here)
+    if isinstance(schema.get("items"), dict):
+        out += _undescribed(schema["items"], f"{path}[]")
+    return out
+
+
+@pytest.mark.parametrize("kind", ["TauCluster", "TauWorkspace", "TauQuotaRequest", "TauRun"])
+def test_kubectl_explain_describes_the_spec_and_every_field_under_it(kind):
+    schema = OURS[kind]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    for top in ("spec", "status"):
+        assert schema["properties"][top].get("description"), (kind, top)
+    assert _undescribed(schema["properties"]["spec"], "spec") == []
+
+
+def test_a_field_description_comes_from_the_docstring_under_the_model_field():
+    spec = OURS["TauQuotaRequest"]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    assert spec["properties"]["requested"]["description"] == "The nominal quota asked for (a quantity)."
+    profile = (OURS["TauCluster"]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+               ["properties"]["workloadProfiles"]["items"]["properties"])
+    assert "tau.azure.com/gpu-class" in profile["gpuClass"]["description"]
