@@ -220,6 +220,7 @@ def mutate(request: dict, state: ClusterState, settings: Settings, engine: Engin
     elif ctx.operation == "UPDATE":
         edits = mutation.edit_update(doc, request.get("oldObject"), subject.templates, subject.kind,
                                      lambda: _admitted_resolution(ctx, subject), settings)
+        warnings += mutation.restore_warnings(obj, request.get("oldObject"), subject.kind) if edits is not None else []
     else:
         res = resolve(obj, subject.templates, subject.workspace, state, settings)
         if isinstance(res, Unresolved):
