@@ -20,6 +20,7 @@ import orjson
 
 from taugate import labels
 from taugate import record as admission_record
+from taugate.fieldpath import field_path
 from taugate.kinds import KINDS, WorkloadKind
 from taugate.pods import PodTemplate
 from taugate.settings import Settings
@@ -434,6 +435,25 @@ def restore_warnings(obj: dict, old: dict | None, kind: WorkloadKind) -> list[st
         out.append(f'taugate restored metadata.annotations["{labels.ADMISSION_RECORD}"] (this update {did} it): '
                    f"the admission record is signed by taugate and never changes")
     return out
+
+
+TEMPLATE_EDITS_SHOWN = 5
+"""Fields named in the warning about what an UPDATE's pod templates got back (the rest counted)."""
+
+
+def template_warnings(edits: Edits) -> list[str]:
+    """The warning for what ``edit_update`` set again outside the object's metadata (``edits``
+    of an UPDATE): the run-id label, the admitted profile's placement, the workspace data volume
+    and pod priority on pod templates the UPDATE left them out of (a server-side apply that
+    replaced a worker group, a hand edit). Empty when only metadata changed."""
+    paths = [p for p in edits.paths if p[:1] != ("metadata",)]
+    if not paths:
+        return []
+    shown = ", ".join(field_path(p) for p in paths[:TEMPLATE_EDITS_SHOWN])
+    more = f" and {len(paths) - TEMPLATE_EDITS_SHOWN} more" if len(paths) > TEMPLATE_EDITS_SHOWN else ""
+    return [f"taugate set {shown}{more} again: a workload keeps what it was admitted with on its pod templates "
+            f"(the run-id label, the profile's GPU placement, the workspace data volume, the pod priority), "
+            f"and this update left it out"]
 
 
 def edit_update(obj: dict, old: dict | None, templates: list[PodTemplate], kind: WorkloadKind,

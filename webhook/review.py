@@ -220,7 +220,8 @@ def mutate(request: dict, state: ClusterState, settings: Settings, engine: Engin
     elif ctx.operation == "UPDATE":
         edits = mutation.edit_update(doc, request.get("oldObject"), subject.templates, subject.kind,
                                      lambda: _admitted_resolution(ctx, subject), settings)
-        warnings += mutation.restore_warnings(obj, request.get("oldObject"), subject.kind) if edits is not None else []
+        if edits is not None:
+            warnings += mutation.restore_warnings(obj, ctx.old, subject.kind) + mutation.template_warnings(edits)
     else:
         res = resolve(obj, subject.templates, subject.workspace, state, settings)
         if isinstance(res, Unresolved):

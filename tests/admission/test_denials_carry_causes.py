@@ -12,7 +12,7 @@ import shutil
 import orjson
 import yaml
 
-from taugate.webhook.decision import MAX_LINE_CHARS, MAX_PROBLEMS_SHOWN
+from taugate.webhook.decision import MAX_LINE_CHARS, MAX_PROBLEMS_SHOWN, Decision
 from taugate.webhook.engines import load_policy_engine
 from taugate.webhook.review import admit, parse_review, request_for, review_response, validate
 from tests.paths import POLICIES
@@ -106,8 +106,6 @@ def test_an_allowed_answer_has_no_status_and_a_denial_without_violations_has_no_
                                                                                          settings, engine):
     allowed = admit(classifier, state=example_state, settings=settings, engine=engine, namespace="vision")
     assert allowed.allowed and "status" not in _answer(classifier, allowed)
-    from taugate.webhook.decision import Decision
-
     engine_failed = Decision.deny([], code=503, reason="taugate's policy engine failed on this object (boom)")
     status = _answer(classifier, engine_failed)["status"]
     assert status == {"code": 503, "reason": "ServiceUnavailable", "message": engine_failed.message}

@@ -11,6 +11,8 @@ import copy
 import jsonpatch
 
 from taugate import labels
+from taugate.webhook.mutation import template_warnings
+from taugate.webhook.patching import Edits
 from taugate.webhook.review import admit, mutate, request_for
 from tests import upstream_manifests as m
 
@@ -95,3 +97,38 @@ def test_an_object_taugate_never_admitted_gets_no_warning(state, settings):
     edited["metadata"].setdefault("labels", {})[labels.WORKLOAD_PROFILE] = "h100-8gpu"
     d = _update(edited, legacy, state, settings)
     assert d.patch is None and d.warnings == []
+
+
+def test_a_gpu_class_selector_removed_from_a_worker_template_is_named_in_the_warning(state, settings, engine):
+    stored = _admitted(state, settings, engine)
+    edited = copy.deepcopy(stored)
+    del edited["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]["nodeSelector"][labels.GPU_CLASS]
+    d = _update(edited, stored, state, settings)
+    assert d.warnings == [
+        'taugate set spec.rayClusterSpec.workerGroupSpecs[0].template.spec.nodeSelector["tau.azure.com/gpu-class"] '
+        "again: a workload keeps what it was admitted with on its pod templates (the run-id label, the profile's "
+        "GPU placement, the workspace data volume, the pod priority), and this update left it out"]
+
+
+def test_a_server_side_apply_that_replaced_the_worker_groups_is_told_what_was_set_again(state, settings, engine):
+    stored = _admitted(state, settings, engine)
+    edited = copy.deepcopy(stored)
+    edited["spec"]["rayClusterSpec"]["workerGroupSpecs"] = m.classifier()["spec"]["rayClusterSpec"]["workerGroupSpecs"]
+    d = _update(edited, stored, state, settings)
+    assert jsonpatch.apply_patch(edited, d.patch) == stored
+    [warning] = d.warnings
+    template = "spec.rayClusterSpec.workerGroupSpecs[0].template"
+    assert warning.startswith(f"taugate set {template}.metadata.labels, {template}.spec.nodeSelector")
+    assert f"{template}.spec.priorityClassName again: " in warning and " more " not in warning
+    assert len(d.patch) == 5  # each one named
+
+
+def test_the_warning_names_five_fields_and_counts_the_rest():
+    edits = Edits({"metadata": {}, "spec": {"template": {"spec": {"nodeSelector": {}}}}})
+    selector = edits.doc["spec"]["template"]["spec"]["nodeSelector"]
+    for i in range(8):
+        edits.set(selector, ("spec", "template", "spec", "nodeSelector"), f"example.com/k{i}", "v")
+    edits.set(edits.doc["metadata"], ("metadata",), "name", "x")  # metadata: told by restore_warnings
+    [warning] = template_warnings(edits)
+    assert warning.startswith('taugate set spec.template.spec.nodeSelector["example.com/k0"], ')
+    assert '["example.com/k4"] and 3 more again: ' in warning and "k5" not in warning
