@@ -434,10 +434,9 @@ _REASONS = {403: "Forbidden", 409: "Conflict", 500: "InternalError", 503: "Servi
 
 
 def review_response(review: dict, decision: Decision) -> dict:
-    """The AdmissionReview answer for ``review``: ``uid`` echoed, ``allowed``, ``status`` with
-    code, message and ``details.causes`` on denial (what reaches the client: ``Decision.causes``),
-    ``warnings`` when any, and ``patch`` (base64 JSONPatch) with ``patchType: JSONPatch`` only
-    when there is a patch."""
+    """The AdmissionReview answer for ``review``: ``uid`` echoed, ``allowed``, ``status`` (code, message,
+    ``details.causes``: ``Decision.causes``) on denial, ``warnings`` when any, and ``patch`` (base64
+    JSONPatch) with ``patchType: JSONPatch`` only when there is a patch."""
     req = review.get("request") or {}
     response: dict[str, Any] = {"uid": req.get("uid", ""), "allowed": decision.allowed}
     if not decision.allowed:
