@@ -57,7 +57,7 @@ class CrdKind:
     scope: Literal["Cluster", "Namespaced"]
     model: type[BaseModel]
     short_names: tuple[str, ...] = ()
-    categories: tuple[str, ...] = ("tau",)
+    categories: tuple[str, ...] = ("tau", "taugate")
     printer_columns: tuple[dict[str, Any], ...] = ()
     group: str = labels.GROUP
     version: str = labels.VERSION
@@ -75,29 +75,41 @@ class CrdKind:
 
 _AGE: dict[str, Any] = {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
 
+# What users type: TauGrid's plurals (``clusters``, ``workspaces``, ``quotarequests``) and short
+# names stay, and the kind's own name (``taucluster``, its plural ``tauclusters``) is a short name
+# too, since kubectl resolves a resource by plural, singular or short name only, never by kind
+# (k8s.io/client-go restmapper/shortcut.go ``expandResourceShortcut``: an exact plural or
+# singular match first, then the short names). TauRun's singular and plural are ``taurun`` and
+# ``tauruns`` already. ``kubectl get tau`` (or ``taugate``) lists every kind (``categories``).
 CRD_KINDS: list[CrdKind] = [
-    CrdKind("TauCluster", "clusters", "cluster", "Cluster", TauCluster, ("tc",), printer_columns=(
-        {"name": "Mode", "type": "string", "jsonPath": ".spec.managementMode"},
-        {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
-        {"name": "Profiles", "type": "integer", "jsonPath": ".status.workloadProfiles.observed"},
-        {"name": "Ready", "type": "integer", "jsonPath": ".status.workloadProfiles.ready"},
-        _AGE)),
-    CrdKind("TauWorkspace", "workspaces", "workspace", "Namespaced", TauWorkspace, ("tw",), printer_columns=(
-        {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
-        {"name": "Namespace", "type": "string", "jsonPath": ".status.target.resolvedNamespace"},
-        {"name": "Queue", "type": "string", "jsonPath": ".status.queue.localQueue"},
-        {"name": "ClusterQueue", "type": "string", "jsonPath": ".status.queue.clusterQueue", "priority": 1},
-        _AGE)),
-    CrdKind("TauQuotaRequest", "quotarequests", "quotarequest", "Namespaced", TauQuotaRequest, ("tqr",),
+    CrdKind("TauCluster", "clusters", "cluster", "Cluster", TauCluster, ("tc", "taucluster", "tauclusters"),
             printer_columns=(
+                {"name": "Mode", "type": "string", "jsonPath": ".spec.managementMode"},
+                {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+                {"name": "Profiles", "type": "integer", "jsonPath": ".status.workloadProfiles.observed"},
+                {"name": "Ready", "type": "integer", "jsonPath": ".status.workloadProfiles.ready"},
+                _AGE)),
+    CrdKind("TauWorkspace", "workspaces", "workspace", "Namespaced", TauWorkspace,
+            ("tw", "tauworkspace", "tauworkspaces"), printer_columns=(
+                {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+                {"name": "Namespace", "type": "string", "jsonPath": ".status.target.resolvedNamespace"},
+                {"name": "Queue", "type": "string", "jsonPath": ".status.queue.localQueue"},
+                {"name": "ClusterQueue", "type": "string", "jsonPath": ".status.queue.clusterQueue", "priority": 1},
+                _AGE)),
+    CrdKind("TauQuotaRequest", "quotarequests", "quotarequest", "Namespaced", TauQuotaRequest,
+            ("tqr", "tauquotarequest", "tauquotarequests"), printer_columns=(
                 {"name": "Workspace", "type": "string", "jsonPath": ".spec.workspace"},
                 {"name": "Resource", "type": "string", "jsonPath": ".spec.resource"},
                 {"name": "Requested", "type": "string", "jsonPath": ".spec.requested"},
                 {"name": "Mode", "type": "string", "jsonPath": ".spec.mutationMode", "priority": 1},
                 {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
                 _AGE)),
-    # The recorder's TauRun (taugate's own kind): one column per run state, in lifecycle order.
+    # The recorder's TauRun (taugate's own kind): what it belongs to (the kind and name of its
+    # workload, in the TauRun's namespace), its phase, then one column per run state in
+    # lifecycle order; ``-o wide`` adds the workspace, profile, queue and reason.
     CrdKind("TauRun", "tauruns", "taurun", "Namespaced", TauRun, ("tr",), printer_columns=(
+        {"name": "Kind", "type": "string", "jsonPath": ".spec.object.kind"},
+        {"name": "Object", "type": "string", "jsonPath": ".spec.object.name"},
         {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
         {"name": "Stage", "type": "string", "jsonPath": ".status.stage"},
         {"name": "Admitted", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Admitted")].status'},
@@ -105,9 +117,10 @@ CRD_KINDS: list[CrdKind] = [
         {"name": "GPUHealthy", "type": "string", "jsonPath": '.status.conditions[?(@.type=="GPUHealthy")].status'},
         {"name": "Progressing", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Progressing")].status'},
         {"name": "Artifacts", "type": "string", "jsonPath": '.status.conditions[?(@.type=="ArtifactSaved")].status'},
-        {"name": "Reason", "type": "string", "jsonPath": ".status.reason", "priority": 1},
-        {"name": "Object", "type": "string", "jsonPath": ".spec.object.name", "priority": 1},
         {"name": "Workspace", "type": "string", "jsonPath": ".spec.workspace", "priority": 1},
+        {"name": "Profile", "type": "string", "jsonPath": ".spec.profile", "priority": 1},
+        {"name": "Queue", "type": "string", "jsonPath": ".spec.queue", "priority": 1},
+        {"name": "Reason", "type": "string", "jsonPath": ".status.reason", "priority": 1},
         _AGE)),
 ]
 

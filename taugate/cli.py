@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import importlib.util
 import os
 import sys
@@ -30,6 +31,8 @@ def build_parser() -> argparse.ArgumentParser:
     """The full argument parser, with every part's subcommands registered."""
     parser = argparse.ArgumentParser(prog="taugate",
                                      description="Server-side admission for GPU workloads on Kubernetes.")
+    parser.add_argument("--version", action="version", version=f"taugate {installed_version()}",
+                        help="print the installed taugate version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in PARTS:
         try:
@@ -41,6 +44,15 @@ def build_parser() -> argparse.ArgumentParser:
         module.add_commands(sub)
     _wire(parser)
     return parser
+
+
+def installed_version() -> str:
+    """The version of the installed ``taugate`` distribution (its package metadata, as pip
+    shows it), or a sentence saying there is none (the source tree run without installing)."""
+    try:
+        return importlib.metadata.version("taugate")
+    except importlib.metadata.PackageNotFoundError:
+        return "(not installed as a package: no version metadata)"
 
 
 def _wire(parser: argparse.ArgumentParser) -> None:
@@ -142,6 +154,8 @@ def kubectl_plugin(argv: list[str] | None = None) -> int:
     from taugate.controllers.recorder_commands import add_commands
 
     parser = argparse.ArgumentParser(prog="kubectl tau", description="Where a GPU run stands, and its evidence record.")
+    parser.add_argument("--version", action="version", version=f"kubectl-tau (taugate {installed_version()})",
+                        help="print the installed taugate version and exit")
     add_commands(parser.add_subparsers(dest="command", metavar="COMMAND"))
     return _run(parser, parser.parse_args(sys.argv[1:] if argv is None else argv))
 

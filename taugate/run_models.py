@@ -36,10 +36,15 @@ class RunObjectRef(TauModel):
     """The run's own object: a KubeRay RayJob or a batch/v1 Job."""
 
     api_version: str
+    """apiVersion of the run's workload."""
     kind: str
+    """Kind of the run's workload."""
     name: str
+    """Name of the run's workload."""
     namespace: str | None = None
+    """Namespace of the run's workload (the TauRun's own)."""
     uid: str | None = None
+    """UID of the run's workload."""
 
 
 class TauRunSpec(TauModel):
@@ -47,11 +52,17 @@ class TauRunSpec(TauModel):
     workspace, LocalQueue and workload profile (as the admission record and labels say)."""
 
     run_id: str = Field(pattern=r"^[0-9a-f]{24}$")
+    """The run-id: 24 lowercase hex characters, the tau.azure.com/run-id label of the workload and its pods."""
     object: RunObjectRef
+    """The workload the run belongs to."""
     workspace: str | None = None
+    """The workspace the run belongs to."""
     queue: str | None = None
+    """The LocalQueue the run was queued in."""
     profile: str | None = None
+    """The workload profile the run was admitted under."""
     profile_set_hash: str | None = None
+    """Hash of the profile set at admission (the admission record's)."""
 
 
 class RunFailure(TauModel):
@@ -125,4 +136,6 @@ class TauRun(TauModel):
     kind: Literal["TauRun"] = "TauRun"
     metadata: ObjectMeta
     spec: TauRunSpec
+    """What the run is: run-id, workload, workspace, queue and profile."""
     status: TauRunStatus | None = None
+    """Where the run stands and the evidence behind it."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from taugate.kinds.base import SHAPE_POLICY
 from taugate.violation import Action, Violation
 
 __all__ = ["Action", "Decision", "Violation"]
@@ -61,6 +62,39 @@ class Decision:
         if len(self.violations) > MAX_PROBLEMS_SHOWN:
             lines.append(f"... and {len(self.violations) - MAX_PROBLEMS_SHOWN} more problem(s)")
         return "\n".join(lines)
+
+    @property
+    def causes(self) -> list[dict[str, str]]:
+        """The denial's problems as ``metav1.StatusCause`` objects (``details.causes`` of the
+        Status), one per violation in the order of ``message``, at most ``MAX_PROBLEMS_SHOWN``
+        (the message counts the rest): ``field`` the violation's field path (left out when it
+        has none, as apimachinery's ``omitempty``), ``message`` ``[policy] text`` clipped like a
+        message line, ``reason`` a ``metav1.CauseType`` (k8s.io/apimachinery
+        pkg/apis/meta/v1/types.go): ``FieldValueInvalid`` for a value no Kubernetes object could
+        hold (the ``object-shape`` rule), ``InternalError`` for a policy that failed on the
+        object (not the researcher's input), ``FieldValueForbidden`` for every other rule (a
+        well-formed value the platform's policy does not permit here).
+
+        The API server hands the webhook's ``response.status`` (a ``metav1.Status``) to the client
+        as the error: k8s.io/apiserver@v0.37.2 pkg/admission/plugin/webhook/request/
+        admissionreview.go ``VerifyAdmissionResponse`` keeps it whole, and the validating and
+        mutating dispatchers return ``errors.ToStatusErr(name, result)``
+        (pkg/admission/plugin/webhook/errors/statuserror.go), which only raises a code below 400
+        to 400, sets ``status: Failure`` and prefixes the message with ``admission webhook
+        "<name>" denied the request: ``; ``reason`` and ``details.causes`` reach kubectl and the
+        client libraries as sent."""
+        if self.allowed:
+            return []
+        failed = set(self.policy_failures)
+        out = []
+        for v in self.violations[:MAX_PROBLEMS_SHOWN]:
+            reason = ("FieldValueInvalid" if v.policy == SHAPE_POLICY
+                      else "InternalError" if v.policy in failed else "FieldValueForbidden")
+            cause = {"reason": reason, "message": _clip(f"[{v.policy}] {v.message}")}
+            if v.field:
+                cause["field"] = _clip(v.field)
+            out.append(cause)
+        return out
 
     @classmethod
     def allow(cls, obj: dict | None = None, warnings: list[str] | None = None, *,

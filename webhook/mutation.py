@@ -20,6 +20,7 @@ import orjson
 
 from taugate import labels
 from taugate import record as admission_record
+from taugate.fieldpath import field_path
 from taugate.kinds import KINDS, WorkloadKind
 from taugate.pods import PodTemplate
 from taugate.settings import Settings
@@ -368,6 +369,93 @@ def json_object(value: Any) -> dict:
     return value if isinstance(value, dict) else {}
 
 
+def restored_labels(obj: dict, old: dict | None, kind: WorkloadKind) -> dict[str, str]:
+    """The object labels an UPDATE of ``obj`` changed or dropped that ``edit_update`` puts back,
+    with their stored values (from ``old``, which taugate admitted: its run-id is valid; empty
+    otherwise, or for an object being deleted): the run-id and ``PINNED_LABELS`` when they differ,
+    the queue-name and priority-class labels of a queued workload when dropped."""
+    meta = json_object(obj.get("metadata"))
+    old_labels = json_object(json_object((old or {}).get("metadata")).get("labels"))
+    if meta.get("deletionTimestamp") or not valid_run_id(old_labels.get(labels.RUN_ID)):
+        return {}
+    now_labels = json_object(meta.get("labels"))
+    restore: dict[str, str] = {}
+    for key in (labels.RUN_ID, *PINNED_LABELS):
+        value = old_labels.get(key)
+        if isinstance(value, str) and now_labels.get(key) != value:
+            restore[key] = value
+    for key in (labels.KUEUE_QUEUE_NAME, labels.KUEUE_PRIORITY_CLASS):
+        value = old_labels.get(key)
+        if isinstance(value, str) and value and kind.queued(obj) and not now_labels.get(key):
+            restore[key] = value
+    return restore
+
+
+def restored_record(obj: dict, old: dict | None) -> str | None:
+    """The stored ``tau.azure.com/admission`` record when an UPDATE of ``obj`` changed or dropped
+    it (``edit_update`` puts it back), else None."""
+    old_meta = json_object((old or {}).get("metadata"))
+    if not valid_run_id(json_object(old_meta.get("labels")).get(labels.RUN_ID)):
+        return None
+    record = json_object(old_meta.get("annotations")).get(labels.ADMISSION_RECORD)
+    notes = json_object(json_object(obj.get("metadata")).get("annotations"))
+    return record if isinstance(record, str) and notes.get(labels.ADMISSION_RECORD) != record else None
+
+
+_WHY_RESTORED = {
+    labels.RUN_ID: "an admitted workload keeps its run-id (its TauRun and evidence record are keyed by it)",
+    labels.WORKLOAD_PROFILE: "a workload keeps the profile it was admitted under; to run under another profile, "
+                             "delete it and create it again with the new label",
+    labels.KUEUE_QUEUE_NAME: "a queued workload keeps its LocalQueue (Kueue holds the label immutable once the "
+                             "workload runs)",
+    labels.KUEUE_PRIORITY_CLASS: "a queued workload keeps its Kueue priority class",
+}
+_QUOTED_CHARS = 100  # of a value quoted in a warning (an UPDATE's label value is not yet validated)
+
+
+def _quoted(value: Any) -> str:
+    text = value if isinstance(value, str) else orjson.dumps(value).decode()
+    return f'"{text}"' if len(text) <= _QUOTED_CHARS else f'"{text[:_QUOTED_CHARS]}..." ({len(text)} characters)'
+
+
+def restore_warnings(obj: dict, old: dict | None, kind: WorkloadKind) -> list[str]:
+    """What ``edit_update`` puts back on an UPDATE of ``obj``, as AdmissionReview warnings
+    (kubectl prints them after ``labeled``/``configured``), so no change a user made is undone
+    silently: one per restored label (``restored_labels``) and for the admission record
+    (``restored_record``), naming the field, the value restored, what the UPDATE did and why."""
+    meta = json_object(obj.get("metadata"))
+    now_labels = json_object(meta.get("labels"))
+    out = []
+    for key, value in restored_labels(obj, old, kind).items():
+        did = f"this update set {_quoted(now_labels[key])}" if key in now_labels else "this update removed it"
+        why = _WHY_RESTORED.get(key, "taugate owns this label on the workloads it admitted")
+        out.append(f'taugate restored metadata.labels["{key}"]={_quoted(value)} ({did}): {why}')
+    if restored_record(obj, old) is not None:
+        did = "changed" if labels.ADMISSION_RECORD in json_object(meta.get("annotations")) else "removed"
+        out.append(f'taugate restored metadata.annotations["{labels.ADMISSION_RECORD}"] (this update {did} it): '
+                   f"the admission record is signed by taugate and never changes")
+    return out
+
+
+TEMPLATE_EDITS_SHOWN = 5
+"""Fields named in the warning about what an UPDATE's pod templates got back (the rest counted)."""
+
+
+def template_warnings(edits: Edits) -> list[str]:
+    """The warning for what ``edit_update`` set again outside the object's metadata (``edits``
+    of an UPDATE): the run-id label, the admitted profile's placement, the workspace data volume
+    and pod priority on pod templates the UPDATE left them out of (a server-side apply that
+    replaced a worker group, a hand edit). Empty when only metadata changed."""
+    paths = [p for p in edits.paths if p[:1] != ("metadata",)]
+    if not paths:
+        return []
+    shown = ", ".join(field_path(p) for p in paths[:TEMPLATE_EDITS_SHOWN])
+    more = f" and {len(paths) - TEMPLATE_EDITS_SHOWN} more" if len(paths) > TEMPLATE_EDITS_SHOWN else ""
+    return [f"taugate set {shown}{more} again: a workload keeps what it was admitted with on its pod templates "
+            f"(the run-id label, the profile's GPU placement, the workspace data volume, the pod priority), "
+            f"and this update left it out"]
+
+
 def edit_update(obj: dict, old: dict | None, templates: list[PodTemplate], kind: WorkloadKind,
                 admitted: Callable[[], Resolution | None] | None = None,
                 settings: Settings | None = None) -> Edits | None:
@@ -398,27 +486,14 @@ def edit_update(obj: dict, old: dict | None, templates: list[PodTemplate], kind:
     An object being deleted (``metadata.deletionTimestamp``) gets nothing. None when nothing
     needs to change.
     """
-    old_meta = json_object((old or {}).get("metadata"))
-    old_labels = json_object(old_meta.get("labels"))
-    meta = json_object(obj.get("metadata"))
-    if meta.get("deletionTimestamp"):
+    if json_object(obj.get("metadata")).get("deletionTimestamp"):
         return None
-    old_run_id = old_labels.get(labels.RUN_ID)
+    old_meta = json_object((old or {}).get("metadata"))
+    old_run_id = json_object(old_meta.get("labels")).get(labels.RUN_ID)
     if not valid_run_id(old_run_id):
         return None  # not admitted by taugate (created before it was installed): nothing is ours
-    now_labels = json_object(meta.get("labels"))
-    restore: dict[str, str] = {}
-    for key in PINNED_LABELS:
-        value = old_labels.get(key)
-        if isinstance(value, str) and now_labels.get(key) != value:
-            restore[key] = value
-    for key in (labels.KUEUE_QUEUE_NAME, labels.KUEUE_PRIORITY_CLASS):
-        value = old_labels.get(key)
-        if isinstance(value, str) and value and kind.queued(obj) and not now_labels.get(key):
-            restore[key] = value
+    restore = restored_labels(obj, old, kind)
     record = json_object(old_meta.get("annotations")).get(labels.ADMISSION_RECORD)
-    notes = json_object(meta.get("annotations"))
-    restore_record = isinstance(record, str) and notes.get(labels.ADMISSION_RECORD) != record
     owned = templates if isinstance(old, dict) and kind.templates_mutable(old) else []
     edits = Edits(obj)
     label_run(edits, owned, old_run_id)
@@ -426,7 +501,7 @@ def edit_update(obj: dict, old: dict | None, templates: list[PodTemplate], kind:
         holder, path = _labels(edits, edits.doc, ())
         for key, value in restore.items():
             edits.set(holder, path, key, value)
-    if restore_record:
+    if restored_record(obj, old) is not None:
         holder = edits.container(edits.container(edits.doc, (), "metadata", dict), ("metadata",), "annotations", dict)
         edits.set(holder, ("metadata", "annotations"), labels.ADMISSION_RECORD, record)
     res = admitted() if owned and admitted is not None and settings is not None else None

@@ -80,6 +80,11 @@ class Edits:
         """True once anything was changed."""
         return bool(self._ops)
 
+    @property
+    def paths(self) -> list[Parts]:
+        """Where each recorded operation changes the object, in the order made."""
+        return [parts for _, parts, _, _ in self._ops]
+
     def _carried(self, value: Any) -> None:
         """Mark ``value`` and every container in it as carried by an operation."""
         if isinstance(value, dict):

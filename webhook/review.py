@@ -220,6 +220,8 @@ def mutate(request: dict, state: ClusterState, settings: Settings, engine: Engin
     elif ctx.operation == "UPDATE":
         edits = mutation.edit_update(doc, request.get("oldObject"), subject.templates, subject.kind,
                                      lambda: _admitted_resolution(ctx, subject), settings)
+        if edits is not None:
+            warnings += mutation.restore_warnings(obj, ctx.old, subject.kind) + mutation.template_warnings(edits)
     else:
         res = resolve(obj, subject.templates, subject.workspace, state, settings)
         if isinstance(res, Unresolved):
@@ -432,14 +434,17 @@ _REASONS = {403: "Forbidden", 409: "Conflict", 500: "InternalError", 503: "Servi
 
 
 def review_response(review: dict, decision: Decision) -> dict:
-    """The AdmissionReview answer for ``review``: ``uid`` echoed, ``allowed``, ``status`` with
-    code and message on denial, ``warnings`` when any, and ``patch`` (base64 JSONPatch) with
-    ``patchType: JSONPatch`` only when there is a patch."""
+    """The AdmissionReview answer for ``review``: ``uid`` echoed, ``allowed``, ``status`` (code, message,
+    ``details.causes``: ``Decision.causes``) on denial, ``warnings`` when any, and ``patch`` (base64
+    JSONPatch) with ``patchType: JSONPatch`` only when there is a patch."""
     req = review.get("request") or {}
     response: dict[str, Any] = {"uid": req.get("uid", ""), "allowed": decision.allowed}
     if not decision.allowed:
         response["status"] = {"code": decision.code, "reason": _REASONS.get(decision.code, "Forbidden"),
                               "message": decision.message}
+        causes = decision.causes
+        if causes:
+            response["status"]["details"] = {"causes": causes}
     if decision.warnings:
         response["warnings"] = list(decision.warnings)
     if decision.allowed and decision.patch:
