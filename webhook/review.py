@@ -434,16 +434,14 @@ _REASONS = {403: "Forbidden", 409: "Conflict", 500: "InternalError", 503: "Servi
 
 
 def review_response(review: dict, decision: Decision) -> dict:
-    """The AdmissionReview answer for ``review``: ``uid`` echoed, ``allowed``, ``status`` (code, message,
-    ``details.causes``: ``Decision.causes``) on denial, ``warnings`` when any, and ``patch`` (base64
-    JSONPatch) with ``patchType: JSONPatch`` only when there is a patch."""
+    """The AdmissionReview answer: ``uid`` echoed, ``allowed``, ``status`` (code, message, ``details.causes``)
+    on denial, ``warnings`` when any, ``patch`` (base64 JSONPatch, ``patchType: JSONPatch``) when any."""
     req = review.get("request") or {}
     response: dict[str, Any] = {"uid": req.get("uid", ""), "allowed": decision.allowed}
     if not decision.allowed:
         response["status"] = {"code": decision.code, "reason": _REASONS.get(decision.code, "Forbidden"),
                               "message": decision.message}
-        causes = decision.causes
-        if causes:
+        if causes := decision.causes:
             response["status"]["details"] = {"causes": causes}
     if decision.warnings:
         response["warnings"] = list(decision.warnings)
