@@ -24,10 +24,11 @@ import dataclasses
 from decimal import Decimal
 from typing import Any
 
-from taugate import devices
-from taugate.fieldpath import Path, field_path
+from taugate import devices, labels
+from taugate.fieldpath import field_path
 from taugate.kinds import WorkloadKind
-from taugate.pods import PodTemplate, gpu_quantity, pod_request
+from taugate.memo import Memo
+from taugate.pods import ContainerList, PodTemplate, gpu_quantity, is_sidecar, pod_request
 from taugate.settings import Settings
 from taugate.snapshot import ClusterState
 from taugate.violation import Violation
@@ -68,9 +69,50 @@ def stored(kind: WorkloadKind, old: dict[str, Any] | None, namespace: str, state
     return [], *govern(templates, namespace, state, settings)
 
 
+SPEC_MEMO_SIZE = 1024
+"""Pod specs whose device facts are remembered (``_spec_facts``); the memo starts again when full."""
+
+_Facts = tuple[tuple[tuple[tuple[str | int, ...], str], ...], dict[str, tuple[int, tuple[ContainerList, int, str]]]]
+_facts_memo: Memo[bytes, _Facts] = Memo(SPEC_MEMO_SIZE)
+
+
+def _spec_facts(t: PodTemplate) -> _Facts:
+    """What ``govern`` reads of a pod spec, a pure function of its JSON text (``PodTemplate.spec_json``),
+    remembered by it as a pod spec's GPU demand is (``taugate.pods.pod_resources``): its device access
+    (``devices.access_problems``, annotations aside) and, per extended resource name (one with a
+    ``/``), what one pod holds (the pod request formula, rounded up) and where it is first written
+    (container list, index, ``requests`` or ``limits``). Read it, never change it."""
+    hit = _facts_memo.get(t.spec_json) if t.spec_json is not None else None
+    if hit is not None:
+        return hit
+    per: dict[str, list[tuple[str, bool, Decimal]]] = {}
+    where: dict[str, tuple[ContainerList, int, str]] = {}
+    for kind, i, c in t.containers():
+        res = found if isinstance(found := c.get("resources"), dict) else {}
+        amounts: dict[str, Any] = {}
+        for part in ("requests", "limits"):  # limits last: the limit wins
+            values = res.get(part)
+            for name, raw in (values.items() if isinstance(values, dict) else ()):
+                if isinstance(name, str) and "/" in name:
+                    amounts[name] = raw
+                    where.setdefault(name, (kind, i, part))
+        for name, raw in amounts.items():
+            q = gpu_quantity(raw)
+            per.setdefault(name, []).append((kind, is_sidecar(kind, c), q if q is not None and q >= 0 else Decimal(0)))
+    extended = {}
+    for name, items in per.items():
+        n = pod_request(items)
+        extended[name] = (int(n) if n == n.to_integral_value() else int(n) + 1, where[name])
+    facts: _Facts = (tuple(devices.access_problems(t.spec)), extended)
+    if t.spec_json is not None:
+        _facts_memo.put(t.spec_json, facts)
+    return facts
+
+
 def _access(t: PodTemplate, settings: Settings, found: list[Violation]) -> tuple[str, ...]:
     meta = t.template.get("metadata") if isinstance(t.template, dict) else None
-    problems = devices.access_problems(t.spec, meta.get("annotations") if isinstance(meta, dict) else None)
+    notes = meta.get("annotations") if isinstance(meta, dict) else None
+    problems = [*_spec_facts(t)[0], *(devices.access_problems({}, notes) if notes else ())]
     if settings.device_access == "govern":
         return tuple(what for _, what in problems)
     for rel, what in problems:
@@ -126,36 +168,18 @@ def dra_off(what: str) -> str:
 
 def _extended(t: PodTemplate, state: ClusterState, settings: Settings, found: list[Violation]) -> int:
     """GPUs one pod of ``t`` asks as DRA extended resources (KEP-5004), by the pod request formula."""
-    per: dict[str, list[tuple[str, bool, Decimal]]] = {}
-    where: dict[str, Path] = {}
-    for kind, i, c in t.containers():
-        res = c.get("resources")
-        if not isinstance(res, dict):
-            continue
-        amounts: dict[str, Any] = {}
-        for part in ("requests", "limits"):  # limits last: the limit wins
-            values = res.get(part)
-            for name, raw in (values.items() if isinstance(values, dict) else ()):
-                if isinstance(name, str) and devices.extended_class(name, state.extended_names) is not None:
-                    amounts[name] = raw
-                    where.setdefault(name, t.resources_path(kind, i) + (part, name))
-        for name, raw in amounts.items():
-            q = gpu_quantity(raw)
-            per.setdefault(name, []).append((kind, kind == "initContainers" and c.get("restartPolicy") == "Always",
-                                             q if q is not None and q >= 0 else Decimal(0)))
     total = 0
-    for name, items in sorted(per.items()):
-        cls = devices.extended_class(name, state.extended_names) or ""
-        at = field_path(where[name])
-        if name == devices.DRA_CLASS_PREFIX + cls and cls not in state.device_classes:
+    for name, (count, (kind, i, part)) in sorted(_spec_facts(t)[1].items()):
+        cls = devices.extended_class(name, state.extended_names)
+        if cls is None or cls not in settings.gpu_device_classes and cls in state.device_classes:
+            continue
+        at = field_path(t.resources_path(kind, i) + (part, name))
+        if cls not in state.device_classes:
             found.append(Violation(DRA_POLICY, at, f"asks for {name}, the extended resource of DeviceClass "
                                    f"{cls!r}, which does not exist; fix: name an existing DeviceClass, or {_WAY}"))
-            continue
-        if cls not in settings.gpu_device_classes or name == "nvidia.com/gpu":
-            continue
-        n = pod_request(items)
-        count = int(n) if n == n.to_integral_value() else int(n) + 1
-        if settings.dra_gpu_workloads == "deny":
+        elif name == labels.GPU_RESOURCE:
+            continue  # a GPU class's extendedResourceName nvidia.com/gpu: counted as nvidia.com/gpu already
+        elif settings.dra_gpu_workloads == "deny":
             found.append(Violation(DRA_POLICY, at, dra_off(f"asks for {count} GPU(s) of DeviceClass {cls!r} "
                                                             f"as the extended resource {name}")))
         else:
