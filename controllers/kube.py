@@ -20,6 +20,7 @@ import copy
 import json
 import logging
 import os
+import re
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -46,6 +47,7 @@ __all__ = ["Kube", "KubeConfigError", "KubeError", "KubeUnreachable", "WatchExpi
 log = logging.getLogger("taugate.kube")
 
 MERGE_PATCH = "application/merge-patch+json"
+APPLY_PATCH = "application/apply-patch+yaml"
 
 
 def load_configuration(*, in_cluster: bool = False, kubeconfig: str | None = None,
@@ -117,11 +119,11 @@ def check_reachable(cfg: kubernetes.client.Configuration, timeout: float = PREFL
     return data if isinstance(data, dict) else {}
 
 
-def _error_message(status: int, body: bytes | str | None, fallback: str) -> str:
+def _error_message(status: int, body: bytes | str | None, fallback: str, *, whole: bool = False) -> str:
     try:
         data = json.loads(body or b"")
         if isinstance(data, dict) and data.get("message"):
-            return str(data["message"]).splitlines()[0]
+            return str(data["message"]) if whole else str(data["message"]).splitlines()[0]
     except (ValueError, TypeError):
         pass
     return fallback
@@ -147,6 +149,24 @@ def execute_plan(kube: Any, plan: Any, optional: Resource, replan: Callable[[], 
     return plan
 
 
+def warnings_of(headers: list[str]) -> list[str]:
+    """The texts of HTTP ``Warning`` headers as the API server sends them (RFC 7234 section 5.5:
+    ``299 - "text"``, one header per warning, ``"`` and ``\\`` escaped), as kubectl prints them."""
+    out = []
+    for header in headers:
+        code, _, rest = header.partition(" ")
+        _, _, quoted = rest.partition(" ")
+        if code.isdigit() and quoted.startswith('"') and quoted.endswith('"') and len(quoted) >= 2:
+            out.append(re.sub(r'\\(.)', r"\1", quoted[1:-1]))
+        else:
+            out.append(header)
+    return out
+
+
+DryRun = tuple[dict, list[str]]
+"""What a server-side dry run answers: the object the API server would store, and its warnings."""
+
+
 class Kube:
     """Plain-dict CRUD and watch over ``kubernetes.client.ApiClient``.
 
@@ -170,8 +190,9 @@ class Kube:
     # -- transport -------------------------------------------------------------------------
     def _call(self, method: str, path: str, *, query: list[tuple[str, Any]] | None = None,
               body: Any = None, content_type: str = "application/json",
-              timeout: tuple[float, float] | None = None) -> Any:
-        """One request; returns the raw ``RESTResponse`` (body not yet read)."""
+              timeout: tuple[float, float] | None = None, whole_message: bool = False) -> Any:
+        """One request; returns the raw ``RESTResponse`` (body not yet read). An error's message is
+        the first line of the API's Status message, or all of it with ``whole_message``."""
         headers = {"Accept": "application/json"}
         if body is not None:
             headers["Content-Type"] = content_type
@@ -193,7 +214,7 @@ class Kube:
             body_bytes = resp.read()
             raise (WatchExpired if resp.status == 410 else KubeError)(
                 resp.status, _error_message(resp.status, body_bytes,
-                                            f"{method} {path}: HTTP {resp.status} {resp.reason}"))
+                                            f"{method} {path}: HTTP {resp.status} {resp.reason}", whole=whole_message))
         return resp
 
     def _json(self, method: str, path: str, **kwargs: Any) -> Any:
@@ -281,6 +302,25 @@ class Kube:
         """JSON merge patch (RFC 7386) of one object (or its ``status`` subresource)."""
         self._count_write()
         return self._json("PATCH", res.path(namespace, name, subresource), body=body, content_type=MERGE_PATCH)
+
+    def dry_run(self, res: Resource, obj: dict, *, field_manager: str = "taugate-admit") -> DryRun:
+        """What the API server would store for ``obj`` and the warnings it would send, stored
+        nowhere: a server-side dry run (``dryRun=All``: authentication, RBAC, every admission
+        webhook and policy run, apimachinery ``DryRun``), as ``kubectl apply --server-side
+        --force-conflicts --dry-run=server`` sends a named object (server-side apply: a create or an
+        update of the stored one) and ``kubectl create --dry-run=server`` one with only a
+        ``generateName``. Raises ``KubeError`` (a denial: HTTP 403 or 422 with its message)."""
+        meta = obj.get("metadata") or {}
+        ns = meta.get("namespace") if res.namespaced else None
+        body = dict(obj, apiVersion=res.api_version, kind=res.kind)
+        query = [("dryRun", "All"), ("fieldManager", field_manager)]
+        if meta.get("name"):
+            resp = self._call("PATCH", res.path(ns, meta["name"]), query=[*query, ("force", "true")],
+                              body=json.dumps(body), content_type=APPLY_PATCH, whole_message=True)
+        else:
+            resp = self._call("POST", res.path(ns), query=query, body=body, whole_message=True)
+        data = json.loads(resp.read() or b"{}")
+        return (data if isinstance(data, dict) else {}), warnings_of(resp.getheaders().get_all("Warning") or [])
 
     def delete(self, res: Resource, name: str, namespace: str | None = None) -> bool:
         """Delete one object (background propagation); False when it was already gone."""

@@ -12,7 +12,11 @@ Rules:
   change or remove the approval annotations (``tau.azure.com/approved``, ``/rejected``,
   ``/reviewed-by``) of a TauQuotaRequest, and an approved request's ``spec`` is frozen for
   everyone else (a changed request needs a new review). Decided from ``userInfo`` (username,
-  groups) as the API server authenticated it.
+  groups) as the API server authenticated it. The reviewer is the user who changed the approval
+  (``reviewer_to_record``: the mutating route ``/mutate-tau`` writes their name into
+  ``tau.azure.com/reviewed-by``, as the API server records a CertificateSigningRequest's
+  approver from the request), and a ``reviewed-by`` naming anyone else is refused, so nobody
+  approves "as" someone else.
 - ``tau-schema``: the object matches the TauGrid schema (the pydantic models in taugate.models).
 - ``workspace-namespace``: a TauWorkspace may not target a reserved namespace (``kube-system``,
   ``kube-public``, ``kube-node-lease``, ``default``, taugate's own namespace, the system
@@ -141,6 +145,29 @@ def _annotations(obj: Any) -> dict[str, str]:
     return dict(((obj.get("metadata") or {}).get("annotations")) or {})
 
 
+def _approval_changed(request: dict[str, Any]) -> bool:
+    old = request.get("oldObject") if request.get("operation") == "UPDATE" else None
+    new_ann, old_ann = _annotations(request.get("object")), _annotations(old)
+    return any(new_ann.get(k) != old_ann.get(k) for k in APPROVAL_KEYS)
+
+
+def reviewer_to_record(request: dict[str, Any]) -> str | None:
+    """The ``tau.azure.com/reviewed-by`` value the mutating route writes on a TauQuotaRequest
+    CREATE or UPDATE that adds, changes or removes an approval annotation: the requesting user's
+    name as the API server authenticated it (``userInfo.username``). None when no approval
+    annotation changes, when the object already names that user, or when the request has no
+    user name (nothing to record: validation then refuses a reviewer it cannot check)."""
+    kind = (request.get("kind") or {}).get("kind") or _object(request.get("object")).get("kind")
+    if kind != "TauQuotaRequest" or request.get("subResource"):
+        return None
+    if request.get("operation") not in ("CREATE", "UPDATE") or not _approval_changed(request):
+        return None
+    username = (request.get("userInfo") or {}).get("username")
+    if not isinstance(username, str) or not username:
+        return None
+    return None if _annotations(request.get("object")).get(labels.REVIEWED_BY) == username else username
+
+
 def _quota_request(request: dict[str, Any], settings: Settings) -> list[Violation]:
     obj = request.get("object") or {}
     old = request.get("oldObject") if request.get("operation") == "UPDATE" else None
@@ -162,6 +189,12 @@ def _quota_request(request: dict[str, Any], settings: Settings) -> list[Violatio
             "quota-approval", "metadata.annotations",
             f"{user.get('username') or 'this user'} {', '.join(verbs)}, but only platform admins may approve or "
             f"reject a TauQuotaRequest: {who_may_approve(settings)}; ask one of them to review it"))
+    reviewer = new_ann.get(labels.REVIEWED_BY)
+    if changed and admin and reviewer is not None and reviewer != user.get("username"):
+        out.append(_violation(
+            "quota-approval", f"metadata.annotations[{labels.REVIEWED_BY}]",
+            f"{labels.REVIEWED_BY} says {reviewer!r}, but this approval comes from {user.get('username')!r}; "
+            f"allowed: the approving user, which taugate records itself; fix: leave {labels.REVIEWED_BY} out"))
     approved = old is not None and old_ann.get(labels.APPROVED, "").lower() == "true"
     if approved and not admin and (obj.get("spec") or {}) != ((old or {}).get("spec") or {}):
         out.append(_violation(

@@ -1,12 +1,15 @@
 """``taugate admit`` and the registration of the webhook's other subcommands.
 
-``taugate admit -f FILE|DIR|- [-f ...] --cluster SNAPSHOT [-n NAMESPACE] [-o yaml|json|patch]
-[--old STORED] [--as USER]`` runs every RayJob, RayCluster and Job in the files through mutation then
-validation, offline (an UPDATE of the stored objects in ``--old``, matched by kind and name, when given),
-like ``kyverno apply`` or ``gator test``: it prints the admitted objects (``-o patch``: a JSON
-array with one ``{file, kind, name, namespace, patch}`` per admitted workload), or the denial.
-Exit 0 when everything is allowed, 1 when anything is denied, 2 on bad input
-(one line on stderr naming the file and the problem). Other kinds are printed unchanged.
+``taugate admit -f FILE|DIR|- [-f ...] --cluster SNAPSHOT|live [-n NAMESPACE] [-o yaml|json|patch]
+[--old STORED] [--as USER]`` runs every workload of a kind taugate governs (docs/kinds.md) and every
+DRA claim in the files through mutation then validation, offline against a snapshot (an UPDATE of the
+stored objects in ``--old``, matched by kind and name, when given), like ``kyverno apply`` or
+``gator test``; with ``--cluster live``, through the live cluster the kubeconfig reaches as a
+server-side dry run (every webhook, Kueue's included, RBAC and quota as the user's own request;
+nothing stored). It prints the admitted objects (``-o patch``: a JSON array with one
+``{file, kind, name, namespace, patch}`` per admitted object), or the denial. Exit 0 when
+everything is allowed, 1 when anything is denied, 2 on bad input (one line on stderr naming the
+file and the problem). Other kinds are printed unchanged.
 """
 
 from __future__ import annotations
@@ -17,13 +20,15 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+import jsonpatch
 import orjson
 import yaml
 
 from taugate.files import InputError, expand_paths
 from taugate.kinds import group_of, kind_for
+from taugate.kubeaccess import KubeError, Resource
 from taugate.settings import Settings
 from taugate.snapshot import ClusterState, SnapshotError, load_snapshot, read_objects
 from taugate.structure import json_problem
@@ -188,12 +193,99 @@ def _print(out_docs: list, output: str) -> None:
         sys.stdout.write(yaml.safe_dump_all(out_docs, sort_keys=False))
 
 
+LIVE = "live"
+"""``--cluster live``: admit through the live cluster (``_admit_live``)."""
+_DRA_RESOURCES = {"ResourceClaimTemplate": Resource("resource.k8s.io", "v1", "resourceclaimtemplates",
+                                                    "ResourceClaimTemplate", True),
+                  "ResourceClaim": Resource("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", True),
+                  "DeviceClass": Resource("resource.k8s.io", "v1", "deviceclasses", "DeviceClass", False)}
+
+
+def _live_resource(obj: dict) -> Resource | None:
+    """The REST resource of an input object of a kind ``taugate admit`` takes, else None."""
+    group = group_of(str(obj.get("apiVersion") or ""))
+    version = str(obj.get("apiVersion") or "").rpartition("/")[2]
+    if group == "resource.k8s.io" and obj.get("kind") in _DRA_RESOURCES:
+        return _DRA_RESOURCES[obj["kind"]]
+    kind = kind_for(obj.get("apiVersion"), obj.get("kind")) or unmanaged_kind_for(group, obj.get("kind"))
+    if kind is None or kind.version != version:
+        return None
+    return Resource(kind.group, kind.version, kind.resource, kind.kind, True)
+
+
+def _admit_live(args: argparse.Namespace, inputs: list[tuple[str, dict]]) -> int:
+    """``--cluster live``: each object as a server-side dry run through the cluster of
+    ``--kubeconfig`` (``Kube.dry_run``), in file order, as the user's own request: what the API
+    server would store (after every mutating webhook), its warnings, or its denial (a webhook's,
+    RBAC's or a schema's message). Nothing is stored, so a workload naming a claim template of the
+    same input needs the template to exist in the cluster."""
+    factory: Callable[..., Any] | None = getattr(args, "cluster_reader_factory", None)
+    if factory is None:
+        _err("taugate: --cluster live: this installation cannot reach a cluster (taugate.controllers is missing)")
+        return 2
+    if args.old or args.as_user:
+        _err("taugate: --cluster live takes the stored objects and the user from the cluster; "
+             "--old and --as are for snapshots")
+        return 2
+    try:
+        reader = factory(kubeconfig=args.kubeconfig, context=args.context)
+    except ValueError as e:
+        _err(f"taugate: {args.kubeconfig or 'the kubeconfig'}: {str(e).splitlines()[0]}")
+        return 2
+    status, out_docs = 0, []
+    try:
+        for f, obj in inputs:
+            meta = _metadata(obj)
+            name = str(meta.get("name") or f"{meta.get('generateName') or ''}*")
+            label = f"{obj['kind']} {name}"
+            res = _live_resource(obj)
+            if res is None:
+                _err(f"{f}: {label}: not a kind taugate admits; unchanged")
+                out_docs += [] if args.output == "patch" else [obj]
+                continue
+            sent = dict(obj, metadata=dict(meta, namespace=_namespace(args, f, label, meta))) if res.namespaced \
+                else obj
+            try:
+                admitted, warnings = reader.dry_run(res, sent)
+            except KubeError as e:
+                if e.status in (0, 401) or e.status >= 500:
+                    raise
+                _err(f"{f}: {label} denied: {e}")
+                status = 1
+                continue
+            for w in warnings:
+                _err(f"Warning: {w}")
+            if args.output == "patch":
+                out_docs.append({"file": f, "kind": obj["kind"], "name": _metadata(admitted).get("name") or name,
+                                 "namespace": _metadata(admitted).get("namespace"),
+                                 "patch": jsonpatch.make_patch(sent, admitted).patch})
+            else:
+                out_docs.append(admitted)
+    except _BadInput as e:
+        _err(str(e))
+        return 2
+    except KubeError as e:  # unreachable, unauthenticated, a server error: nothing was judged
+        _err(f"taugate: --cluster live: {str(e).splitlines()[0]}")
+        return 2
+    finally:
+        reader.close()
+    _print(out_docs, args.output)
+    return status
+
+
 def cmd_admit(args: argparse.Namespace) -> int:
     """Handler of ``taugate admit``; returns the exit code (0 all allowed, 1 any denied, 2 bad
     input)."""
     from taugate.webhook.review import admit
 
     settings = Settings()
+    if args.cluster == LIVE:
+        try:
+            inputs = _read_inputs(args.file)
+        except _BadInput as e:
+            _err(str(e))
+            return 2
+        return _admit_live(args, inputs)
     try:
         state = load_snapshot(args.cluster, settings)
         inputs = _read_inputs(args.file)
@@ -231,12 +323,16 @@ def cmd_admit(args: argparse.Namespace) -> int:
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
     """Register ``admit``, and ``serve`` and ``policy`` from their modules."""
-    p = sub.add_parser("admit", help="run mutation and validation on objects offline",
+    p = sub.add_parser("admit", help="run mutation and validation on objects, offline or as a live dry run",
                        description=__doc__.split("\n\n")[1] if __doc__ else None)
     p.add_argument("-f", "--file", action="append", required=True,
                    help="YAML/JSON file, - for standard input, or a directory (its *.yaml, *.yml and *.json "
                         "files, recursively); repeatable")
-    p.add_argument("--cluster", required=True, help="cluster snapshot YAML (see examples/cluster.yaml)")
+    p.add_argument("--cluster", required=True,
+                   help="cluster snapshot YAML (see examples/cluster.yaml), or 'live': a server-side dry run "
+                        "through the cluster of --kubeconfig, as your own request (nothing is stored)")
+    p.add_argument("--kubeconfig", help="with --cluster live: kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
+    p.add_argument("--context", help="with --cluster live: kubeconfig context")
     p.add_argument("-n", "--namespace", help="namespace to admit into (default: the object's)")
     p.add_argument("-o", "--output", choices=("yaml", "json", "patch"), default="yaml")
     p.add_argument("--policies", type=Path, help="policy library directory (default: the bundled policies/)")

@@ -78,6 +78,8 @@ SCALE_RULES = _scale_rules()
 TAU_RULES = (
     Rule(("tau.azure.com",), ("v1alpha1",), ("clusters", "workspaces", "quotarequests"), ("CREATE", "UPDATE")),
 )
+APPROVAL_RULES = (Rule(("tau.azure.com",), ("v1alpha1",), ("quotarequests",), ("CREATE", "UPDATE")),)
+"""TauQuotaRequests, whose reviewer the mutating route records (``webhook.approval``)."""
 TAU_KINDS = frozenset({"TauCluster", "TauWorkspace", "TauQuotaRequest"})
 """The kinds of ``TAU_RULES``' resources."""
 ROUTED_KINDS = KIND_NAMES | TAU_KINDS | frozenset(u.kind for u in UNMANAGED_KINDS) | {"ResourceClaim",
@@ -87,5 +89,6 @@ ROUTED_KINDS = KIND_NAMES | TAU_KINDS | frozenset(u.kind for u in UNMANAGED_KIND
 ROUTES: tuple[Route, ...] = (
     Route("mutate.workloads.tau.azure.com", "/mutate", "mutating", WORKLOAD_RULES),
     Route("validate.workloads.tau.azure.com", "/validate", "validating", WORKLOAD_RULES + SCALE_RULES + CLAIM_RULES),
+    Route("mutate.resources.tau.azure.com", "/mutate-tau", "mutating", APPROVAL_RULES),
     Route("validate.resources.tau.azure.com", "/validate-tau", "validating", TAU_RULES),
 )

@@ -2,7 +2,7 @@
 
 ``taugate serve --cluster SNAPSHOT [--cert-dir DIR] [--host 127.0.0.1] [--port 8443]
 [--policies DIR] [--enforcement FILE] [--policy-backend embedded|opa --opa-url URL]`` serves
-``/mutate``, ``/validate``, ``/validate-tau``, ``/healthz``, ``/readyz`` and ``/metrics`` (see
+``/mutate``, ``/validate``, ``/mutate-tau``, ``/validate-tau``, ``/healthz``, ``/readyz`` and ``/metrics`` (see
 ``webhook.server``). TLS comes from
 ``--cert-dir`` (``tls.crt``, ``tls.key``; reloaded without restart when they change), or, without
 it, from a CA and serving certificate generated at start (its CA path is printed). In a cluster

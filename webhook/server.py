@@ -2,7 +2,7 @@
 
 Every decision is made by ``webhook.review`` (pure); this module only moves bytes:
 
-- ``POST`` on each path of ``webhook.routes.ROUTES`` (``/mutate``, ``/validate``,
+- ``POST`` on each path of ``webhook.routes.ROUTES`` (``/mutate``, ``/validate``, ``/mutate-tau``,
   ``/validate-tau``) takes an AdmissionReview (admission.k8s.io/v1) and answers one: ``uid``
   echoed, ``patch``/``patchType`` only when something changes, ``warnings`` when any.
 - A body that is not an AdmissionReview is HTTP 400 ``{"error": REASON}``; a body over
@@ -68,7 +68,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, 
 
 from taugate.settings import Settings
 from taugate.snapshot import ClusterState
-from taugate.webhook import review, scale
+from taugate.webhook import approval, review, scale
 from taugate.webhook.connections import ByteBudget, ConnectionGuard
 from taugate.webhook.decision import Decision
 from taugate.webhook.metrics import AdmissionMetrics
@@ -110,6 +110,7 @@ _DECIDERS: dict[str, Callable[[dict, ClusterState, Settings, Any, scale.Reader |
     # The server parsed the review for this one answer: mutation may edit it in place.
     "mutate.workloads.tau.azure.com": lambda req, st, s, e, _: review.mutate(req, st, s, e, in_place=True),
     "validate.workloads.tau.azure.com": lambda req, st, s, e, read: scale.validate(req, st, s, e, read),
+    "mutate.resources.tau.azure.com": lambda req, st, s, e, _: approval.mutate(req),
     "validate.resources.tau.azure.com": lambda req, st, s, e, _: review.validate_tau(req, st, s),
 }
 if set(_DECIDERS) != {r.name for r in ROUTES}:  # the route table and the server must agree

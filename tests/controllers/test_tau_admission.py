@@ -9,7 +9,7 @@ import pytest
 
 from taugate import labels
 from taugate.snapshot import build_state
-from taugate.tau_admission import validate_tau_object
+from taugate.tau_admission import reviewer_to_record, validate_tau_object
 from tests.controllers.conftest import pick
 
 RESEARCHER = {"username": "rita@contoso.com", "groups": ["vision-researchers", "system:authenticated"]}
@@ -46,8 +46,57 @@ def test_a_researcher_cannot_approve_their_own_quota_request(settings):
 
 def test_an_admin_may_approve_and_reject(settings):
     old = _qr()
-    for ann in ({labels.APPROVED: "true", labels.REVIEWED_BY: "alice"}, {labels.REJECTED: "true"}):
+    for ann in ({labels.APPROVED: "true", labels.REVIEWED_BY: "alice@contoso.com"}, {labels.REJECTED: "true"}):
         assert validate_tau_object(_req(_qr(ann), ADMIN, "UPDATE", old), settings) == []
+
+
+def test_an_admin_cannot_approve_as_someone_else(settings):
+    (found,) = validate_tau_object(_req(_qr({labels.APPROVED: "true", labels.REVIEWED_BY: "the-cto"}), ADMIN, "UPDATE",
+                                        _qr()), settings)
+    assert found.policy == "quota-approval" and found.field == f"metadata.annotations[{labels.REVIEWED_BY}]"
+    assert "says 'the-cto', but this approval comes from 'alice@contoso.com'" in found.message
+    assert "fix: leave tau.azure.com/reviewed-by out" in found.message
+
+
+def test_the_approving_user_is_recorded_from_the_request_on_every_change_of_the_approval(settings):
+    old = _qr({labels.APPROVED: "true", labels.REVIEWED_BY: "alice@contoso.com"})
+    bob = {"username": "bob@contoso.com", "groups": ["tau-platform-admins"]}
+    cases = [
+        (_req(_qr({labels.APPROVED: "true"}), ADMIN, "UPDATE", _qr()), "alice@contoso.com"),  # approves
+        (_req(_qr({labels.APPROVED: "true", labels.REVIEWED_BY: "the-cto"}), ADMIN, "UPDATE", _qr()),
+         "alice@contoso.com"),  # approves "as" someone
+        (_req(_qr({labels.REJECTED: "true", labels.REVIEWED_BY: "alice@contoso.com"}), bob, "UPDATE", old),
+         "bob@contoso.com"),  # another admin rejects what alice approved
+        (_req(_qr({labels.APPROVED: "true"}), ADMIN, "CREATE"), "alice@contoso.com"),  # created approved
+        (_req(_qr(), ADMIN, "UPDATE", _qr({labels.APPROVED: "true"})), "alice@contoso.com"),  # withdraws
+        (_req(_qr(requested=64), ADMIN, "UPDATE", _qr()), None),  # no approval changes
+        (_req(old, ADMIN, "UPDATE", old), None),  # already names the user who... made no change
+        (_req(_qr({labels.APPROVED: "true"}), ADMIN, "UPDATE", _qr(), subResource="status"), None),
+        (_req(_qr({labels.APPROVED: "true"}), {"groups": ["tau-platform-admins"]}, "UPDATE", _qr()), None),
+    ]
+    assert [reviewer_to_record(r) for r, _ in cases] == [want for _, want in cases]
+
+
+def test_the_mutating_route_writes_the_reviewer_and_warns_when_it_replaces_a_claimed_one():
+    import jsonpatch
+
+    from taugate.webhook import approval
+
+    claimed = _req(_qr({labels.APPROVED: "true", labels.REVIEWED_BY: "the-cto"}), ADMIN, "UPDATE", _qr())
+    decision = approval.mutate(copy.deepcopy(claimed))
+    assert decision.allowed
+    out = jsonpatch.apply_patch(claimed["object"], decision.patch)
+    assert out["metadata"]["annotations"][labels.REVIEWED_BY] == "alice@contoso.com"
+    assert decision.warnings == [
+        "tau.azure.com/reviewed-by is recorded as 'alice@contoso.com', the user who made this approval, not "
+        "'the-cto' (taugate records the approving user itself; leave the annotation out)"]
+    bare = _req(_qr({labels.APPROVED: "true"}), ADMIN, "UPDATE", _qr())
+    bare["object"]["metadata"].pop("annotations")  # cannot approve without annotations: nothing changes
+    assert approval.mutate(copy.deepcopy(bare)).patch is None
+    plain = _req(_qr({labels.APPROVED: "true"}), ADMIN, "UPDATE", _qr())
+    decision = approval.mutate(copy.deepcopy(plain))
+    assert decision.warnings == [] and jsonpatch.apply_patch(plain["object"], decision.patch)["metadata"][
+        "annotations"] == {labels.APPROVED: "true", labels.REVIEWED_BY: "alice@contoso.com"}
 
 
 def test_a_configured_admin_user_may_approve_without_the_group(settings):

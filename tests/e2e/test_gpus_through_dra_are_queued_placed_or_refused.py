@@ -18,6 +18,7 @@ import pytest
 
 from tests.e2e.stack import DRA_DRIVER, LONG_RUNNING_CONTAINER, Stack
 from tests.e2e.workloads import GPU_CLASS_SELECTOR, QUEUE, RUN_ID, WORKSPACE, WORKSPACE_QUEUE
+from tests.paths import REPO
 
 H100_NODES = "aks-h100-"
 CPU = {"cpu": "1", "memory": "1Gi"}
@@ -193,3 +194,21 @@ def test_a_privileged_debug_container_on_a_workspace_pod_is_refused(stack):
     plain = stack.cp.kubectl("debug", "pod/dra-extended", "-n", WORKSPACE, "--image=busybox",
                              "--profile=general", "--container=looker")
     assert plain.returncode == 0
+
+
+def test_the_dra_example_applies_as_written_and_its_job_is_queued_as_four_gpus_per_pod_on_h100(stack):
+    """``kubectl apply -f examples/dra-job.yaml`` as the file says: the claim template, then the Job."""
+    cp, path = stack.cp, str(REPO / "examples" / "dra-job.yaml")
+    try:
+        out = cp.kubectl("apply", "-f", path)
+        assert out.stdout.split() == ["resourceclaimtemplate.resource.k8s.io/four-h100", "created",
+                                      "job.batch/dra-finetune", "created"]
+        job = cp.get_json("job", "dra-finetune", "-n", WORKSPACE)
+        assert job["metadata"]["labels"][QUEUE] == WORKSPACE_QUEUE
+        assert job["metadata"]["labels"]["tau.azure.com/workload-profile"] == "h100-4gpu"
+        assert job["spec"]["template"]["spec"]["nodeSelector"][GPU_CLASS_SELECTOR] == "h100"
+        w = stack.wait_for("Kueue's Workload of dra-finetune", lambda: _workload_of(stack, "Job", "dra-finetune"), 60)
+        (pod_set,) = w["spec"]["podSets"]
+        assert pod_set["count"] == 2
+    finally:
+        cp.kubectl("delete", "-f", path, "--ignore-not-found", "--wait=true", "--cascade=foreground", timeout=180)

@@ -32,7 +32,7 @@ def _run_ids(obj: dict) -> set[str]:
 def test_kubectl_create_with_generate_name_gets_a_name_a_run_id_and_the_placement(platform):
     cp = platform.cp
     obj = into_workspace(EXAMPLE)
-    assert "generateName" in obj["metadata"] and "name" not in obj["metadata"]
+    obj["metadata"]["generateName"] = obj["metadata"].pop("name") + "-"
     out = cp.kubectl("create", "-f", "-", "-o", "json", input=json.dumps(obj))
     created = json.loads(out.stdout)
     assert created["metadata"]["name"].startswith(obj["metadata"]["generateName"])

@@ -89,7 +89,7 @@ def test_a_researcher_cannot_approve_a_quota_request_rbac_and_the_webhook_both_r
     cp = platform.cp
     cp.apply_objects([_quota_request("vision-burst")])
     approve = ["annotate", "quotarequests.tau.azure.com", "vision-burst", "-n", SYSTEM_NAMESPACE,
-               "tau.azure.com/approved=true", "tau.azure.com/reviewed-by=someone"]
+               "tau.azure.com/approved=true"]
     # A researcher has no RBAC on the system namespace at all.
     researcher = cp.user_kubeconfig("alice", ("vision-researchers",))
     out = cp.kubectl(*approve, kubeconfig=researcher, check=False)
@@ -113,13 +113,21 @@ def test_a_researcher_cannot_approve_a_quota_request_rbac_and_the_webhook_both_r
     # A platform admin (group tau-platform-admins, bound by the chart to its platform-admin
     # ClusterRole and named to the webhook in TAUGATE_ADMIN_GROUPS) can, and the operator moves
     # the request to Approved.
+    # The approver is who the API server authenticated, whatever the annotation says: an admin
+    # approving "as the-cto" is recorded as herself, and kubectl prints the Warning that says so.
     admin = cp.user_kubeconfig("carol", ("tau-platform-admins",))
-    cp.kubectl(*approve, kubeconfig=admin)
-    def phase() -> str | None:
+    as_someone = cp.kubectl(*approve, "tau.azure.com/reviewed-by=the-cto", kubeconfig=admin)
+    assert ("Warning: tau.azure.com/reviewed-by is recorded as 'carol', the user who made this approval, "
+            "not 'the-cto'") in as_someone.stderr, as_someone.stderr
+    def status() -> dict:
         request = cp.get_json("quotarequests.tau.azure.com", "vision-burst", "-n", SYSTEM_NAMESPACE)
-        return (request.get("status") or {}).get("phase")
+        return request.get("status") or {}
 
-    platform.wait_for("the operator to mark the request Approved", lambda: phase() == "Approved", 30)
+    done = platform.wait_for("the operator to mark the request Approved", lambda: status().get("phase") == "Approved"
+                             and status(), 30)
+    assert done["reviewedBy"] == "carol" and done["approvedBy"] == "carol"
+    stored = cp.get_json("quotarequests.tau.azure.com", "vision-burst", "-n", SYSTEM_NAMESPACE)
+    assert stored["metadata"]["annotations"]["tau.azure.com/reviewed-by"] == "carol"
 
 
 

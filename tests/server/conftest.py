@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 
 import pytest
@@ -32,10 +31,12 @@ def cert_dir(tmp_path) -> Path:
 
 @pytest.fixture
 def rayjob() -> dict:
-    """A raw RayJob in workspace namespace ``vision``: generateName, no labels map, 4 GPU workers."""
+    """The example RayJob in workspace namespace ``vision`` as a pipeline sends it: generateName
+    (as ``kubectl create`` and client libraries allow), no labels map, 4 GPU workers."""
     obj = yaml.safe_load(EXAMPLE_RAYJOB.read_text())
     assert obj["metadata"]["namespace"] == "vision" and "labels" not in obj["metadata"]
-    return copy.deepcopy(obj)
+    obj["metadata"]["generateName"] = obj["metadata"].pop("name") + "-"
+    return obj
 
 
 class Harness:
