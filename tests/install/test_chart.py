@@ -18,6 +18,7 @@ from tests.install.chart import (
     VARIANTS,
     crds,
     find,
+    install_values,
     objects,
     one,
     pod_spec,
@@ -35,7 +36,7 @@ def _short(error: Exception) -> str:
 
 @pytest.mark.parametrize("kube_version", [f"v{v}" for v in KUBERNETES_VERSIONS])
 def test_helm_lint_passes_without_errors_or_warnings(kube_version):
-    report = helm_python.lint(CHART, strict=True, kube_version=kube_version)
+    report = helm_python.lint(CHART, install_values(), strict=True, kube_version=kube_version)
     problems = [m for m in report["messages"] if m["severity"] >= 2]
     assert report["errors"] == [] and problems == [], report
 

@@ -50,8 +50,13 @@
 system:serviceaccount:{{ .Release.Namespace }}:{{ include "taugate.operatorName" . }}
 {{- end -}}
 
+{{/* The image of every taugate container. taugate publishes none, so there is no default to pull:
+     rendering fails, naming how to build and set it, rather than pointing pods at a registry name
+     nobody pushes to. */}}
 {{- define "taugate.image" -}}
-{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- $tag := .Values.image.tag | default .Chart.AppVersion -}}
+{{- $fix := printf "taugate publishes no image: build it from the repository's Dockerfile and push it where your nodes pull from (docker build -t REGISTRY/taugate:%s . && docker push REGISTRY/taugate:%s), then install with --set image.repository=REGISTRY/taugate (docs/install.md: Before you install)" $tag $tag -}}
+{{ required (printf "image.repository is not set: %s" $fix) .Values.image.repository }}:{{ $tag }}
 {{- end -}}
 
 {{/* Labels ------------------------------------------------------------------------------------ */}}
