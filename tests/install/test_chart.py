@@ -186,7 +186,7 @@ def _webhook_sources(objects) -> list[dict]:
 
 
 def test_by_default_the_webhook_port_admits_only_the_api_servers_sources_never_any_source():
-    # Rendered without a cluster (helm template): no Endpoints to look up and the API server
+    # Rendered without a cluster (helm template): no EndpointSlice to look up and the API server
     # CIDRs are the catch-all default, so only the konnectivity agents' namespace is admitted.
     sources = _webhook_sources(objects({}))
     assert sources == [{"namespaceSelector": {"matchExpressions": [

@@ -216,11 +216,15 @@ Never empty: an empty `from` would admit every source. */}}
 {{- if $np.apiServerNamespaces -}}
 {{- $peers = append $peers (dict "namespaceSelector" (dict "matchExpressions" (list (dict "key" "kubernetes.io/metadata.name" "operator" "In" "values" $np.apiServerNamespaces)))) -}}
 {{- end -}}
-{{- $endpoints := lookup "v1" "Endpoints" "default" "kubernetes" -}}
+{{- /* The API servers' addresses: the EndpointSlice default/kubernetes their endpoint reconciler
+     keeps beside the Endpoints (kubernetes pkg/controlplane/reconcilers/endpointsadapter.go
+     EnsureEndpointSliceFromEndpoints); read as a slice, since reading v1 Endpoints makes every
+     helm install and upgrade print "v1 Endpoints is deprecated in v1.33+". */ -}}
+{{- $slice := lookup "discovery.k8s.io/v1" "EndpointSlice" "default" "kubernetes" -}}
 {{- $found := list -}}
-{{- range (dig "subsets" list $endpoints) -}}
+{{- range (dig "endpoints" list $slice) -}}
 {{- range (dig "addresses" list .) -}}
-{{- $found = append $found (printf "%s/%s" .ip (ternary "128" "32" (contains ":" .ip))) -}}
+{{- $found = append $found (printf "%s/%s" . (ternary "128" "32" (contains ":" .))) -}}
 {{- end -}}
 {{- end -}}
 {{- if not $found -}}{{/* nothing looked up: apiServer.cidrs, unless they are a catch-all */}}
