@@ -212,6 +212,33 @@ def test_helm_upgrade_with_the_emergency_switch_relaxes_every_webhook_and_keeps_
     assert cp.get_json("clusterrolebinding", "taugate-platform-admin")["subjects"][0]["name"] == "ml-platform-admins"
 
 
+def _install_md_upgrade() -> list[list[str]]:
+    """The commands of docs/install.md's "Upgrade" block, NEW being tag 0.1.1."""
+    text = (REPO / "docs" / "install.md").read_text().split("## Upgrade", 1)[1]
+    block = text.split("```", 2)[1]
+    return [shlex.split(line.replace("NEW", "0.1.1"), comments=True) for line in block.splitlines() if line.strip()]
+
+
+def test_the_install_guides_upgrade_applies_the_crds_and_rolls_the_image_keeping_the_platforms_values(cluster):
+    cp, helm, kubelet, _ = cluster
+    apply_crds, upgrade = _install_md_upgrade()
+    assert apply_crds[:2] == ["kubectl", "apply"] and upgrade[:3] == ["helm", "upgrade", RELEASE], (apply_crds, upgrade)
+    cp.kubectl(*[str(REPO / w) if w.startswith("charts/") else w for w in apply_crds[1:]])
+    played = len(kubelet.played)
+    result = helm(*[CHART if w == "charts/taugate" else w for w in upgrade[1:]], "--timeout", "4m")
+    print(_printed(result))
+    assert result.returncode == 0, _printed(result)
+    assert "REVISION: 3" in result.stdout
+    assert _hooks_run(kubelet, played) == [("taugate-certs-hook", 0), ("taugate-certs-hook", 0)]
+    for name in ("taugate-webhook", "taugate-operator"):
+        containers = cp.get_json("deployment", name, "-n", NAMESPACE)["spec"]["template"]["spec"]["containers"]
+        assert {c["image"] for c in containers} == {f"{REGISTRY}/taugate:0.1.1"}
+    assert cp.get_json("cronjob", "taugate-certs", "-n", NAMESPACE)["spec"]["jobTemplate"]["spec"]["template"][
+        "spec"]["containers"][0]["image"] == f"{REGISTRY}/taugate:0.1.1"
+    # --reuse-values kept the emergency switch of the revision before, as it keeps every value.
+    assert {w["failurePolicy"] for w in _webhooks(cp)} == {"Ignore"}
+
+
 def test_helm_rollback_restores_the_failure_policy_and_keeps_the_ca_bundle_the_hooks_wrote(cluster):
     cp, helm, kubelet, _ = cluster
     tls = _secret(cp, "taugate-webhook-tls")
@@ -224,11 +251,14 @@ def test_helm_rollback_restores_the_failure_policy_and_keeps_the_ca_bundle_the_h
     assert _hooks_run(kubelet, played) == []  # the chart has no rollback hooks
     webhooks = _webhooks(cp)
     assert {w["failurePolicy"] for w in webhooks} == {"Fail"}
+    image = cp.get_json("deployment", "taugate-webhook", "-n", NAMESPACE)["spec"]["template"]["spec"]["containers"][0]
+    assert image["image"] == f"{REGISTRY}/taugate:0.1.0"
     # Helm's three-way merge leaves the caBundle the hook patched in (in neither manifest).
     assert {w["clientConfig"]["caBundle"] for w in webhooks} == {tls["ca.crt"]}
     assert {name: _secret(cp, name) for name in KEPT_SECRETS} == keys
     history = json.loads(helm("history", RELEASE, "-n", NAMESPACE, "-o", "json").stdout)
-    assert [(h["revision"], h["status"]) for h in history] == [(1, "superseded"), (2, "superseded"), (3, "deployed")]
+    assert [(h["revision"], h["status"]) for h in history] == [(1, "superseded"), (2, "superseded"),
+                                                                 (3, "superseded"), (4, "deployed")]
     assert history[-1]["description"] == "Rollback to 1"
 
 
