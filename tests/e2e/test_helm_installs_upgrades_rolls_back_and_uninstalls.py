@@ -29,6 +29,7 @@ import yaml
 from tests.e2e.controlplane import LOOPBACK, ControlPlane, build
 from tests.e2e.helm import Helm, HookKubelet
 from tests.paths import REPO
+from tests.upstream import pinned
 
 RELEASE, NAMESPACE = "taugate", "taugate-system"
 CHART = str(REPO / "charts" / "taugate")
@@ -131,6 +132,12 @@ def _serving_certificate_is_trusted_by_the_ca_bundle(tls: dict[str, str], ca_bun
                 client_ctx.wrap_socket(raw, server_hostname=f"{RELEASE}-webhook.{NAMESPACE}.svc") as conn:
             conn.sendall(b"x")
         t.join(10)
+
+
+def test_the_built_helm_reports_the_version_pinned_in_its_go_module(cluster):
+    _, helm, _, _ = cluster
+    result = helm("version", "--template", "{{.Version}}")
+    assert (result.returncode, result.stdout) == (0, pinned("helm", "helm.sh/helm/v3")[1]), _printed(result)
 
 
 def test_helm_install_without_an_image_fails_at_render_with_no_release_and_says_how_to_build_one(cluster):
