@@ -12,9 +12,10 @@ python3 -m pip install -q --ignore-requires-python opa-golib-python-bindings==0.
 # tests/e2e/gomod (tests/upstream.py): download them now, so a missing `go` fails here, clearly.
 python3 -c 'import tests.paths'
 # The end-to-end tier's control plane (etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler, kubectl) and the whole stack (Kueue, the KubeRay operator, kwok), plus the OPA
-# server the OPA policy backend's tests run (tests/opa_server.py, about 5 minutes of it), built from
-# Go modules and cached by version under ~/.cache/taugate-e2e: about 35 minutes on a cold 2-core
+# kube-scheduler, kubectl), the whole stack (Kueue, the KubeRay operator, kwok), helm v3.22.0 (the
+# CLI tests/e2e/test_helm_*.py drives, about 4 minutes of it), plus the OPA server the OPA policy
+# backend's tests run (tests/opa_server.py, about 5 minutes of it), built from Go modules and
+# cached by version under ~/.cache/taugate-e2e: about 40 minutes on a cold 2-core
 # machine, seconds when warm. Gatekeeper (tests/e2e/gomod/gatekeeper, ~5 minutes cold) is only the
 # end-to-end benchmark's peer: bench/e2e.py builds it when it runs, no test needs it.
 bash tests/e2e/build.sh $(ls tests/e2e/gomod | grep -vx gatekeeper)

@@ -31,6 +31,17 @@ ldflags_for() {
         f+=" -X $pkg.gitVersion=$v -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean"
       done
       echo "-s -w$f" ;;
+    helm)
+      # As helm's own Makefile does: its version, and the Kubernetes version of its client-go
+      # (v0.37 -> 1.37) as the default .Capabilities.KubeVersion of `helm template` and `helm lint`.
+      v=$(awk '$1=="helm.sh/helm/v3"{print $2}' "$here/gomod/$mod/go.mod")
+      local cg; cg=$(awk '$1=="k8s.io/client-go"{print $2}' "$here/gomod/$mod/go.mod")
+      local kmin=${cg#v0.}; kmin=${kmin%%.*}
+      local f=" -X helm.sh/helm/v3/internal/version.version=$v -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
+      for pkg in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
+        f+=" -X $pkg.k8sVersionMajor=1 -X $pkg.k8sVersionMinor=$kmin"
+      done
+      echo "-s -w$f" ;;
     *) echo "-s -w" ;;
   esac
 }

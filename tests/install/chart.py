@@ -51,10 +51,23 @@ def chart() -> helm_python.Chart:
     return helm_python.Chart.load(CHART)
 
 
+# taugate publishes no image, so every install names the one the platform built and pushed
+# (docs/install.md); the chart refuses to render without it.
+IMAGE_REPOSITORY = "registry.example.com/platform/taugate"
+
+
+def install_values(values: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``values`` with ``image.repository`` set to ``IMAGE_REPOSITORY`` where they name none, as
+    every install must set it."""
+    values = dict(values or {})
+    values["image"] = {"repository": IMAGE_REPOSITORY, **(values.get("image") or {})}
+    return values
+
+
 def render(values: dict[str, Any] | None = None, *, namespace: str = NAMESPACE, name: str = RELEASE) -> dict[str, str]:
-    """``{template path: manifest text}`` of a fresh install. Raises ``helm_python.HelmValuesError``
-    (schema) or ``HelmRenderError`` (a template's ``fail``)."""
-    return chart().render(values or {}, name=name, namespace=namespace, is_install=True)
+    """``{template path: manifest text}`` of a fresh install with ``values`` (``install_values``).
+    Raises ``helm_python.HelmValuesError`` (schema) or ``HelmRenderError`` (a template's ``fail``)."""
+    return chart().render(install_values(values), name=name, namespace=namespace, is_install=True)
 
 
 _BASE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser: 10x faster

@@ -18,6 +18,7 @@ from tests.install.chart import (
     VARIANTS,
     crds,
     find,
+    install_values,
     objects,
     one,
     pod_spec,
@@ -35,7 +36,7 @@ def _short(error: Exception) -> str:
 
 @pytest.mark.parametrize("kube_version", [f"v{v}" for v in KUBERNETES_VERSIONS])
 def test_helm_lint_passes_without_errors_or_warnings(kube_version):
-    report = helm_python.lint(CHART, strict=True, kube_version=kube_version)
+    report = helm_python.lint(CHART, install_values(), strict=True, kube_version=kube_version)
     problems = [m for m in report["messages"] if m["severity"] >= 2]
     assert report["errors"] == [] and problems == [], report
 
@@ -185,7 +186,7 @@ def _webhook_sources(objects) -> list[dict]:
 
 
 def test_by_default_the_webhook_port_admits_only_the_api_servers_sources_never_any_source():
-    # Rendered without a cluster (helm template): no Endpoints to look up and the API server
+    # Rendered without a cluster (helm template): no EndpointSlice to look up and the API server
     # CIDRs are the catch-all default, so only the konnectivity agents' namespace is admitted.
     sources = _webhook_sources(objects({}))
     assert sources == [{"namespaceSelector": {"matchExpressions": [

@@ -14,7 +14,7 @@ import pytest
 
 from taugate import labels
 from taugate.settings import Settings
-from tests.install.chart import REPO, VARIANTS, find, objects, one, pod_spec, render
+from tests.install.chart import REPO, VARIANTS, chart, find, objects, one, pod_spec, render
 
 DOCS = {name: (REPO / "docs" / name).read_text() for name in ("install.md", "runbook.md", "metrics.md")}
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
@@ -153,3 +153,29 @@ def test_the_documented_emergency_switch_relaxes_every_webhook():
     policies = {w["failurePolicy"] for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
                 for w in one(relaxed, kind)["webhooks"]}
     assert policies == {"Ignore"}
+
+
+def test_the_chart_refuses_to_render_without_an_image_and_says_how_to_build_one():
+    """taugate publishes no image, so the chart has no default one to pull: a render (``helm
+    install``, ``helm template``) without ``image.repository`` fails with the commands that build
+    and push it and the value to set, and an image that is set is used as given."""
+    with pytest.raises(helm_python.HelmRenderError) as refused:
+        chart().render({}, name="taugate", namespace="taugate-system", is_install=True)
+    message = str(refused.value)
+    for part in ("image.repository is not set", "taugate publishes no image",
+                 "docker build -t REGISTRY/taugate:0.1.0 .", "docker push REGISTRY/taugate:0.1.0",
+                 "--set image.repository=REGISTRY/taugate"):
+        assert part in message, message
+    images = {c["image"] for o in objects({"image": {"repository": "registry.corp/ml/taugate", "tag": "0.1.0-rc1"}})
+              if pod_spec(o) for c in pod_spec(o)["containers"]}
+    assert images == {"registry.corp/ml/taugate:0.1.0-rc1"}
+
+
+def test_the_readme_and_install_guide_build_push_and_set_the_image_the_chart_requires():
+    readme = (REPO / "README.md").read_text()
+    for text in (readme, DOCS["install.md"]):
+        assert "docker build -t REGISTRY/taugate:0.1.0 ." in text and "docker push REGISTRY/taugate:0.1.0" in text
+        installs = [line for line in text.replace("\\\n", " ").splitlines() if "helm install taugate" in line]
+        assert installs and all("--set image.repository=REGISTRY/taugate" in line for line in installs), installs
+    notes = (REPO / "charts" / "taugate" / "templates" / "NOTES.txt").read_text()
+    assert "taugate.image" in notes

@@ -50,8 +50,13 @@
 system:serviceaccount:{{ .Release.Namespace }}:{{ include "taugate.operatorName" . }}
 {{- end -}}
 
+{{/* The image of every taugate container. taugate publishes none, so there is no default to pull:
+     rendering fails, naming how to build and set it, rather than pointing pods at a registry name
+     nobody pushes to. */}}
 {{- define "taugate.image" -}}
-{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- $tag := .Values.image.tag | default .Chart.AppVersion -}}
+{{- $fix := printf "taugate publishes no image: build it from the repository's Dockerfile and push it where your nodes pull from (docker build -t REGISTRY/taugate:%s . && docker push REGISTRY/taugate:%s), then install with --set image.repository=REGISTRY/taugate (docs/install.md: Before you install)" $tag $tag -}}
+{{ required (printf "image.repository is not set: %s" $fix) .Values.image.repository }}:{{ $tag }}
 {{- end -}}
 
 {{/* Labels ------------------------------------------------------------------------------------ */}}
@@ -211,11 +216,15 @@ Never empty: an empty `from` would admit every source. */}}
 {{- if $np.apiServerNamespaces -}}
 {{- $peers = append $peers (dict "namespaceSelector" (dict "matchExpressions" (list (dict "key" "kubernetes.io/metadata.name" "operator" "In" "values" $np.apiServerNamespaces)))) -}}
 {{- end -}}
-{{- $endpoints := lookup "v1" "Endpoints" "default" "kubernetes" -}}
+{{- /* The API servers' addresses: the EndpointSlice default/kubernetes their endpoint reconciler
+     keeps beside the Endpoints (kubernetes pkg/controlplane/reconcilers/endpointsadapter.go
+     EnsureEndpointSliceFromEndpoints); read as a slice, since reading v1 Endpoints makes every
+     helm install and upgrade print "v1 Endpoints is deprecated in v1.33+". */ -}}
+{{- $slice := lookup "discovery.k8s.io/v1" "EndpointSlice" "default" "kubernetes" -}}
 {{- $found := list -}}
-{{- range (dig "subsets" list $endpoints) -}}
+{{- range (dig "endpoints" list $slice) -}}
 {{- range (dig "addresses" list .) -}}
-{{- $found = append $found (printf "%s/%s" .ip (ternary "128" "32" (contains ":" .ip))) -}}
+{{- $found = append $found (printf "%s/%s" . (ternary "128" "32" (contains ":" .))) -}}
 {{- end -}}
 {{- end -}}
 {{- if not $found -}}{{/* nothing looked up: apiServer.cidrs, unless they are a catch-all */}}
