@@ -57,6 +57,8 @@ def resource_arguments(command: str) -> tuple[str, list[str]] | None:
         i += 1
     if not positional or positional[0] not in RESOURCE_VERBS:
         return None
+    if positional[0] in ("label", "annotate"):  # KEY=VALUE and KEY- are the changes, not resources
+        positional = [w for w in positional if "=" not in w and not w.endswith("-")]
     return positional[0], positional[1:]
 
 
@@ -93,6 +95,9 @@ def test_the_docs_hold_kubectl_commands_to_check():
     ("kubectl -n taugate-system delete pvc/taugate-evidence secret/taugate-evidence-key", None),
     ("kubectl get mutatingwebhookconfiguration,validatingwebhookconfiguration taugate", None),
     ("kubectl delete -f charts/taugate/crds/", None),
+    ("kubectl annotate tauquotarequest q -n tau-platform tau.azure.com/approved=true", None),
+    ("kubectl annotate tauquotarequest q -n tau-platform tau.azure.com/approved-", None),
+    ("kubectl annotate tauquotarequest/q rayjob a=b", "TYPE/NAME mixed"),
 ])
 def test_the_kubectl_shape_check_catches_the_mistakes_it_is_for(command, problem):
     found = shape_problem(command)
