@@ -168,14 +168,19 @@ def diagnose(conditions: Sequence[Mapping], *, namespace: str | None = None,
     """The stage a run is in and what to check next.
 
     The stage is ``Failed`` for a failed run, else the first of ``STATE_ORDER`` whose status is
-    not True (``Done`` when all six are True). ``next_checks`` are concrete commands with the
+    not True (``Done`` when all six are True); for a completed run only ``ArtifactSaved`` is left
+    to wait for (``Done`` once it is True), whatever the running stages last said. ``next_checks`` are concrete commands with the
     run's namespace and run-id filled in when given.
     """
     c = _by_type(conditions)
     if c.get(FAILED, {}).get("status") == "True":
         stage = FAILED
     else:
-        stage = next((t for t in STATE_ORDER if c.get(t, {}).get("status") != "True"), "Done")
+        # A completed run is past the running stages: a batch Job that wrote no metrics never
+        # had Progressing True, and its GPUs may be gone, but it is not "not making progress".
+        done = c.get(COMPLETED, {}).get("status") == "True"
+        order = STATE_ORDER[STATE_ORDER.index(COMPLETED):] if done else STATE_ORDER
+        stage = next((t for t in order if c.get(t, {}).get("status") != "True"), "Done")
     cond = c.get(stage, {})
     reason = str(cond.get("reason") or "")
     hints = _hints(stage, reason, cond) if stage != "Done" else []

@@ -203,6 +203,14 @@ def test_a_batch_job_runs_to_completion_and_its_taurun_is_completed_released_and
     print("TauRun conditions of the batch Job, in order:", sorted(at.items(), key=lambda kv: kv[1]))
     assert at["Admitted"] <= at["Scheduled"] <= at["Completed"] <= at["QuotaReleased"], at
     assert at["Completed"] <= at["GPUsReleased"], at
+    # `taugate status` of the completed Job: finished, not "not making progress" (a batch Job that
+    # writes no metrics never has Progressing True).
+    status = _taugate("status", run_id, "-n", WORKSPACE, f"--kubeconfig={cp.kubeconfig}")
+    print("taugate status of the completed Job:", status.stdout, sep="\n")
+    assert status.returncode == 0, status.stderr
+    assert "Succeeded" in status.stdout and "making progress" not in status.stdout
+    assert json.loads(_taugate("status", run_id, "-n", WORKSPACE, f"--kubeconfig={cp.kubeconfig}", "-o", "json")
+                      .stdout)["diagnosis"]["stage"] in ("ArtifactSaved", "Done")
     pub = plat.signing_key.with_suffix(".pub.pem")
     verify = ("evidence", "verify", run_id, f"--evidence-root={plat.evidence_root}", f"--public-key={pub}")
     whole_stack.wait_for("the evidence record to verify", lambda: _taugate(*verify).returncode == 0, 60)

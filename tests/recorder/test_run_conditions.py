@@ -28,7 +28,13 @@ from taugate.controllers.run_progress import (
 )
 from taugate.controllers.run_scheduled import derive_scheduled
 from taugate.controllers.run_values import (
+    ADMITTED,
     ALL_TYPES,
+    ARTIFACT_SAVED,
+    COMPLETED,
+    GPU_HEALTHY,
+    PROGRESSING,
+    SCHEDULED,
     STATE_ORDER,
     ArtifactListing,
     DeriveOptions,
@@ -377,6 +383,17 @@ def test_the_diagnosis_names_the_stuck_stage_and_what_to_check_next():
     done = [{"type": t, "status": "True", "reason": "X"} for t in STATE_ORDER]
     assert diagnose(done).stage == "Done"
     assert phase(done) == "Succeeded"
+
+
+def test_a_succeeded_job_that_never_reported_progress_is_diagnosed_as_finished_not_as_stalled():
+    ran = [{"type": t, "status": "True", "reason": "X"} for t in (ADMITTED, SCHEDULED, COMPLETED)]
+    quiet = ran + [{"type": PROGRESSING, "status": "Unknown", "reason": "NoMetrics"},
+                   {"type": GPU_HEALTHY, "status": "Unknown", "reason": "NodeGone"}]
+    waiting = diagnose(quiet + [{"type": ARTIFACT_SAVED, "status": "False", "reason": "NoArtifacts"}])
+    assert (waiting.stage, waiting.summary) == (ARTIFACT_SAVED, "finished; waiting for artifacts")
+    saved = diagnose(quiet + [{"type": ARTIFACT_SAVED, "status": "True", "reason": "Saved"}])
+    assert (saved.stage, saved.summary, saved.next_checks) == ("Done", "finished; artifacts saved", ())
+    assert phase(quiet) == "Succeeded"
 
 
 def test_a_run_whose_object_is_deleted_before_it_finishes_ends_as_failed_deleted():
