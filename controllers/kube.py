@@ -214,7 +214,8 @@ class Kube:
             body_bytes = resp.read()
             raise (WatchExpired if resp.status == 410 else KubeError)(
                 resp.status, _error_message(resp.status, body_bytes,
-                                            f"{method} {path}: HTTP {resp.status} {resp.reason}", whole=whole_message))
+                                            f"{method} {path}: HTTP {resp.status} {resp.reason}", whole=whole_message),
+                tuple(warnings_of(resp.getheaders().get_all("Warning") or [])))
         return resp
 
     def _json(self, method: str, path: str, **kwargs: Any) -> Any:

@@ -169,8 +169,8 @@ def diagnose(conditions: Sequence[Mapping], *, namespace: str | None = None,
 
     The stage is ``Failed`` for a failed run, else the first of ``STATE_ORDER`` whose status is
     not True (``Done`` when all six are True); for a completed run only ``ArtifactSaved`` is left
-    to wait for (``Done`` once it is True), whatever the running stages last said. ``next_checks`` are concrete commands with the
-    run's namespace and run-id filled in when given.
+    to wait for (``Done`` once it is True), whatever the running stages last said. ``next_checks``
+    are concrete commands with the run's namespace and run-id filled in when given.
     """
     c = _by_type(conditions)
     if c.get(FAILED, {}).get("status") == "True":

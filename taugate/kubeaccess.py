@@ -78,11 +78,14 @@ def annotations_of(obj: dict[str, Any] | None) -> dict[str, str]:
 
 
 class KubeError(RuntimeError):
-    """An API error: ``status`` is the HTTP status (0 when the server was not reached)."""
+    """An API error: ``status`` is the HTTP status (0 when the server was not reached);
+    ``warnings`` the API server's warnings on the refused request (a webhook's, as kubectl prints
+    them above the error)."""
 
-    def __init__(self, status: int, message: str):
+    def __init__(self, status: int, message: str, warnings: tuple[str, ...] = ()):
         super().__init__(message)
         self.status = status
+        self.warnings = warnings
 
 
 class WatchExpired(KubeError):

@@ -250,6 +250,8 @@ def _admit_live(args: argparse.Namespace, inputs: list[tuple[str, dict]]) -> int
             except KubeError as e:
                 if e.status in (0, 401) or e.status >= 500:
                     raise
+                for w in e.warnings:
+                    _err(f"Warning: {w}")
                 _err(f"{f}: {label} denied: {e}")
                 status = 1
                 continue

@@ -131,7 +131,7 @@ def test_an_admin_approved_apply_request_raises_the_cluster_queue_and_a_research
 
         old = kd.get(TAU, "TauQuotaRequest", "nlp-burst", SYS)
         approved = copy.deepcopy(old)
-        approved["metadata"]["annotations"] = {labels.APPROVED: "true", labels.REVIEWED_BY: "alice"}
+        approved["metadata"]["annotations"] = {labels.APPROVED: "true", labels.REVIEWED_BY: "alice@contoso.com"}
         review = {"uid": "u1", "kind": {"group": "tau.azure.com", "version": "v1alpha1", "kind": "TauQuotaRequest"},
                   "operation": "UPDATE", "object": approved, "oldObject": old, "namespace": SYS, "name": "nlp-burst"}
         denied = validate_tau_object({**review, "userInfo": RESEARCHER}, settings)
@@ -143,7 +143,7 @@ def test_an_admin_approved_apply_request_raises_the_cluster_queue_and_a_research
                  SYS)
         kd.wait_for(lambda: status().get("phase") == "Approved" and status().get("quotaChange"), message="Approved")
         assert _a100_nominal(kd) == 24
-        assert status()["approvedBy"] == "alice"
+        assert status()["approvedBy"] == "alice@contoso.com"
         assert status()["quotaChange"] == {"clusterQueue": "nlp-cq", "flavor": "a100", "resource": "nvidia.com/gpu",
                                            "before": 16, "after": 24}
         assert _valid_under_our_crd(kd.get(TAU, "TauQuotaRequest", "nlp-burst", SYS)) == []

@@ -7,8 +7,10 @@ file order and share the one stack: each leaves the runs it made in place for th
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -205,8 +207,12 @@ def test_a_batch_job_runs_to_completion_and_its_taurun_is_completed_released_and
     assert at["Completed"] <= at["GPUsReleased"], at
     # `taugate status` of the completed Job: finished, not "not making progress" (a batch Job that
     # writes no metrics never has Progressing True).
-    status = _taugate("status", run_id, "-n", WORKSPACE, f"--kubeconfig={cp.kubeconfig}")
-    print("taugate status of the completed Job:", status.stdout, sep="\n")
+    # Through kubectl's plugin mechanism, as the README says (`kubectl tau status RUN`): kubectl finds
+    # the `kubectl-tau` entry point pip installed beside this Python.
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    status = subprocess.run([str(cp.binary("kubectl")), "tau", "status", run_id, "-n", WORKSPACE], capture_output=True,
+                            text=True, timeout=120, env={**os.environ, "PATH": path, "KUBECONFIG": str(cp.kubeconfig)})
+    print("kubectl tau status of the completed Job:", status.stdout, sep="\n")
     assert status.returncode == 0, status.stderr
     assert "Succeeded" in status.stdout and "making progress" not in status.stdout
     assert json.loads(_taugate("status", run_id, "-n", WORKSPACE, f"--kubeconfig={cp.kubeconfig}", "-o", "json")
