@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeGuard
 
 import orjson
@@ -22,6 +22,7 @@ from taugate import labels
 from taugate import record as admission_record
 from taugate.fieldpath import field_path
 from taugate.kinds import KINDS, WorkloadKind
+from taugate.kinds.base import Override
 from taugate.pods import PodTemplate
 from taugate.settings import Settings
 from taugate.snapshot import ClusterState
@@ -194,7 +195,7 @@ def _mount_data(edits: Edits, spec: dict, path: Parts, claim: str) -> None:
 
 
 def edit_create(obj: dict, kind: WorkloadKind, templates: list[PodTemplate], res: Resolution,
-                state: ClusterState, settings: Settings) -> Edits:
+                state: ClusterState, settings: Settings, overrides: Sequence[Override] = ()) -> Edits:
     """The edits of a top-level workload on CREATE (ARCHITECTURE.md section 2, step 3), made on ``obj``
     itself (``Edits.doc``; the caller owns it, see ``review.mutate``) with their JSONPatch.
 
@@ -206,9 +207,11 @@ def edit_create(obj: dict, kind: WorkloadKind, templates: list[PodTemplate], res
     profile-set-hash / gpu-class / managed-by labels, the Kueue priority-class label, the
     profile's node selector, GPU-class selector and tolerations on GPU pod templates only (never
     on a CPU-only Ray head or the submitter), the workspace data PVC at ``/data``, and
-    the kind's defaults (``kind.create_defaults``: for a RayJob, ``shutdownAfterJobFinishes: true``
-    without ``deletionStrategy``, which Kueue requires, and KubeRay's default submitter pod
-    template in ``K8sJobMode``, so its submitter pod carries the run-id too; ``kind.create_inserts``:
+    the kind's defaults (``kind.create_defaults``: for a RayJob, KubeRay's default submitter pod
+    template in ``K8sJobMode``, so its submitter pod carries the run-id too), the ``overrides``
+    the caller got from ``kind.create_overrides`` on the object as sent (set whatever the object
+    says, each with its warning: a RayJob's ``shutdownAfterJobFinishes: true``, which Kueue
+    requires), ``kind.create_inserts``:
     a TrainJob's own runtime patch; a pod template a default adds is labelled and placed like the
     others). An object Kueue does not queue
     (``kind.queued``: a RayJob on an existing RayCluster) gets no queue or priority label and no
@@ -239,6 +242,8 @@ def edit_create(obj: dict, kind: WorkloadKind, templates: list[PodTemplate], res
     for k, v in wanted.items():
         edits.set_default(obj_labels, at, k, v)
     spec = edits.container(edited, (), "spec", dict)
+    for o in overrides:
+        edits.set(spec, ("spec",), o.key, o.value)
     added = False
     for key, value in kind.create_defaults(spec, queued=queued):
         added |= key not in spec

@@ -227,7 +227,11 @@ def mutate(request: dict, state: ClusterState, settings: Settings, engine: Engin
         if isinstance(res, Unresolved):
             return Decision.deny(res.violations, obj=obj)
         queued = subject.kind.queued(obj)
-        edits = mutation.edit_create(doc, subject.kind, subject.templates, res, state, settings)
+        # read on the object as sent (doc may be the object itself): what the client said is in the warning
+        overrides = subject.kind.create_overrides(mutation.json_object(obj.get("spec")), queued=queued,
+                                                  ray_shutdown=settings.ray_shutdown_after_job_finishes)
+        edits = mutation.edit_create(doc, subject.kind, subject.templates, res, state, settings, overrides)
+        warnings += [o.warning for o in overrides]
         mutation.annotate(edits, _record(res, ctx, queued), settings.admission_key_bytes(),
                           ctx.request.get("namespace"))
         if res.note:
