@@ -143,3 +143,18 @@ def test_the_raycluster_of_kubectl_ray_create_cluster_is_queued_and_placed_witho
     meta_labels = d.object["metadata"]["labels"]
     assert meta_labels[labels.KUEUE_QUEUE_NAME] == "vision-queue" and meta_labels[labels.WORKLOAD_PROFILE] == profile
     assert d.object["spec"]["suspend"] is True and "shutdownAfterJobFinishes" not in d.object["spec"]
+
+
+def test_an_update_setting_it_back_to_false_is_refused_with_the_reason_as_kueues_validate_update_does(state, settings):
+    # The plugin's apply again under the same name sends false again: taugate does not set it on an
+    # UPDATE (it changes nothing there) and refuses, as Kueue's ValidateUpdate calls validateCreate.
+    stored = admit(_fixture("rayjob-submit.yaml"), state=state, settings=settings, namespace="vision").object
+    new = copy.deepcopy(stored)
+    new["spec"]["shutdownAfterJobFinishes"] = False
+    request = request_for(new, namespace="vision", operation="UPDATE", old=stored)
+    m = mutate(request, state, settings)
+    assert m.allowed and all(op["path"] != SHUTDOWN for op in m.patch or [])
+    d = validate(request, state, settings)
+    assert not d.allowed
+    [v] = [v for v in d.violations if v.policy == "rayjob-shutdown"]
+    assert v.field == "spec.shutdownAfterJobFinishes" and "fix: set spec.shutdownAfterJobFinishes: true" in v.message
