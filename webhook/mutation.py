@@ -369,6 +369,11 @@ PINNED_LABELS = (labels.MANAGED_BY, labels.WORKSPACE, labels.WORKLOAD_PROFILE, l
                  labels.GPU_CLASS)
 
 
+def json_text(value: Any) -> str:
+    """``value`` as JSON text (``true``, ``"a"``)."""
+    return orjson.dumps(value).decode()
+
+
 def json_object(value: Any) -> dict:
     """``value`` when it is a JSON object, else an empty one (for reading optional metadata)."""
     return value if isinstance(value, dict) else {}
@@ -451,7 +456,7 @@ def template_warnings(edits: Edits) -> list[str]:
     of an UPDATE): the run-id label, the admitted profile's placement, the workspace data volume
     and pod priority on pod templates the UPDATE left them out of (a server-side apply that
     replaced a worker group, a hand edit). Empty when only metadata changed."""
-    paths = [p for p in edits.paths if p[:1] != ("metadata",)]
+    paths = [p for p in edits.paths if p[:1] != ("metadata",) and len(p) > 2]  # not spec.<field>: kept_overrides
     if not paths:
         return []
     shown = ", ".join(field_path(p) for p in paths[:TEMPLATE_EDITS_SHOWN])
@@ -461,9 +466,32 @@ def template_warnings(edits: Edits) -> list[str]:
             f"and this update left it out"]
 
 
+def kept_overrides(obj: dict, old: dict | None, kind: WorkloadKind, settings: Settings) -> list[Override]:
+    """On an UPDATE of ``obj``: the ``kind.create_overrides`` the update undid where the stored
+    object ``old`` holds their value (a queued RayJob's ``shutdownAfterJobFinishes: true`` that a
+    second ``kubectl apply`` of a file saying false, or a server-side apply of the plugin's object,
+    sets back), each with a warning saying it was kept. ``edit_update`` puts them back, so that
+    UPDATE is not refused (Kueue's ``ValidateUpdate`` refuses false as its ``validateCreate`` does);
+    with ``ray.shutdownAfterJobFinishes: refuse`` a false is not overridden and validation refuses it."""
+    if not isinstance(old, dict):
+        return []
+    old_spec = json_object(old.get("spec"))
+    found = kind.create_overrides(json_object(obj.get("spec")), queued=kind.queued(obj),
+                                  ray_shutdown=settings.ray_shutdown_after_job_finishes)
+    return [o for o in found if type(old_spec.get(o.key)) is type(o.value) and old_spec.get(o.key) == o.value]
+
+
+def kept_warnings(obj: dict, kept: Sequence[Override]) -> list[str]:
+    """The warning for each of ``kept`` (``kept_overrides`` of an UPDATE of ``obj``, read before
+    the edits): the field, the value kept, what the update did and why."""
+    spec = json_object(obj.get("spec"))
+    return [f"taugate kept spec.{o.key}: {json_text(o.value)} (this update "
+            f"{'set ' + json_text(spec[o.key]) if o.key in spec else 'removed it'}): {o.why}" for o in kept]
+
+
 def edit_update(obj: dict, old: dict | None, templates: list[PodTemplate], kind: WorkloadKind,
                 admitted: Callable[[], Resolution | None] | None = None,
-                settings: Settings | None = None) -> Edits | None:
+                settings: Settings | None = None, kept: Sequence[Override] = ()) -> Edits | None:
     """The edits on UPDATE, made on ``obj`` itself: only what taugate owns is restored from
     ``old`` (the stored object taugate admitted: its labels carry a valid run-id), and only where
     the API server allows it, so no UPDATE (the garbage collector removing a finalizer, Kueue
@@ -486,7 +514,8 @@ def edit_update(obj: dict, old: dict | None, templates: list[PodTemplate], kind:
       on CREATE (``place_templates``: Kueue's flavor selectors and whatever else another writer
       set are kept), and the profile's pod ``priorityClassName`` where a template dropped it,
       when the stored object carries it (an object admitted before taugate set it gets none:
-      a new class in a Deployment's template would roll its pods).
+      a new class in a Deployment's template would roll its pods);
+    - ``kept``: what ``kept_overrides`` found the UPDATE undid of ``kind.create_overrides``.
 
     An object being deleted (``metadata.deletionTimestamp``) gets nothing. None when nothing
     needs to change.
@@ -509,6 +538,10 @@ def edit_update(obj: dict, old: dict | None, templates: list[PodTemplate], kind:
     if restored_record(obj, old) is not None:
         holder = edits.container(edits.container(edits.doc, (), "metadata", dict), ("metadata",), "annotations", dict)
         edits.set(holder, ("metadata", "annotations"), labels.ADMISSION_RECORD, record)
+    if kept:
+        spec = edits.container(edits.doc, (), "spec", dict)
+        for o in kept:
+            edits.set(spec, ("spec",), o.key, o.value)
     res = admitted() if owned and admitted is not None and settings is not None else None
     if res is not None and settings is not None and isinstance(old, dict):
         place_templates(edits, owned, res, settings)

@@ -218,8 +218,10 @@ def mutate(request: dict, state: ClusterState, settings: Settings, engine: Engin
     if subject.child:
         edits = mutation.edit_child(doc, subject.templates, subject.kind, ctx.old)
     elif ctx.operation == "UPDATE":
+        kept = mutation.kept_overrides(obj, ctx.old, subject.kind, settings)
+        warnings += mutation.kept_warnings(obj, kept)  # read before the edits: doc may be obj itself
         edits = mutation.edit_update(doc, request.get("oldObject"), subject.templates, subject.kind,
-                                     lambda: _admitted_resolution(ctx, subject), settings)
+                                     lambda: _admitted_resolution(ctx, subject), settings, kept)
         if edits is not None:
             warnings += mutation.restore_warnings(obj, ctx.old, subject.kind) + mutation.template_warnings(edits)
     else:

@@ -7,6 +7,7 @@ sends them), plain data out.
 
 from __future__ import annotations
 
+import json
 from typing import Any, ClassVar, NamedTuple
 
 from taugate.fieldpath import Path
@@ -32,11 +33,18 @@ def _shape_violations(problems: list[tuple[str, str]]) -> list[Violation]:
 
 class Override(NamedTuple):
     """A field mutation sets on CREATE whatever the client wrote there (``WorkloadKind.create_overrides``):
-    ``spec[key] = value``, said in the AdmissionReview warning ``warning``."""
+    ``spec[key] = value``; ``was`` says what the client sent (``false``, ``not set (...)``) and
+    ``why`` the upstream rule that needs the value, for the AdmissionReview warning (``warning``)."""
 
     key: str
     value: Any
-    warning: str
+    was: str
+    why: str
+
+    @property
+    def warning(self) -> str:
+        """``taugate set spec.<key>: <value> (it was <was>): <why>``."""
+        return f"taugate set spec.{self.key}: {json.dumps(self.value)} (it was {self.was}): {self.why}"
 
 
 class WorkloadKind:

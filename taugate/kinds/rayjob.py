@@ -172,8 +172,8 @@ def shutdown_override(spec: dict[str, Any], *, queued: bool, ray_shutdown: str) 
     ttl = spec.get("ttlSecondsAfterFinished")
     after = f"{ttl} s after" if type(ttl) is int and ttl > 0 else "as soon as"
     said = "false" if was is False else "not set (KubeRay's default: false)"
-    return Override("shutdownAfterJobFinishes", True,
-        f"taugate set spec.shutdownAfterJobFinishes: true (it was {said}): Kueue refuses a queued RayJob that keeps "
+    return Override("shutdownAfterJobFinishes", True, said,
+        f"Kueue refuses a queued RayJob that keeps "
         f"its RayCluster after the job (\"a kueue managed job should delete the cluster after finishing\", kueue "
         f"pkg/controller/jobs/rayjob/rayjob_webhook.go), and KubeRay does not suspend one; the RayCluster is deleted "
         f"{after} the job finishes. To keep a cluster, create a RayCluster (kubectl ray create cluster) and submit "

@@ -145,16 +145,32 @@ def test_the_raycluster_of_kubectl_ray_create_cluster_is_queued_and_placed_witho
     assert d.object["spec"]["suspend"] is True and "shutdownAfterJobFinishes" not in d.object["spec"]
 
 
-def test_an_update_setting_it_back_to_false_is_refused_with_the_reason_as_kueues_validate_update_does(state, settings):
-    # The plugin's apply again under the same name sends false again: taugate does not set it on an
-    # UPDATE (it changes nothing there) and refuses, as Kueue's ValidateUpdate calls validateCreate.
+def test_an_update_setting_it_back_to_false_keeps_true_with_a_warning_or_is_refused_where_the_platform_refuses(
+        state, settings):
+    # The plugin's apply again under the same name, or a second `kubectl apply` of a file saying
+    # false (kubectl's three-way merge sends the file's value), sets false again: Kueue's
+    # ValidateUpdate refuses it as its validateCreate does, so taugate keeps true and says so.
     stored = admit(_fixture("rayjob-submit.yaml"), state=state, settings=settings, namespace="vision").object
     new = copy.deepcopy(stored)
     new["spec"]["shutdownAfterJobFinishes"] = False
+    new["metadata"]["labels"]["team.example/stage"] = "two"
     request = request_for(new, namespace="vision", operation="UPDATE", old=stored)
-    m = mutate(request, state, settings)
-    assert m.allowed and all(op["path"] != SHUTDOWN for op in m.patch or [])
-    d = validate(request, state, settings)
+    m = mutate(copy.deepcopy(request), state, settings, in_place=True)  # as the server calls it
+    assert m.allowed and {"op": "replace", "path": SHUTDOWN, "value": True} in m.patch
+    [warning] = _shutdown_warnings(m.warnings)
+    assert warning.startswith("taugate kept spec.shutdownAfterJobFinishes: true (this update set false): Kueue refuses")
+    final = jsonpatch.apply_patch(new, m.patch)
+    assert final["metadata"]["labels"]["team.example/stage"] == "two"
+    assert validate(request_for(final, namespace="vision", operation="UPDATE", old=stored), state, settings).allowed
+    removed = copy.deepcopy(stored)
+    del removed["spec"]["shutdownAfterJobFinishes"]
+    m = mutate(request_for(removed, namespace="vision", operation="UPDATE", old=stored), state, settings)
+    assert {"op": "add", "path": SHUTDOWN, "value": True} in m.patch
+    assert "(this update removed it)" in _shutdown_warnings(m.warnings)[0]
+    refusing = _refusing(settings)
+    m = mutate(request, state, refusing)
+    assert m.allowed and all(op["path"] != SHUTDOWN for op in m.patch or []) and not _shutdown_warnings(m.warnings)
+    d = validate(request, state, refusing)
     assert not d.allowed
     [v] = [v for v in d.violations if v.policy == "rayjob-shutdown"]
     assert v.field == "spec.shutdownAfterJobFinishes" and "fix: set spec.shutdownAfterJobFinishes: true" in v.message

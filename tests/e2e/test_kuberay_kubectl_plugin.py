@@ -72,3 +72,18 @@ def test_the_raycluster_of_kubectl_ray_create_cluster_is_admitted_queued_and_pla
     assert "Warning" not in out.stderr, out.stderr
     assert admitted_problems(stored) == []
     assert stored["spec"]["suspend"] is True and stored["metadata"]["labels"][PROFILE] == profile
+
+
+def test_the_plugins_rayjob_applied_again_keeps_shutdown_true_and_kubectl_prints_that_it_was_kept(platform, researcher):
+    """The same apply again (the plugin's ``job submit`` under a name it used before, or the file
+    applied twice) sends false again: an UPDATE Kueue's ``ValidateUpdate`` would refuse; taugate
+    keeps true, says so, and the run-id stays."""
+    name = "rayjob-submit.yaml"
+    _, _, stored = _apply_as_the_plugin(platform, researcher, name)
+    _, again, updated = _apply_as_the_plugin(platform, researcher, name)
+    print(f"kubectl apply --server-side --field-manager={FIELD_MANAGER} -f {name} (again):\n"
+          f"{again.stdout}{again.stderr}")
+    assert again.returncode == 0
+    assert "Warning: taugate kept spec.shutdownAfterJobFinishes: true (this update set false)" in again.stderr
+    assert updated["spec"]["shutdownAfterJobFinishes"] is True and admitted_problems(updated) == []
+    assert updated["metadata"]["labels"]["tau.azure.com/run-id"] == stored["metadata"]["labels"]["tau.azure.com/run-id"]
