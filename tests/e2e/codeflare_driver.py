@@ -3,6 +3,7 @@
 
     python codeflare_driver.py cluster NAME [--gpus N] [--workers W]   # ClusterConfiguration + Cluster.apply()
     python codeflare_driver.py rayjob NAME [--gpus N] [--workers W]    # RayJob(cluster_config=...).submit()
+    python codeflare_driver.py rayjob NAME --cluster CLUSTER           # RayJob(cluster_name=...).submit()
 
 against the cluster of ``$KUBECONFIG`` (the SDK's own kubeconfig discovery), in ``--namespace``
 (default ``vision``). Everything the SDK prints goes to stdout/stderr as it would in the notebook;
@@ -33,6 +34,7 @@ def main() -> int:
     ap.add_argument("--namespace", default="vision")
     ap.add_argument("--gpus", type=int, default=0)
     ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--cluster", help="an existing RayCluster to run the RayJob on")
     args = ap.parse_args()
     try:
         if args.what == "cluster":
@@ -43,8 +45,9 @@ def main() -> int:
         else:
             from codeflare_sdk import RayJob
 
+            where = {"cluster_name": args.cluster} if args.cluster else {"cluster_config": _config(args, None)}
             job = RayJob(job_name=args.name, entrypoint="python -c 'import ray; ray.init()'",
-                         cluster_config=_config(args, None), namespace=args.namespace)
+                         namespace=args.namespace, **where)
             print(f"submitted: {job.submit()}")
     except Exception as e:  # what the notebook would show
         traceback.print_exc()

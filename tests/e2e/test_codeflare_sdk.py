@@ -76,6 +76,19 @@ def test_a_rayjob_submitted_with_the_sdk_and_its_own_cluster_is_queued_without_a
     assert stored["metadata"]["labels"][PROFILE] == "h100-1gpu"
 
 
+def test_a_rayjob_submitted_with_the_sdk_to_an_existing_cluster_gets_a_run_id_and_is_not_queued_again(
+        platform, notebook):
+    """``RayJob(cluster_name=...)``: the SDK writes a ``clusterSelector`` and
+    ``shutdownAfterJobFinishes: false``; Kueue does not manage such a RayJob (the RayCluster it runs
+    on was queued itself: ``rayjob_webhook.go``), so taugate leaves both as they are."""
+    proc = notebook("rayjob", "cf-on-existing", "--cluster", "cf-gpu-cluster")
+    assert proc.returncode == 0, proc.stderr
+    stored = platform.cp.get_json("rayjob", "cf-on-existing", "-n", WORKSPACE)
+    assert stored["spec"]["clusterSelector"] == {"ray.io/cluster": "cf-gpu-cluster"}
+    assert stored["spec"]["shutdownAfterJobFinishes"] is False and "suspend" not in stored["spec"]
+    assert admitted_problems(stored) == []  # a run-id on the object, no queue label expected
+
+
 def test_a_cluster_asking_for_more_gpus_than_any_profile_allows_is_refused_and_the_sdk_shows_why(
         platform, notebook):
     proc = notebook("cluster", "cf-nine-gpus", "--gpus", "9")
