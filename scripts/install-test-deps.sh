@@ -19,3 +19,7 @@ python3 -c 'import tests.paths'
 # machine, seconds when warm. Gatekeeper (tests/e2e/gomod/gatekeeper, ~5 minutes cold) is only the
 # end-to-end benchmark's peer: bench/e2e.py builds it when it runs, no test needs it.
 bash tests/e2e/build.sh $(ls tests/e2e/gomod | grep -vx gatekeeper)
+# The CodeFlare SDK the end-to-end tier drives as Kubeflow and OpenShift AI users do, in a venv of its
+# own cached by version (tests/e2e/codeflare_sdk.sh: it pins ray[data,default], ~930 MB; about 3
+# minutes cold, instant when warm).
+bash tests/e2e/codeflare_sdk.sh

@@ -64,6 +64,12 @@ class Settings(BaseSettings):
     - ``kueue_elastic_jobs``: Kueue's ElasticJobsViaWorkloadSlices feature gate is on in the
       cluster (alpha, off by default in Kueue 0.17), so a RayCluster/RayJob annotated
       ``kueue.x-k8s.io/elastic-job: "true"`` may use the Ray autoscaler under Kueue.
+    - ``ray_shutdown_after_job_finishes``: what admission does with a queued RayJob that says
+      ``shutdownAfterJobFinishes: false`` (as KubeRay's ``kubectl ray job submit`` writes), which
+      Kueue refuses: ``set`` (the default: set to true, said in a warning;
+      ``taugate.kinds.rayjob.shutdown_override``) or ``refuse`` (refused, naming the fix). A RayJob
+      that leaves it out gets true with the warning either way. Helm value
+      ``ray.shutdownAfterJobFinishes``.
     - ``max_body_bytes``: the largest AdmissionReview body accepted (HTTP 413 above).
     - ``max_bytes_in_flight``: bytes of large bodies (over the server's 64 KiB inline limit)
       being read and decided at once; a body that does not fit waits for room until the
@@ -153,6 +159,7 @@ class Settings(BaseSettings):
     )
     unmanaged_gpu_workloads: Literal["deny", "warn"] = "deny"
     kueue_elastic_jobs: bool = False
+    ray_shutdown_after_job_finishes: Literal["set", "refuse"] = "set"
     admission_key: SecretStr | None = None
     policy_backend: Literal["embedded", "opa"] = "embedded"
     opa_url: str | None = None

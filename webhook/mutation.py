@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeGuard
 
 import orjson
@@ -22,6 +22,7 @@ from taugate import labels
 from taugate import record as admission_record
 from taugate.fieldpath import field_path
 from taugate.kinds import KINDS, WorkloadKind
+from taugate.kinds.base import Override
 from taugate.pods import PodTemplate
 from taugate.settings import Settings
 from taugate.snapshot import ClusterState
@@ -194,7 +195,7 @@ def _mount_data(edits: Edits, spec: dict, path: Parts, claim: str) -> None:
 
 
 def edit_create(obj: dict, kind: WorkloadKind, templates: list[PodTemplate], res: Resolution,
-                state: ClusterState, settings: Settings) -> Edits:
+                state: ClusterState, settings: Settings, overrides: Sequence[Override] = ()) -> Edits:
     """The edits of a top-level workload on CREATE (ARCHITECTURE.md section 2, step 3), made on ``obj``
     itself (``Edits.doc``; the caller owns it, see ``review.mutate``) with their JSONPatch.
 
@@ -206,9 +207,11 @@ def edit_create(obj: dict, kind: WorkloadKind, templates: list[PodTemplate], res
     profile-set-hash / gpu-class / managed-by labels, the Kueue priority-class label, the
     profile's node selector, GPU-class selector and tolerations on GPU pod templates only (never
     on a CPU-only Ray head or the submitter), the workspace data PVC at ``/data``, and
-    the kind's defaults (``kind.create_defaults``: for a RayJob, ``shutdownAfterJobFinishes: true``
-    without ``deletionStrategy``, which Kueue requires, and KubeRay's default submitter pod
-    template in ``K8sJobMode``, so its submitter pod carries the run-id too; ``kind.create_inserts``:
+    the kind's defaults (``kind.create_defaults``: for a RayJob, KubeRay's default submitter pod
+    template in ``K8sJobMode``, so its submitter pod carries the run-id too), the ``overrides``
+    the caller got from ``kind.create_overrides`` on the object as sent (set whatever the object
+    says, each with its warning: a RayJob's ``shutdownAfterJobFinishes: true``, which Kueue
+    requires), ``kind.create_inserts``:
     a TrainJob's own runtime patch; a pod template a default adds is labelled and placed like the
     others). An object Kueue does not queue
     (``kind.queued``: a RayJob on an existing RayCluster) gets no queue or priority label and no
@@ -239,6 +242,8 @@ def edit_create(obj: dict, kind: WorkloadKind, templates: list[PodTemplate], res
     for k, v in wanted.items():
         edits.set_default(obj_labels, at, k, v)
     spec = edits.container(edited, (), "spec", dict)
+    for o in overrides:
+        edits.set(spec, ("spec",), o.key, o.value)
     added = False
     for key, value in kind.create_defaults(spec, queued=queued):
         added |= key not in spec
@@ -364,6 +369,11 @@ PINNED_LABELS = (labels.MANAGED_BY, labels.WORKSPACE, labels.WORKLOAD_PROFILE, l
                  labels.GPU_CLASS)
 
 
+def json_text(value: Any) -> str:
+    """``value`` as JSON text (``true``, ``"a"``)."""
+    return orjson.dumps(value).decode()
+
+
 def json_object(value: Any) -> dict:
     """``value`` when it is a JSON object, else an empty one (for reading optional metadata)."""
     return value if isinstance(value, dict) else {}
@@ -446,7 +456,7 @@ def template_warnings(edits: Edits) -> list[str]:
     of an UPDATE): the run-id label, the admitted profile's placement, the workspace data volume
     and pod priority on pod templates the UPDATE left them out of (a server-side apply that
     replaced a worker group, a hand edit). Empty when only metadata changed."""
-    paths = [p for p in edits.paths if p[:1] != ("metadata",)]
+    paths = [p for p in edits.paths if p[:1] != ("metadata",) and len(p) > 2]  # not spec.<field>: kept_overrides
     if not paths:
         return []
     shown = ", ".join(field_path(p) for p in paths[:TEMPLATE_EDITS_SHOWN])
@@ -456,9 +466,32 @@ def template_warnings(edits: Edits) -> list[str]:
             f"and this update left it out"]
 
 
+def kept_overrides(obj: dict, old: dict | None, kind: WorkloadKind, settings: Settings) -> list[Override]:
+    """On an UPDATE of ``obj``: the ``kind.create_overrides`` the update undid where the stored
+    object ``old`` holds their value (a queued RayJob's ``shutdownAfterJobFinishes: true`` that a
+    second ``kubectl apply`` of a file saying false, or a server-side apply of the plugin's object,
+    sets back), each with a warning saying it was kept. ``edit_update`` puts them back, so that
+    UPDATE is not refused (Kueue's ``ValidateUpdate`` refuses false as its ``validateCreate`` does);
+    with ``ray.shutdownAfterJobFinishes: refuse`` a false is not overridden and validation refuses it."""
+    if not isinstance(old, dict):
+        return []
+    old_spec = json_object(old.get("spec"))
+    found = kind.create_overrides(json_object(obj.get("spec")), queued=kind.queued(obj),
+                                  ray_shutdown=settings.ray_shutdown_after_job_finishes)
+    return [o for o in found if type(old_spec.get(o.key)) is type(o.value) and old_spec.get(o.key) == o.value]
+
+
+def kept_warnings(obj: dict, kept: Sequence[Override]) -> list[str]:
+    """The warning for each of ``kept`` (``kept_overrides`` of an UPDATE of ``obj``, read before
+    the edits): the field, the value kept, what the update did and why."""
+    spec = json_object(obj.get("spec"))
+    return [f"taugate kept spec.{o.key}: {json_text(o.value)} (this update "
+            f"{'set ' + json_text(spec[o.key]) if o.key in spec else 'removed it'}): {o.why}" for o in kept]
+
+
 def edit_update(obj: dict, old: dict | None, templates: list[PodTemplate], kind: WorkloadKind,
                 admitted: Callable[[], Resolution | None] | None = None,
-                settings: Settings | None = None) -> Edits | None:
+                settings: Settings | None = None, kept: Sequence[Override] = ()) -> Edits | None:
     """The edits on UPDATE, made on ``obj`` itself: only what taugate owns is restored from
     ``old`` (the stored object taugate admitted: its labels carry a valid run-id), and only where
     the API server allows it, so no UPDATE (the garbage collector removing a finalizer, Kueue
@@ -481,7 +514,8 @@ def edit_update(obj: dict, old: dict | None, templates: list[PodTemplate], kind:
       on CREATE (``place_templates``: Kueue's flavor selectors and whatever else another writer
       set are kept), and the profile's pod ``priorityClassName`` where a template dropped it,
       when the stored object carries it (an object admitted before taugate set it gets none:
-      a new class in a Deployment's template would roll its pods).
+      a new class in a Deployment's template would roll its pods);
+    - ``kept``: what ``kept_overrides`` found the UPDATE undid of ``kind.create_overrides``.
 
     An object being deleted (``metadata.deletionTimestamp``) gets nothing. None when nothing
     needs to change.
@@ -504,6 +538,10 @@ def edit_update(obj: dict, old: dict | None, templates: list[PodTemplate], kind:
     if restored_record(obj, old) is not None:
         holder = edits.container(edits.container(edits.doc, (), "metadata", dict), ("metadata",), "annotations", dict)
         edits.set(holder, ("metadata", "annotations"), labels.ADMISSION_RECORD, record)
+    if kept:
+        spec = edits.container(edits.doc, (), "spec", dict)
+        for o in kept:
+            edits.set(spec, ("spec",), o.key, o.value)
     res = admitted() if owned and admitted is not None and settings is not None else None
     if res is not None and settings is not None and isinstance(old, dict):
         place_templates(edits, owned, res, settings)

@@ -218,8 +218,10 @@ def mutate(request: dict, state: ClusterState, settings: Settings, engine: Engin
     if subject.child:
         edits = mutation.edit_child(doc, subject.templates, subject.kind, ctx.old)
     elif ctx.operation == "UPDATE":
+        kept = mutation.kept_overrides(obj, ctx.old, subject.kind, settings)
+        warnings += mutation.kept_warnings(obj, kept)  # read before the edits: doc may be obj itself
         edits = mutation.edit_update(doc, request.get("oldObject"), subject.templates, subject.kind,
-                                     lambda: _admitted_resolution(ctx, subject), settings)
+                                     lambda: _admitted_resolution(ctx, subject), settings, kept)
         if edits is not None:
             warnings += mutation.restore_warnings(obj, ctx.old, subject.kind) + mutation.template_warnings(edits)
     else:
@@ -227,7 +229,11 @@ def mutate(request: dict, state: ClusterState, settings: Settings, engine: Engin
         if isinstance(res, Unresolved):
             return Decision.deny(res.violations, obj=obj)
         queued = subject.kind.queued(obj)
-        edits = mutation.edit_create(doc, subject.kind, subject.templates, res, state, settings)
+        # read on the object as sent (doc may be the object itself): what the client said is in the warning
+        overrides = subject.kind.create_overrides(mutation.json_object(obj.get("spec")), queued=queued,
+                                                  ray_shutdown=settings.ray_shutdown_after_job_finishes)
+        edits = mutation.edit_create(doc, subject.kind, subject.templates, res, state, settings, overrides)
+        warnings += [o.warning for o in overrides]
         mutation.annotate(edits, _record(res, ctx, queued), settings.admission_key_bytes(),
                           ctx.request.get("namespace"))
         if res.note:

@@ -9,7 +9,8 @@ kind, as a ``taugate.kinds.base.WorkloadKind`` subclass and its one instance ``K
   (``pod_templates``; the GPU arithmetic itself is shared, in ``taugate.pods``);
 - the pydantic model of its ``spec`` (``spec_model``, checked by ``malformed``; ``taugate.structure``
   says how to write one), its built-in rules
-  (``checks``), the defaults mutation sets on CREATE (``create_defaults``), whether Kueue queues
+  (``checks``), the defaults mutation sets on CREATE (``create_defaults``; ``create_overrides``: what it
+  sets over the client's value, with a warning), whether Kueue queues
   an object (``queued``), where Kueue suspends it (``suspend_path``; None for a serving kind whose
   pods Kueue gates instead, ``kueue_template_metadata``, ``kueue_holds``), whether an UPDATE may change its pod
   templates (``templates_mutable``) and how far an autoscaler may grow them (``autoscaling``,

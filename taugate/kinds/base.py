@@ -7,7 +7,8 @@ sends them), plain data out.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+import json
+from typing import Any, ClassVar, NamedTuple
 
 from taugate.fieldpath import Path
 from taugate.memo import Memo
@@ -28,6 +29,22 @@ _templates_memo: Memo[tuple[int, bytes], tuple[Any, tuple[PodTemplate, ...]]] = 
 def _shape_violations(problems: list[tuple[str, str]]) -> list[Violation]:
     return [Violation(SHAPE_POLICY, f, f"{problem}; fix the manifest (the API server would reject it too)")
             for f, problem in problems]
+
+
+class Override(NamedTuple):
+    """A field mutation sets on CREATE whatever the client wrote there (``WorkloadKind.create_overrides``):
+    ``spec[key] = value``; ``was`` says what the client sent (``false``, ``not set (...)``) and
+    ``why`` the upstream rule that needs the value, for the AdmissionReview warning (``warning``)."""
+
+    key: str
+    value: Any
+    was: str
+    why: str
+
+    @property
+    def warning(self) -> str:
+        """``taugate set spec.<key>: <value> (it was <was>): <why>``."""
+        return f"taugate set spec.{self.key}: {json.dumps(self.value)} (it was {self.was}): {self.why}"
 
 
 class WorkloadKind:
@@ -62,7 +79,7 @@ class WorkloadKind:
 
     Methods a subclass overrides: ``pod_templates`` (always), and where the kind differs from the
     defaults here: ``governs``, ``queued``, ``templates_mutable``, ``checks``, ``create_defaults``,
-    ``create_inserts``,
+    ``create_overrides``, ``create_inserts``,
     ``kueue_template_metadata``, ``kueue_holds``, ``autoscaling`` with ``most_pods``.
     """
 
@@ -172,6 +189,13 @@ class WorkloadKind:
     def create_defaults(self, spec: dict[str, Any], *, queued: bool) -> list[tuple[str, Any]]:
         """``(key, value)`` pairs mutation sets in ``spec`` on CREATE when the key is missing
         (set-if-missing, so reinvocation changes nothing). Default: none."""
+        return []
+
+    def create_overrides(self, spec: dict[str, Any], *, queued: bool, ray_shutdown: str) -> list[Override]:
+        """What mutation sets in ``spec`` on CREATE over the value the client wrote or left out,
+        because the queue cannot run the object otherwise; each is said in a warning (never a silent
+        change). ``ray_shutdown`` is ``Settings.ray_shutdown_after_job_finishes`` (``set`` or
+        ``refuse``). Reinvocation on the output returns none. Default: none."""
         return []
 
     def create_inserts(self, spec: dict[str, Any]) -> list[tuple[str, int, Any]]:

@@ -11,7 +11,9 @@ Upstream rules followed here:
 - KubeRay's ``ValidateRayJobSpec`` (ray-operator v1.5 ``controllers/ray/utils/validation.go``):
   name length, submission modes, deletion strategy;
 - Kueue's RayJob webhook (``rayjob_webhook.go`` ``validateCreate``): ``shutdownAfterJobFinishes``,
-  at most 7 worker groups, no in-tree autoscaling outside an elastic job.
+  at most 7 worker groups, no in-tree autoscaling outside an elastic job; taugate sets
+  ``shutdownAfterJobFinishes: true`` on a queued RayJob that says false or nothing, with a warning
+  (``shutdown_override``), unless the platform refuses it (``Settings.ray_shutdown_after_job_finishes``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from pydantic import AfterValidator
 from pydantic_core import PydanticCustomError
 from typing_extensions import TypedDict
 
+from taugate.kinds.base import Override
 from taugate.kinds.raycluster import (
     EmbeddedRayCluster,
     RayClusterSpec,
@@ -114,7 +117,8 @@ def check_rayjob_shutdown(spec: dict[str, Any]) -> list[Violation]:
     managed job should delete the cluster after finishing": a RayCluster that outlives its job
     keeps the quota). KubeRay rules it meets: true is not allowed beside
     ``deletionStrategy.deletionRules`` (mutually exclusive) nor with a ``DeleteNone``
-    onSuccess/onFailure policy. Mutation sets it to true unless a ``deletionStrategy`` is given."""
+    onSuccess/onFailure policy. Mutation sets it to true unless a ``deletionStrategy`` is given
+    (``shutdown_override``), so this refuses a false only where the platform says ``refuse``."""
     shutdown = spec.get("shutdownAfterJobFinishes")
     strategy = as_dict(spec.get("deletionStrategy"))
     if strategy.get("deletionRules") is not None:
@@ -131,8 +135,49 @@ def check_rayjob_shutdown(spec: dict[str, Any]) -> list[Violation]:
     if shutdown is not True:
         return [Violation("rayjob-shutdown", "spec.shutdownAfterJobFinishes",
             f"is {'missing' if shutdown is None else 'false'}; allowed: true for a queued RayJob (Kueue keeps the "
-            f"quota of a RayCluster that outlives its job); fix: set spec.shutdownAfterJobFinishes: true")]
+            f"quota of a RayCluster that outlives its job); fix: set spec.shutdownAfterJobFinishes: true "
+            f"(`kubectl ray job submit`: add --ttl-seconds-after-finished=0, which sets it)")]
     return []
+
+
+SHUTDOWN_SETTINGS = ("set", "refuse")
+"""``Settings.ray_shutdown_after_job_finishes``: ``set`` (taugate sets ``shutdownAfterJobFinishes:
+true`` on a queued RayJob that says false, with a warning) or ``refuse`` (such a RayJob is refused,
+``check_rayjob_shutdown``)."""
+
+
+def shutdown_override(spec: dict[str, Any], *, queued: bool, ray_shutdown: str) -> Override | None:
+    """``shutdownAfterJobFinishes: true`` for a queued RayJob ``spec`` (no ``deletionStrategy``) that
+    says false (unless ``ray_shutdown`` is ``refuse``) or nothing, with the warning that says so;
+    None when it is true already, the RayJob is not queued or it has a ``deletionStrategy``
+    (KubeRay forbids true beside ``deletionRules`` or ``DeleteNone``: ``check_rayjob_shutdown``
+    explains).
+
+    Why true is what such a RayJob needs, not a choice: Kueue refuses a queued RayJob without it
+    (kueue v0.17 ``pkg/controller/jobs/rayjob/rayjob_webhook.go`` ``validateCreate``: "a kueue
+    managed job should delete the cluster after finishing"), and KubeRay refuses to suspend one
+    (ray-operator v1.5 ``controllers/ray/utils/validation.go`` ``ValidateRayJobSpec``: "a RayJob
+    with shutdownAfterJobFinishes set to false is not allowed to be suspended"), while a queued
+    RayJob is created suspended. KubeRay's own ``kubectl ray job submit`` (kubectl-plugin v1.5.0
+    ``pkg/cmd/job/job_submit.go`` ``Run``) writes false unless given ``--ttl-seconds-after-finished``.
+    What true changes (``rayjob_controller.go`` ``handleShutdownAfterJobFinishes``): the RayCluster
+    is deleted ``ttlSecondsAfterFinished`` seconds after the job reaches a terminal state; in
+    ``InteractiveMode`` that is after the job the client submitted through the dashboard ends,
+    which is when ``kubectl ray job submit`` stops following it."""
+    if not queued or spec.get("deletionStrategy") is not None:
+        return None
+    was = spec.get("shutdownAfterJobFinishes")
+    if was is True or (was is False and ray_shutdown == "refuse"):
+        return None
+    ttl = spec.get("ttlSecondsAfterFinished")
+    after = f"{ttl} s after" if type(ttl) is int and ttl > 0 else "as soon as"
+    said = "false" if was is False else "not set (KubeRay's default: false)"
+    return Override("shutdownAfterJobFinishes", True, said,
+        f"Kueue refuses a queued RayJob that keeps "
+        f"its RayCluster after the job (\"a kueue managed job should delete the cluster after finishing\", kueue "
+        f"pkg/controller/jobs/rayjob/rayjob_webhook.go), and KubeRay does not suspend one; the RayCluster is deleted "
+        f"{after} the job finishes. To keep a cluster, create a RayCluster (kubectl ray create cluster) and submit "
+        f"jobs to it")
 
 
 SUBMITTER_CONTAINER = "ray-job-submitter"
@@ -224,16 +269,14 @@ class RayJob(EmbeddedRayCluster):
         return check_rayjob(obj, templates, queued, elastic_jobs)
 
     def create_defaults(self, spec: dict[str, Any], *, queued: bool) -> list[tuple[str, Any]]:
-        """KubeRay's default submitter pod template made explicit (``kuberay_default_submitter``),
-        and, for a queued RayJob without a ``deletionStrategy``, ``shutdownAfterJobFinishes: true``
-        (Kueue requires it; KubeRay forbids it beside ``deletionRules``, which validation explains)."""
-        out: list[tuple[str, Any]] = []
+        """KubeRay's default submitter pod template made explicit (``kuberay_default_submitter``)."""
         submitter = kuberay_default_submitter(spec)
-        if submitter is not None:
-            out.append(("submitterPodTemplate", submitter))
-        if queued and spec.get("deletionStrategy") is None:
-            out.append(("shutdownAfterJobFinishes", True))
-        return out
+        return [] if submitter is None else [("submitterPodTemplate", submitter)]
+
+    def create_overrides(self, spec: dict[str, Any], *, queued: bool, ray_shutdown: str) -> list[Override]:
+        """``shutdownAfterJobFinishes: true`` on a queued RayJob that needs it (``shutdown_override``)."""
+        found = shutdown_override(spec, queued=queued, ray_shutdown=ray_shutdown)
+        return [] if found is None else [found]
 
 
 KIND = RayJob()

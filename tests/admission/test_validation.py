@@ -73,10 +73,15 @@ def test_more_than_seven_worker_groups_cannot_be_queued_by_kueue(classifier, sta
     assert "8 worker groups" in found["kueue-worker-groups"].message
 
 
+def _refusing(settings):
+    """The platform setting that refuses a queued RayJob saying shutdownAfterJobFinishes: false."""
+    return settings.model_copy(update={"ray_shutdown_after_job_finishes": "refuse"})
+
+
 def test_shutdown_false_and_a_cluster_selector_are_both_reported_together(classifier, state, settings):
     classifier["spec"]["shutdownAfterJobFinishes"] = False
     classifier["spec"]["clusterSelector"] = {"ray.io/cluster": "shared"}
-    found, d = _denied(classifier, state, settings)
+    found, d = _denied(classifier, state, _refusing(settings))
     assert {"rayjob-shutdown", "rayjob-cluster-selector"} <= set(found)
     assert d.message.count("\n- ") >= 2
 
@@ -188,7 +193,7 @@ def test_every_violation_is_reported_together_built_in_and_policy(classifier, st
     res["requests"]["nvidia.com/gpu"] = res["limits"]["nvidia.com/gpu"] = "9"
     worker["rayStartParams"]["num-gpus"] = "12"
     classifier["spec"]["shutdownAfterJobFinishes"] = False
-    d = admit(classifier, state=state, settings=settings, engine=engine, namespace="vision")
+    d = admit(classifier, state=state, settings=_refusing(settings), engine=engine, namespace="vision")
     policies = {v.policy for v in d.violations}
     assert {"ray-num-gpus", "rayjob-shutdown", "gpu-per-pod-fits-node"} <= policies
 

@@ -42,3 +42,34 @@ def test_a_denied_create_raises_an_api_exception_naming_the_field_and_the_fix(re
     assert 400 <= body["code"] < 500
     assert 'workerGroupSpecs[0].template.spec.containers[0].resources.limits["nvidia.com/gpu"]' in body["message"]
     assert "allowed: at most 8 GPUs per pod" in body["message"] and "fix:" in body["message"]
+
+
+def test_a_pipeline_gets_labels_watches_and_deletes_its_rayjob_and_the_run_id_stays_through(researcher_api, platform):
+    """The calls a pipeline makes after the create: get, a merge patch of its own label, a watch
+    of the status (written here by the admin through the status subresource, as KubeRay would)
+    and the delete, seen on the same watch."""
+    args = ("ray.io", "v1", WORKSPACE, "rayjobs")
+    created = researcher_api.create_namespaced_custom_object(*args, into_workspace(EXAMPLE, name="pipeline-steps"))
+    run_id = created["metadata"]["labels"][RUN_ID]
+    got = researcher_api.get_namespaced_custom_object(*args, "pipeline-steps")
+    assert got["metadata"]["labels"][RUN_ID] == run_id and admitted_problems(got) == []
+    patched = researcher_api.patch_namespaced_custom_object(
+        *args, "pipeline-steps", {"metadata": {"labels": {"pipeline.example/stage": "evaluate"}}})
+    assert patched["metadata"]["labels"]["pipeline.example/stage"] == "evaluate"
+    assert patched["metadata"]["labels"][RUN_ID] == run_id and admitted_problems(patched) == []
+
+    watch = kubernetes.watch.Watch()
+    events = watch.stream(researcher_api.list_namespaced_custom_object, *args,
+                          field_selector="metadata.name=pipeline-steps",
+                          resource_version=patched["metadata"]["resourceVersion"], timeout_seconds=60)
+    platform.cp.kubectl("patch", "rayjob", "pipeline-steps", "-n", WORKSPACE, "--subresource=status", "--type=merge",
+                        "-p", json.dumps({"status": {"jobDeploymentStatus": "Initializing"}}))
+    seen = []
+    for event in events:
+        seen.append((event["type"], (event["object"].get("status") or {}).get("jobDeploymentStatus")))
+        if event["type"] == "MODIFIED" and seen[-1][1] == "Initializing":
+            assert event["object"]["metadata"]["labels"][RUN_ID] == run_id
+            researcher_api.delete_namespaced_custom_object(*args, "pipeline-steps")
+        if event["type"] == "DELETED":
+            watch.stop()
+    assert ("MODIFIED", "Initializing") in seen and seen[-1][0] == "DELETED", seen

@@ -158,6 +158,7 @@ def test_the_network_policies_select_the_pods_and_open_the_webhook_port(default_
     ({"webhook": {"replicas": 0}}, "webhook/replicas"),
     ({"webhook": {"failurePolicyOverrides": {"mutate": "Never"}}}, "failurePolicyOverrides"),
     ({"webhook": {"failurPolicy": "Ignore"}}, "failurPolicy"),
+    ({"ray": {"shutdownAfterJobFinishes": "ignore"}}, "shutdownAfterJobFinishes"),
 ])
 def test_the_values_schema_rejects_bad_values_with_the_field_named(values, message):
     with pytest.raises(helm_python.HelmValuesError, match=message):
@@ -238,3 +239,17 @@ def test_the_unmanaged_gpu_workloads_value_reaches_the_webhooks_settings():
         assert Settings(unmanaged_gpu_workloads=env["TAUGATE_UNMANAGED_GPU_WORKLOADS"]).unmanaged_gpu_workloads == value
     default = pod_spec(one(objects(), "Deployment", "taugate-webhook"))["containers"][0]
     assert {"name": "TAUGATE_UNMANAGED_GPU_WORKLOADS", "value": "deny"} in default["env"]
+
+
+def test_the_ray_shutdown_value_reaches_the_webhooks_settings():
+    from taugate.settings import Settings
+
+    for value in ("set", "refuse"):
+        webhook = pod_spec(one(objects({"ray": {"shutdownAfterJobFinishes": value}}), "Deployment",
+                               "taugate-webhook"))["containers"][0]
+        env = {e["name"]: e.get("value") for e in webhook["env"]
+               if e["name"] == "TAUGATE_RAY_SHUTDOWN_AFTER_JOB_FINISHES"}
+        assert env == {"TAUGATE_RAY_SHUTDOWN_AFTER_JOB_FINISHES": value}
+        assert Settings(ray_shutdown_after_job_finishes=value).ray_shutdown_after_job_finishes == value
+    default = pod_spec(one(objects(), "Deployment", "taugate-webhook"))["containers"][0]
+    assert {"name": "TAUGATE_RAY_SHUTDOWN_AFTER_JOB_FINISHES", "value": "set"} in default["env"]

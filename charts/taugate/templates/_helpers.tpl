@@ -123,6 +123,8 @@ app.kubernetes.io/component: {{ .component }}
   value: {{ .Values.gpu.draWorkloads | default "deny" | quote }}
 - name: TAUGATE_DEVICE_ACCESS
   value: {{ .Values.gpu.deviceAccess | default "deny" | quote }}
+- name: TAUGATE_RAY_SHUTDOWN_AFTER_JOB_FINISHES
+  value: {{ .Values.ray.shutdownAfterJobFinishes | default "set" | quote }}
 - name: TAUGATE_ADMIN_GROUPS
   value: {{ append .Values.platformAdmins.groups "system:masters" | uniq | toJson | quote }}
 - name: TAUGATE_ADMISSION_DEADLINE_SECONDS
