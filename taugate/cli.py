@@ -16,7 +16,7 @@ import importlib.metadata
 import importlib.util
 import os
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from taugate.controllers.kube import Kube
@@ -113,14 +113,30 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         parser.print_help(sys.stderr)
         return 2
     _configure_devices()
+    from pydantic import ValidationError
+
     try:
         return int(args.func(args) or 0)
+    except ValidationError as e:
+        if e.title != "Settings":
+            raise
+        print(f"taugate: {settings_problem(e)}", file=sys.stderr)  # one line, as for a bad file
+        return 2
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # no second error when Python flushes at exit
         return 141
+
+
+def settings_problem(e: Any) -> str:
+    """One line for settings that do not load (a pydantic ``ValidationError`` of ``Settings``):
+    the environment variable and what is wrong with its value."""
+    first = e.errors()[0]
+    where = ".".join(map(str, first["loc"]))
+    name = f"TAUGATE_{where.upper()}" if where else "the TAUGATE_* settings"
+    return f"{name}: {first['msg'].removeprefix('Value error, ')} (got {first.get('input')!r})"
 
 
 def _configure_devices() -> None:
