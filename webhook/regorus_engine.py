@@ -23,7 +23,6 @@ import regorus
 from taugate.memo import Memo
 from taugate.webhook.decision import Violation
 from taugate.webhook.policy_set import (
-    POLICIES_PACKAGE,
     RESULTS_RULE,
     PolicyError,
     PolicyEvaluationError,
@@ -233,27 +232,31 @@ class EmbeddedPolicyEngine:
         try:
             return self.raw_results(input, ps)
         except PolicyEvaluationError as e:
-            raise self._isolate(input, e) from None
+            raise self._isolate(input, e, ps) from None
 
-    def _isolate(self, input: dict, error: PolicyEvaluationError) -> PolicyEvaluationError:
-        ps = self.store.current
+    def _isolate(self, input: dict, error: PolicyEvaluationError, ps: PolicySet | None) -> PolicyEvaluationError:
+        """Each policy's rules alone (``PolicySet.parts``, arrays: a ``deny`` set of objects has no
+        Python value) with the same input; regorus starts every ``eval_rule`` from a clean
+        evaluation state, so what a failed query left behind reaches no other policy or request
+        (tests/policies/test_a_broken_policy_breaks_nothing_else.py)."""
+        ps = ps or self.store.current
         engine = self._engine(ps)
+        engine.set_input_json(orjson.dumps(ps.input_use.trim(input)).decode())
         raw: list = []
         failed: dict[str, str] = {}
-        for key in sorted(ps.kinds):
-            for kind in ps.kinds[key]:
-                try:
-                    found = engine.eval_rule(f"data.{POLICIES_PACKAGE}.{key}.{kind}") or []
-                except BaseException as e:
-                    if isinstance(e, (KeyboardInterrupt, SystemExit)):
-                        raise
-                    failed.setdefault(ps.policies.get(key, key), str(_regorus_error(e, ps, PolicyEvaluationError)))
-                    continue
-                raw.extend([key, kind, v] for v in (found if isinstance(found, list) else [found]))
+        for key, _kind, rule in ps.parts:
+            try:
+                found = engine.eval_rule(rule) or []
+            except BaseException as e:
+                if isinstance(e, (KeyboardInterrupt, SystemExit)):
+                    raise
+                failed.setdefault(ps.policies.get(key, key), str(_regorus_error(e, ps, PolicyEvaluationError)))
+                continue
+            raw.extend(found)
         if not failed:  # the aggregate failed but no policy alone does (the input itself): keep the error
             return error
-        return PolicyEvaluationError(error.reason, error.file, error.line, failed=failed,
-                                     results=ps.to_violations(raw))
+        results = ps.to_violations([r for r in raw if ps.policies.get(r[0], r[0]) not in failed])
+        return PolicyEvaluationError(error.reason, error.file, error.line, failed=failed, results=results)
 
     def start_watching(self, interval_s: float = 0.5) -> None:
         """Hot reload: see ``PolicyStore.start_watching``."""

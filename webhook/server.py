@@ -286,6 +286,8 @@ class AdmissionServer:
         for v in decision.dryrun:
             self.metrics.violations.labels(route.path, v.policy, "dryrun").inc()
             log.info("dryrun %s: %s %s uid=%s: %s", route.path, kind, _where(req), req.get("uid"), v.render())
+        for policy in decision.policy_failures:
+            self.metrics.policy_failures.labels(route.path, policy).inc()
         if decision.policy_failures:
             log.warning("policy failed at run time: %s on %s %s uid=%s (%s)", ", ".join(decision.policy_failures),
                         kind, _where(req), req.get("uid"), "denied" if not decision.allowed else "not denying")

@@ -110,7 +110,9 @@ async def test_serving_answers_the_failure_as_the_policys_own_503_without_a_trac
     assert "[priority-class-prefix]" in message and "the policy failed on this object" in message
     assert "`startswith` expects string argument" in message
     assert not any(rec.exc_info for rec in caplog.records), "no traceback is logged"
-    assert 'decision="error"' not in await gate.metrics()
+    metrics = await gate.metrics()
+    assert 'decision="error"' not in metrics
+    assert 'taugate_policy_runtime_failures_total{policy="priority-class-prefix",webhook="/validate"} 1.0' in metrics
 
 
 async def test_a_failing_policy_enforced_as_warn_only_warns(library, start_server):
@@ -121,6 +123,8 @@ async def test_a_failing_policy_enforced_as_warn_only_warns(library, start_serve
     r = await gate.post("/validate", admission_review(req))
     resp = check_response(r.body, req["uid"])
     assert any(w.startswith("[priority-class-prefix]") and "the policy failed" in w for w in resp.get("warnings", []))
+    assert 'taugate_policy_runtime_failures_total{policy="priority-class-prefix",webhook="/validate"} 1.0' in (
+        await gate.metrics())
     message = (resp.get("status") or {}).get("message", "")
     assert all("[priority-class-prefix]" not in line for line in message.splitlines())
 
