@@ -249,6 +249,26 @@ class Report:
     def ok(self) -> bool:
         return self.failures == 0
 
+    def summary(self) -> str:
+        """The first failure in one line, and how many more (the reload gate's reason)."""
+        lines = [line.strip().removeprefix("FAIL ") for line in render_report(self).splitlines()
+                 if line.strip().startswith("FAIL ")]
+        if not lines:
+            return "passed"
+        more = f" (and {self.failures - 1} more failure(s); run `taugate policy test {self.policy_dir}`)" \
+            if self.failures > 1 else ""
+        return lines[0] + more
+
+
+def reload_gate(ps: PolicySet) -> None:
+    """The hot-reload gate (``PolicyStore``'s ``gate``): everything ``taugate policy test`` checks
+    (parse, ``test_`` rules, samples against ``default_cluster``, the run-time check on generated
+    inputs). Raises ``PolicyError`` with the first failure when any fails, so the set stays
+    inactive."""
+    report = run_policy_set_tests(ps, cluster=default_cluster(ps.root))
+    if not report.ok:
+        raise PolicyError(f"taugate policy test failed: {report.summary()}")
+
 
 def run_policy_tests(policy_dir: str | Path, *, cluster: str | Path | None = None, settings: Settings | None = None,
                      engine_factory: Callable[[PolicySet], PolicyEngine] | None = None,
@@ -267,10 +287,22 @@ def run_policy_tests(policy_dir: str | Path, *, cluster: str | Path | None = Non
     that is missing or broken is reported once as a problem, and the samples that needed it are
     skipped."""
     root = Path(policy_dir)
+    try:
+        ps = read_policy_set(root)
+    except PolicyError as e:
+        return Report(root, load_error=str(e))
+    return run_policy_set_tests(ps, cluster=cluster, settings=settings, engine_factory=engine_factory,
+                           generated=generated)
+
+
+def run_policy_set_tests(ps: PolicySet, *, cluster: str | Path | None = None, settings: Settings | None = None,
+                    engine_factory: Callable[[PolicySet], PolicyEngine] | None = None,
+                    generated: bool | None = None) -> Report:
+    """``run_policy_tests`` on a set already read (with its own enforcement)."""
+    root = ps.root
     report = Report(root)
     settings = settings or Settings()
     try:
-        ps = read_policy_set(root)
         compiled = build_regorus_engine(ps, with_tests=True)
     except PolicyError as e:
         report.load_error = str(e)

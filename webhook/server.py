@@ -39,7 +39,8 @@ Every decision is made by ``webhook.review`` (pure); this module only moves byte
   runs in the thread pool (``REMOTE_ENGINE_WORKERS`` threads).
 - A ``scale`` request reads its stored parent from the API (``webhook.scale``, through the state
   provider's ``read_object``), so it is always decided in the thread pool, by the deadline.
-- ``/healthz`` (process alive), ``/readyz``, ``/metrics`` (Prometheus text format).
+- ``/healthz`` (process alive), ``/readyz`` (with the policy store's ``PolicySetCurrent`` condition), ``/metrics``
+  (Prometheus text format).
 
 Bounded resources (connections, bytes in flight, timeouts): ``webhook/connections.py``.
 Metrics: ``webhook/metrics.py``.
@@ -475,9 +476,11 @@ class AdmissionServer:
 
     async def _readyz(self, request: web.Request) -> web.Response:
         reasons = self.not_ready_reasons()
+        condition = getattr(getattr(self.engine, "store", None), "condition", None)
+        conditions = {"conditions": [condition()]} if condition is not None else {}
         if reasons:
-            return web.json_response({"status": "not ready", "reasons": reasons}, status=503)
-        return web.json_response({"status": "ready"})
+            return web.json_response({"status": "not ready", "reasons": reasons, **conditions}, status=503)
+        return web.json_response({"status": "ready", **conditions})
 
     async def _metrics(self, request: web.Request) -> web.Response:
         registries = [self.metrics.registry, *(r for r in self.extra_registries if r is not self.metrics.registry)]
