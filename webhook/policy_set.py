@@ -141,6 +141,15 @@ class PolicySet:
     enforcement_file: str | None
     digest: str
     kinds: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    folders: dict[str, Path] = field(default_factory=dict)
+
+    def folder(self, policy: str) -> Path:
+        """The folder of policy ``policy`` (its samples are in ``samples/`` there)."""
+        return self.folders.get(policy, self.root / policy)
+
+    def display(self, rel: str) -> str:
+        """How errors name the module at engine path ``rel``: its file on disk."""
+        return next((f.display for f in self.modules + self.tests if f.rel == rel), display_path(self.root, rel))
 
     @property
     def parts(self) -> tuple[tuple[str, str, str], ...]:
@@ -221,9 +230,8 @@ def display_path(root: Path, rel: str) -> str:
     return str(root / rel)
 
 
-def _read_rego(root: Path, path: Path) -> RegoFile:
-    rel = path.relative_to(root).as_posix()
-    display = display_path(root, rel)
+def _read_rego(rel: str, path: Path) -> RegoFile:
+    display = str(path)
     try:
         source = read_text_limited(path, MAX_POLICY_FILE_BYTES, "policy files")
     except InputError as e:
@@ -293,13 +301,43 @@ def load_enforcement(source: dict[str, str] | str | Path | None,
     return out, where
 
 
+def _rego_files(base: Path, prefix: str = "") -> list[tuple[str, Path]]:
+    """``(engine path, file)`` of every ``.rego`` file under ``base`` (none in hidden folders)."""
+    return [(prefix + path.relative_to(base).as_posix(), path) for path in sorted(base.rglob("*.rego"))
+            if not any(part.startswith(".") for part in path.relative_to(base).parts)]
+
+
+def shared_library_candidates(folder: Path) -> list[Path]:
+    """Where a single policy folder's shared library (``lib/``, package ``taugate.lib``) is looked
+    for, in order: beside the folder (``../lib``, as in the library it was copied from), then the
+    bundled library's (``Settings().policy_dir``/lib)."""
+    from taugate.settings import Settings
+
+    return list(dict.fromkeys((folder.resolve().parent / "lib", Path(Settings().policy_dir).resolve() / "lib")))
+
+
+def _single_policy_files(root: Path) -> tuple[list[tuple[str, Path]], dict[str, Path]]:
+    """The files of a policy folder given on its own (it holds ``policy.rego``): its own under
+    ``<name>/`` and the shared library's under ``lib/``. Raises ``PolicyError`` naming where the
+    library was looked for when there is none."""
+    name = root.resolve().name
+    lib = next((c for c in shared_library_candidates(root) if c.is_dir()), None)
+    if lib is None:
+        looked = " or ".join(str(c) for c in shared_library_candidates(root))
+        raise PolicyError(f"a single policy folder needs the shared library lib/ (package taugate.lib); looked for "
+                          f"{looked}: copy lib/ beside the folder", str(root))
+    return _rego_files(root, f"{name}/") + _rego_files(lib, "lib/"), {name: root}
+
+
 def read_policy_set(policy_dir: str | Path, enforcement: dict[str, str] | str | Path | None = None) -> PolicySet:
     """Read a policy folder into a ``PolicySet`` (no compilation; see ``check_policy_set``).
 
     Checks the layout: every ``<name>/policy.rego`` declares package
     ``taugate.policies.<name with _>``; test files in a policy folder use that package (or
     ``<package>_test``); no two modules share a path. ``enforcement`` None means
-    ``<policy_dir>/enforcement.yaml`` when it exists. Raises ``PolicyError``.
+    ``<policy_dir>/enforcement.yaml`` when it exists. A folder holding ``policy.rego`` itself is
+    one policy copied out of a library: it is read with the shared library found by
+    ``shared_library_candidates``. Raises ``PolicyError``.
     """
     root = Path(policy_dir)
     if not root.is_dir():
@@ -308,10 +346,10 @@ def read_policy_set(policy_dir: str | Path, enforcement: dict[str, str] | str | 
     tests: list[RegoFile] = []
     policies: dict[str, str] = {}
     kinds: dict[str, tuple[str, ...]] = {}
-    for path in sorted(root.rglob("*.rego")):
-        if any(part.startswith(".") for part in path.relative_to(root).parts):
-            continue
-        f = _read_rego(root, path)
+    single = (root / "policy.rego").is_file()
+    files, folders = _single_policy_files(root) if single else (_rego_files(root), {})
+    for rel, path in files:
+        f = _read_rego(rel, path)
         top = Path(f.rel).parts[0]
         if path.name == "policy.rego" and len(Path(f.rel).parts) == 2 and top != "lib":
             if not _POLICY_NAME.match(top):
@@ -346,5 +384,5 @@ def read_policy_set(policy_dir: str | Path, enforcement: dict[str, str] | str | 
     for f in modules:
         h.update(f.rel.encode() + b"\0" + f.source.encode() + b"\0")
     h.update(json.dumps(actions, sort_keys=True).encode())
-    return PolicySet(root, tuple(modules), tuple(tests), policies, actions, efile, h.hexdigest(), kinds)
+    return PolicySet(root, tuple(modules), tuple(tests), policies, actions, efile, h.hexdigest(), kinds, folders)
 

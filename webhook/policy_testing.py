@@ -94,7 +94,7 @@ def sample_files(ps: PolicySet) -> dict[str, list[tuple[str, Path]]]:
     """Samples by policy: ``[(expect, path)]`` sorted by file name."""
     out: dict[str, list[tuple[str, Path]]] = {}
     for name in sorted(ps.policies.values()):
-        folder = ps.root / name / "samples"
+        folder = ps.folder(name) / "samples"
         items = []
         for path in sorted(folder.glob("*.y*ml")) if folder.is_dir() else []:
             for kind in ("disallowed", "allowed"):
@@ -317,8 +317,8 @@ def run_policy_set_tests(ps: PolicySet, *, cluster: str | Path | None = None, se
     report.cluster = fallback
     admitted: list[tuple[Path, dict, ClusterState]] = []
     for name, items in sample_files(ps).items():
-        report.problems += _coverage_problems(root, name, items, by_file)
-        state = _sample_state(root / name / "samples" / "cluster.yaml", fallback, snapshots, settings, report)
+        report.problems += _coverage_problems(ps.folder(name), name, items, by_file)
+        state = _sample_state(ps.folder(name) / "samples" / "cluster.yaml", fallback, snapshots, settings, report)
         if state is not None:
             admitted += _admit_samples(report, name, items, engine, state, settings)
     # Every rule on generated inputs: each sample with one field changed at a time.
@@ -329,15 +329,16 @@ def run_policy_set_tests(ps: PolicySet, *, cluster: str | Path | None = None, se
     return report
 
 
-def _coverage_problems(root: Path, name: str, items: list[tuple[str, Path]], tested_files: dict[str, int]) -> list[str]:
-    """What policy ``name`` lacks: test_ rules in a file under its folder, and a sample of each
-    of ``SAMPLE_KINDS`` among ``items`` (``(kind, path)`` pairs)."""
+def _coverage_problems(folder: Path, name: str, items: list[tuple[str, Path]],
+                       tested_files: dict[str, int]) -> list[str]:
+    """What policy ``name`` (in ``folder``) lacks: test_ rules in a file under its folder, and a
+    sample of each of ``SAMPLE_KINDS`` among ``items`` (``(kind, path)`` pairs)."""
     problems = []
     if not any(rel.startswith(f"{name}/") for rel in tested_files):
-        problems.append(f"{root / name}: policy {name!r} has no test_ rules (add {name}/policy_test.rego)")
+        problems.append(f"{folder}: policy {name!r} has no test_ rules (add {name}/policy_test.rego)")
     for kind in SAMPLE_KINDS:
         if not any(k == kind for k, _ in items):
-            problems.append(f"{root / name / 'samples'}: policy {name!r} has no example_{kind}*.yaml sample")
+            problems.append(f"{folder / 'samples'}: policy {name!r} has no example_{kind}*.yaml sample")
     return problems
 
 

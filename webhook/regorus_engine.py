@@ -28,7 +28,6 @@ from taugate.webhook.policy_set import (
     PolicyEvaluationError,
     PolicySet,
     TestRule,
-    display_path,
 )
 
 
@@ -49,7 +48,7 @@ def _regorus_error(e: BaseException, ps: PolicySet, cls: type[PolicyError] = Pol
     why = reason.group(1).strip() if reason else (text.strip().splitlines() or [type(e).__name__])[0]
     if loc:
         rel = loc.group(1)
-        shown = display_path(ps.root, rel) if not Path(rel).is_absolute() else rel
+        shown = ps.display(rel) if not Path(rel).is_absolute() else rel
         return cls(why, shown, int(loc.group(2)))
     return cls(why)
 
