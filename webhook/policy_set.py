@@ -35,7 +35,7 @@ import yaml
 
 from taugate.files import MAX_POLICY_FILE_BYTES, InputError, read_text_limited
 from taugate.webhook.decision import Action, Violation
-from taugate.webhook.input_use import InputUse, scan
+from taugate.webhook.input_use import deterministic
 
 ACTIONS: tuple[Action, ...] = ("deny", "warn", "dryrun")
 AGGREGATE_PACKAGE = "taugate.aggregate"
@@ -177,10 +177,10 @@ class PolicySet:
         return self.modules + (self.aggregate,)
 
     @cached_property
-    def input_use(self) -> InputUse:
-        """Which parts of the input the serving modules can read, and whether their results depend
-        on the input alone (``webhook.input_use.scan``); computed once per set."""
-        return scan([m.source for m in self.serving_modules])
+    def deterministic(self) -> bool:
+        """True when the serving modules' results depend on the input alone
+        (``webhook.input_use.deterministic``); computed once per set."""
+        return deterministic([m.source for m in self.serving_modules])
 
     def test_rules(self) -> list[TestRule]:
         """Every ``test_`` rule in the test files, in file order (OPA's convention: a rule whose

@@ -1,6 +1,7 @@
 """The policy library's test runner behind ``taugate policy test`` (``run_policy_tests``).
 
 Like ``opa test`` plus Gatekeeper's ``gator verify``: load the set, run every ``test_`` rule,
+check every ``input.`` reference against ``input.schema.json`` (``webhook.policy_schema``),
 admit every sample through ``webhook.review.admit`` (the webhook's own code path), then look for
 run-time failures on generated inputs (every sample with one field changed at a time). See
 ``webhook/policy_commands.py`` for the command and its exit codes.
@@ -28,6 +29,7 @@ from taugate.webhook.policy import (
     read_policy_set,
     run_rego_tests,
 )
+from taugate.webhook.policy_schema import unknown_references
 
 SAMPLE_KINDS = ("allowed", "disallowed")
 
@@ -308,6 +310,10 @@ def run_policy_set_tests(ps: PolicySet, *, cluster: str | Path | None = None, se
         report.load_error = str(e)
         return report
     report.tests = run_rego_tests(ps, compiled)
+    try:
+        report.problems += unknown_references(ps)
+    except PolicyError as e:
+        report.problems.append(str(e))
     by_file: dict[str, int] = {}
     for t in report.tests:
         by_file[t.test.file.rel] = by_file.get(t.test.file.rel, 0) + 1
