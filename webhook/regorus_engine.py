@@ -194,18 +194,19 @@ class EmbeddedPolicyEngine:
         return ps.to_violations(raw)
 
     def _raw(self, input: dict, ps: PolicySet | None = None) -> tuple[PolicySet, list]:
-        """``raw_results``, with a run-time failure narrowed to the policies that failed (``_isolate``)."""
+        """``raw_results``, with a run-time failure narrowed to the policies that failed (``_isolate``),
+        both on the one set read here (a reload in between changes neither)."""
+        ps = ps or self.store.current
         try:
             return self.raw_results(input, ps)
         except PolicyEvaluationError as e:
             raise self._isolate(input, e, ps) from None
 
-    def _isolate(self, input: dict, error: PolicyEvaluationError, ps: PolicySet | None) -> PolicyEvaluationError:
+    def _isolate(self, input: dict, error: PolicyEvaluationError, ps: PolicySet) -> PolicyEvaluationError:
         """Each policy's rules alone (``PolicySet.parts``, arrays: a ``deny`` set of objects has no
         Python value) with the same input; regorus starts every ``eval_rule`` from a clean
         evaluation state, so what a failed query left behind reaches no other policy or request
         (tests/policies/test_a_broken_policy_breaks_nothing_else.py)."""
-        ps = ps or self.store.current
         engine = self._engine(ps)
         engine.set_input_json(orjson.dumps(input).decode())
         raw: list = []
