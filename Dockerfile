@@ -20,6 +20,8 @@ RUN pip install /tmp/src && rm -rf /tmp/src
 # The Rego policy library is data, not a Python package: it lives at TAUGATE_POLICY_DIR (the chart
 # can mount a ConfigMap over it).
 COPY policies/ /etc/taugate/policies/
+# The snapshot the policies' samples are admitted against by the hot-reload gate (policy test).
+COPY examples/cluster.yaml /etc/taugate/examples/cluster.yaml
 
 # Non-root, numeric so Kubernetes' runAsNonRoot can verify it (the chart runs as 10001 too).
 RUN groupadd --system --gid 10001 taugate \

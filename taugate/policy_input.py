@@ -1,11 +1,18 @@
 """The policy input document: one pure function, documented by ``policies/input.schema.json``.
 
-Rego policies see a trimmed object (metadata plus, per pod template, its role, replicas,
-resources, node selector, affinity and tolerations; not the whole object, since evaluation cost
-grows with input size), the operation, userInfo, namespace, the resolved workspace and profile,
-and a summary of live cluster state (GPU classes, the workspace queue's quota and usage).
+``input.review`` is the whole AdmissionReview request as the API server sent it (the rule of
+Gatekeeper's ``input.review`` and Kyverno's ``request.object``): ``object`` (the final object, after
+every mutating webhook), ``oldObject``, ``userInfo``, ``operation``, ``namespace``, ``name``,
+``kind``, ``resource``, ``subResource``, ``dryRun`` and ``options``; only ``uid`` is left out (it
+names the request, never what is asked, and would make every input unique). A rule on any field
+(``image``, ``env``, ``securityContext``, volumes) reads it there.
 
-Trimming rules: annotations that copy the object (``kubectl.kubernetes.io/last-applied-configuration``)
+Beside it, taugate's computed facts: a summary of the object (metadata plus, per pod template,
+its role, replicas, resources, node selector, affinity and tolerations), the operation, userInfo,
+namespace, the resolved workspace and profile, and a summary of live cluster state (GPU classes,
+the workspace queue's quota and usage).
+
+Summary rules: annotations that copy the object (``kubectl.kubernetes.io/last-applied-configuration``)
 or that taugate itself writes (``tau.azure.com/admission``) are left out; every number a policy
 compares is precomputed here (GPUs per container and per pod, pods per template), so policies
 never parse Kubernetes quantities.
@@ -24,7 +31,7 @@ from taugate.kinds import kind_of
 from taugate.kinds.pod import POD_GROUP_TOTAL_COUNT
 from taugate.memo import Memo
 from taugate.models import ResolvedProfile, TauWorkspace
-from taugate.pods import WORKER_ROLES, PodTemplate, json_bytes
+from taugate.pods import WORKER_ROLES, PodTemplate
 from taugate.snapshot import ClusterState
 
 # Annotations never shown to policies: a full copy of the object (input size drives evaluation
@@ -154,13 +161,33 @@ def _pod_requests(spec: dict[str, Any]) -> dict[str, Any]:
     return {**_mapping(res.get("limits")), **_mapping(res.get("requests"))}
 
 
+REVIEW_FIELDS = ("kind", "resource", "subResource", "requestKind", "requestResource", "requestSubResource", "name",
+                 "namespace", "operation", "userInfo", "object", "oldObject", "dryRun", "options")
+"""The fields of an AdmissionRequest (admission.k8s.io/v1) that ``input.review`` holds: all but ``uid``."""
+
+
+def review_input(request: dict[str, Any] | None, obj: dict[str, Any], operation: str,
+                 user_info: dict[str, Any] | None, namespace: str | None) -> dict[str, Any]:
+    """``input.review``: ``request``'s ``REVIEW_FIELDS`` with ``object`` the object being judged
+    (``obj``); without a request (the CLI's offline tools), the one kube-apiserver would send."""
+    if request is None:
+        request = {"operation": operation, "userInfo": user_info or {}, "namespace": namespace,
+                   "name": (obj.get("metadata") or {}).get("name", ""), "oldObject": None, "dryRun": False}
+    out = {k: request[k] for k in REVIEW_FIELDS if k in request}
+    out["object"] = obj
+    return out
+
+
 def build_policy_input(*, obj: dict[str, Any], templates: list[PodTemplate], operation: str,
                        user_info: dict[str, Any] | None, namespace: str | None,
                        workspace: TauWorkspace | None, profile: ResolvedProfile | None,
-                       queue: str | None, state: ClusterState, gpu_class_label: str) -> dict[str, Any]:
+                       queue: str | None, state: ClusterState, gpu_class_label: str,
+                       request: dict[str, Any] | None = None) -> dict[str, Any]:
     """Build the ``input`` document every policy evaluates (shape: ``policies/input.schema.json``).
 
-    Pure: reads only its arguments. ``queue`` is the resolved LocalQueue name; ``cluster.migResources``
+    Pure: reads only its arguments. ``request``: the AdmissionRequest, held whole (but its
+    ``uid``) as ``review`` with ``object`` set to ``obj`` (``review_input``). ``queue`` is the
+    resolved LocalQueue name; ``cluster.migResources``
     summarises the nodes offering each MIG slice resource; ``cluster.queue``
     holds its ClusterQueue's flavor quotas (GPUs for ``nvidia.com/gpu``: nominal, borrowingLimit
     or null, usage) plus ``gpu``, the ``nvidia.com/gpu`` quota for the profile's GPU class with
@@ -185,6 +212,7 @@ def build_policy_input(*, obj: dict[str, Any], templates: list[PodTemplate], ope
     pod_templates = [_template_input(t, most) for t, most in zip(templates, mosts, strict=True)]
     mig_names = tuple(sorted({name for t in templates for name in t.mig_per_pod}))
     return {
+        "review": review_input(request, obj, operation, user_info, namespace),
         "operation": operation,
         "userInfo": user_info or {},
         "namespace": namespace,
@@ -223,41 +251,6 @@ def _metadata_input(obj: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in (("name", meta.get("name")), ("generateName", meta.get("generateName")),
                               ("namespace", meta.get("namespace")), ("labels", meta.get("labels")),
                               ("annotations", annotations or None)) if v is not None}
-
-
-def policy_input_key(*, obj: dict[str, Any], templates: list[PodTemplate], operation: str,
-                     user_info: dict[str, Any] | None, namespace: str | None,
-                     workspace: TauWorkspace | None, profile: ResolvedProfile | None,
-                     queue: str | None, state: ClusterState, gpu_class_label: str,
-                     read: frozenset[tuple[str, ...]]) -> tuple[tuple[Any, ...], tuple[Any, ...]] | None:
-    """``(key, anchors)`` for the input ``build_policy_input`` builds from the same arguments, as a
-    policy set sees it that reads, of the parts that differ on every request
-    (``webhook.input_use.TRIMMABLE``: ``("operation",)``, ``("userInfo",)``,
-    ``("object", "metadata")``), only those in ``read``: two calls with the same ``state`` whose
-    keys are equal build inputs that are equal once the unread parts are trimmed. So a policy set's
-    results can be remembered by the key without building the input (~15 us of a RayJob review),
-    in a memo of the state (``ClusterState.memo``: the state is not in the key, and a memo outside
-    it would keep old states alive). The key holds what the input is a function of: the pod
-    templates by ``_template_key`` (their GPU totals, MIG totals and worker counts are functions of
-    those too), the workspace and profile by identity (``anchors`` holds them: keep it alive beside
-    the key, so no identity is reused while the key is remembered). None when a pod spec or a
-    field in the key cannot be written as JSON (then build the input).
-    ``tests/admission/test_what_admission_remembers.py`` changes every field of real objects one
-    at a time and checks that an unchanged key always means an unchanged trimmed input."""
-    autoscaling, mosts = _autoscaling(obj, templates)
-    parts = []
-    for t, most in zip(templates, mosts, strict=True):
-        key = _template_key(t, most)
-        if key is None:
-            return None
-        parts.append(key)
-    head = json_bytes([obj.get("apiVersion"), obj.get("kind"), autoscaling, namespace, queue, gpu_class_label,
-                       operation if ("operation",) in read else None,
-                       (user_info or {}) if ("userInfo",) in read else None,
-                       _metadata_input(obj) if ("object", "metadata") in read else None])
-    if head is None:
-        return None
-    return (head, tuple(parts), id(workspace), id(profile)), (workspace, profile)
 
 
 CONTEXT_MEMO_SIZE = 4096

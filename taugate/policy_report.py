@@ -311,9 +311,10 @@ def _actions(audits: Iterable[WorkloadAudit]) -> dict[tuple[str, str, str, str],
 
 def what_if(current: Iterable[WorkloadAudit], proposed: Iterable[WorkloadAudit]) -> tuple[list[Change], list[Change]]:
     """Compare the audits of the same workloads under the current and a proposed policy set:
-    ``(enforced, relieved)``. ``enforced``: every result the proposed set denies, warns or fails
-    on that the current set does not enforce as strongly (a rule moved from ``dryrun`` to ``deny``,
-    a new rule, a tightened one); ``relieved``: every result the current set denies or warns
+    ``(enforced, relieved)``. ``enforced``: every result the proposed set denies, warns, fails
+    on or finds under ``dryrun`` that the current set does not enforce as strongly (a rule moved
+    from ``dryrun`` to ``deny``, a new rule, a tightened one; a new ``dryrun`` result is what the
+    rule would deny once enforced, the documented roll-out); ``relieved``: every result the current set denies or warns
     that the proposed set no longer enforces as strongly (``before`` is then the proposed
     action). A result is one workload, policy and field path; both lists are sorted by
     namespace, policy, action and workload."""
@@ -321,7 +322,7 @@ def what_if(current: Iterable[WorkloadAudit], proposed: Iterable[WorkloadAudit])
     enforced, relieved = [], []
     for key, (action, message) in after.items():
         was = before.get(key, ("none", ""))[0]
-        if action != "dryrun" and _STRENGTH[action] > _STRENGTH[was]:
+        if _STRENGTH[action] > _STRENGTH[was]:
             enforced.append(Change(key[0], key[2], action, key[1], key[3], message, was))
     for key, (action, message) in before.items():
         now = after.get(key, ("none", ""))[0]

@@ -12,10 +12,11 @@ any result fails (a violation under ``deny`` or ``dryrun``, or a policy that fai
 [-f OBJECTS ...] [-o text|json]`` audits the same workloads (the snapshot's and the files', or
 with no ``--cluster`` every governed workload of the live cluster the kubeconfig reaches) with
 the policy set in ``DIR`` and with the current one (``CURRENT``, default the bundled
-``policies/``), and prints per namespace and policy what ``DIR`` would deny or warn that the
-current set does not (and what it would stop enforcing). Exit 1 when ``DIR`` would deny a
-workload (or fail on one) that the current set does not, 0 when it denies nothing new (new
-warnings only, or nothing), 2 for bad input.
+``policies/``), and prints per namespace and policy what ``DIR`` would deny, warn or find under
+``dryrun`` that the current set does not (a ``dryrun`` or ``warn`` result is what the policy would
+deny once enforced as ``deny``), and what it would stop enforcing. Exit 1 when ``DIR`` would deny
+a workload (or fail on one) that the current set does not, 0 when it denies nothing new (new
+warnings or dry-run results only, or nothing), 2 for bad input.
 """
 
 from __future__ import annotations
@@ -145,9 +146,13 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     return 1 if reports.failing else 0
 
 
+_ONCE_ENFORCED = {"dryrun": "; would deny once enforced as deny", "warn": "; would deny once enforced as deny"}
+
+
 def render_what_if(enforced: list[Change], relieved: list[Change], audited: list[WorkloadAudit]) -> str:
     """The what-if report: per namespace and policy, each workload the proposed set would deny,
-    warn or fail on that the current set does not, then what it would stop enforcing."""
+    warn or fail on that the current set does not (and what a ``dryrun`` or ``warn`` policy would
+    deny once enforced as ``deny``), then what it would stop enforcing."""
     namespaces = len({a.namespace for a in audited})
     lines = [f"audited {len(audited)} workload(s) in {namespaces} namespace(s)"]
     for ns, in_ns in groupby(enforced, key=lambda c: c.namespace):
@@ -156,14 +161,17 @@ def render_what_if(enforced: list[Change], relieved: list[Change], audited: list
             found = list(changes)
             lines.append(f"  {policy}: would {'/'.join(sorted({c.action for c in found}))} "
                          f"{len({c.workload for c in found})} workload(s) that it does not today")
-            lines += [f"    {c.action} {c.workload} {c.field or '-'}: {c.message} (today: {c.before})" for c in found]
+            lines += [f"    {c.action} {c.workload} {c.field or '-'}: {c.message} (today: {c.before}"
+                      f"{_ONCE_ENFORCED.get(c.action, '')})" for c in found]
     if relieved:
         lines.append("no longer enforced:")
         lines += [f"  {c.namespace} {c.policy} {c.workload} {c.field or '-'}: {c.action} today, {c.before} with the "
                   f"change" for c in relieved]
-    denials = sum(c.action != "warn" for c in enforced)
-    lines.append(f"summary: {denials} new denial(s), {len(enforced) - denials} new warning(s), "
-                 f"{len(relieved)} result(s) no longer enforced")
+    denials = sum(c.action in ("deny", "error") for c in enforced)
+    warnings = sum(c.action == "warn" for c in enforced)
+    dryrun = len(enforced) - denials - warnings
+    lines.append(f"summary: {denials} new denial(s), {warnings} new warning(s), {dryrun} new dry-run result(s); "
+                 f"{dryrun + warnings} would deny once enforced as deny; {len(relieved)} result(s) no longer enforced")
     return "\n".join(lines)
 
 
@@ -185,7 +193,7 @@ def _cmd_what_if(args: argparse.Namespace) -> int:
                           "relieved": [vars(c) for c in relieved]}, indent=2))
     else:
         print(render_what_if(enforced, relieved, after))
-    return 1 if any(c.action != "warn" for c in enforced) else 0
+    return 1 if any(c.action in ("deny", "error") for c in enforced) else 0
 
 
 def add_audit_commands(sub: Any) -> None:

@@ -9,6 +9,7 @@ from typing import Literal
 
 from taugate.webhook.opa_backend import DEFAULT_TIMEOUT_SECONDS, OpaServerPolicyEngine
 from taugate.webhook.policy import EmbeddedPolicyEngine, PolicyEngine, PolicyError, PolicyStore
+from taugate.webhook.policy_testing import reload_gate
 
 
 def load_policy_engine(policy_dir: str | Path, *, enforcement: dict[str, str] | str | Path | None = None,
@@ -21,11 +22,13 @@ def load_policy_engine(policy_dir: str | Path, *, enforcement: dict[str, str] | 
     process) or ``opa`` (an OPA server at ``opa_url``, e.g. ``http://127.0.0.1:8181``; the
     policies are pushed there; one evaluation takes at most ``opa_timeout_s`` seconds,
     ``Settings.opa_timeout_seconds``). The set must parse, compile and pass its own ``test_`` rules.
-    The returned engine has ``.store`` (a ``PolicyStore``) and ``start_watching(interval_s)``.
+    The returned engine has ``.store`` (a ``PolicyStore``) and ``start_watching(interval_s)``; a
+    changed set is activated only when it passes everything ``taugate policy test`` checks
+    (``policy_testing.reload_gate``).
     Raises ``PolicyError`` (one line: file, line, reason) when the set cannot load, and for an
     ``opa`` backend without a URL or whose server rejects the policies.
     """
-    store = PolicyStore(policy_dir, enforcement)
+    store = PolicyStore(policy_dir, enforcement, gate=reload_gate)
     if backend == "embedded":
         return EmbeddedPolicyEngine(store)
     if backend == "opa":

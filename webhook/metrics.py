@@ -30,6 +30,8 @@ class AdmissionMetrics:
     - ``taugate_admission_deadline_exceeded_total{webhook}``: deadline answers;
     - ``taugate_admission_violations_total{webhook,policy,action}``: violations found, by
       enforcement action (``deny`` and the log-only ``dryrun``);
+    - ``taugate_policy_runtime_failures_total{webhook,policy}``: a policy failed at run time on a
+      request (only that policy; its enforcement action decided);
     - ``taugate_state_age_seconds``: age of the cluster state (from the provider);
     - ``taugate_certificate_reloads_total``: serving certificates loaded without restart;
     - ``taugate_connections_open``, ``taugate_connections_closed_total{reason}`` (``evicted``,
@@ -45,6 +47,9 @@ class AdmissionMetrics:
                                 ("webhook",), registry=r)
         self.violations = Counter("taugate_admission_violations", "Policy violations found",
                                   ("webhook", "policy", "action"), registry=r)
+        self.policy_failures = Counter("taugate_policy_runtime_failures", "Policies that failed at run time on "
+                                       "a request (each judged by its own enforcement action)",
+                                       ("webhook", "policy"), registry=r)
         self.state_age = Gauge("taugate_state_age_seconds", "Age of the cluster state in use", registry=r)
         self.state_age.set_function(age)
         self.cert_reloads = Counter("taugate_certificate_reloads", "Serving certificates reloaded", registry=r)

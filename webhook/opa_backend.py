@@ -210,13 +210,29 @@ class OpaServerPolicyEngine:
         if status == 500 and isinstance(body, dict) and any(
                 isinstance(e, dict) and str(e.get("code", "")).startswith("eval_") for e in body.get("errors") or []):
             reason, file, line = _opa_error(status, body)
-            raise PolicyEvaluationError(reason, file, line)
+            raise await self._isolate(input, ps, PolicyEvaluationError(reason, file, line))
         if status != 200 or not isinstance(body, dict):
             raise PolicyUnavailable(f"OPA server at {self.url} answered HTTP {status} to the policy query "
                                     f"({_opa_error(status, body)[0]})")
         if "result" not in body:
             raise PolicyUnavailable(f"OPA server at {self.url} returned no result for data.{AGGREGATE_PACKAGE}.results")
         return ps.to_violations(body["result"])
+
+    async def _isolate(self, input: dict, ps: PolicySet, error: PolicyEvaluationError) -> PolicyEvaluationError:
+        """Each policy's rules alone (``PolicySet.parts``), after the whole query failed: the
+        error names the policies that failed and keeps the others' results."""
+        raw: list = []
+        failed: dict[str, str] = {}
+        for key, _kind, rule in ps.parts:
+            status, body = await self._call("POST", "/v1/" + rule.replace(".", "/"), json={"input": input})
+            if status == 200 and isinstance(body, dict):
+                raw.extend(body.get("result") or [])
+            else:
+                failed.setdefault(ps.policies.get(key, key), _opa_error(status, body)[0])
+        if not failed:
+            return error
+        results = ps.to_violations([r for r in raw if ps.policies.get(r[0], r[0]) not in failed])
+        return PolicyEvaluationError(error.reason, error.file, error.line, failed=failed, results=results)
 
     # --- what other threads call ---------------------------------------------------------------
 

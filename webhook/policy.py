@@ -103,14 +103,19 @@ class RecordingEngine:
         return found
 
 
-def explain(engine: PolicyEngine, input: dict) -> dict[str, list[Violation]]:
+def explain(engine: PolicyEngine, input: dict) -> tuple[dict[str, list[Violation]], dict[str, str]]:
     """Every policy of the engine's active set with its results for ``input`` (an empty list
-    for a policy that passed), for ``taugate policy eval``."""
+    for a policy that passed), and the policies that failed at run time on it with the engine's
+    one-line reason, for ``taugate policy eval``."""
     store: PolicyStore | None = getattr(engine, "store", None)
     out: dict[str, list[Violation]] = {name: [] for name in sorted(store.current.policies.values())} if store else {}
-    for v in engine.evaluate(input):
+    try:
+        found, failed = engine.evaluate(input), {}
+    except PolicyEvaluationError as e:
+        found, failed = e.results, dict(e.failed) or {"(policy engine)": e.reason}
+    for v in found:
         out.setdefault(v.policy, []).append(v)
-    return out
+    return out, failed
 
 
 __all__ = [

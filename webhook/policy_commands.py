@@ -117,20 +117,22 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     namespace = args.namespace or metadata_of(obj).get("namespace")
     decision = admit(obj, state=state, settings=settings, engine=rec, namespace=namespace)
     doc = rec.inputs[-1] if rec.inputs else None
-    per_policy = explain(engine, doc) if doc is not None else {}
+    per_policy, failed = explain(engine, doc) if doc is not None else ({}, {})
     if args.output == "json":
         text = json.dumps({"allowed": decision.allowed, "input": doc, "digest": engine.digest,
-                           "results": {p: [v.as_dict() for v in vs] for p, vs in per_policy.items()},
+                           "results": {p: [v.as_dict() for v in vs] for p, vs in per_policy.items() if p not in failed},
+                           "failed": failed,
                            "violations": [v.as_dict() for v in decision.violations],
                            "warnings": decision.warnings}, indent=2)
     else:
-        text = _render_eval(decision, doc, per_policy, engine.digest)
+        text = _render_eval(decision, doc, per_policy, failed, engine.digest)
     code = 0 if decision.allowed else 1
     print(text)
     return code
 
 
-def _render_eval(decision: Decision, doc: dict | None, per_policy: dict[str, list[Violation]], digest: str) -> str:
+def _render_eval(decision: Decision, doc: dict | None, per_policy: dict[str, list[Violation]], failed: dict[str, str],
+                 digest: str) -> str:
     lines = []
     if doc is None:
         lines.append("policies were not evaluated (the object is not in a workspace, or its workload profile or "
@@ -140,7 +142,9 @@ def _render_eval(decision: Decision, doc: dict | None, per_policy: dict[str, lis
         lines += ["  " + line for line in json.dumps(doc, indent=2).splitlines()]
         lines.append(f"policy results (policy set {digest[:12]}):")
         for name, found in per_policy.items():
-            if not found:
+            if name in failed:
+                lines.append(f"  {name}: failed at run time: {failed[name]}")
+            elif not found:
                 lines.append(f"  {name}: pass")
             for v in found:
                 lines.append(f"  {name}: {v.action}: {v.field}: {v.message}")

@@ -1,9 +1,12 @@
 """The active policy set of one folder, reloaded when its files change (``PolicyStore``).
 
-A changed set becomes active only after it parses, compiles and passes every ``test_`` rule of
-its own tests (``webhook.regorus_engine.check_policy_set``) and every activation hook (the OPA
-backend pushes there). Otherwise the error is logged, ``taugate_policy_reload_failures_total``
-counts it, ``taugate_policy_set_broken`` is 1 and the previous set keeps serving.
+A changed set becomes active only after it passes the store's ``gate`` (the webhook's is
+``webhook.policy_testing.reload_gate``: everything ``taugate policy test`` checks; without one,
+it must parse, compile and pass its own ``test_`` rules, ``webhook.regorus_engine.check_policy_set``)
+and every activation hook (the OPA backend pushes there). Otherwise the error is logged,
+``taugate_policy_reload_failures_total`` counts it, ``taugate_policy_set_broken`` is 1, the
+``PolicySetCurrent`` condition (``/readyz``) is False with the reason, and the previous set keeps
+serving.
 """
 
 from __future__ import annotations
@@ -63,11 +66,12 @@ class PolicyStore:
     """
 
     def __init__(self, policy_dir: str | Path, enforcement: dict[str, str] | str | Path | None = None, *,
-                 check_tests: bool = True):
+                 check_tests: bool = True, gate: Callable[[PolicySet], None] | None = None):
         self.policy_dir = Path(policy_dir)
         self._enforcement = enforcement
         self._enforcement_path = Path(enforcement) if isinstance(enforcement, (str, Path)) else None
         self._check_tests = check_tests
+        self.gate = gate
         self._lock = threading.Lock()
         self._hooks: list[Callable[[PolicySet, PolicySet | None], None]] = []
         self._stop = threading.Event()
@@ -86,6 +90,7 @@ class PolicyStore:
         store._enforcement = ps.enforcement_file or (dict(ps.enforcement) if ps.enforcement else None)
         store._enforcement_path = Path(ps.enforcement_file) if ps.enforcement_file else None
         store._check_tests = True
+        store.gate = None
         store._lock = threading.Lock()
         store._hooks = []
         store._stop = threading.Event()
@@ -129,7 +134,9 @@ class PolicyStore:
             if ps.digest == self._failed_digest:
                 return False
             try:
-                if self._check_tests:
+                if self.gate is not None:
+                    self.gate(ps)
+                elif self._check_tests:
                     check_policy_set(ps)
                 else:
                     build_regorus_engine(ps)
@@ -142,6 +149,16 @@ class PolicyStore:
             POLICY_RELOADS.inc()
             log.info("policy set %s activated (was %s)", ps.digest[:12], old.digest[:12])
         return True
+
+    def condition(self) -> dict[str, str]:
+        """The ``PolicySetCurrent`` condition (``metav1.Condition``'s fields): ``True`` when the set
+        on disk is the one serving, ``False`` with reason ``ReloadRejected`` and the gate's
+        one-line message while a changed set stays inactive."""
+        if self.last_error is None:
+            return {"type": "PolicySetCurrent", "status": "True", "reason": "Serving",
+                    "message": f"serving policy set {self.current.digest[:12]} from {self.policy_dir}"}
+        return {"type": "PolicySetCurrent", "status": "False", "reason": "ReloadRejected",
+                "message": f"still serving {self.current.digest[:12]}; the changed set is inactive: {self.last_error}"}
 
     def _ok(self) -> None:
         self.last_error = None

@@ -1,6 +1,7 @@
 """The policy library's test runner behind ``taugate policy test`` (``run_policy_tests``).
 
 Like ``opa test`` plus Gatekeeper's ``gator verify``: load the set, run every ``test_`` rule,
+check every ``input.`` reference against ``input.schema.json`` (``webhook.policy_schema``),
 admit every sample through ``webhook.review.admit`` (the webhook's own code path), then look for
 run-time failures on generated inputs (every sample with one field changed at a time). See
 ``webhook/policy_commands.py`` for the command and its exit codes.
@@ -28,6 +29,7 @@ from taugate.webhook.policy import (
     read_policy_set,
     run_rego_tests,
 )
+from taugate.webhook.policy_schema import unknown_references
 
 SAMPLE_KINDS = ("allowed", "disallowed")
 
@@ -94,7 +96,7 @@ def sample_files(ps: PolicySet) -> dict[str, list[tuple[str, Path]]]:
     """Samples by policy: ``[(expect, path)]`` sorted by file name."""
     out: dict[str, list[tuple[str, Path]]] = {}
     for name in sorted(ps.policies.values()):
-        folder = ps.root / name / "samples"
+        folder = ps.folder(name) / "samples"
         items = []
         for path in sorted(folder.glob("*.y*ml")) if folder.is_dir() else []:
             for kind in ("disallowed", "allowed"):
@@ -249,6 +251,26 @@ class Report:
     def ok(self) -> bool:
         return self.failures == 0
 
+    def summary(self) -> str:
+        """The first failure in one line, and how many more (the reload gate's reason)."""
+        lines = [line.strip().removeprefix("FAIL ") for line in render_report(self).splitlines()
+                 if line.strip().startswith("FAIL ")]
+        if not lines:
+            return "passed"
+        more = f" (and {self.failures - 1} more failure(s); run `taugate policy test {self.policy_dir}`)" \
+            if self.failures > 1 else ""
+        return lines[0] + more
+
+
+def reload_gate(ps: PolicySet) -> None:
+    """The hot-reload gate (``PolicyStore``'s ``gate``): everything ``taugate policy test`` checks
+    (parse, ``test_`` rules, samples against ``default_cluster``, the run-time check on generated
+    inputs). Raises ``PolicyError`` with the first failure when any fails, so the set stays
+    inactive."""
+    report = run_policy_set_tests(ps, cluster=default_cluster(ps.root))
+    if not report.ok:
+        raise PolicyError(f"taugate policy test failed: {report.summary()}")
+
 
 def run_policy_tests(policy_dir: str | Path, *, cluster: str | Path | None = None, settings: Settings | None = None,
                      engine_factory: Callable[[PolicySet], PolicyEngine] | None = None,
@@ -267,15 +289,31 @@ def run_policy_tests(policy_dir: str | Path, *, cluster: str | Path | None = Non
     that is missing or broken is reported once as a problem, and the samples that needed it are
     skipped."""
     root = Path(policy_dir)
+    try:
+        ps = read_policy_set(root)
+    except PolicyError as e:
+        return Report(root, load_error=str(e))
+    return run_policy_set_tests(ps, cluster=cluster, settings=settings, engine_factory=engine_factory,
+                           generated=generated)
+
+
+def run_policy_set_tests(ps: PolicySet, *, cluster: str | Path | None = None, settings: Settings | None = None,
+                    engine_factory: Callable[[PolicySet], PolicyEngine] | None = None,
+                    generated: bool | None = None) -> Report:
+    """``run_policy_tests`` on a set already read (with its own enforcement)."""
+    root = ps.root
     report = Report(root)
     settings = settings or Settings()
     try:
-        ps = read_policy_set(root)
         compiled = build_regorus_engine(ps, with_tests=True)
     except PolicyError as e:
         report.load_error = str(e)
         return report
     report.tests = run_rego_tests(ps, compiled)
+    try:
+        report.problems += unknown_references(ps)
+    except PolicyError as e:
+        report.problems.append(str(e))
     by_file: dict[str, int] = {}
     for t in report.tests:
         by_file[t.test.file.rel] = by_file.get(t.test.file.rel, 0) + 1
@@ -285,8 +323,8 @@ def run_policy_tests(policy_dir: str | Path, *, cluster: str | Path | None = Non
     report.cluster = fallback
     admitted: list[tuple[Path, dict, ClusterState]] = []
     for name, items in sample_files(ps).items():
-        report.problems += _coverage_problems(root, name, items, by_file)
-        state = _sample_state(root / name / "samples" / "cluster.yaml", fallback, snapshots, settings, report)
+        report.problems += _coverage_problems(ps.folder(name), name, items, by_file)
+        state = _sample_state(ps.folder(name) / "samples" / "cluster.yaml", fallback, snapshots, settings, report)
         if state is not None:
             admitted += _admit_samples(report, name, items, engine, state, settings)
     # Every rule on generated inputs: each sample with one field changed at a time.
@@ -297,15 +335,16 @@ def run_policy_tests(policy_dir: str | Path, *, cluster: str | Path | None = Non
     return report
 
 
-def _coverage_problems(root: Path, name: str, items: list[tuple[str, Path]], tested_files: dict[str, int]) -> list[str]:
-    """What policy ``name`` lacks: test_ rules in a file under its folder, and a sample of each
-    of ``SAMPLE_KINDS`` among ``items`` (``(kind, path)`` pairs)."""
+def _coverage_problems(folder: Path, name: str, items: list[tuple[str, Path]],
+                       tested_files: dict[str, int]) -> list[str]:
+    """What policy ``name`` (in ``folder``) lacks: test_ rules in a file under its folder, and a
+    sample of each of ``SAMPLE_KINDS`` among ``items`` (``(kind, path)`` pairs)."""
     problems = []
     if not any(rel.startswith(f"{name}/") for rel in tested_files):
-        problems.append(f"{root / name}: policy {name!r} has no test_ rules (add {name}/policy_test.rego)")
+        problems.append(f"{folder}: policy {name!r} has no test_ rules (add {name}/policy_test.rego)")
     for kind in SAMPLE_KINDS:
         if not any(k == kind for k, _ in items):
-            problems.append(f"{root / name / 'samples'}: policy {name!r} has no example_{kind}*.yaml sample")
+            problems.append(f"{folder / 'samples'}: policy {name!r} has no example_{kind}*.yaml sample")
     return problems
 
 

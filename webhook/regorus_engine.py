@@ -12,24 +12,20 @@ import re
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import orjson
 import regorus
 
-from taugate.memo import Memo
 from taugate.webhook.decision import Violation
 from taugate.webhook.policy_set import (
-    POLICIES_PACKAGE,
     RESULTS_RULE,
     PolicyError,
     PolicyEvaluationError,
     PolicySet,
     TestRule,
-    display_path,
 )
 
 
@@ -50,7 +46,7 @@ def _regorus_error(e: BaseException, ps: PolicySet, cls: type[PolicyError] = Pol
     why = reason.group(1).strip() if reason else (text.strip().splitlines() or [type(e).__name__])[0]
     if loc:
         rel = loc.group(1)
-        shown = display_path(ps.root, rel) if not Path(rel).is_absolute() else rel
+        shown = ps.display(rel) if not Path(rel).is_absolute() else rel
         return cls(why, shown, int(loc.group(2)))
     return cls(why)
 
@@ -122,28 +118,21 @@ def check_policy_set(ps: PolicySet) -> None:
 
 
 DEFAULT_RESULTS_CACHE = 1024
-"""How many evaluations ``EmbeddedPolicyEngine`` remembers by default (each entry is one trimmed
-input, a few KiB: a few MiB in all)."""
-
-
-KeyFor = Callable[[frozenset[tuple[str, ...]]], tuple[Any, tuple[Any, ...]] | None]
-"""``EmbeddedPolicyEngine.evaluate_keyed``'s key function: the parts of the input the set reads ->
-``(key, anchors)`` or None."""
+"""How many evaluations ``EmbeddedPolicyEngine`` remembers by default (each entry is one whole
+input's bytes and its results)."""
 
 
 class EmbeddedPolicyEngine:
     """The in-process backend: one regorus engine per thread, for the store's active set.
 
-    ``evaluate`` trims the input to what the policy set can read (``PolicySet.input_use``: the
-    object's metadata, ``userInfo`` and ``operation`` go when no rule reads them), serialises it
-    with orjson (``json.dumps`` alone would cost a third of the budget) and evaluates
-    ``data.taugate.aggregate.results`` once (about 0.2 ms for the KubeRay GPU RayJob sample on the
-    2-core dev machine, see bench/policy_eval.py). The results are remembered by the policy set's
-    digest and the trimmed input's bytes, least recently used first out, ``cache_size`` entries (0:
-    none; never for a set that calls a non-deterministic built-in): the same trimmed input always
-    gets the same results, since a policy reads nothing but its input and the set. Errors are never
-    remembered. It may be called from any thread, the server's event loop included (``remote`` is
-    False)."""
+    ``evaluate`` serialises the whole input with orjson and evaluates
+    ``data.taugate.aggregate.results`` once. The results are remembered by the policy set's digest
+    and the input's exact bytes, least recently used first out, ``cache_size`` entries (0: none;
+    never for a set that calls a non-deterministic built-in, ``PolicySet.deterministic``): equal
+    bytes are an equal input, and a policy reads nothing but its input and the set, so a hit is
+    the answer evaluation would give (``tests/policies/test_the_results_cache_changes_no_decision.py``
+    checks it over the fuzzer's corpus). Errors are never remembered. It may be called from any
+    thread, the server's event loop included (``remote`` is False)."""
 
     remote = False
 
@@ -171,9 +160,8 @@ class EmbeddedPolicyEngine:
         """The set used and the raw ``results`` list for one input (remembered, see the class);
         the list is shared with the cache: read it, never change it."""
         ps = ps or self.store.current
-        use = ps.input_use
-        text = orjson.dumps(use.trim(input))
-        key = (ps.digest, text) if use.deterministic and self.cache_size > 0 else None
+        text = orjson.dumps(input)
+        key = (ps.digest, text) if ps.deterministic and self.cache_size > 0 else None
         if key is not None:
             with self._cache_lock:
                 hit = self._cache.get(key)
@@ -197,29 +185,6 @@ class EmbeddedPolicyEngine:
                     self._cache.popitem(last=False)
         return ps, raw
 
-    def evaluate_keyed(self, key_for: KeyFor, build: Callable[[], dict], memo: Memo[Any, Any]) -> list[Violation]:
-        """``evaluate(build())``, remembered in ``memo`` by a key instead of the input's bytes, so a
-        review whose key was seen builds no input at all. ``key_for(read)`` gives ``(key, anchors)``
-        (or None: not remembered) for a set that reads, of ``input_use.TRIMMABLE``, the parts
-        ``read``: equal keys must mean equal trimmed inputs (``taugate.policy_input.policy_input_key``,
-        whose keys hold for one cluster state: admission passes that state's memo); a key that names
-        objects by identity (``id``) puts them in ``anchors``, which its entry keeps alive, so no
-        identity is reused while it is remembered. Entries are keyed by the digest of the set that
-        evaluated; nothing is remembered for a non-deterministic set or with ``cache_size`` 0;
-        errors are never remembered. Raises as ``evaluate``."""
-        ps = self.store.current
-        use = ps.input_use
-        found = key_for(use.read) if use.deterministic and self.cache_size > 0 else None
-        if found is not None:
-            hit = memo.get((ps.digest, found[0]))
-            if hit is not None:  # the key's identities are the anchors the entry keeps alive
-                self.cache_hits += 1
-                return ps.to_violations(hit[1])
-        ps, raw = self._raw(build(), ps)
-        if found is not None:
-            memo.put((ps.digest, found[0]), (found[1], raw))
-        return ps.to_violations(raw)
-
     def evaluate(self, input: dict) -> list[Violation]:
         """Every result of every policy for ``input``, with enforcement actions applied.
         Raises ``PolicyEvaluationError`` when a policy fails at run time: each policy's rules
@@ -229,31 +194,36 @@ class EmbeddedPolicyEngine:
         return ps.to_violations(raw)
 
     def _raw(self, input: dict, ps: PolicySet | None = None) -> tuple[PolicySet, list]:
-        """``raw_results``, with a run-time failure narrowed to the policies that failed (``_isolate``)."""
+        """``raw_results``, with a run-time failure narrowed to the policies that failed (``_isolate``),
+        both on the one set read here (a reload in between changes neither)."""
+        ps = ps or self.store.current
         try:
             return self.raw_results(input, ps)
         except PolicyEvaluationError as e:
-            raise self._isolate(input, e) from None
+            raise self._isolate(input, e, ps) from None
 
-    def _isolate(self, input: dict, error: PolicyEvaluationError) -> PolicyEvaluationError:
-        ps = self.store.current
+    def _isolate(self, input: dict, error: PolicyEvaluationError, ps: PolicySet) -> PolicyEvaluationError:
+        """Each policy's rules alone (``PolicySet.parts``, arrays: a ``deny`` set of objects has no
+        Python value) with the same input; regorus starts every ``eval_rule`` from a clean
+        evaluation state, so what a failed query left behind reaches no other policy or request
+        (tests/policies/test_a_broken_policy_breaks_nothing_else.py)."""
         engine = self._engine(ps)
+        engine.set_input_json(orjson.dumps(input).decode())
         raw: list = []
         failed: dict[str, str] = {}
-        for key in sorted(ps.kinds):
-            for kind in ps.kinds[key]:
-                try:
-                    found = engine.eval_rule(f"data.{POLICIES_PACKAGE}.{key}.{kind}") or []
-                except BaseException as e:
-                    if isinstance(e, (KeyboardInterrupt, SystemExit)):
-                        raise
-                    failed.setdefault(ps.policies.get(key, key), str(_regorus_error(e, ps, PolicyEvaluationError)))
-                    continue
-                raw.extend([key, kind, v] for v in (found if isinstance(found, list) else [found]))
+        for key, _kind, rule in ps.parts:
+            try:
+                found = engine.eval_rule(rule) or []
+            except BaseException as e:
+                if isinstance(e, (KeyboardInterrupt, SystemExit)):
+                    raise
+                failed.setdefault(ps.policies.get(key, key), str(_regorus_error(e, ps, PolicyEvaluationError)))
+                continue
+            raw.extend(found)
         if not failed:  # the aggregate failed but no policy alone does (the input itself): keep the error
             return error
-        return PolicyEvaluationError(error.reason, error.file, error.line, failed=failed,
-                                     results=ps.to_violations(raw))
+        results = ps.to_violations([r for r in raw if ps.policies.get(r[0], r[0]) not in failed])
+        return PolicyEvaluationError(error.reason, error.file, error.line, failed=failed, results=results)
 
     def start_watching(self, interval_s: float = 0.5) -> None:
         """Hot reload: see ``PolicyStore.start_watching``."""

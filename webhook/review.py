@@ -23,7 +23,7 @@ from taugate import demand, labels
 from taugate.kinds import WorkloadKind, kind_for
 from taugate.models import TauWorkspace
 from taugate.pods import PodTemplate
-from taugate.policy_input import build_policy_input, policy_input_key
+from taugate.policy_input import build_policy_input
 from taugate.settings import Settings
 from taugate.snapshot import ClusterState
 from taugate.structure import ADMISSION_REVIEW, object_depth_problem, problems
@@ -244,11 +244,6 @@ def mutate(request: dict, state: ClusterState, settings: Settings, engine: Engin
     return Decision(True, patch=patch, object=edits.doc if patch else obj, warnings=warnings)
 
 
-POLICY_RESULTS_MEMO_SIZE = 1024
-"""Policy results remembered per cluster state by ``policy_input_key`` (``_policies``); the memo
-starts again when full."""
-
-
 class PolicyFailure(Exception):
     """The policy engine failed on an object (raised by ``_policies``): ``failed`` maps each
     failing policy to its reason (empty when the engine as a whole failed), ``results`` holds
@@ -268,12 +263,8 @@ def _policies(ctx: Context, engine: Engine, obj: dict, templates: list[PodTempla
     args: dict[str, Any] = dict(obj=obj, templates=templates, operation=ctx.request.get("operation", "CREATE"),
                                 user_info=ctx.request.get("userInfo"), namespace=res.workspace.target_namespace,
                                 workspace=res.workspace, profile=res.profile, queue=res.queue, state=ctx.state,
-                                gpu_class_label=ctx.settings.gpu_class_label)
-    keyed = getattr(engine, "evaluate_keyed", None)  # the embedded engine remembers results by key
+                                gpu_class_label=ctx.settings.gpu_class_label, request=ctx.request)
     try:
-        if keyed is not None:
-            return list(keyed(lambda read: policy_input_key(**args, read=read), lambda: build_policy_input(**args),
-                              ctx.state.memo("policy-results", POLICY_RESULTS_MEMO_SIZE)))
         return list(engine.evaluate(build_policy_input(**args)))
     except PolicyEvaluationError as e:  # PolicyUnavailable (no answer at all) is the server's: HTTP 503
         reason = str(e).splitlines()[0] if str(e) else type(e).__name__

@@ -39,7 +39,8 @@ Every decision is made by ``webhook.review`` (pure); this module only moves byte
   runs in the thread pool (``REMOTE_ENGINE_WORKERS`` threads).
 - A ``scale`` request reads its stored parent from the API (``webhook.scale``, through the state
   provider's ``read_object``), so it is always decided in the thread pool, by the deadline.
-- ``/healthz`` (process alive), ``/readyz``, ``/metrics`` (Prometheus text format).
+- ``/healthz`` (process alive), ``/readyz`` (with the policy store's ``PolicySetCurrent`` condition), ``/metrics``
+  (Prometheus text format).
 
 Bounded resources (connections, bytes in flight, timeouts): ``webhook/connections.py``.
 Metrics: ``webhook/metrics.py``.
@@ -287,6 +288,8 @@ class AdmissionServer:
         for v in decision.dryrun:
             self.metrics.violations.labels(route.path, v.policy, "dryrun").inc()
             log.info("dryrun %s: %s %s uid=%s: %s", route.path, kind, _where(req), req.get("uid"), v.render())
+        for policy in decision.policy_failures:
+            self.metrics.policy_failures.labels(route.path, policy).inc()
         if decision.policy_failures:
             log.warning("policy failed at run time: %s on %s %s uid=%s (%s)", ", ".join(decision.policy_failures),
                         kind, _where(req), req.get("uid"), "denied" if not decision.allowed else "not denying")
@@ -474,9 +477,11 @@ class AdmissionServer:
 
     async def _readyz(self, request: web.Request) -> web.Response:
         reasons = self.not_ready_reasons()
+        condition = getattr(getattr(self.engine, "store", None), "condition", None)
+        conditions = {"conditions": [condition()]} if condition is not None else {}
         if reasons:
-            return web.json_response({"status": "not ready", "reasons": reasons}, status=503)
-        return web.json_response({"status": "ready"})
+            return web.json_response({"status": "not ready", "reasons": reasons, **conditions}, status=503)
+        return web.json_response({"status": "ready", **conditions})
 
     async def _metrics(self, request: web.Request) -> web.Response:
         registries = [self.metrics.registry, *(r for r in self.extra_registries if r is not self.metrics.registry)]

@@ -17,7 +17,6 @@ from taugate import pods, policy_input, structure
 from taugate.kinds import base, kind_for
 from taugate.snapshot import FlavorQuota
 from taugate.webhook import review
-from taugate.webhook.input_use import TRIMMABLE, InputUse
 from tests.admission.test_snapshot_types import _leaves
 from tests.policies.test_engine import image_classifier
 from tests.policies.test_policy_input import build
@@ -166,11 +165,7 @@ def test_a_resolution_is_remembered_per_cluster_state(example_state, settings):
     assert isinstance(refused, Unresolved) and "no-such-profile" in refused.violations[0].message
 
 
-# --- the policy results' key: an unchanged key always means an unchanged trimmed input ----------
-
-READ_NOTHING = frozenset()
-READ_ALL = frozenset(TRIMMABLE)
-
+# --- variants of real objects, one field changed at a time -------------------------------------
 
 
 def _changed(value):
@@ -205,17 +200,6 @@ def _variants(obj):
     yield ("metadata", "annotations", "last-applied"), hidden
 
 
-def _key_and_input(obj, state, settings, read, kind=None):
-    templates = (kind or _kind_of(obj)).pod_templates(obj)
-    ws = state.workspace_for("vision")
-    args = dict(obj=obj, templates=templates, operation="CREATE", user_info={"username": "alice"},
-                namespace="vision", workspace=ws, profile=state.profiles["h100-4gpu"],
-                queue=ws.local_queue(state.default_queue), state=state, gpu_class_label=settings.gpu_class_label)
-    found = policy_input.policy_input_key(**args, read=read)
-    doc = InputUse(READ_ALL - read, True).trim(policy_input.build_policy_input(**args))
-    return (None if found is None else found[0]), doc
-
-
 def _objects():
     from tests.admission.test_kind_registry import SAMPLES
 
@@ -232,43 +216,6 @@ def _objects():
 def _kind_of(obj):
     group = obj["apiVersion"].rpartition("/")[0]
     return kind_for(group, obj["kind"])
-
-
-def test_an_unchanged_policy_input_key_always_means_an_unchanged_trimmed_input(example_state, settings):
-    """Every scalar of real and registry samples changed one at a time (and metadata added): where
-    the key stays the same, the input the policies see is the same, whatever the set reads."""
-    compared = same_key = 0
-    for obj in _objects():
-        kind = _kind_of(obj)
-        for read in (READ_NOTHING, READ_ALL):
-            key, doc = _key_and_input(obj, example_state, settings, read)
-            assert key is not None
-            for path, new in _variants(obj):
-                if kind.malformed(new):  # never reaches the policies
-                    continue
-                new_key, new_doc = _key_and_input(new, example_state, settings, read, kind)
-                compared += 1
-                if new_key == key:
-                    same_key += 1
-                    assert new_doc == doc, (obj["kind"], path, sorted(read))
-    assert compared > 500 and same_key > 50  # both outcomes were exercised
-
-
-def test_a_new_name_or_run_id_keeps_the_key_unless_the_policies_read_the_metadata(example_state, settings):
-    obj = image_classifier()
-    renamed = copy.deepcopy(obj)
-    renamed["metadata"]["name"] = "sweep-2"
-    renamed["metadata"]["labels"] = {"tau.azure.com/run-id": "r-2"}
-    assert _key_and_input(obj, example_state, settings, READ_NOTHING)[0] == \
-        _key_and_input(renamed, example_state, settings, READ_NOTHING)[0]
-    assert _key_and_input(obj, example_state, settings, READ_ALL)[0] != \
-        _key_and_input(renamed, example_state, settings, READ_ALL)[0]
-
-
-def test_a_pod_spec_orjson_cannot_write_gets_no_key(example_state, settings):
-    obj = image_classifier()
-    obj["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]["priority"] = 2**70
-    assert _key_and_input(obj, example_state, settings, READ_NOTHING)[0] is None
 
 
 # --- pod templates remembered by the spec: the same templates, bound to each object ---------------

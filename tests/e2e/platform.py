@@ -170,9 +170,10 @@ class Platform:
         return self.workdir / "evidence"
 
     # ---- the processes -------------------------------------------------------------------------
-    def start_webhook(self) -> Process:
+    def start_webhook(self, policies: Path | None = None) -> Process:
         """``taugate serve`` with the chart's webhook args and env, as the webhook's
-        ServiceAccount; returns once ``/readyz`` is ok (its state has synced from the watches)."""
+        ServiceAccount, serving the policy folder ``policies`` (default this checkout's); returns
+        once ``/readyz`` is ok (its state has synced from the watches)."""
         c = _container(self.objects, f"{RELEASE}-webhook")
         args = []
         for a in c["args"]:
@@ -185,7 +186,7 @@ class Platform:
             elif a.startswith("--cert-dir="):
                 args.append(f"--cert-dir={self.cert_dir}")
             elif a.startswith("--policies="):
-                args.append(f"--policies={REPO / 'policies'}")
+                args.append(f"--policies={policies or REPO / 'policies'}")
             elif a.startswith("--shutdown-delay="):
                 args.append("--shutdown-delay=0")
             else:

@@ -117,12 +117,14 @@ def test_what_if_shows_a_rule_moved_from_dry_run_to_deny_would_deny_an_existing_
     assert "gpu-per-pod-fits-node: would deny 1 workload(s) that it does not today" in out
     assert "deny RayJob/resnet-nine" in out and "(today: dryrun)" in out
     assert "gpu-per-pod-within-profile: would warn 1 workload(s)" in out
-    assert "summary: 1 new denial(s), 1 new warning(s), 0 result(s) no longer enforced" in out
+    assert "summary: 1 new denial(s), 1 new warning(s), 0 new dry-run result(s); 1 would deny once enforced as deny; " \
+           "0 result(s) no longer enforced" in out
 
 
 def test_what_if_of_the_same_policies_changes_nothing_and_exits_0(nine_gpu_rayjob, cluster_with, proposed, capsys):
     assert main(["policy", "what-if", str(proposed), "--cluster", cluster_with(nine_gpu_rayjob)]) == 0
-    assert "summary: 0 new denial(s), 0 new warning(s), 0 result(s) no longer enforced" in capsys.readouterr().out
+    assert "summary: 0 new denial(s), 0 new warning(s), 0 new dry-run result(s); 0 would deny once enforced as deny; " \
+           "0 result(s) no longer enforced" in capsys.readouterr().out
 
 
 def test_what_if_with_only_new_warnings_exits_0_and_names_what_is_no_longer_enforced(
@@ -195,3 +197,20 @@ def test_what_if_previews_a_new_rule_on_the_workloads_that_exist(example_state, 
     new = [(c["workload"], c["action"], c["before"]) for c in doc["enforced"]
            if c["policy"] == "at-most-four-gpus-per-pod"]
     assert new == [("RayJob/resnet-nine", "deny", "none")]  # the 2-GPU classifier is not touched
+
+
+def test_what_if_of_a_new_rule_added_as_dryrun_previews_what_it_would_deny(example_state, settings, cluster_with,
+                                                                             proposed, capsys):
+    """The documented roll-out (policies/README: add the rule as dryrun, then what-if) previews the
+    workloads the rule would deny once enforced, and exits 0 since nothing is denied yet."""
+    (proposed / "at-most-four-gpus-per-pod").mkdir()
+    (proposed / "at-most-four-gpus-per-pod" / "policy.rego").write_text(NEW_RULE)
+    set_enforcement(proposed, {"head-without-gpu": "warn", "at-most-four-gpus-per-pod": "dryrun"})
+    nine = stored(NINE_GPUS, example_state, settings, "resnet-nine", dict.fromkeys(GPU_RULES, "dryrun"))
+    code = main(["policy", "what-if", str(proposed), "--cluster", cluster_with(nine)])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "at-most-four-gpus-per-pod: would dryrun 1 workload(s) that it does not today" in out
+    assert "dryrun RayJob/resnet-nine" in out and "(today: none; would deny once enforced as deny)" in out
+    assert "summary: 0 new denial(s), 0 new warning(s), 1 new dry-run result(s); 1 would deny once enforced as deny" \
+        in out

@@ -56,6 +56,11 @@ SOURCE_SAMPLE = POLICIES / "requests-required" / "samples" / "example_allowed_al
 @pytest.fixture
 def library(tmp_path):
     """The bundled library plus the breakable policy, with its tests and samples."""
+    return breakable_library(tmp_path)
+
+
+def breakable_library(tmp_path):
+    """``library``'s folder, made under ``tmp_path``."""
     root = tmp_path / "policies"
     shutil.copytree(POLICIES, root)
     folder = root / "priority-class-prefix"
@@ -71,7 +76,7 @@ def library(tmp_path):
     return root
 
 
-def _breaking_object() -> dict:
+def breaking_object() -> dict:
     obj = yaml.safe_load(SOURCE_SAMPLE.read_text())
     obj["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]["priorityClassName"] = 7
     return obj
@@ -100,7 +105,7 @@ def test_policy_test_exits_1_naming_the_failure(library, capsys):
 async def test_serving_answers_the_failure_as_the_policys_own_503_without_a_traceback(library, start_server, settings,
                                                                                      caplog):
     gate = await start_server(engine_=load_policy_engine(library))
-    req = workload_request(_breaking_object())
+    req = workload_request(breaking_object())
     with caplog.at_level(logging.INFO):
         r = await gate.post("/validate", admission_review(req))
     assert r.status == 200
@@ -110,24 +115,28 @@ async def test_serving_answers_the_failure_as_the_policys_own_503_without_a_trac
     assert "[priority-class-prefix]" in message and "the policy failed on this object" in message
     assert "`startswith` expects string argument" in message
     assert not any(rec.exc_info for rec in caplog.records), "no traceback is logged"
-    assert 'decision="error"' not in await gate.metrics()
+    metrics = await gate.metrics()
+    assert 'decision="error"' not in metrics
+    assert 'taugate_policy_runtime_failures_total{policy="priority-class-prefix",webhook="/validate"} 1.0' in metrics
 
 
 async def test_a_failing_policy_enforced_as_warn_only_warns(library, start_server):
     (library / "enforcement.yaml").write_text("priority-class-prefix: warn\n")
     gate = await start_server(engine_=load_policy_engine(library))
-    obj = _breaking_object()
+    obj = breaking_object()
     req = workload_request(obj)
     r = await gate.post("/validate", admission_review(req))
     resp = check_response(r.body, req["uid"])
     assert any(w.startswith("[priority-class-prefix]") and "the policy failed" in w for w in resp.get("warnings", []))
+    assert 'taugate_policy_runtime_failures_total{policy="priority-class-prefix",webhook="/validate"} 1.0' in (
+        await gate.metrics())
     message = (resp.get("status") or {}).get("message", "")
     assert all("[priority-class-prefix]" not in line for line in message.splitlines())
 
 
 def test_admit_reports_the_failure_in_one_line_and_exits_1(library, tmp_path, capsys):
     f = tmp_path / "obj.yaml"
-    f.write_text(yaml.safe_dump(_breaking_object()))
+    f.write_text(yaml.safe_dump(breaking_object()))
     assert main(["admit", "-f", str(f), "--cluster", str(EXAMPLE_CLUSTER), "--policies", str(library)]) == 1
     err = capsys.readouterr().err
     assert "Traceback" not in err and "priority-class-prefix" in err and "the policy failed on this object" in err

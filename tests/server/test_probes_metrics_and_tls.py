@@ -20,7 +20,9 @@ from tests.waiting import until
 async def test_healthz_and_readyz_answer_200_when_state_and_policies_are_loaded(gate):
     assert (await gate.get("/healthz")).status == 200
     r = await gate.get("/readyz")
-    assert r.status == 200 and r.body == {"status": "ready"}
+    assert r.status == 200 and r.body["status"] == "ready"
+    [condition] = r.body["conditions"]  # the policy store's: the set on disk is the one serving
+    assert (condition["type"], condition["status"], condition["reason"]) == ("PolicySetCurrent", "True", "Serving")
 
 
 class LateProvider:
