@@ -218,10 +218,11 @@ def mutate(request: dict, state: ClusterState, settings: Settings, engine: Engin
     if subject.child:
         edits = mutation.edit_child(doc, subject.templates, subject.kind, ctx.old)
     elif ctx.operation == "UPDATE":
+        restored = mutation.restore_warnings(obj, ctx.old, subject.kind)  # before the edits (in place they are obj's)
         edits = mutation.edit_update(doc, request.get("oldObject"), subject.templates, subject.kind,
                                      lambda: _admitted_resolution(ctx, subject), settings)
         if edits is not None:
-            warnings += mutation.restore_warnings(obj, ctx.old, subject.kind) + mutation.template_warnings(edits)
+            warnings += restored + mutation.template_warnings(edits)
     else:
         res = resolve(obj, subject.templates, subject.workspace, state, settings)
         if isinstance(res, Unresolved):

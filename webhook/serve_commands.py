@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import ValidationError
 
-from taugate import argtypes
+from taugate import argtypes, logs
 from taugate.settings import Settings
 from taugate.snapshot import SnapshotError
 from taugate.webhook.providers import StateProvider, TLSSource
@@ -154,6 +154,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     opened: dict[str, object] = {}  # closed when serving ends (or fails to start): the TLS, then the engine
     try:
+        try:
+            logs.configure(*logs.chosen(args))
+        except ValueError as e:
+            raise _Unusable(str(e)) from e
         settings = _settings(args)
         provider = _state_provider(args, settings)
         engine = opened["engine"] = _policy_engine(args, settings)
@@ -215,4 +219,5 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--shutdown-delay", type=argtypes.seconds, default=0.0,
                    help="seconds to stay up, not ready, after SIGTERM (in a cluster ~5)")
     p.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio", help="event loop implementation")
+    logs.add_arguments(p)
     p.set_defaults(func=cmd_serve)

@@ -68,7 +68,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, 
 
 from taugate.settings import Settings
 from taugate.snapshot import ClusterState
-from taugate.webhook import review, scale
+from taugate.webhook import decision_log, review, scale
 from taugate.webhook.connections import ByteBudget, ConnectionGuard
 from taugate.webhook.decision import Decision
 from taugate.webhook.metrics import AdmissionMetrics
@@ -285,13 +285,10 @@ class AdmissionServer:
             self.metrics.violations.labels(route.path, v.policy, v.action).inc()
         for v in decision.dryrun:
             self.metrics.violations.labels(route.path, v.policy, "dryrun").inc()
-            log.info("dryrun %s: %s %s uid=%s: %s", route.path, kind, _where(req), req.get("uid"), v.render())
         if decision.policy_failures:
             log.warning("policy failed at run time: %s on %s %s uid=%s (%s)", ", ".join(decision.policy_failures),
                         kind, _where(req), req.get("uid"), "denied" if not decision.allowed else "not denying")
-        if not decision.allowed:
-            log.info("denied %s: %s %s uid=%s: %s", route.path, kind, _where(req), req.get("uid"),
-                     decision.message.replace("\n", " "))
+        decision_log.log_decision(route.path, req, decision)
         return _Reply(200, settled.body, label, kind, operation, settled.payload)
 
     async def _admit(self, route: Route, request: web.Request) -> _Reply:
