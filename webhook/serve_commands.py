@@ -131,6 +131,17 @@ def _tls(args: argparse.Namespace) -> _ServingTLS:
         raise _Unusable(str(e)) from e
 
 
+def _event_sender(provider: StateProvider) -> Any:
+    """With ``--in-cluster``, the sender of Events on updated workloads (``webhook.events``), writing
+    through the watch-based provider's API client; None for a snapshot (no cluster to write to)."""
+    writer = getattr(provider, "kube", None)
+    if not callable(getattr(writer, "create", None)):
+        return None
+    from taugate.webhook.events import EventSender
+
+    return EventSender(writer)
+
+
 def _run(main: Coroutine[Any, Any, None], loop: str) -> None:
     """Run ``main`` to its end on asyncio's default event loop, or uvloop's with ``--loop uvloop``.
     Raises ``_Unusable`` when uvloop is asked for and not installed."""
@@ -165,8 +176,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         store = getattr(engine, "store", None)
         checks = tuple(fn for fn in (getattr(store, "check_for_changes", None),) if callable(fn))
         tls = opened["tls"] = _tls(args)
+        events = opened["events"] = _event_sender(provider)
         server = srv.AdmissionServer(provider, settings, engine, policies_required=not args.no_policies,
-                                     checks=checks)
+                                     checks=checks, events=events)
 
         def started(running: lifecycle.RunningServer) -> None:
             paths = ", ".join(r.path for r in srv.ROUTES)
@@ -182,7 +194,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except OSError as e:
         return _err(e.strerror or str(e))
     finally:
-        for part in (opened.get("tls"), opened.get("engine")):
+        for part in (opened.get("events"), opened.get("tls"), opened.get("engine")):
             close = getattr(part, "close", None)
             if callable(close):
                 close()

@@ -180,7 +180,8 @@ class AdmissionServer:
     ``extra_registries`` (the process-wide default registry: process metrics and the policy
     engine's reload counters). ``inline_limit``: body size in bytes, ``inline_objects``: JSON
     objects in the body, above which parsing and deciding move to the thread pool of
-    ``executor_workers`` threads (``_heavy``). Build the aiohttp app with
+    ``executor_workers`` threads (``_heavy``). ``events``: a ``webhook.events.EventSender`` that
+    writes Kubernetes Events on updated workloads, or None. Build the aiohttp app with
     ``app()``; run it over HTTPS with ``webhook.lifecycle.start()`` or ``serve_forever()`` (one app per server).
     """
 
@@ -188,8 +189,9 @@ class AdmissionServer:
                  policies_required: bool = True, registry: CollectorRegistry | None = None,
                  inline_limit: int = INLINE_LIMIT, inline_objects: int = INLINE_OBJECTS, executor_workers: int = 2,
                  checks: tuple[Callable[[], Any], ...] = (), check_interval: float = 1.0,
-                 extra_registries: tuple[CollectorRegistry, ...] = (REGISTRY,)):
+                 extra_registries: tuple[CollectorRegistry, ...] = (REGISTRY,), events: Any = None):
         self.provider = provider
+        self.events = events  # webhook.events.EventSender, or None: Events on updated workloads
         self.settings = settings or Settings()
         self.engine = engine
         if getattr(engine, "remote", False):  # each decision waits on the policy backend (at most opa_timeout_seconds)
@@ -289,6 +291,8 @@ class AdmissionServer:
             log.warning("policy failed at run time: %s on %s %s uid=%s (%s)", ", ".join(decision.policy_failures),
                         kind, _where(req), req.get("uid"), "denied" if not decision.allowed else "not denying")
         decision_log.log_decision(route.path, req, decision)
+        if self.events is not None:  # never waits: a bounded queue, written by a background thread
+            self.events.offer(route.path, req, decision)
         return _Reply(200, settled.body, label, kind, operation, settled.payload)
 
     async def _admit(self, route: Route, request: web.Request) -> _Reply:
