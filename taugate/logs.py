@@ -6,7 +6,7 @@ One handler on the root logger, writing to standard error, at ``--log-level``
 person at a terminal). The flag wins over the variable; the chart sets the variables from its
 ``logging.level`` and ``logging.format`` values.
 
-A JSON line holds ``time``, ``level``, ``logger`` and ``message``, and every field a caller passes in
+A JSON line holds ``time`` (ISO 8601, UTC), ``level``, ``logger`` and ``message``, and every field a caller passes in
 ``extra=`` (the webhook's decision lines: ``decision``, ``kind``, ``namespace``, ``name``, ``user``,
 ``operation``, ``policies``...). The formatter is python-json-logger's (a dependency of kopf already),
 so this module only chooses the fields.
@@ -67,8 +67,8 @@ def formatter(fmt: str) -> logging.Formatter:
     """The formatter of ``fmt`` (``json`` or ``text``)."""
     if fmt == "text":
         return logging.Formatter(TEXT_FORMAT)
-    return JsonFormatter("%(asctime)s %(levelname)s %(name)s %(message)s",
-                         rename_fields={"asctime": "time", "levelname": "level", "name": "logger"},
+    return JsonFormatter("%(levelname)s %(name)s %(message)s", timestamp="time",
+                         rename_fields={"levelname": "level", "name": "logger"},
                          reserved_attrs=[*JsonFormatter().reserved_attrs, *DROPPED_FIELDS])
 
 

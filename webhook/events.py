@@ -91,9 +91,9 @@ def event_for(path: str, req: dict, decision: Decision, *, instance: str, now: d
         reason, lines = REASONS[path], list(decision.warnings)
     else:
         return None
-    kind = req.get("kind") if isinstance(req.get("kind"), dict) else {}
+    kind, user = req.get("kind"), req.get("userInfo")
+    kind, user = (kind if isinstance(kind, dict) else {}), (user if isinstance(user, dict) else {})
     group, version = kind.get("group") or "", kind.get("version") or ""
-    user = req.get("userInfo") if isinstance(req.get("userInfo"), dict) else {}
     who = user.get("username") if isinstance(user.get("username"), str) else "?"
     stamp = int(now.timestamp() * 1e9)
     note = f"update by {who}: " + " | ".join(lines)

@@ -135,7 +135,7 @@ def _event_sender(provider: StateProvider) -> Any:
     """With ``--in-cluster``, the sender of Events on updated workloads (``webhook.events``), writing
     through the watch-based provider's API client; None for a snapshot (no cluster to write to)."""
     writer = getattr(provider, "kube", None)
-    if not callable(getattr(writer, "create", None)):
+    if writer is None or not callable(getattr(writer, "create", None)):
         return None
     from taugate.webhook.events import EventSender
 

@@ -42,7 +42,8 @@ def test_a_json_line_holds_time_level_logger_message_and_the_callers_fields(rest
     rec = json.loads(line)
     assert rec["level"] == "INFO" and rec["logger"] == "taugate.test" and rec["message"] == "denied x"
     assert rec["decision"] == "denied" and rec["object"] == {"kind": "Job"}
-    assert "time" in rec and "settings" not in rec and "k8s_skip" not in rec, "kopf's configuration is never written"
+    assert rec["time"].endswith("+00:00") and "T" in rec["time"], "ISO 8601, UTC"
+    assert "settings" not in rec and "k8s_skip" not in rec, "kopf's configuration is never written"
 
 
 def test_the_text_format_is_one_plain_line(restore_root_logging):
