@@ -104,7 +104,7 @@ def run_operator_command(args: argparse.Namespace) -> int:
     from taugate.settings import Settings
 
     try:
-        logs.configure(*logs.chosen(args))
+        log_level, log_format = logs.chosen(args)  # checked first, configured once the operator runs
     except ValueError as e:
         _err(str(e))
         return 2
@@ -143,6 +143,7 @@ def run_operator_command(args: argparse.Namespace) -> int:
         return 2
     if not _reachable(cfg):
         return 1
+    logs.configure(log_level, log_format)
     options = OperatorOptions(resync_seconds=args.resync_seconds, debounce_seconds=args.debounce_seconds,
                               liveness_endpoint=args.liveness, recorder=recorder, audit=audit)
     try:
