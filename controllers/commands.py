@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import os
 import sys
 import tempfile
 import urllib.parse
 from pathlib import Path
+
+from taugate import logs
 
 DEFAULT_CRD_DIR = "charts/taugate/crds"
 
@@ -102,6 +103,11 @@ def run_operator_command(args: argparse.Namespace) -> int:
     from taugate.controllers.operator import OperatorOptions, run_operator
     from taugate.settings import Settings
 
+    try:
+        log_level, log_format = logs.chosen(args)  # checked first, configured once the operator runs
+    except ValueError as e:
+        _err(str(e))
+        return 2
     if args.resync_seconds <= 0 or args.debounce_seconds < 0:
         _err("--resync-seconds must be > 0 and --debounce-seconds >= 0")
         return 2
@@ -137,8 +143,7 @@ def run_operator_command(args: argparse.Namespace) -> int:
         return 2
     if not _reachable(cfg):
         return 1
-    logging.basicConfig(level=getattr(logging, args.log_level.upper(), logging.INFO),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logs.configure(log_level, log_format)
     options = OperatorOptions(resync_seconds=args.resync_seconds, debounce_seconds=args.debounce_seconds,
                               liveness_endpoint=args.liveness, recorder=recorder, audit=audit)
     try:
@@ -290,7 +295,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--debounce-seconds", type=float, default=0.5, help="gather events this long before reconciling")
     p.add_argument("--liveness", metavar="URL", help="kopf liveness endpoint, http://HOST:PORT/PATH, "
                                                      "e.g. http://0.0.0.0:8080/healthz")
-    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    logs.add_arguments(p)
     rec = p.add_argument_group("run recorder (TauRuns and evidence)")
     onoff = rec.add_mutually_exclusive_group()
     onoff.add_argument("--record", dest="record", action="store_true", default=None,

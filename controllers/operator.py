@@ -33,6 +33,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import re
 import threading
 import time
 from collections.abc import Awaitable, Callable, Hashable
@@ -53,6 +54,37 @@ from taugate.models import TauWorkspace
 from taugate.settings import Settings
 
 log = logging.getLogger("taugate.operator")
+
+
+class RoutineAtDebug(logging.Filter):
+    """kopf's ``Handler '<id>' succeeded.`` line (kopf ``_core/actions/execution.py``
+    ``execute_handler_once``, at INFO on the ``kopf.objects`` logger) at DEBUG instead: the operator's
+    ``on.event`` handlers run for every watch event, a Node heartbeat included, so at INFO a busy
+    cluster logged one line per heartbeat (1,273 lines in 11 minutes with 10 kwok nodes). What a
+    handler decides is logged by taugate's own loggers; kopf's failures and retries stay at their
+    levels. A record kept is rewritten to DEBUG, so a handler at DEBUG (``--log-level debug``) still
+    shows it."""
+
+    ROUTINE = re.compile(r"^(Handler|Timer|Daemon|Activity) '[^']*' succeeded\.$")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno != logging.INFO or not isinstance(record.msg, str) or not self.ROUTINE.match(record.msg):
+            return True
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+
+
+ROUTINE_AT_DEBUG = RoutineAtDebug()
+KOPF_HANDLER_LOGGERS = ("kopf.objects",)
+"""The kopf loggers whose routine lines ``RoutineAtDebug`` demotes (``kopf.objects``: kopf's
+``ObjectLogger`` of every resource handler)."""
+
+
+def quiet_routine_handler_lines() -> None:
+    """Put ``ROUTINE_AT_DEBUG`` on kopf's handler loggers (idempotent)."""
+    for name in KOPF_HANDLER_LOGGERS:
+        logging.getLogger(name).addFilter(ROUTINE_AT_DEBUG)
+
 
 Key = tuple[str, str, str]
 CLUSTER_KEY: Key = ("cluster", "", R.CLUSTER_NAME)
@@ -409,6 +441,7 @@ async def run_operator(cfg: kubernetes.client.Configuration, settings: Settings 
     counters)."""
     settings = settings or Settings()
     options = options or OperatorOptions()
+    quiet_routine_handler_lines()
     kube = Kube.from_configuration(cfg)
     ctl = Controller(kube, settings, options)
     if controller_hook is not None:

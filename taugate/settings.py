@@ -103,6 +103,10 @@ class Settings(BaseSettings):
       and long before the API server gives up on the call (checked with the ``opa`` backend).
       1 s is over 100 times a local OPA's answer (median 2.2 ms, p99 8 ms for the policy
       samples' inputs with OPA v1.22.4 on the 2-core dev machine, 2026-12-01).
+    - ``log_level``, ``log_format``: how ``taugate serve`` and ``taugate operator`` log
+      (``TAUGATE_LOG_LEVEL``: debug, info, warning, error; ``TAUGATE_LOG_FORMAT``: json, text; the
+      chart's ``logging`` values). ``taugate.logs`` reads and checks them before anything else
+      starts, so a bad value is one line naming the variable; here they are plain text.
     - ``gpu_device_resources``: GPU device resources of this cluster besides
       ``taugate.devices.DEFAULT_DEVICE_RESOURCES`` (a name, or a prefix ending in ``*``); a pod
       holding one is a GPU pod, counted by resource name (Helm value ``gpu.deviceResources``).
@@ -168,6 +172,8 @@ class Settings(BaseSettings):
     gpu_device_classes: tuple[str, ...] = DEFAULT_GPU_DEVICE_CLASSES
     dra_gpu_workloads: Literal["deny", "queue"] = "deny"
     device_access: Literal["deny", "govern"] = "deny"
+    log_level: str = "info"
+    log_format: str = "json"
 
     def admission_key_bytes(self) -> bytes | None:
         """``admission_key`` as bytes (UTF-8), or None when unset or empty."""

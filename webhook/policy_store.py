@@ -52,6 +52,22 @@ def _fingerprint(root: Path, extra: Path | None) -> tuple:
     return tuple(items)
 
 
+def set_change(old: PolicySet, new: PolicySet) -> dict[str, list[str]]:
+    """What activating ``new`` in place of ``old`` changes, by policy name: ``activated`` (new
+    policies), ``deactivated`` (policies no longer served), ``enforcement`` (``name: old -> new`` of a
+    policy whose configured action changed) and ``changed`` (a policy whose Rego source changed)."""
+    before, after = set(old.policies.values()), set(new.policies.values())
+
+    def source(ps: PolicySet, name: str) -> dict[str, str]:
+        return {m.rel: m.source for m in ps.modules if Path(m.rel).parts[0] == name}
+
+    both = sorted(before & after)
+    return {"activated": sorted(after - before), "deactivated": sorted(before - after),
+            "enforcement": [f"{n}: {old.enforcement.get(n, 'default')} -> {new.enforcement.get(n, 'default')}"
+                            for n in both if old.enforcement.get(n) != new.enforcement.get(n)],
+            "changed": [n for n in both if source(old, n) != source(new, n)]}
+
+
 class PolicyStore:
     """The active policy set of one folder, reloaded when its files change.
 
@@ -147,7 +163,10 @@ class PolicyStore:
             old, self.current = self.current, ps
             self._ok()
             POLICY_RELOADS.inc()
-            log.info("policy set %s activated (was %s)", ps.digest[:12], old.digest[:12])
+            change = set_change(old, ps)
+            log.info("policy set %s activated (was %s): %s", ps.digest[:12], old.digest[:12],
+                     "; ".join(f"{k} {', '.join(v)}" for k, v in change.items() if v) or "no policy changed",
+                     extra={"decision": "policy-set", "digest": ps.digest, "previous": old.digest, **change})
         return True
 
     def condition(self) -> dict[str, str]:

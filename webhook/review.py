@@ -219,11 +219,13 @@ def mutate(request: dict, state: ClusterState, settings: Settings, engine: Engin
         edits = mutation.edit_child(doc, subject.templates, subject.kind, ctx.old)
     elif ctx.operation == "UPDATE":
         kept = mutation.kept_overrides(obj, ctx.old, subject.kind, settings)
-        warnings += mutation.kept_warnings(obj, kept)  # read before the edits: doc may be obj itself
+        # read before the edits: in place, doc is obj itself
+        warnings += mutation.kept_warnings(obj, kept)
+        restored = mutation.restore_warnings(obj, ctx.old, subject.kind)
         edits = mutation.edit_update(doc, request.get("oldObject"), subject.templates, subject.kind,
                                      lambda: _admitted_resolution(ctx, subject), settings, kept)
         if edits is not None:
-            warnings += mutation.restore_warnings(obj, ctx.old, subject.kind) + mutation.template_warnings(edits)
+            warnings += restored + mutation.template_warnings(edits)
     else:
         res = resolve(obj, subject.templates, subject.workspace, state, settings)
         if isinstance(res, Unresolved):

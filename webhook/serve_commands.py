@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import ValidationError
 
-from taugate import argtypes
+from taugate import argtypes, logs
 from taugate.settings import Settings
 from taugate.snapshot import SnapshotError
 from taugate.webhook.providers import StateProvider, TLSSource
@@ -131,6 +131,17 @@ def _tls(args: argparse.Namespace) -> _ServingTLS:
         raise _Unusable(str(e)) from e
 
 
+def _event_sender(provider: StateProvider) -> Any:
+    """With ``--in-cluster``, the sender of Events on updated workloads (``webhook.events``), writing
+    through the watch-based provider's API client; None for a snapshot (no cluster to write to)."""
+    writer = getattr(provider, "kube", None)
+    if writer is None or not callable(getattr(writer, "create", None)):
+        return None
+    from taugate.webhook.events import EventSender
+
+    return EventSender(writer)
+
+
 def _run(main: Coroutine[Any, Any, None], loop: str) -> None:
     """Run ``main`` to its end on asyncio's default event loop, or uvloop's with ``--loop uvloop``.
     Raises ``_Unusable`` when uvloop is asked for and not installed."""
@@ -154,6 +165,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     opened: dict[str, object] = {}  # closed when serving ends (or fails to start): the TLS, then the engine
     try:
+        try:
+            logs.configure(*logs.chosen(args))
+        except ValueError as e:
+            raise _Unusable(str(e)) from e
         settings = _settings(args)
         provider = _state_provider(args, settings)
         engine = opened["engine"] = _policy_engine(args, settings)
@@ -161,8 +176,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         store = getattr(engine, "store", None)
         checks = tuple(fn for fn in (getattr(store, "check_for_changes", None),) if callable(fn))
         tls = opened["tls"] = _tls(args)
+        events = opened["events"] = _event_sender(provider)
         server = srv.AdmissionServer(provider, settings, engine, policies_required=not args.no_policies,
-                                     checks=checks)
+                                     checks=checks, events=events)
 
         def started(running: lifecycle.RunningServer) -> None:
             paths = ", ".join(r.path for r in srv.ROUTES)
@@ -178,7 +194,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except OSError as e:
         return _err(e.strerror or str(e))
     finally:
-        for part in (opened.get("tls"), opened.get("engine")):
+        for part in (opened.get("events"), opened.get("tls"), opened.get("engine")):
             close = getattr(part, "close", None)
             if callable(close):
                 close()
@@ -215,4 +231,5 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--shutdown-delay", type=argtypes.seconds, default=0.0,
                    help="seconds to stay up, not ready, after SIGTERM (in a cluster ~5)")
     p.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio", help="event loop implementation")
+    logs.add_arguments(p)
     p.set_defaults(func=cmd_serve)

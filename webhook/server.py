@@ -69,7 +69,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, 
 
 from taugate.settings import Settings
 from taugate.snapshot import ClusterState
-from taugate.webhook import approval, review, scale
+from taugate.webhook import approval, decision_log, review, scale
 from taugate.webhook.connections import ByteBudget, ConnectionGuard
 from taugate.webhook.decision import Decision
 from taugate.webhook.metrics import AdmissionMetrics
@@ -182,7 +182,8 @@ class AdmissionServer:
     ``extra_registries`` (the process-wide default registry: process metrics and the policy
     engine's reload counters). ``inline_limit``: body size in bytes, ``inline_objects``: JSON
     objects in the body, above which parsing and deciding move to the thread pool of
-    ``executor_workers`` threads (``_heavy``). Build the aiohttp app with
+    ``executor_workers`` threads (``_heavy``). ``events``: a ``webhook.events.EventSender`` that
+    writes Kubernetes Events on updated workloads, or None. Build the aiohttp app with
     ``app()``; run it over HTTPS with ``webhook.lifecycle.start()`` or ``serve_forever()`` (one app per server).
     """
 
@@ -190,8 +191,9 @@ class AdmissionServer:
                  policies_required: bool = True, registry: CollectorRegistry | None = None,
                  inline_limit: int = INLINE_LIMIT, inline_objects: int = INLINE_OBJECTS, executor_workers: int = 2,
                  checks: tuple[Callable[[], Any], ...] = (), check_interval: float = 1.0,
-                 extra_registries: tuple[CollectorRegistry, ...] = (REGISTRY,)):
+                 extra_registries: tuple[CollectorRegistry, ...] = (REGISTRY,), events: Any = None):
         self.provider = provider
+        self.events = events  # webhook.events.EventSender, or None: Events on updated workloads
         self.settings = settings or Settings()
         self.engine = engine
         if getattr(engine, "remote", False):  # each decision waits on the policy backend (at most opa_timeout_seconds)
@@ -287,15 +289,14 @@ class AdmissionServer:
             self.metrics.violations.labels(route.path, v.policy, v.action).inc()
         for v in decision.dryrun:
             self.metrics.violations.labels(route.path, v.policy, "dryrun").inc()
-            log.info("dryrun %s: %s %s uid=%s: %s", route.path, kind, _where(req), req.get("uid"), v.render())
         for policy in decision.policy_failures:
             self.metrics.policy_failures.labels(route.path, policy).inc()
         if decision.policy_failures:
             log.warning("policy failed at run time: %s on %s %s uid=%s (%s)", ", ".join(decision.policy_failures),
                         kind, _where(req), req.get("uid"), "denied" if not decision.allowed else "not denying")
-        if not decision.allowed:
-            log.info("denied %s: %s %s uid=%s: %s", route.path, kind, _where(req), req.get("uid"),
-                     decision.message.replace("\n", " "))
+        decision_log.log_decision(route.path, req, decision)
+        if self.events is not None:  # never waits: a bounded queue, written by a background thread
+            self.events.offer(route.path, req, decision)
         return _Reply(200, settled.body, label, kind, operation, settled.payload)
 
     async def _admit(self, route: Route, request: web.Request) -> _Reply:

@@ -28,11 +28,21 @@ def test_no_role_uses_a_wildcard(rendered):
                     assert "*" not in (rule.get(field) or []), (role["metadata"]["name"], rule)
 
 
-def test_the_webhook_can_only_read_the_state_kinds_and_get_the_parents_of_scale_requests(default_objects):
+EVENTS = {("", "events"), ("events.k8s.io", "events")}
+"""Where the webhook writes Events on the workloads whose updates it warned about or denied
+(``webhook/events.py``), as Kyverno's and Kueue's controllers do."""
+
+
+def test_the_webhook_can_only_read_the_state_kinds_get_the_parents_of_scale_requests_and_write_events(
+        default_objects):
     granted = rules_of(default_objects, "taugate-webhook")
     pairs = {(g, r) for _, rule in granted for g in rule["apiGroups"] for r in rule["resources"]}
-    assert pairs == STATE_KINDS | SCALABLE
-    assert {v for _, rule in granted for v in rule["verbs"]} == {"get", "list", "watch"}
+    assert pairs == STATE_KINDS | SCALABLE | EVENTS
+    reading = [(k, rule) for k, rule in granted if not set(rule["resources"]) & {"events"}]
+    assert {v for _, rule in reading for v in rule["verbs"]} == {"get", "list", "watch"}
+    for group, resource in EVENTS:
+        assert allowed(granted, "create", group, resource) and allowed(granted, "patch", group, resource)
+        assert not allowed(granted, "delete", group, resource) and not allowed(granted, "list", group, resource)
     for group, resource in STATE_KINDS:
         assert allowed(granted, "watch", group, resource)
     for group, resource in SCALABLE:  # webhook/scale.py reads the stored parent of a scale request

@@ -144,3 +144,22 @@ async def test_the_store_can_watch_as_an_asyncio_task(policy_copy, example_state
             await asyncio.sleep(0.02)
     finally:
         task.cancel()
+
+
+def test_an_activation_is_logged_once_naming_the_policies_added_removed_changed_and_reenforced(policy_copy, caplog):
+    import logging
+    import shutil
+
+    engine = load_policy_engine(policy_copy)
+    before = engine.digest
+    tighten_queue_limit(policy_copy)  # changed
+    shutil.rmtree(policy_copy / "head-without-gpu")  # deactivated
+    (policy_copy / "enforcement.yaml").write_text("gpu-per-pod-fits-node: dryrun\n")  # re-enforced
+    with caplog.at_level(logging.INFO, logger="taugate.policy"):
+        assert engine.store.check_for_changes()
+        assert not engine.store.check_for_changes()  # unchanged since: nothing activated, nothing logged
+    [line] = [r for r in caplog.records if r.name == "taugate.policy"]
+    assert (line.decision, line.previous, line.digest) == ("policy-set", before, engine.digest)
+    assert (line.activated, line.deactivated, line.changed) == ([], ["head-without-gpu"], ["gpu-total-fits-queue"])
+    assert line.enforcement == ["gpu-per-pod-fits-node: default -> dryrun"]
+    assert "deactivated head-without-gpu" in line.getMessage() and "changed gpu-total-fits-queue" in line.getMessage()

@@ -258,7 +258,8 @@ async def test_a_client_that_disconnects_is_one_log_line_without_a_traceback(sta
                 what="the /validate review to be settled")
     err = served.stop()
     assert "Traceback" not in err, err
-    lines = [line for line in err.splitlines() if "disconnected from /mutate" in line]
+    messages = [json.loads(line)["message"] for line in err.splitlines() if line.startswith("{")]  # JSON logs
+    lines = [m for m in messages if "disconnected from /mutate" in m]
     assert len(lines) == 2, err
     assert all(re.fullmatch(r"client \S+ disconnected from /mutate before its body was received \(.+\)", line)
                for line in lines), lines

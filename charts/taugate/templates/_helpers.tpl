@@ -134,6 +134,10 @@ app.kubernetes.io/component: {{ .component }}
     secretKeyRef:
       name: {{ include "taugate.admissionKeySecretName" . }}
       key: key
+- name: TAUGATE_LOG_LEVEL
+  value: {{ .Values.logging.level | default "info" | quote }}
+- name: TAUGATE_LOG_FORMAT
+  value: {{ .Values.logging.format | default "json" | quote }}
 - name: POD_NAMESPACE
   valueFrom:
     fieldRef:
