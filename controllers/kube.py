@@ -89,7 +89,33 @@ def load_configuration(*, in_cluster: bool = False, kubeconfig: str | None = Non
     except (OSError, ValueError, TypeError, KeyError, AttributeError) as e:  # malformed fields
         raise KubeConfigError(f"{kubeconfig or 'default kubeconfig'}: cannot load: {e.__class__.__name__}: "
                               f"{str(e).splitlines()[0] if str(e) else ''}") from None
+    if not in_cluster:
+        impersonated = _impersonation(str(kubeconfig), context)
+        if impersonated:
+            raise KubeConfigError(
+                f"{kubeconfig}: the user of the context impersonates ({impersonated}), which taugate's client does "
+                f"not do, so it would ask as the kubeconfig's own credentials instead; use a kubeconfig with the "
+                f"credentials of the user to ask as")
     return cfg
+
+
+def _impersonation(kubeconfig: str, context: str | None) -> str | None:
+    """The impersonation fields (``as``, ``as-groups``, ``as-uid``, ``as-user-extra``, as kubectl
+    reads them from client-go's ``AuthInfo``) of the user of ``context`` (default: the current
+    context) in ``kubeconfig`` (a ``:``-separated list, merged as kubectl merges it), or None."""
+    from kubernetes.config.kube_config import KubeConfigMerger
+
+    merged = KubeConfigMerger(kubeconfig).config
+
+    def field(node: Any, key: str) -> Any:
+        return node.safe_get(key) if hasattr(node, "safe_get") else (node or {}).get(key)
+
+    wanted = context or field(merged, "current-context")
+    ctx = next((c for c in field(merged, "contexts") or [] if field(c, "name") == wanted), None)
+    user_name = field(field(ctx, "context"), "user")
+    user = next((field(u, "user") for u in field(merged, "users") or [] if field(u, "name") == user_name), None)
+    found = [f"{k}: {field(user, k)}" for k in ("as", "as-groups", "as-uid", "as-user-extra") if field(user, k)]
+    return ", ".join(found) or None
 
 
 PREFLIGHT_TIMEOUT = 5.0

@@ -100,8 +100,6 @@ def add_commands(subparsers: Any) -> None:
 
 def _load_kube(args: argparse.Namespace) -> Any:
     import kubernetes.client
-    import kubernetes.config
-    import yaml
 
     env = os.environ.get("KUBECONFIG")
     if args.kubeconfig:
@@ -116,20 +114,12 @@ def _load_kube(args: argparse.Namespace) -> Any:
     if not found and not os.environ.get("KUBERNETES_SERVICE_HOST"):
         raise EvidenceError(f"no kubeconfig found ({where}) and not running in a cluster; "
                             "pass --kubeconfig FILE, or --evidence-root DIR to read an evidence record")
+    from taugate.controllers.kube import load_configuration  # the loader every command shares
+
     try:
-        if found:
-            cfg = kubernetes.client.Configuration()
-            kubernetes.config.load_kube_config(config_file=args.kubeconfig, context=args.context,
-                                               client_configuration=cfg)
-        else:
-            kubernetes.config.load_incluster_config()
-            cfg = kubernetes.client.Configuration.get_default_copy()
-    except (kubernetes.config.ConfigException, yaml.YAMLError, OSError, ValueError, TypeError, AttributeError,
-            KeyError) as e:  # the client reads the YAML as it finds it: a malformed file fails anywhere
-        problem = " ".join(str(e).split()) or type(e).__name__
-        if not isinstance(e, (kubernetes.config.ConfigException, OSError)):
-            problem = f"not a usable kubeconfig ({problem})"
-        raise EvidenceError(f"{where if found else 'in-cluster configuration'}: {problem}") from None
+        cfg = load_configuration(in_cluster=not found, kubeconfig=args.kubeconfig, context=args.context)
+    except ValueError as e:  # KubeConfigError: one line naming the file and the problem
+        raise EvidenceError(str(e)) from None
     return kubernetes.client.ApiClient(cfg)
 
 

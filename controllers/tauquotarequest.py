@@ -28,13 +28,14 @@ from pydantic import ValidationError
 
 from taugate import labels
 from taugate.controllers import resources as R
-from taugate.controllers.conditions import carry_transition_times, condition, now_rfc3339, owned_patch
+from taugate.controllers.conditions import carry_transition_times, condition, merge_patch, now_rfc3339, owned_patch
 from taugate.controllers.kube import execute_plan
 from taugate.controllers.resources import Action
 from taugate.models import TauCluster, TauQuotaRequest, TauWorkspace
 from taugate.pods import quantity
 from taugate.settings import Settings
 from taugate.structure import first_problem
+from taugate.tau_admission import says_true
 
 
 @dataclass(frozen=True)
@@ -56,16 +57,12 @@ class QuotaPlan:
     status: dict
 
 
-def _truthy(value: str | None) -> bool:
-    return str(value or "").strip().lower() == "true"
-
-
 def decide_phase(annotations: dict[str, str]) -> tuple[str, str | None]:
     """(phase, reviewer) from the approval annotations; rejection wins over approval."""
     reviewer = annotations.get(labels.REVIEWED_BY) or None
-    if _truthy(annotations.get(labels.REJECTED)):
+    if says_true(annotations.get(labels.REJECTED)):
         return "Rejected", reviewer
-    if _truthy(annotations.get(labels.APPROVED)):
+    if says_true(annotations.get(labels.APPROVED)):
         return "Approved", reviewer
     return "PendingApproval", reviewer
 
@@ -175,7 +172,10 @@ def plan_quota_request(obs: QuotaObservation, settings: Settings, now: str | Non
     status["conditions"] = carry_transition_times(conds, old.get("conditions"))
     if generation is not None:
         status["observedGeneration"] = generation
-    patch = owned_patch(old, status)
+    # The reviewer fields are this controller's even when the decision has none: a withdrawn or
+    # rejected approval keeps no approvedBy.
+    owned = set(status) | {"approvedBy", "reviewedBy"}
+    patch = merge_patch({k: old[k] for k in owned if k in old}, status)
     if patch:
         actions.append(Action("patch", R.TAU_QUOTA_REQUESTS, name, ns, {"status": patch}, subresource="status",
                               reason="status"))

@@ -46,6 +46,8 @@ from taugate.structure import validation_problems
 from taugate.violation import Violation
 
 APPROVAL_KEYS = (labels.APPROVED, labels.REJECTED, labels.REVIEWED_BY)
+DECISION_KEYS = (labels.APPROVED, labels.REJECTED)
+"""The annotations that decide a TauQuotaRequest; ``reviewed-by`` records who changed them last."""
 ALWAYS_RESERVED = ("kube-system", "kube-public", "kube-node-lease", "default")
 # Kubernetes object names: DNS-1123 label (LocalQueue and Namespace names).
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -145,22 +147,30 @@ def _annotations(obj: Any) -> dict[str, str]:
     return dict(((obj.get("metadata") or {}).get("annotations")) or {})
 
 
-def _approval_changed(request: dict[str, Any]) -> bool:
+def says_true(value: str | None) -> bool:
+    """Does an approval annotation's value say yes (``"true"``, any case, surrounding spaces
+    ignored)? The one reading the webhook and the TauQuotaRequest controller share, so no value
+    counts as approved for one and not for the other."""
+    return str(value or "").strip().lower() == "true"
+
+
+def _decision_changed(request: dict[str, Any]) -> bool:
     old = request.get("oldObject") if request.get("operation") == "UPDATE" else None
     new_ann, old_ann = _annotations(request.get("object")), _annotations(old)
-    return any(new_ann.get(k) != old_ann.get(k) for k in APPROVAL_KEYS)
+    return any(new_ann.get(k) != old_ann.get(k) for k in DECISION_KEYS)
 
 
 def reviewer_to_record(request: dict[str, Any]) -> str | None:
     """The ``tau.azure.com/reviewed-by`` value the mutating route writes on a TauQuotaRequest
-    CREATE or UPDATE that adds, changes or removes an approval annotation: the requesting user's
+    CREATE or UPDATE that adds, changes or removes ``approved`` or ``rejected``: the requesting user's
     name as the API server authenticated it (``userInfo.username``). None when no approval
     annotation changes, when the object already names that user, or when the request has no
-    user name (nothing to record: validation then refuses a reviewer it cannot check)."""
+    user name (nothing to record: validation then refuses a reviewer it cannot check). A change of
+    ``reviewed-by`` alone is no decision: validation refuses it."""
     kind = (request.get("kind") or {}).get("kind") or _object(request.get("object")).get("kind")
     if kind != "TauQuotaRequest" or request.get("subResource"):
         return None
-    if request.get("operation") not in ("CREATE", "UPDATE") or not _approval_changed(request):
+    if request.get("operation") not in ("CREATE", "UPDATE") or not _decision_changed(request):
         return None
     username = (request.get("userInfo") or {}).get("username")
     if not isinstance(username, str) or not username:
@@ -190,12 +200,19 @@ def _quota_request(request: dict[str, Any], settings: Settings) -> list[Violatio
             f"{user.get('username') or 'this user'} {', '.join(verbs)}, but only platform admins may approve or "
             f"reject a TauQuotaRequest: {who_may_approve(settings)}; ask one of them to review it"))
     reviewer = new_ann.get(labels.REVIEWED_BY)
-    if changed and admin and reviewer is not None and reviewer != user.get("username"):
+    decided = any(new_ann.get(k) != old_ann.get(k) for k in DECISION_KEYS)
+    if admin and decided and reviewer is not None and reviewer != user.get("username"):
         out.append(_violation(
             "quota-approval", f"metadata.annotations[{labels.REVIEWED_BY}]",
             f"{labels.REVIEWED_BY} says {reviewer!r}, but this approval comes from {user.get('username')!r}; "
             f"allowed: the approving user, which taugate records itself; fix: leave {labels.REVIEWED_BY} out"))
-    approved = old is not None and old_ann.get(labels.APPROVED, "").lower() == "true"
+    if admin and not decided and reviewer != old_ann.get(labels.REVIEWED_BY):
+        out.append(_violation(
+            "quota-approval", f"metadata.annotations[{labels.REVIEWED_BY}]",
+            f"{labels.REVIEWED_BY} is taugate's record of who last approved or rejected this request "
+            f"({old_ann.get(labels.REVIEWED_BY)!r}); it changes only with {labels.APPROVED} or {labels.REJECTED}, "
+            f"not on its own ({reviewer!r} asked); fix: leave it as it is"))
+    approved = old is not None and says_true(old_ann.get(labels.APPROVED))
     if approved and not admin and (obj.get("spec") or {}) != ((old or {}).get("spec") or {}):
         out.append(_violation(
             "quota-approval", "spec",

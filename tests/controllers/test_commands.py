@@ -8,6 +8,7 @@ import os
 import socket
 import stat
 import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -16,6 +17,7 @@ from taugate.cli import main
 from taugate.settings import Settings
 from taugate.snapshot import build_state, load_snapshot
 from tests.controllers.conftest import IMAGE_CLASSIFIER, pick
+from tests.paths import REPO
 
 
 def _kubeconfig(tmp_path, server: str, token: str = "export-token") -> str:
@@ -262,3 +264,19 @@ def test_snapshot_alone_prints_the_snapshot_help_and_exits_2(capsys):
     assert main(["snapshot"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("usage: taugate snapshot") and "export" in err
+
+
+def test_a_kubeconfig_that_impersonates_is_refused_in_one_line_by_the_commands_that_read_a_cluster(tmp_path, capsys):
+    """kubectl sends ``as:``/``as-groups:`` as Impersonate-* headers; taugate's client does not, so
+    it would answer as the kubeconfig's own (often admin) credentials: refused instead."""
+    path = _kubeconfig(tmp_path, "http://127.0.0.1:9")
+    doc = yaml.safe_load(Path(path).read_text())
+    doc["users"][0]["user"].update({"as": "mallory", "as-groups": ["vision-researchers"]})
+    Path(path).write_text(yaml.safe_dump(doc))
+    example = str(REPO / "examples" / "rayjob-image-classifier.yaml")
+    for argv in (["admit", "-f", example, "--cluster", "live", "--kubeconfig", path],
+                 ["snapshot", "export", "--kubeconfig", path],
+                 ["status", "0123456789abcdef01234567", "--kubeconfig", path]):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "impersonates (as: mallory, as-groups: ['vision-researchers'])" in err[0], err

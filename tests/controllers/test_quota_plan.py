@@ -77,6 +77,33 @@ def test_a_pending_or_rejected_request_changes_no_quota(small_cluster, settings)
         assert _nominal(store, "nlp-cq", "a100") == 16
 
 
+def test_a_withdrawn_or_rejected_approval_keeps_no_approver_and_a_second_pass_writes_nothing(small_cluster, settings):
+    kube, store = _kube(small_cluster, _request(APPROVED))
+    reconcile_quota_request(kube, settings, SYS, "nlp-burst", now=NOW)
+    assert store.get("TauQuotaRequest", "nlp-burst", SYS)["status"]["approvedBy"] == "alice"
+    for given, phase, reviewer in (({labels.REVIEWED_BY: "bob"}, "PendingApproval", "bob"),
+                                   ({labels.REJECTED: "true", labels.REVIEWED_BY: "carol"}, "Rejected", "carol"),
+                                   ({}, "PendingApproval", None)):
+        request = store.get("TauQuotaRequest", "nlp-burst", SYS)
+        request["metadata"]["annotations"] = given
+        store.put(request)
+        reconcile_quota_request(kube, settings, SYS, "nlp-burst", now=LATER)
+        status = store.get("TauQuotaRequest", "nlp-burst", SYS)["status"]
+        assert (status["phase"], status.get("reviewedBy"), "approvedBy" in status) == (phase, reviewer, False)
+        assert reconcile_quota_request(kube, settings, SYS, "nlp-burst", now=LATER).actions == []
+
+
+def test_an_approval_with_spaces_around_true_is_an_approval_for_the_controller_and_the_freeze_alike(settings):
+    from taugate.tau_admission import validate_tau_object
+
+    assert decide_phase({labels.APPROVED: " true "})[0] == "Approved"
+    old = _request({labels.APPROVED: " true ", labels.REVIEWED_BY: "carol"})
+    raised = _request({labels.APPROVED: " true ", labels.REVIEWED_BY: "carol"}, requested=4800)
+    review = {"kind": {"kind": "TauQuotaRequest"}, "operation": "UPDATE", "object": raised, "oldObject": old,
+              "userInfo": {"username": "mallory", "groups": ["vision-researchers"]}}
+    assert [v.field for v in validate_tau_object(review, settings)] == ["spec"]
+
+
 def test_report_only_records_the_decision_and_leaves_the_quota_to_an_admin(small_cluster, settings):
     kube, store = _kube(small_cluster, _request(APPROVED, mutationMode="ReportOnly"))
     plan = reconcile_quota_request(kube, settings, SYS, "nlp-burst", now=NOW)

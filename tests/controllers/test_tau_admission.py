@@ -58,6 +58,18 @@ def test_an_admin_cannot_approve_as_someone_else(settings):
     assert "fix: leave tau.azure.com/reviewed-by out" in found.message
 
 
+def test_an_admin_cannot_recredit_or_erase_someone_elses_review(settings):
+    old = _qr({labels.APPROVED: "true", labels.REVIEWED_BY: "carol@contoso.com"})
+    for given in ({labels.APPROVED: "true", labels.REVIEWED_BY: "the-cto"},  # re-credited
+                  {labels.APPROVED: "true", labels.REVIEWED_BY: "alice@contoso.com"},  # taken over
+                  {labels.APPROVED: "true"}):  # erased
+        request = _req(_qr(given), ADMIN, "UPDATE", old)
+        (found,) = validate_tau_object(request, settings)
+        assert found.field == f"metadata.annotations[{labels.REVIEWED_BY}]"
+        assert "changes only with tau.azure.com/approved or tau.azure.com/rejected" in found.message
+        assert reviewer_to_record(request) is None  # and the mutating route does not rewrite it either
+
+
 def test_the_approving_user_is_recorded_from_the_request_on_every_change_of_the_approval(settings):
     old = _qr({labels.APPROVED: "true", labels.REVIEWED_BY: "alice@contoso.com"})
     bob = {"username": "bob@contoso.com", "groups": ["tau-platform-admins"]}

@@ -54,7 +54,7 @@ def _rayjob(name: str, profile_workers: int | None = None, gpus_per_worker: int 
     """The example image-classifier RayJob named ``name``; ``profile_workers`` x
     ``gpus_per_worker`` reshape its GPU worker group."""
     obj = yaml.safe_load(EXAMPLE_RAYJOB.read_text())
-    del obj["metadata"]["generateName"]
+    obj["metadata"].pop("generateName", None)
     obj["metadata"]["name"] = name
     group = obj["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]
     if profile_workers is not None:

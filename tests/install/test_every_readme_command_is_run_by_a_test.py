@@ -36,6 +36,11 @@ ELSEWHERE = {
     "kubectl get tauruns": ("tests/e2e/test_the_whole_run.py", '"get", "tauruns"'),
     "kubectl get policyreports -n <workspace>": ("tests/e2e/test_policy_reports.py", '"get", "policyreports", "-n"'),
     "kubectl tau status RUN": ("tests/e2e/test_the_whole_run.py", '"tau", "status"'),
+    "kubectl tau status": ("tests/e2e/test_the_whole_run.py", '"tau", "status"'),
+    "taugate admit --cluster live": ("tests/e2e/test_admit_against_the_live_cluster.py", '"--cluster", "live"'),
+    # the plugin is not on the Go module proxy: its objects, recorded from its source, are replayed
+    "kubectl ray job submit": ("tests/e2e/test_kuberay_kubectl_plugin.py", "rayjob-submit.yaml"),
+    "kubectl ray create cluster": ("tests/e2e/test_kuberay_kubectl_plugin.py", "raycluster-create.yaml"),
     "python -m tests.e2e.up": ("tests/e2e/test_up_starts_the_platform_to_look_around_with.py", '"tests.e2e.up"'),
     "python bench/e2e.py": ("tests/e2e/test_bench_e2e.py", "from bench import e2e"),
     "python bench/run.py": ("tests/install/test_every_readme_command_is_run_by_a_test.py", '"bench/run.py", "--help"'),

@@ -71,13 +71,7 @@ class Served:
 
     def stop(self) -> str:
         """Stop the server; its stderr."""
-        self.proc.terminate()
-        try:
-            _, err = self.proc.communicate(timeout=30)
-        except Exception:
-            self.proc.kill()
-            _, err = self.proc.communicate()
-        return err
+        return self.proc.stop()
 
 
 @pytest.fixture
