@@ -15,7 +15,10 @@ templates and DRA extended resources of GPU DeviceClasses (``PodTemplate.dra_gpu
   use of resource claims");
 - what Kueue cannot count on a GPU request (``devices.claim_devices``);
 - device access without a request, unless ``Settings.device_access`` is ``govern``
-  (then the template is a GPU template: ``PodTemplate.device_access``).
+  (then the template is a GPU template: ``PodTemplate.device_access``);
+- a template that asks for no GPU but tolerates the taints of GPU nodes or selects them
+  (``devices.gpu_node_problems``): on a GPU node the container runtime hands it GPUs no request
+  counts (a CUDA image's own ``NVIDIA_VISIBLE_DEVICES=all``).
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ DRA_POLICY = "gpu-dra"
 """The ``Violation.policy`` of a GPU asked through DRA in a way taugate cannot govern."""
 ACCESS_POLICY = "gpu-device-access"
 """The ``Violation.policy`` of device access without a request."""
+NODE_POLICY = "cpu-pod-on-gpu-node"
+"""The ``Violation.policy`` of a pod without GPUs that reaches GPU nodes by its own hand."""
 
 _WAY = ("ask for whole GPUs as nvidia.com/gpu in resources.limits (docs/gpu-paths.md lists every way this "
         "platform takes)")
@@ -53,8 +58,33 @@ def govern(templates: list[PodTemplate], namespace: str, state: ClusterState,
         gpus = _claims(t, namespace, state, settings, found) + _extended(t, state, settings, found)
         if gpus or access:
             t = dataclasses.replace(t, gpus_per_pod=t.gpus_per_pod + gpus, dra_gpus=gpus, device_access=access)
+        if not (t.gpus_per_pod or t.mig_per_pod or t.device_access or _writes_gpus(t)):
+            _gpu_nodes(t, state, found)
         out.append(t)
     return out, found
+
+
+def _writes_gpus(t: PodTemplate) -> bool:
+    """Whether a container names a GPU resource with an amount that is not a plain zero: one that is
+    no usable number (``1e30``, ``-1``) is a GPU request refused for its amount, not a CPU pod."""
+    for _, _, c in t.containers():
+        res = found if isinstance(found := c.get("resources"), dict) else {}
+        for part in ("requests", "limits"):
+            values = res.get(part)
+            for name, raw in (values.items() if isinstance(values, dict) else ()):
+                if (isinstance(name, str) and (name == labels.GPU_RESOURCE or devices.is_device_resource(name))
+                        and gpu_quantity(raw) != 0):
+                    return True
+    return False
+
+
+def _gpu_nodes(t: PodTemplate, state: ClusterState, found: list[Violation]) -> None:
+    for rel, what in devices.gpu_node_problems(t.spec, state.gpu_nodes):
+        found.append(Violation(NODE_POLICY, field_path(t.path + ("spec", *rel)),
+            f"pod template {t.group}: {what}; on a GPU node the container runtime hands a pod GPUs that no request "
+            f"counts (a CUDA image sets NVIDIA_VISIBLE_DEVICES=all itself), outside the queue and every quota; "
+            f"allowed: GPU node tolerations and selectors only on pods that ask for GPUs (taugate adds your "
+            f"profile's to them); fix: remove it, or {_WAY}"))
 
 
 def stored(kind: WorkloadKind, old: dict[str, Any] | None, namespace: str, state: ClusterState,

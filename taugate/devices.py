@@ -248,3 +248,117 @@ def access_problems(pod_spec: dict[str, Any], annotations: Any = None) -> list[t
             out.append((("metadata", "annotations", key), "asks the container runtime for CDI devices directly, "
                         "past the scheduler and every quota"))
     return out
+
+
+# --- GPU nodes without a GPU request ---------------------------------------------------------
+
+Taint = tuple[str, str, str]
+"""A node taint as ``(key, value, effect)``."""
+
+GPU_NODE_LABELS: tuple[str, ...] = ("nvidia.com/gpu.present", "nvidia.com/gpu.product", "nvidia.com/gpu.count")
+"""Labels NVIDIA GPU Feature Discovery puts on GPU nodes; with the platform's GPU class label, the
+labels a pod selects GPU nodes by (``GpuNodes.labels`` holds the values GPU nodes carry)."""
+
+_KEEPING_OUT = ("NoSchedule", "NoExecute")
+
+SYSTEM_TAINT_PREFIXES: tuple[str, ...] = ("node.kubernetes.io/", "node.cloudprovider.kubernetes.io/",
+                                          "ToBeDeletedByClusterAutoscaler", "DeletionCandidateOfClusterAutoscaler")
+"""Taints Kubernetes and the cluster autoscaler put on any node for a while (not-ready,
+unreachable, uninitialized, being scaled down): not what fences a GPU pool, and tolerated by every
+pod (the DefaultTolerationSeconds admission plugin adds ``not-ready``/``unreachable``
+``NoExecute`` tolerations), so a GPU node carrying only these counts as unfenced."""
+
+
+@dataclass(frozen=True, slots=True)
+class GpuNodes:
+    """What keeps pods off the cluster's GPU nodes (nodes with a GPU device resource allocatable):
+    ``taint_sets``, each GPU node's ``NoSchedule``/``NoExecute`` taints but the system ones
+    (``SYSTEM_TAINT_PREFIXES``; distinct, non-empty sets);
+    ``labels``, per GPU-selecting label (the GPU class label, ``GPU_NODE_LABELS``), the values GPU
+    nodes carry."""
+
+    taint_sets: frozenset[tuple[Taint, ...]] = frozenset()
+    labels: tuple[tuple[str, frozenset[str]], ...] = ()
+
+    @staticmethod
+    def of(gpu_nodes: Iterable[dict[str, Any]], class_label: str) -> GpuNodes:
+        """The facts of ``gpu_nodes`` (Node objects, each with a GPU allocatable)."""
+        taint_sets: set[tuple[Taint, ...]] = set()
+        values: dict[str, set[str]] = {}
+        for node in gpu_nodes:
+            taints = tuple(sorted((str(t.get("key", "")), str(t.get("value", "") or ""), str(t.get("effect", "")))
+                                  for t in _list(_dict(node.get("spec")).get("taints"))
+                                  if isinstance(t, dict) and t.get("effect") in _KEEPING_OUT
+                                  and not str(t.get("key", "")).startswith(SYSTEM_TAINT_PREFIXES)))
+            if taints:
+                taint_sets.add(taints)
+            node_labels = _dict(_dict(node.get("metadata")).get("labels"))
+            for key in (class_label, *GPU_NODE_LABELS):
+                if isinstance(node_labels.get(key), str):
+                    values.setdefault(key, set()).add(node_labels[key])
+        return GpuNodes(frozenset(taint_sets), tuple((k, frozenset(v)) for k, v in sorted(values.items())))
+
+
+def tolerates(toleration: Any, taint: Taint) -> bool:
+    """Whether ``toleration`` (core/v1 Toleration) tolerates ``taint``, as the scheduler decides
+    (k8s.io/api ``core/v1/toleration.go`` ``ToleratesTaint``): the effect (empty: every effect),
+    the key (empty: every key), then ``Exists``, ``Equal`` (or no operator) on the value, and the
+    ``Lt``/``Gt`` comparisons of KEP-5471 as if their feature gate were on (the wider reading)."""
+    if not isinstance(toleration, dict):
+        return False
+    key, value, effect = taint
+    if toleration.get("effect") and toleration.get("effect") != effect:
+        return False
+    if toleration.get("key") and toleration.get("key") != key:
+        return False
+    op, wanted = toleration.get("operator") or "Equal", toleration.get("value") or ""
+    if op == "Exists":
+        return True
+    if op == "Equal":
+        return wanted == value
+    if op in ("Lt", "Gt") and isinstance(wanted, str):
+        try:
+            mine, theirs = int(wanted, 10), int(value, 10)
+        except ValueError:
+            return False
+        return theirs < mine if op == "Lt" else theirs > mine
+    return False
+
+
+def _shown(taints: tuple[Taint, ...]) -> str:
+    return ", ".join(f"{k}={v}:{e}" if v else f"{k}:{e}" for k, v, e in taints)
+
+
+def gpu_node_problems(pod_spec: dict[str, Any], gpu_nodes: GpuNodes) -> list[tuple[tuple[str | int, ...], str]]:
+    """How a pod that asks for no GPU would reach GPU nodes by its own hand, ``(path below the pod
+    spec, what)``: tolerations that tolerate every taint keeping pods off a GPU node, a
+    ``nodeSelector`` or a required node affinity term choosing a GPU node label. On a GPU node the
+    container runtime hands such a pod GPUs no request counts: a CUDA image sets
+    ``NVIDIA_VISIBLE_DEVICES=all`` in its own environment, which no admission can see."""
+    out: list[tuple[tuple[str | int, ...], str]] = []
+    tolerations = _list(pod_spec.get("tolerations"))
+    for taints in sorted(gpu_nodes.taint_sets):
+        if all(any(tolerates(t, taint) for t in tolerations) for taint in taints):
+            out.append((("tolerations",), f"its tolerations tolerate the taints of GPU nodes ({_shown(taints)}) "
+                        "although it asks for no GPU"))
+            break
+    chosen = dict(gpu_nodes.labels)
+    for key, value in sorted(_dict(pod_spec.get("nodeSelector")).items()):
+        if key in chosen and value in chosen[key]:
+            out.append((("nodeSelector", key), f"its nodeSelector {key}={value} chooses GPU nodes although it asks "
+                        "for no GPU"))
+    required = _dict(_dict(_dict(pod_spec.get("affinity")).get("nodeAffinity")).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"))
+    for i, term in enumerate(_list(required.get("nodeSelectorTerms"))):
+        for j, expr in enumerate(_list(_dict(term).get("matchExpressions"))):
+            expr = _dict(expr)
+            label, op = expr.get("key"), expr.get("operator")
+            if not isinstance(label, str) or label not in chosen:
+                continue
+            values = [v for v in _list(expr.get("values")) if v in chosen[label]]
+            if op == "Exists" or (op == "In" and values):
+                what = f"{label} {op}" + (f" {values}" if values else "")
+                out.append((("affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution",
+                             "nodeSelectorTerms", i, "matchExpressions", j),
+                            f"its required node affinity ({what}) chooses GPU nodes although it asks for no GPU"))
+    return out

@@ -41,7 +41,7 @@ _HIDDEN_ANNOTATIONS = frozenset({"kubectl.kubernetes.io/last-applied-configurati
 
 # Profile fields that describe how the profile was resolved, not what it allows: left out.
 _PROFILE_RESOLUTION_FIELDS = {"conditions", "description", "applicability", "local_queues", "cluster_queues",
-                              "resource_flavors"}
+                              "resource_flavors", "pod_priority_classes", "topologies", "workload_priority_classes"}
 
 
 def _whole(value: Any) -> int:

@@ -25,7 +25,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from taugate import labels
-from taugate.devices import is_device_resource
+from taugate.devices import GpuNodes, is_device_resource
 from taugate.files import InputError, load_documents, read_limited
 from taugate.memo import Memo
 from taugate.models import ResolvedProfile, TauCluster, TauWorkspace
@@ -146,6 +146,7 @@ class ClusterState:
     claim_templates: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     claims: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     read_claim: Callable[[str, str, str], dict[str, Any] | None] | None = field(default=None, compare=False)
+    gpu_nodes: GpuNodes = GpuNodes()
 
     def claim_spec(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         """The claim spec of ResourceClaimTemplate (``kind`` "template") or ResourceClaim ("claim")
@@ -272,6 +273,13 @@ def node_problems(node: dict[str, Any], settings: Settings) -> tuple[str, ...]:
     return tuple(out)
 
 
+def has_gpus(node: dict[str, Any]) -> bool:
+    """Whether a Node has ``nvidia.com/gpu`` or another GPU device resource allocatable."""
+    alloc = (node.get("status") or {}).get("allocatable") or {}
+    return any(isinstance(k, str) and (k == labels.GPU_RESOURCE or is_device_resource(k))
+               and (quantity(v) or Decimal(0)) > 0 for k, v in alloc.items())
+
+
 def summarise_gpu_classes(nodes: Iterable[dict[str, Any]], settings: Settings,
                           rules: Iterable[Any] = ()) -> dict[str, GpuClassSummary]:
     """Per GPU class summary of nodes with allocatable ``nvidia.com/gpu`` > 0 (pure)."""
@@ -387,7 +395,8 @@ def build_state(objects: Iterable[dict[str, Any]], settings: Settings | None = N
     return ClusterState(cluster, profiles, set_hash, problem, found.workspaces, lqs, cqs, rfs, gpu_classes,
                         quotas, default_queue, generation, applicable, lanes,
                         summarise_mig_resources(found.nodes, settings), found.device_classes,
-                        found.claim_templates, found.claims)
+                        found.claim_templates, found.claims,
+                        gpu_nodes=GpuNodes.of((n for n in found.nodes if has_gpus(n)), settings.gpu_class_label))
 
 
 def _check_types(obj: dict[str, Any], source: str) -> None:

@@ -247,6 +247,8 @@ def _admit_live(args: argparse.Namespace, inputs: list[tuple[str, dict]]) -> int
                 else obj
             try:
                 admitted, warnings = reader.dry_run(res, sent)
+                admitted = dict(admitted, metadata={k: v for k, v in _metadata(admitted).items()
+                                                    if k != "managedFields"})  # as kubectl hides them
             except KubeError as e:
                 if e.status in (0, 401) or e.status >= 500:
                     raise

@@ -22,6 +22,14 @@ priority is the workload profile's, never a system-critical class, and it never 
   server makes a Pod's node name and class immutable, so a bound Pod's later updates, the
   garbage collector's and Kueue's, keep working).
 
+Kueue's scheduling gates (``kueue.x-k8s.io/admission``, the pod integration's hold until the
+Workload is admitted, kueue v0.17 ``pkg/controller/jobs/pod/constants``; ``kueue.x-k8s.io/topology``,
+topology-aware scheduling's, ``pkg/controller/tas/topology_ungater.go``) are Kueue's to remove: a
+Pod UPDATE in a workspace that removes one, by anyone but Kueue and the other trusted controllers,
+is refused (``gate_removals``). Kubernetes lets any user who may update a Pod remove a gate
+(KEP-3521), and Kueue's pod webhook does not check it (``pod_webhook.go`` ``ValidateUpdate``), so
+without this a researcher's ``kubectl patch`` would start a queued pod outside the quota.
+
 Pure: pod templates (``taugate.pods.PodTemplate``) in, ``Violation``s out.
 """
 
@@ -44,6 +52,8 @@ SYSTEM_PREFIX = "system-"
 PROFILE_PRIORITY = "pod-priority-class"
 SYSTEM_PRIORITY = "system-priority-class"
 NODE_NAME = "node-name"
+GATE_REMOVED = "kueue-gate-removed"
+KUEUE_GATE_PREFIX = "kueue.x-k8s.io/"
 SELF_EXCUSED = frozenset({SYSTEM_PRIORITY, NODE_NAME})
 """Policies whose check already compares with the stored object on UPDATE, so validation's
 UPDATE excuse (same policy at the same field before) does not apply to them: a changed node name
@@ -125,3 +135,30 @@ def unjudged_bypasses(request: dict, old: dict | None, state: ClusterState, sett
         return []
     return bypass_violations(kind.pod_templates(obj), (lambda: kind.pod_templates(old)) if old is not None else None,
                              kind.kind)
+
+
+def _gates(pod: object) -> list[str]:
+    spec = pod.get("spec") if isinstance(pod, dict) else None
+    gates = spec.get("schedulingGates") if isinstance(spec, dict) else None
+    return [g["name"] for g in gates if isinstance(g, dict) and isinstance(g.get("name"), str)] \
+        if isinstance(gates, list) else []
+
+
+def gate_removals(request: dict, old: dict | None, state: ClusterState, settings: Settings) -> list[Violation]:
+    """Kueue's scheduling gates an UPDATE of a Pod in a workspace removes, unless Kueue (or another
+    of ``settings.controller_users``) or taugate itself makes it (see the module docstring)."""
+    gvk = request.get("kind") or {}
+    user = (request.get("userInfo") or {}).get("username")
+    if (request.get("operation") != "UPDATE" or request.get("subResource") or gvk.get("group")
+            or gvk.get("kind") != "Pod" or user == settings.service_account or user in settings.controller_users):
+        return []
+    namespace = request.get("namespace")
+    if not isinstance(namespace, str) or state.workspace_for(namespace) is None:
+        return []
+    kept = set(_gates(request.get("object")))
+    removed = [g for g in _gates(old) if g.startswith(KUEUE_GATE_PREFIX) and g not in kept]
+    return [Violation(GATE_REMOVED, "spec.schedulingGates",
+                      f"removes Kueue's scheduling gate {gate!r}, which holds the pod until Kueue admits its "
+                      f"workload within the queue's quota; allowed: only Kueue removes its gates, when it admits the "
+                      f"workload; fix: leave spec.schedulingGates as they are and let Kueue admit it (kubectl get "
+                      f"workloads -n {namespace} says why it waits)") for gate in removed]

@@ -340,6 +340,9 @@ def validate(request: dict, state: ClusterState, settings: Settings, engine: Eng
     claim = claims.verdict(request, state, settings)
     if claim is not None:
         return claim
+    ungated = pod_rules.gate_removals(request, ctx.old, state, settings)
+    if ungated:
+        return Decision.deny(ungated, obj=request.get("object"))
     unmanaged = ungoverned.verdict(request, state, settings)
     subject = _subject(ctx) if unmanaged is None else None
     if subject is None or subject.child:  # not judged as a governed workload: only what bypasses scheduling
@@ -384,7 +387,12 @@ def judge(obj: dict, state: ClusterState, settings: Settings, engine: Engine | N
     leaves alone (not a workload kind, outside a workspace, a child: stored with a controller
     owner and without the labels of a top-level workload, ``mutation.is_child``'s UPDATE rule).
     No mutation runs and no UPDATE excuse applies: the audit judges what is stored, as
-    Gatekeeper's audit evaluates stored objects against its constraints (``pkg/audit/manager.go``)."""
+    Gatekeeper's audit evaluates stored objects against its constraints (``pkg/audit/manager.go``).
+    A stored Pod's ``spec.nodeName`` is where kube-scheduler bound it (the ``pods/binding``
+    subresource), not what its author wrote, so the Pod is judged without it."""
+    spec = obj.get("spec")
+    if obj.get("kind") == "Pod" and obj.get("apiVersion") == "v1" and isinstance(spec, dict) and "nodeName" in spec:
+        obj = {**obj, "spec": {k: v for k, v in spec.items() if k != "nodeName"}}
     ctx = Context.of(request_for(obj, namespace=metadata_of(obj).get("namespace")), state, settings, engine)
     subject = _subject(ctx)
     if subject is None or mutation.is_child({"operation": "UPDATE", "oldObject": obj}, obj, settings):

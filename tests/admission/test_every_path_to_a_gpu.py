@@ -171,9 +171,9 @@ def test_another_vendors_or_a_shared_gpu_resource_is_a_gpu_pod_not_a_cpu_one(res
 
 
 def cpu_pod(**container) -> dict:
+    """A pod with a CUDA image asking for no GPU (its GPU node tolerations and selector are refused on
+    their own: tests/admission/test_a_pod_without_gpus_stays_off_gpu_nodes.py)."""
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "shell", "namespace": NS}, "spec": {
-        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
-        "nodeSelector": {"tau.azure.com/gpu-class": "h100"},
         "containers": [{"name": "shell", "image": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04",
                         "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}, **container}]}}
 

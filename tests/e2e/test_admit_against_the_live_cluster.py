@@ -33,6 +33,7 @@ def test_a_researcher_admits_the_example_live_and_gets_the_object_the_api_server
     assert out.returncode == 0, out.stderr
     admitted = json.loads(out.stdout)
     assert admitted["metadata"]["uid"] and admitted_problems(admitted) == []
+    assert "managedFields" not in admitted["metadata"]  # hidden, as kubectl get -o json hides them
     name = yaml.safe_load((EXAMPLES / "rayjob-image-classifier.yaml").read_text())["metadata"]["name"]
     assert platform.cp.kubectl("get", "rayjob", name, "-n", WORKSPACE, check=False).returncode != 0  # a dry run
 

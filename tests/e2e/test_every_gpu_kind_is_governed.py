@@ -449,6 +449,24 @@ def test_a_bare_gpu_pod_is_gated_by_kueue_queued_as_a_workload_then_admitted_and
     assert pod["spec"]["nodeName"].startswith("aks-h100-")
 
 
+def test_a_researcher_cannot_remove_kueues_gate_from_a_pod_kueue_still_holds(stack):
+    cp = stack.cp
+    # One pod of a group of two: Kueue keeps it gated until the whole group exists.
+    pod = _with_requests(gpu_pod("half-group"))
+    pod["metadata"].setdefault("labels", {})["kueue.x-k8s.io/pod-group-name"] = "half-group"
+    pod["metadata"].setdefault("annotations", {})["kueue.x-k8s.io/pod-group-total-count"] = "2"
+    created = json.loads(create(stack, pod).stdout)
+    assert {"name": GATE} in (created["spec"].get("schedulingGates") or []), created["spec"]
+    out = cp.kubectl("patch", "pod", "half-group", "-n", WORKSPACE, "--type=json",
+                     "-p", '[{"op": "remove", "path": "/spec/schedulingGates"}]', kubeconfig=researcher(stack),
+                     check=False)
+    assert out.returncode != 0, out.stdout
+    assert f"[kueue-gate-removed] spec.schedulingGates: removes Kueue's scheduling gate '{GATE}'" in out.stderr, \
+        out.stderr
+    stored = get(stack, "Pod", "half-group")
+    assert {"name": GATE} in stored["spec"]["schedulingGates"] and not stored["spec"].get("nodeName")
+
+
 # ---- what the controllers make -------------------------------------------------------------------
 def test_a_gpu_deployments_pods_carry_the_placement_and_the_deployments_run_id_and_kueue_admits_each(stack):
     cp = stack.cp
@@ -485,6 +503,30 @@ def test_a_cpu_only_deployment_in_a_workspace_passes_unchanged(stack):
                                       input=json.dumps(_mark(cpu_deployment("web", OUTSIDE)))).stdout)
     assert stored["spec"] == elsewhere["spec"]
     assert stored["metadata"]["labels"] == elsewhere["metadata"]["labels"]
+
+
+def hostile_cpu_pod(name: str, namespace: str) -> dict:
+    """The Kubernetes docs' nginx Pod asking for no GPU but tolerating every taint and selecting the
+    H100 nodes: with a CUDA image (its own ``NVIDIA_VISIBLE_DEVICES=all``) it would get the node's GPUs."""
+    obj = _named(_first(KUBERNETES / "test/fixtures/doc-yaml/user-guide/pod.yaml", "Pod"), name, namespace)
+    obj["spec"]["tolerations"] = [{"operator": "Exists"}]
+    obj["spec"]["nodeSelector"] = {GPU_CLASS_SELECTOR: "h100"}
+    return _with_requests(obj)
+
+
+def test_a_pod_without_gpus_cannot_put_itself_on_a_gpu_node(stack):
+    cp = stack.cp
+    # Where taugate does not act, kube-scheduler binds such a pod to a tainted H100 node.
+    create(stack, hostile_cpu_pod("on-gpu-node", OUTSIDE))
+    bound = stack.wait_for("the CPU pod outside workspaces bound", lambda: cp.get_json(
+        "pod", "on-gpu-node", "-n", OUTSIDE)["spec"].get("nodeName"), 90)
+    assert bound.startswith("aks-h100-"), bound
+    out = create(stack, hostile_cpu_pod("on-gpu-node", WORKSPACE), check=False)
+    assert out.returncode != 0, out.stdout
+    assert "[cpu-pod-on-gpu-node] spec.tolerations: pod template pod: its tolerations tolerate the taints of GPU " \
+           "nodes (nvidia.com/gpu=present:NoSchedule)" in out.stderr, out.stderr
+    assert '[cpu-pod-on-gpu-node] spec.nodeSelector["tau.azure.com/gpu-class"]' in out.stderr, out.stderr
+    assert cp.kubectl("get", "pod", "on-gpu-node", "-n", WORKSPACE, check=False).returncode != 0
 
 
 # ---- kinds taugate does not manage ---------------------------------------------------------------

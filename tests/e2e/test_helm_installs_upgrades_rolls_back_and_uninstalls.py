@@ -184,6 +184,15 @@ def test_the_readmes_helm_install_creates_the_crds_runs_the_certificate_hooks_an
     assert "deprecated" not in result.stderr, result.stderr
     binding = cp.get_json("clusterrolebinding", "taugate-platform-admin")
     assert [s["name"] for s in binding["subjects"]] == ["ml-platform-admins"]
+    # docs/quotas.md's review: a platform admin patches the request and reads the ClusterQueue it would
+    # change (this cluster serves no Kueue, so kubectl auth can-i cannot be asked about its kinds)
+    admin = cp.user_kubeconfig("pat", ("ml-platform-admins",))
+    can = cp.kubectl("auth", "can-i", "patch", "quotarequests.tau.azure.com", "-A", kubeconfig=admin, check=False)
+    assert can.stdout.strip() == "yes", (can.stdout, can.stderr)
+    kueue_reads = [r for r in cp.get_json("clusterrole", "taugate-platform-admin")["rules"]
+                   if r["apiGroups"] == ["kueue.x-k8s.io"]]
+    assert kueue_reads and {"clusterqueues", "workloads"} <= set(kueue_reads[0]["resources"]), kueue_reads
+    assert set(kueue_reads[0]["verbs"]) == {"get", "list", "watch"}
     # The post-install hook wrote the CA into both configurations; the pre-install hook made the
     # serving certificate for the Service, which that CA verifies.
     webhooks = _webhooks(cp)

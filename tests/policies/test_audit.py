@@ -58,6 +58,7 @@ def test_a_stored_object_is_not_mutated_before_it_is_judged(auditor, example_sta
     shutdownAfterJobFinishes, and the audit reports it missing instead of setting it."""
     raw = yaml.safe_load(NINE_GPUS.read_text())
     raw["metadata"]["name"] = "raw"
+    del raw["spec"]["shutdownAfterJobFinishes"]  # as a client that does not set it sends it
     before = copy.deepcopy(raw)
     (found,) = auditor.audit([raw], example_state)
     assert "spec.shutdownAfterJobFinishes" in {v.field for v in found.violations}
@@ -123,3 +124,20 @@ def test_a_child_whose_owner_is_audited_is_judged_through_its_owner_only(auditor
     assert [a.kind for a in auditor.audit([rayjob, cluster], example_state)] == ["RayJob"]
     # With its owner gone (or never audited) it is judged as the stored object it is.
     assert [a.kind for a in auditor.audit([cluster], example_state)] == ["RayCluster"]
+
+
+def test_a_bare_pod_kube_scheduler_bound_is_not_reported_for_its_node_name(auditor, example_state, settings):
+    """The Kubernetes docs' GPU Pod, admitted in the workspace, then bound by kube-scheduler (which
+    writes ``spec.nodeName`` through ``pods/binding``); a Deployment naming a node is still reported."""
+    pod = yaml.safe_load((REPO / "tests" / "data" / "admission" / "core" / "gpu-pod.yaml").read_text())
+    pod["metadata"]["namespace"] = "vision"
+    pod["spec"]["containers"][0]["resources"]["requests"] = {"cpu": "1", "memory": "1Gi"}
+    bound = stored(pod, example_state, settings, {}, "vector-add")
+    bound["spec"]["nodeName"] = "aks-h100-0"
+    (found,) = auditor.audit([bound], example_state)
+    assert "node-name" not in {v.policy for v in found.violations}, found.violations
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "pinned", "namespace": "vision"},
+                  "spec": {"selector": {"matchLabels": {"a": "b"}}, "template": {
+                      "metadata": {"labels": {"a": "b"}}, "spec": {**copy.deepcopy(bound["spec"])}}}}
+    (found,) = auditor.audit([deployment], example_state)
+    assert "node-name" in {v.policy for v in found.violations}, found.violations

@@ -74,3 +74,11 @@ def test_any_path_under_the_whole_object_and_past_a_variable_is_accepted(tmp_pat
 def test_a_reference_inside_an_index_is_found(tmp_path):
     ps, _ = _with_policy(tmp_path, "\tx := input.cluster.gpuClasses[input.cluster.gpuClasLabel]\n\tx.nodes > 0")
     assert [e.split(": ", 1)[1].split(" is not")[0] for e in unknown_references(ps)] == ["input.cluster.gpuClasLabel"]
+
+
+def test_a_misspelt_profile_field_is_an_error_as_every_computed_fact_is_closed(tmp_path):
+    ps, rego = _with_policy(tmp_path, "\tinput.profile.gpusPerWorkr > 1")
+    [error] = unknown_references(ps)
+    assert error.startswith(f"{rego}:6: input.profile.gpusPerWorkr is not in the policy input (")
+    for key in ("object", "workspace", "profile", "cluster"):
+        assert SCHEMA["properties"][key].get("additionalProperties") is False, key
