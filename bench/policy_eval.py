@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 from taugate.settings import Settings  # noqa: E402
 from taugate.snapshot import load_snapshot  # noqa: E402
 from taugate.webhook.engines import load_policy_engine  # noqa: E402
-from taugate.webhook.policy import EmbeddedPolicyEngine  # noqa: E402
+from taugate.webhook.policy.engine import EmbeddedPolicyEngine  # noqa: E402
 from taugate.webhook.review import admit  # noqa: E402
 from tests.paths import IMAGE_CLASSIFIER as SAMPLE  # noqa: E402  (KubeRay's GPU RayJob, from its Go module)
 

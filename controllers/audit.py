@@ -34,7 +34,8 @@ import kopf
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from taugate import labels
-from taugate.kubeaccess import KubeError, namespace_of
+from taugate.access import namespace_of
+from taugate.kubeaccess import KubeError
 from taugate.policy_report import (
     CLUSTER_POLICY_REPORTS,
     POLICY_REPORTS,

@@ -17,9 +17,10 @@ from typing import Any
 
 import yaml
 
+from taugate.access import metadata_of
 from taugate.controllers import resources as R
 from taugate.files import write_atomic
-from taugate.kubeaccess import KubeError, meta
+from taugate.kubeaccess import KubeError
 from taugate.settings import Settings
 from taugate.snapshot import build_state
 from taugate.state_objects import DRA_RESOURCES, RESOURCE_CLAIMS, trim, usable_objects
@@ -55,7 +56,8 @@ def collect(kube: Any) -> list[dict]:
                 continue
             raise
         if res in DRA_RESOURCES:  # what admission reads of them; a pod's own claims are left out
-            items = [trim(res, o) for o in items if res is not RESOURCE_CLAIMS or not meta(o).get("ownerReferences")]
+            items = [trim(res, o) for o in items
+                     if res is not RESOURCE_CLAIMS or not metadata_of(o).get("ownerReferences")]
         out.extend(clean(o, res) for o in sorted(items, key=lambda o: (R.namespace_of(o) or "", R.name_of(o))))
     return out
 

@@ -47,9 +47,9 @@ from pydantic import ValidationError
 from taugate import labels
 from taugate.controllers import resources as R
 from taugate.controllers.kube import Kube, KubeError
-from taugate.controllers.taucluster import reconcile_cluster
-from taugate.controllers.tauquotarequest import reconcile_quota_request
-from taugate.controllers.tauworkspace import reconcile_workspace
+from taugate.controllers.taugrid.cluster import reconcile_cluster
+from taugate.controllers.taugrid.quotarequest import reconcile_quota_request
+from taugate.controllers.taugrid.workspace import reconcile_workspace
 from taugate.models import TauWorkspace
 from taugate.settings import Settings
 
@@ -105,7 +105,7 @@ class OperatorOptions:
     max_backoff_seconds: float = 60.0
     liveness_endpoint: str | None = None
     test_mode: bool = False
-    recorder: Any = None  # a controllers.recorder_config.RecorderConfig: also run the run recorder
+    recorder: Any = None  # a controllers.recorder.config.RecorderConfig: also run the run recorder
     audit: Any = None  # a controllers.audit.AuditOptions: also run the background audit (PolicyReports)
 
 
@@ -448,8 +448,8 @@ async def run_operator(cfg: kubernetes.client.Configuration, settings: Settings 
         controller_hook(ctl)
     registry = build_registry(ctl, cfg)
     recorder = None
-    if options.recorder is not None:  # the run recorder (controllers/recorder.py), same process
-        from taugate.controllers.recorder import Recorder
+    if options.recorder is not None:  # the run recorder (controllers/recorder/watch.py), same process
+        from taugate.controllers.recorder.watch import Recorder
         recorder = Recorder.create(options.recorder, settings, cfg)
         recorder.register(registry)
     if options.audit is not None:  # the background audit (controllers/audit.py), its own API client

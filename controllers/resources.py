@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from taugate import labels
-from taugate.kubeaccess import Resource, annotations_of, labels_of, meta, name_of, namespace_of
+from taugate.access import annotations_of, labels_of, metadata_of, name_of, namespace_of
+from taugate.kubeaccess import Resource
 from taugate.state_objects import (
     CLUSTER_NAME,
     CLUSTER_QUEUES,
@@ -32,7 +33,7 @@ ROLE_BINDINGS = Resource("rbac.authorization.k8s.io", "v1", "rolebindings", "Rol
 TAU_QUOTA_REQUESTS = Resource(labels.GROUP, labels.VERSION, "quotarequests", "TauQuotaRequest", True)
 
 __all__ = [
-    "Action", "Resource", "annotations_of", "labels_of", "meta", "name_of", "namespace_of", "CLUSTER_NAME",
+    "Action", "Resource", "annotations_of", "labels_of", "metadata_of", "name_of", "namespace_of", "CLUSTER_NAME",
     "CLUSTER_QUEUES", "LOCAL_QUEUES", "NODES", "RESOURCE_FLAVORS", "STATE_RESOURCES", "TAU_CLUSTERS",
     "TAU_WORKSPACES", "WORKLOAD_PRIORITY_CLASSES", "NAMESPACES", "SERVICE_ACCOUNTS", "PVCS", "ROLE_BINDINGS",
     "TAU_QUOTA_REQUESTS",

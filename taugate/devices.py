@@ -23,6 +23,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from taugate.access import as_dict, as_list
 from taugate.memo import forget_everything
 
 DEFAULT_DEVICE_RESOURCES: tuple[str, ...] = (
@@ -79,14 +80,6 @@ class ClaimCount:
     problems: tuple[tuple[str, str], ...]
 
 
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
 def _count(raw: Any) -> int:
     return raw if isinstance(raw, int) and not isinstance(raw, bool) and raw > 0 else 1
 
@@ -103,15 +96,15 @@ def claim_devices(spec: Any, gpu_classes: Iterable[str], known_classes: Iterable
     else is a problem (Kueue would leave the workload inadmissible). A request naming a
     DeviceClass that does not exist is a problem too (the scheduler can never allocate it)."""
     gpu, known = frozenset(gpu_classes), frozenset(known_classes)
-    devices = _dict(_dict(spec).get("devices"))
-    requests = _list(devices.get("requests"))
+    devices = as_dict(as_dict(spec).get("devices"))
+    requests = as_list(devices.get("requests"))
     total, classes, problems = 0, [], []
     for i, req in enumerate(requests):
         if not isinstance(req, dict):
             continue
         at = f"devices.requests[{i}]"
         exactly = req.get("exactly")
-        subs = _list(req.get("firstAvailable"))
+        subs = as_list(req.get("firstAvailable"))
         options = [(f"{at}.exactly", exactly)] if isinstance(exactly, dict) else []
         options += [(f"{at}.firstAvailable[{j}]", s) for j, s in enumerate(subs) if isinstance(s, dict)]
         largest = 0
@@ -152,7 +145,7 @@ def claim_devices(spec: Any, gpu_classes: Iterable[str], known_classes: Iterable
 def pod_claims(pod_spec: dict[str, Any]) -> Iterator[tuple[int, str, str]]:
     """``(index, "template" or "claim", name)`` of each entry of a pod spec's ``resourceClaims``
     (core/v1 ``PodResourceClaim``: ``resourceClaimTemplateName`` or ``resourceClaimName``)."""
-    for i, c in enumerate(_list(pod_spec.get("resourceClaims"))):
+    for i, c in enumerate(as_list(pod_spec.get("resourceClaims"))):
         if not isinstance(c, dict):
             continue
         if isinstance(c.get("resourceClaimTemplateName"), str):
@@ -167,10 +160,10 @@ def asks_through_dra(pod_spec: dict[str, Any]) -> bool:
     if any(True for _ in pod_claims(pod_spec)):
         return True
     for lst in ("containers", "initContainers"):
-        for c in _list(pod_spec.get(lst)):
-            res = _dict(_dict(c).get("resources"))
+        for c in as_list(pod_spec.get(lst)):
+            res = as_dict(as_dict(c).get("resources"))
             for part in ("requests", "limits"):
-                if any(isinstance(k, str) and k.startswith(DRA_CLASS_PREFIX) for k in _dict(res.get(part))):
+                if any(isinstance(k, str) and k.startswith(DRA_CLASS_PREFIX) for k in as_dict(res.get(part))):
                     return True
     return False
 
@@ -221,11 +214,11 @@ def access_problems(pod_spec: dict[str, Any], annotations: Any = None) -> list[t
     for it: ``(path below the pod template, what)``."""
     out: list[tuple[tuple[str | int, ...], str]] = []
     for lst in _LISTS:
-        for i, c in enumerate(_list(pod_spec.get(lst))):
+        for i, c in enumerate(as_list(pod_spec.get(lst))):
             if not isinstance(c, dict):
                 continue
             name = c.get("name") if isinstance(c.get("name"), str) else f"#{i}"
-            for j, e in enumerate(_list(c.get("env"))):
+            for j, e in enumerate(as_list(c.get("env"))):
                 if not isinstance(e, dict) or e.get("name") not in DEVICE_VARIABLES:
                     continue
                 value = e.get("value")
@@ -238,7 +231,7 @@ def access_problems(pod_spec: dict[str, Any], annotations: Any = None) -> list[t
             if isinstance(ctx, dict) and ctx.get("privileged") is True:
                 out.append(((lst, i, "securityContext", "privileged"), f"container {name} is privileged, so it "
                             "sees every device of its node, every GPU included"))
-    for i, v in enumerate(_list(pod_spec.get("volumes"))):
+    for i, v in enumerate(as_list(pod_spec.get("volumes"))):
         host = v.get("hostPath") if isinstance(v, dict) else None
         if isinstance(host, dict) and _device_path(host.get("path")):
             out.append((("volumes", i, "hostPath", "path"), f"mounts the host's {host.get('path')} (GPU device "
@@ -287,12 +280,12 @@ class GpuNodes:
         values: dict[str, set[str]] = {}
         for node in gpu_nodes:
             taints = tuple(sorted((str(t.get("key", "")), str(t.get("value", "") or ""), str(t.get("effect", "")))
-                                  for t in _list(_dict(node.get("spec")).get("taints"))
+                                  for t in as_list(as_dict(node.get("spec")).get("taints"))
                                   if isinstance(t, dict) and t.get("effect") in _KEEPING_OUT
                                   and not str(t.get("key", "")).startswith(SYSTEM_TAINT_PREFIXES)))
             if taints:
                 taint_sets.add(taints)
-            node_labels = _dict(_dict(node.get("metadata")).get("labels"))
+            node_labels = as_dict(as_dict(node.get("metadata")).get("labels"))
             for key in (class_label, *GPU_NODE_LABELS):
                 if isinstance(node_labels.get(key), str):
                     values.setdefault(key, set()).add(node_labels[key])
@@ -336,26 +329,26 @@ def gpu_node_problems(pod_spec: dict[str, Any], gpu_nodes: GpuNodes) -> list[tup
     container runtime hands such a pod GPUs no request counts: a CUDA image sets
     ``NVIDIA_VISIBLE_DEVICES=all`` in its own environment, which no admission can see."""
     out: list[tuple[tuple[str | int, ...], str]] = []
-    tolerations = _list(pod_spec.get("tolerations"))
+    tolerations = as_list(pod_spec.get("tolerations"))
     for taints in sorted(gpu_nodes.taint_sets):
         if all(any(tolerates(t, taint) for t in tolerations) for taint in taints):
             out.append((("tolerations",), f"its tolerations tolerate the taints of GPU nodes ({_shown(taints)}) "
                         "although it asks for no GPU"))
             break
     chosen = dict(gpu_nodes.labels)
-    for key, value in sorted(_dict(pod_spec.get("nodeSelector")).items()):
+    for key, value in sorted(as_dict(pod_spec.get("nodeSelector")).items()):
         if key in chosen and value in chosen[key]:
             out.append((("nodeSelector", key), f"its nodeSelector {key}={value} chooses GPU nodes although it asks "
                         "for no GPU"))
-    required = _dict(_dict(_dict(pod_spec.get("affinity")).get("nodeAffinity")).get(
+    required = as_dict(as_dict(as_dict(pod_spec.get("affinity")).get("nodeAffinity")).get(
         "requiredDuringSchedulingIgnoredDuringExecution"))
-    for i, term in enumerate(_list(required.get("nodeSelectorTerms"))):
-        for j, expr in enumerate(_list(_dict(term).get("matchExpressions"))):
-            expr = _dict(expr)
+    for i, term in enumerate(as_list(required.get("nodeSelectorTerms"))):
+        for j, expr in enumerate(as_list(as_dict(term).get("matchExpressions"))):
+            expr = as_dict(expr)
             label, op = expr.get("key"), expr.get("operator")
             if not isinstance(label, str) or label not in chosen:
                 continue
-            values = [v for v in _list(expr.get("values")) if v in chosen[label]]
+            values = [v for v in as_list(expr.get("values")) if v in chosen[label]]
             if op == "Exists" or (op == "In" and values):
                 what = f"{label} {op}" + (f" {values}" if values else "")
                 out.append((("affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution",

@@ -11,7 +11,6 @@ import os
 import socket
 import ssl
 from dataclasses import dataclass
-from typing import Any
 
 import urllib3
 
@@ -48,33 +47,6 @@ class Resource:
 
     def __str__(self) -> str:
         return f"{self.plural}.{self.group or 'core'}"
-
-
-def meta(obj: dict[str, Any] | None) -> dict[str, Any]:
-    """``obj.metadata`` or an empty dict (never None)."""
-    found = (obj or {}).get("metadata")
-    return found if isinstance(found, dict) else {}
-
-
-def name_of(obj: dict[str, Any] | None) -> str:
-    """``metadata.name``, or '' without one."""
-    return str(meta(obj).get("name") or "")
-
-
-def namespace_of(obj: dict[str, Any] | None) -> str | None:
-    """``metadata.namespace``, or None for a cluster-scoped object."""
-    found = meta(obj).get("namespace")
-    return None if found is None else str(found)
-
-
-def labels_of(obj: dict[str, Any] | None) -> dict[str, str]:
-    """A copy of ``metadata.labels`` (empty without any)."""
-    return dict(meta(obj).get("labels") or {})
-
-
-def annotations_of(obj: dict[str, Any] | None) -> dict[str, str]:
-    """A copy of ``metadata.annotations`` (empty without any)."""
-    return dict(meta(obj).get("annotations") or {})
 
 
 class KubeError(RuntimeError):

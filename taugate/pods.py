@@ -24,6 +24,7 @@ import orjson
 from kubernetes.utils import quantity as _kubernetes_quantity
 
 from taugate import devices, labels
+from taugate.access import as_dict
 from taugate.fieldpath import Path
 from taugate.memo import Memo
 
@@ -371,11 +372,6 @@ class PodTemplate:
             return None
         return gpu_quantity(raw)
 
-
-
-def as_dict(value: Any) -> dict[str, Any]:
-    """``value`` when it is an object, else an empty dict (a malformed field reads as absent)."""
-    return value if isinstance(value, dict) else {}
 
 
 def as_int(value: Any, default: int) -> int:

@@ -26,6 +26,7 @@ from typing import Any
 import orjson
 
 from taugate import labels
+from taugate.access import as_dict
 from taugate.fieldpath import annotation_field, field_path
 from taugate.kinds import kind_of
 from taugate.kinds.pod import POD_GROUP_TOTAL_COUNT
@@ -48,11 +49,6 @@ def _whole(value: Any) -> int:
     """A GPU count as a whole number (fractions round up, as a pod holds whole devices)."""
     n = int(value)
     return n if n == value else n + 1
-
-
-def _mapping(value: Any) -> dict[str, Any]:
-    """``value`` when it is a JSON object, else an empty one."""
-    return value if isinstance(value, dict) else {}
 
 
 def _replicas_field(t: PodTemplate) -> str | None:
@@ -119,7 +115,7 @@ def _build_template_input(t: PodTemplate, most: int) -> dict[str, Any]:
     spec = t.spec
     containers = []
     for g, (kind, i, c) in zip(t.container_gpus, t.containers(), strict=True):
-        res = _mapping(c.get("resources"))
+        res = as_dict(c.get("resources"))
         containers.append({
             "name": c.get("name"),
             "kind": kind,
@@ -157,8 +153,8 @@ def _pod_requests(spec: dict[str, Any]) -> dict[str, Any]:
     ``spec.resources``, a limit standing for a missing request as the API server defaults it
     (``pkg/apis/core/v1/defaults.go`` ``SetDefaults_Pod``). Kubernetes schedules by them and Kueue
     counts them (kueue ``pkg/util/resource`` pod requests with pod-level resources)."""
-    res = _mapping(spec.get("resources"))
-    return {**_mapping(res.get("limits")), **_mapping(res.get("requests"))}
+    res = as_dict(spec.get("resources"))
+    return {**as_dict(res.get("limits")), **as_dict(res.get("requests"))}
 
 
 REVIEW_FIELDS = ("kind", "resource", "subResource", "requestKind", "requestResource", "requestSubResource", "name",
@@ -290,7 +286,7 @@ def _context_input(state: ClusterState, namespace: str | None, workspace: TauWor
                 "localQueue": queue,
                 "clusterQueue": (lq.get("spec") or {}).get("clusterQueue"),
                 "quotas": [q.as_input() for q in quotas],
-                "gpu": _gpu_quota(quotas, state, profile.gpu_class if profile else None, gpu_class_label),
+                "gpu": gpu_quota(quotas, state, profile.gpu_class if profile else None, gpu_class_label),
                 "mig": {name: _quota_of([q for q in quotas if q.resource == name])
                         for name in mig_names if any(q.resource == name for q in quotas)},
             },
@@ -322,7 +318,7 @@ def _workers(pod_templates: list[dict[str, Any]]) -> dict[str, int]:
             "gpuPods": sum(t["replicas"] for t in gpu), "maxGpuPods": sum(t["maxReplicas"] for t in gpu)}
 
 
-def _gpu_quota(quotas: tuple[Any, ...], state: ClusterState, gpu_class: str | None,
+def gpu_quota(quotas: tuple[Any, ...], state: ClusterState, gpu_class: str | None,
                gpu_class_label: str) -> dict[str, Any]:
     """The ``nvidia.com/gpu`` quota a workload of GPU class ``gpu_class`` can draw on.
 

@@ -18,7 +18,7 @@ chart fills from a Secret):
 
 A record copied to another object fails its binding; a record edited, or written by anyone
 without the key, fails its signature. The object's ``uid`` cannot be in the record; the
-recorder binds a run to the first root object's uid instead (``controllers/recorder.py``).
+recorder binds a run to the first root object's uid instead (``controllers/recorder/watch.py``).
 """
 
 from __future__ import annotations
@@ -31,12 +31,9 @@ from typing import Any
 import orjson
 
 from taugate import labels
+from taugate.access import as_dict
 
 SIGNATURE_PREFIX = "hmac-sha256:"
-
-
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
 
 
 def canonical(record: dict[str, Any]) -> bytes:
@@ -53,7 +50,7 @@ def binding_of(obj: dict[str, Any], namespace: str | None = None) -> dict[str, s
     """The ``object`` binding of ``obj`` as the webhook sees it at CREATE: namespace (``namespace``
     when the object names none, as the API server fills it from the request), kind, and name or,
     without one, generateName."""
-    meta = _dict(obj.get("metadata"))
+    meta = as_dict(obj.get("metadata"))
     out = {"namespace": str(meta.get("namespace") or namespace or ""), "kind": str(obj.get("kind") or "")}
     if isinstance(meta.get("name"), str) and meta["name"]:
         out["name"] = meta["name"]
@@ -67,7 +64,7 @@ def sign(record: dict[str, Any], obj: dict[str, Any], key: bytes | None,
     """``record`` bound to ``obj`` (its ``object`` binding and the run-id label ``obj`` carries)
     and, with a ``key``, signed. Without a key (``taugate admit`` offline) the record is bound but
     unsigned, and a recorder that holds a key will not trust it."""
-    run_id = _dict(_dict(obj.get("metadata")).get("labels")).get(labels.RUN_ID)
+    run_id = as_dict(as_dict(obj.get("metadata")).get("labels")).get(labels.RUN_ID)
     out = {**record, "object": binding_of(obj, namespace), "runId": run_id}
     if key:
         out["signature"] = _mac(out, key)
@@ -105,8 +102,8 @@ def verify(record: Any, obj: dict[str, Any], key: bytes | None) -> RecordCheck:
         return RecordCheck(False, "the record holds values JSON cannot")
     if not hmac.compare_digest(sig, expected):
         return RecordCheck(False, "the record's signature does not match (edited, or signed with another key)")
-    bound = _dict(record.get("object"))
-    meta = _dict(obj.get("metadata"))
+    bound = as_dict(record.get("object"))
+    meta = as_dict(obj.get("metadata"))
     name = meta.get("name") if isinstance(meta.get("name"), str) else ""
     here = f"{obj.get('kind')} {meta.get('namespace')}/{name}"
     if bound.get("namespace") != meta.get("namespace") or bound.get("kind") != obj.get("kind"):
@@ -119,7 +116,7 @@ def verify(record: Any, obj: dict[str, Any], key: bytes | None) -> RecordCheck:
     if "name" not in bound and not (generated is not None and (at_admission or (name and name.startswith(generated)))):
         return RecordCheck(False, f"the record was made for a name generated from {bound.get('generateName')!r}, "
                                   f"not for {here}")
-    run_id = _dict(meta.get("labels")).get(labels.RUN_ID)
+    run_id = as_dict(meta.get("labels")).get(labels.RUN_ID)
     if record.get("runId") != run_id:
         return RecordCheck(False, f"the record is for run {record.get('runId')!r}, "
                                   f"but {here} carries run-id {run_id!r}")

@@ -1,5 +1,5 @@
 """Pydantic model of TauRun (group ``tau.azure.com``, version ``v1alpha1``): taugate's own kind,
-one per run-id, written only by the recorder (``taugate.controllers.recorder``). The other kinds,
+one per run-id, written only by the recorder (``taugate.controllers.recorder.watch``). The other kinds,
 and the base ``TauModel``, are in ``taugate.models``.
 
 Raises ``pydantic.ValidationError`` on objects that break the schema (for example a run-id that is

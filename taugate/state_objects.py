@@ -14,7 +14,8 @@ from pydantic import TypeAdapter, ValidationError
 from typing_extensions import TypedDict
 
 from taugate import labels
-from taugate.kubeaccess import Resource, meta, name_of, namespace_of
+from taugate.access import metadata_of, name_of, namespace_of
+from taugate.kubeaccess import Resource
 from taugate.models import TauCluster, TauWorkspace
 from taugate.structure import (
     BoundedQuantity,
@@ -65,7 +66,7 @@ def trim(res: Resource, obj: Obj) -> Obj:
     its name, namespace and the devices it asks for (a claim the resource-claim controller made
     for a pod, which has an owner, keeps nothing: no workload names it); every object loses
     ``metadata.managedFields``."""
-    kept_meta = {k: v for k, v in meta(obj).items() if k not in _DROP_META}
+    kept_meta = {k: v for k, v in metadata_of(obj).items() if k not in _DROP_META}
     if res in (DEVICE_CLASSES, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS):
         return _trim_dra(res, obj, kept_meta)
     out = dict(obj, apiVersion=obj.get("apiVersion") or res.api_version, kind=obj.get("kind") or res.kind,
@@ -114,7 +115,7 @@ def _cluster_problem(obj: Obj) -> str | None:
 
 def _age_key(obj: Obj) -> tuple[str, str]:
     """Older first: creationTimestamp (none sorts last), then name."""
-    return (str(meta(obj).get("creationTimestamp") or "~"), name_of(obj))
+    return (str(metadata_of(obj).get("creationTimestamp") or "~"), name_of(obj))
 
 
 def usable_objects(objects: Iterable[Obj], system_namespace: str | None = None) -> tuple[list[Obj], list[str]]:

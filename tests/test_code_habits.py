@@ -1,7 +1,7 @@
 """The code's habits, checked where the suite runs (so `.ci/run`'s one pytest covers them): ruff
 (pycodestyle, pyflakes, import order, bugbear, pyupgrade, complexity at most 15, simplify) on
-every Python file, and mypy (strict on the core ``taugate/*.py``, normal on the parts and
-``bench/``), both configured in pyproject.toml.
+every Python file, and mypy (strict on the core ``taugate/*.py``, normal on the parts, the CLI
+and ``bench/``), both configured in pyproject.toml.
 
 mypy reads the installed layout: webhook/, controllers/ and certs/ only become ``taugate.webhook``
 and friends through the package-dir mapping, which mypy cannot follow through the editable

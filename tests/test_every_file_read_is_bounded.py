@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from taugate.certs import store
-from taugate.controllers.evidence import EVENTS_FILE, EVIDENCE_FILE, EvidenceStore, Signer
+from taugate.controllers.recorder.evidence.records import EVENTS_FILE, EVIDENCE_FILE, EvidenceStore, Signer
 from tests.child_process import run_measured
 from tests.paths import EXAMPLE_CLUSTER, EXAMPLE_RAYJOB, POLICIES, REPO
 from tests.recorder import objects as o
@@ -136,7 +136,7 @@ def test_a_huge_or_endless_file_is_one_line_naming_it_and_exit_2(tmp_path, case,
 
 
 def test_a_run_metrics_file_is_read_in_bounded_pieces_and_a_device_not_at_all(tmp_path):
-    from taugate.controllers.recorder_config import FilesystemProbe, RecorderConfig
+    from taugate.controllers.recorder.config import FilesystemProbe, RecorderConfig
     from taugate.files import MAX_WORKLOAD_FILE_BYTES
 
     data = FilesystemProbe(RecorderConfig(data_root=tmp_path, evidence_root=tmp_path / "ev"))
@@ -156,7 +156,7 @@ def test_a_run_metrics_file_is_read_in_bounded_pieces_and_a_device_not_at_all(tm
 
 
 def test_an_artifact_index_over_its_limit_is_skipped(tmp_path):
-    from taugate.controllers.recorder_config import FilesystemProbe, RecorderConfig
+    from taugate.controllers.recorder.config import FilesystemProbe, RecorderConfig
 
     data = FilesystemProbe(RecorderConfig(data_root=tmp_path, evidence_root=tmp_path / "ev"))
     run_dir = data.run_dir("team-a", RID)

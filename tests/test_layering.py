@@ -32,7 +32,7 @@ def installed(tmp_path_factory) -> Path:
 
 def test_every_module_imports_under_one_name_taugate(installed):
     names = sorted(p.name for p in (installed / "taugate").iterdir() if p.is_dir() and p.name != "__pycache__")
-    assert names == ["certs", "controllers", "kinds", "webhook"]
+    assert names == ["certs", "cli", "controllers", "kinds", "webhook"]
     assert not any((installed / top).exists() for top in ("webhook", "controllers", "certs"))
 
 

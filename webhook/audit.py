@@ -18,14 +18,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
+from taugate.access import metadata_of
 from taugate.kinds import KINDS, kind_of
 from taugate.policy_report import WorkloadAudit
 from taugate.settings import Settings
 from taugate.snapshot import ClusterState
 from taugate.webhook.decision import Violation
 from taugate.webhook.mutation import controller_owner
-from taugate.webhook.policy import PolicyEngine
-from taugate.webhook.review import ENGINE_FAILURE, judge, metadata_of
+from taugate.webhook.policy.engine import PolicyEngine
+from taugate.webhook.review import ENGINE_FAILURE, judge
 
 __all__ = ["ENGINE_FAILURE", "PolicyAuditor", "governed", "governed_kinds"]
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from taugate import devices
+from taugate.access import as_dict
 from taugate.demand import DRA_POLICY, dra_off, ephemeral_problems
 from taugate.settings import RESOURCE_CLAIM_CREATORS, Settings
 from taugate.snapshot import ClusterState
@@ -66,7 +67,7 @@ def verdict(request: dict, state: ClusterState, settings: Settings) -> Decision 
     if template:
         spec = spec.get("spec") if isinstance(spec.get("spec"), dict) else {}
     count = devices.claim_devices(spec, settings.gpu_device_classes, state.device_classes)
-    what = f"{gvk.get('kind')} {mutation.json_object(obj.get('metadata')).get('name')!r}"
+    what = f"{gvk.get('kind')} {as_dict(obj.get('metadata')).get('name')!r}"
     found = [Violation(DRA_POLICY, f"{base}.{rel}", f"{text}; allowed: GPUs asked as `exactly: {{deviceClassName, "
                        "count}` in a ResourceClaimTemplate, which Kueue counts against the queue; fix: change it")
              for rel, text in count.problems]

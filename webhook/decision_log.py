@@ -17,7 +17,7 @@ A line holds ``decision`` (``denied``, ``warned``, ``dryrun``), the webhook ``pa
 ``uid``, ``operation``, ``object`` (``kind``, ``namespace``, ``name``, or ``generateName`` before the
 API server gives a name), ``user``, ``dry_run`` (a server-side dry run, ``kubectl --dry-run=server``), ``policies``
 (the rules named, ``[policy]`` of each result; ``taugate`` for what mutation set) and ``problems`` (the
-lines kubectl shows). Policy set activations are logged by ``webhook.policy_store``.
+lines kubectl shows). Policy set activations are logged by ``webhook.policy.store``.
 """
 
 from __future__ import annotations

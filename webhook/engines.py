@@ -1,5 +1,5 @@
 """Choosing a policy backend: ``load_policy_engine`` builds the embedded engine (regorus, in
-process, ``webhook/policy.py``) or the OPA-server one (``webhook/opa_backend.py``) over the same
+process, ``webhook/policy/engine.py``) or the OPA-server one (``webhook/policy/opa.py``) over the same
 ``PolicyStore``, so neither backend module imports the other."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from taugate.webhook.opa_backend import DEFAULT_TIMEOUT_SECONDS, OpaServerPolicyEngine
-from taugate.webhook.policy import EmbeddedPolicyEngine, PolicyEngine, PolicyError, PolicyStore
-from taugate.webhook.policy_testing import reload_gate
+from taugate.webhook.policy.engine import EmbeddedPolicyEngine, PolicyEngine, PolicyError, PolicyStore
+from taugate.webhook.policy.opa import DEFAULT_TIMEOUT_SECONDS, OpaServerPolicyEngine
+from taugate.webhook.policy_tests import reload_gate
 
 
 def load_policy_engine(policy_dir: str | Path, *, enforcement: dict[str, str] | str | Path | None = None,
@@ -24,7 +24,7 @@ def load_policy_engine(policy_dir: str | Path, *, enforcement: dict[str, str] | 
     ``Settings.opa_timeout_seconds``). The set must parse, compile and pass its own ``test_`` rules.
     The returned engine has ``.store`` (a ``PolicyStore``) and ``start_watching(interval_s)``; a
     changed set is activated only when it passes everything ``taugate policy test`` checks
-    (``policy_testing.reload_gate``).
+    (``policy_tests.reload_gate``).
     Raises ``PolicyError`` (one line: file, line, reason) when the set cannot load, and for an
     ``opa`` backend without a URL or whose server rejects the policies.
     """

@@ -20,6 +20,7 @@ import orjson
 
 from taugate import labels
 from taugate import record as admission_record
+from taugate.access import as_dict
 from taugate.fieldpath import field_path
 from taugate.kinds import KINDS, WorkloadKind
 from taugate.kinds.base import Override
@@ -374,21 +375,16 @@ def json_text(value: Any) -> str:
     return orjson.dumps(value).decode()
 
 
-def json_object(value: Any) -> dict:
-    """``value`` when it is a JSON object, else an empty one (for reading optional metadata)."""
-    return value if isinstance(value, dict) else {}
-
-
 def restored_labels(obj: dict, old: dict | None, kind: WorkloadKind) -> dict[str, str]:
     """The object labels an UPDATE of ``obj`` changed or dropped that ``edit_update`` puts back,
     with their stored values (from ``old``, which taugate admitted: its run-id is valid; empty
     otherwise, or for an object being deleted): the run-id and ``PINNED_LABELS`` when they differ,
     the queue-name and priority-class labels of a queued workload when dropped."""
-    meta = json_object(obj.get("metadata"))
-    old_labels = json_object(json_object((old or {}).get("metadata")).get("labels"))
+    meta = as_dict(obj.get("metadata"))
+    old_labels = as_dict(as_dict((old or {}).get("metadata")).get("labels"))
     if meta.get("deletionTimestamp") or not valid_run_id(old_labels.get(labels.RUN_ID)):
         return {}
-    now_labels = json_object(meta.get("labels"))
+    now_labels = as_dict(meta.get("labels"))
     restore: dict[str, str] = {}
     for key in (labels.RUN_ID, *PINNED_LABELS):
         value = old_labels.get(key)
@@ -404,11 +400,11 @@ def restored_labels(obj: dict, old: dict | None, kind: WorkloadKind) -> dict[str
 def restored_record(obj: dict, old: dict | None) -> str | None:
     """The stored ``tau.azure.com/admission`` record when an UPDATE of ``obj`` changed or dropped
     it (``edit_update`` puts it back), else None."""
-    old_meta = json_object((old or {}).get("metadata"))
-    if not valid_run_id(json_object(old_meta.get("labels")).get(labels.RUN_ID)):
+    old_meta = as_dict((old or {}).get("metadata"))
+    if not valid_run_id(as_dict(old_meta.get("labels")).get(labels.RUN_ID)):
         return None
-    record = json_object(old_meta.get("annotations")).get(labels.ADMISSION_RECORD)
-    notes = json_object(json_object(obj.get("metadata")).get("annotations"))
+    record = as_dict(old_meta.get("annotations")).get(labels.ADMISSION_RECORD)
+    notes = as_dict(as_dict(obj.get("metadata")).get("annotations"))
     return record if isinstance(record, str) and notes.get(labels.ADMISSION_RECORD) != record else None
 
 
@@ -433,15 +429,15 @@ def restore_warnings(obj: dict, old: dict | None, kind: WorkloadKind) -> list[st
     (kubectl prints them after ``labeled``/``configured``), so no change a user made is undone
     silently: one per restored label (``restored_labels``) and for the admission record
     (``restored_record``), naming the field, the value restored, what the UPDATE did and why."""
-    meta = json_object(obj.get("metadata"))
-    now_labels = json_object(meta.get("labels"))
+    meta = as_dict(obj.get("metadata"))
+    now_labels = as_dict(meta.get("labels"))
     out = []
     for key, value in restored_labels(obj, old, kind).items():
         did = f"this update set {_quoted(now_labels[key])}" if key in now_labels else "this update removed it"
         why = _WHY_RESTORED.get(key, "taugate owns this label on the workloads it admitted")
         out.append(f'taugate restored metadata.labels["{key}"]={_quoted(value)} ({did}): {why}')
     if restored_record(obj, old) is not None:
-        did = "changed" if labels.ADMISSION_RECORD in json_object(meta.get("annotations")) else "removed"
+        did = "changed" if labels.ADMISSION_RECORD in as_dict(meta.get("annotations")) else "removed"
         out.append(f'taugate restored metadata.annotations["{labels.ADMISSION_RECORD}"] (this update {did} it): '
                    f"the admission record is signed by taugate and never changes")
     return out
@@ -475,8 +471,8 @@ def kept_overrides(obj: dict, old: dict | None, kind: WorkloadKind, settings: Se
     with ``ray.shutdownAfterJobFinishes: refuse`` a false is not overridden and validation refuses it."""
     if not isinstance(old, dict):
         return []
-    old_spec = json_object(old.get("spec"))
-    found = kind.create_overrides(json_object(obj.get("spec")), queued=kind.queued(obj),
+    old_spec = as_dict(old.get("spec"))
+    found = kind.create_overrides(as_dict(obj.get("spec")), queued=kind.queued(obj),
                                   ray_shutdown=settings.ray_shutdown_after_job_finishes)
     return [o for o in found if type(old_spec.get(o.key)) is type(o.value) and old_spec.get(o.key) == o.value]
 
@@ -484,7 +480,7 @@ def kept_overrides(obj: dict, old: dict | None, kind: WorkloadKind, settings: Se
 def kept_warnings(obj: dict, kept: Sequence[Override]) -> list[str]:
     """The warning for each of ``kept`` (``kept_overrides`` of an UPDATE of ``obj``, read before
     the edits): the field, the value kept, what the update did and why."""
-    spec = json_object(obj.get("spec"))
+    spec = as_dict(obj.get("spec"))
     return [f"taugate kept spec.{o.key}: {json_text(o.value)} (this update "
             f"{'set ' + json_text(spec[o.key]) if o.key in spec else 'removed it'}): {o.why}" for o in kept]
 
@@ -520,14 +516,14 @@ def edit_update(obj: dict, old: dict | None, templates: list[PodTemplate], kind:
     An object being deleted (``metadata.deletionTimestamp``) gets nothing. None when nothing
     needs to change.
     """
-    if json_object(obj.get("metadata")).get("deletionTimestamp"):
+    if as_dict(obj.get("metadata")).get("deletionTimestamp"):
         return None
-    old_meta = json_object((old or {}).get("metadata"))
-    old_run_id = json_object(old_meta.get("labels")).get(labels.RUN_ID)
+    old_meta = as_dict((old or {}).get("metadata"))
+    old_run_id = as_dict(old_meta.get("labels")).get(labels.RUN_ID)
     if not valid_run_id(old_run_id):
         return None  # not admitted by taugate (created before it was installed): nothing is ours
     restore = restored_labels(obj, old, kind)
-    record = json_object(old_meta.get("annotations")).get(labels.ADMISSION_RECORD)
+    record = as_dict(old_meta.get("annotations")).get(labels.ADMISSION_RECORD)
     owned = templates if isinstance(old, dict) and kind.templates_mutable(old) else []
     edits = Edits(obj)
     label_run(edits, owned, old_run_id)

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from taugate.access import as_dict
 from taugate.fieldpath import Path, field_path
 from taugate.kinds import kind_for
 from taugate.models import WorkloadProfile
@@ -125,7 +126,7 @@ def unjudged_bypasses(request: dict, old: dict | None, state: ClusterState, sett
     if (request.get("subResource") or request.get("operation") not in ("CREATE", "UPDATE")
             or not isinstance(obj, dict) or user == settings.service_account):
         return []
-    namespace = request.get("namespace") or mutation.json_object(obj.get("metadata")).get("namespace")
+    namespace = request.get("namespace") or as_dict(obj.get("metadata")).get("namespace")
     if not isinstance(namespace, str) or state.workspace_for(namespace) is None:
         return []
     gvk = request.get("kind") or {}

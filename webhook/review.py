@@ -20,6 +20,7 @@ import jsonpatch
 import orjson
 
 from taugate import demand, labels
+from taugate.access import as_dict, metadata_of
 from taugate.kinds import WorkloadKind, kind_for
 from taugate.models import TauWorkspace
 from taugate.pods import PodTemplate
@@ -30,7 +31,7 @@ from taugate.structure import ADMISSION_REVIEW, object_depth_problem, problems
 from taugate.unmanaged import unmanaged_kind_for
 from taugate.webhook import claims, mutation, pod_rules, ungoverned, validation
 from taugate.webhook.decision import Action, Decision, Violation
-from taugate.webhook.policy_set import PolicyEvaluationError
+from taugate.webhook.policy.sets import PolicyEvaluationError
 from taugate.webhook.resolution import Resolution, Unresolved, resolve
 
 ENGINE_FAILURE = "policy-engine"
@@ -44,7 +45,7 @@ class ReviewError(ValueError):
 
 
 class Engine(Protocol):
-    """The policy engine as validation sees it (webhook/policy.py implements it)."""
+    """The policy engine as validation sees it (webhook/policy/engine.py implements it)."""
 
     @property
     def digest(self) -> str: ...  # read-only: each engine derives it from its active policy set
@@ -114,7 +115,7 @@ class _Subject:
     alone: bool
 
 
-def _subject(ctx: Context) -> _Subject | None:
+def subject_of(ctx: Context) -> _Subject | None:
     """Apply the guard clauses; None means "allow untouched"."""
     request, settings, state = ctx.request, ctx.settings, ctx.state
     if request.get("subResource"):
@@ -130,7 +131,7 @@ def _subject(ctx: Context) -> _Subject | None:
     kind = kind_for(gvk.get("group") or obj.get("apiVersion"), gvk.get("kind") or obj.get("kind"))
     if kind is None:
         return None
-    meta = mutation.json_object(obj.get("metadata"))
+    meta = as_dict(obj.get("metadata"))
     namespace = request.get("namespace") or meta.get("namespace")
     ws = state.workspace_for(namespace) if isinstance(namespace, str) else None
     if ws is None:
@@ -168,8 +169,8 @@ def _admitted_resolution(ctx: Context, subject: _Subject) -> Resolution | None:
     profile = old_labels.get(labels.WORKLOAD_PROFILE) if isinstance(old_labels, dict) else None
     if not isinstance(profile, str):
         return None
-    meta = mutation.json_object(obj.get("metadata"))
-    now_labels = mutation.json_object(meta.get("labels"))
+    meta = as_dict(obj.get("metadata"))
+    now_labels = as_dict(meta.get("labels"))
     view = {**obj, "metadata": {**meta, "labels": {**now_labels, labels.WORKLOAD_PROFILE: profile}}}
     res = resolve(view, subject.templates, subject.workspace, ctx.state, ctx.settings)
     return res if isinstance(res, Resolution) else None
@@ -200,7 +201,7 @@ def mutate(request: dict, state: ClusterState, settings: Settings, engine: Engin
     which parsed it for this one review: the copy is ~8% of a RayJob CREATE).
     """
     ctx = Context.of(request, state, settings, engine)
-    subject = _subject(ctx)
+    subject = subject_of(ctx)
     if subject is None:
         return Decision.allow(request.get("object"))
     obj = subject.obj
@@ -232,7 +233,7 @@ def mutate(request: dict, state: ClusterState, settings: Settings, engine: Engin
             return Decision.deny(res.violations, obj=obj)
         queued = subject.kind.queued(obj)
         # read on the object as sent (doc may be the object itself): what the client said is in the warning
-        overrides = subject.kind.create_overrides(mutation.json_object(obj.get("spec")), queued=queued,
+        overrides = subject.kind.create_overrides(as_dict(obj.get("spec")), queued=queued,
                                                   ray_shutdown=settings.ray_shutdown_after_job_finishes)
         edits = mutation.edit_create(doc, subject.kind, subject.templates, res, state, settings, overrides)
         warnings += [o.warning for o in overrides]
@@ -344,7 +345,7 @@ def validate(request: dict, state: ClusterState, settings: Settings, engine: Eng
     if ungated:
         return Decision.deny(ungated, obj=request.get("object"))
     unmanaged = ungoverned.verdict(request, state, settings)
-    subject = _subject(ctx) if unmanaged is None else None
+    subject = subject_of(ctx) if unmanaged is None else None
     if subject is None or subject.child:  # not judged as a governed workload: only what bypasses scheduling
         bypass = pod_rules.unjudged_bypasses(ctx.request, ctx.old, ctx.state, ctx.settings)
         if bypass:
@@ -394,7 +395,7 @@ def judge(obj: dict, state: ClusterState, settings: Settings, engine: Engine | N
     if obj.get("kind") == "Pod" and obj.get("apiVersion") == "v1" and isinstance(spec, dict) and "nodeName" in spec:
         obj = {**obj, "spec": {k: v for k, v in spec.items() if k != "nodeName"}}
     ctx = Context.of(request_for(obj, namespace=metadata_of(obj).get("namespace")), state, settings, engine)
-    subject = _subject(ctx)
+    subject = subject_of(ctx)
     if subject is None or mutation.is_child({"operation": "UPDATE", "oldObject": obj}, obj, settings):
         return [], {}
     if subject.malformed:
@@ -457,14 +458,6 @@ def review_response(review: dict, decision: Decision) -> dict:
         response["patch"] = binascii.b2a_base64(orjson.dumps(decision.patch), newline=False).decode()
     return {"apiVersion": review.get("apiVersion", "admission.k8s.io/v1"), "kind": "AdmissionReview",
             "response": response}
-
-
-def metadata_of(obj: dict) -> dict:
-    """``obj["metadata"]`` when it is an object, else an empty dict (a malformed one is then
-    reported by the kind's structure check, ``WorkloadKind.malformed``, with its field path, not
-    as a crash here)."""
-    meta = obj.get("metadata")
-    return meta if isinstance(meta, dict) else {}
 
 
 def request_for(obj: dict, *, namespace: str | None, operation: str = "CREATE", user_info: dict | None = None,

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from taugate.access import as_dict, metadata_of
 from taugate.fieldpath import field_path
 from taugate.kinds import KINDS, WorkloadKind
 from taugate.kubeaccess import Resource
@@ -94,11 +95,6 @@ def _scaled(parent: dict, path: tuple[str | int, ...], replicas: int) -> dict | 
     return new
 
 
-def _meta(obj: object) -> dict:
-    meta = obj.get("metadata") if isinstance(obj, dict) else None
-    return meta if isinstance(meta, dict) else {}
-
-
 def validate(request: dict, state: ClusterState, settings: Settings, engine: review.Engine | None = None,
              read: Reader | None = None) -> Decision:
     """The validating workload webhook's answer: ``review.validate``'s, and for a ``scale``
@@ -106,7 +102,7 @@ def validate(request: dict, state: ClusterState, settings: Settings, engine: rev
     replicas (the module docstring says how); ``read`` reads the parent."""
     if not is_scale(request):
         return review.validate(request, state, settings, engine)
-    res = mutation.json_object(request.get("resource"))
+    res = as_dict(request.get("resource"))
     kind = _SCALABLE.get((str(res.get("group")), str(res.get("resource"))))
     namespace, name = request.get("namespace"), request.get("name")
     if (kind is None or request.get("operation") != "UPDATE" or not isinstance(namespace, str)
@@ -128,9 +124,9 @@ def validate(request: dict, state: ClusterState, settings: Settings, engine: rev
     except ObjectUnreadable as e:
         return _deny(kind, name, f"taugate could not read the stored {kind.kind} to judge this scale ({e}); the "
                                  f"request is denied rather than admitted unchecked", f"retry, or {edit}", code=503)
-    old = _meta(request.get("oldObject"))
-    if not isinstance(parent, dict) or _meta(parent).get("uid") != old.get("uid") or \
-            _meta(parent).get("resourceVersion") != old.get("resourceVersion"):
+    old = metadata_of(request.get("oldObject"))
+    if not isinstance(parent, dict) or metadata_of(parent).get("uid") != old.get("uid") or \
+            metadata_of(parent).get("resourceVersion") != old.get("resourceVersion"):
         return _deny(kind, name, f"the {kind.kind} changed while it was being scaled", "retry the scale", code=409)
     new = _scaled(parent, scale_path, replicas)
     if new is None:

@@ -73,7 +73,7 @@ from taugate.webhook import approval, decision_log, review, scale
 from taugate.webhook.connections import ByteBudget, ConnectionGuard
 from taugate.webhook.decision import Decision
 from taugate.webhook.metrics import AdmissionMetrics
-from taugate.webhook.policy_set import PolicyUnavailable
+from taugate.webhook.policy.sets import PolicyUnavailable
 from taugate.webhook.providers import StateProvider, TLSSource
 from taugate.webhook.routes import ROUTED_KINDS, ROUTES, Route
 

@@ -36,7 +36,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
-from taugate.kubeaccess import KubeError, Resource, WatchExpired, name_of, namespace_of
+from taugate.access import name_of, namespace_of
+from taugate.kubeaccess import KubeError, Resource, WatchExpired
 from taugate.settings import Settings
 from taugate.snapshot import ClusterState, SnapshotError, build_state
 from taugate.state_objects import (

@@ -20,6 +20,7 @@ outside a workspace is looked at. Pure: the request, the cluster state and the s
 from __future__ import annotations
 
 from taugate import labels
+from taugate.access import as_dict
 from taugate.fieldpath import field_path
 from taugate.kinds import KINDS, WorkloadKind, group_of, kind_for
 from taugate.kinds import pod as pod_kind
@@ -116,7 +117,7 @@ def verdict(request: dict, state: ClusterState, settings: Settings) -> Decision 
     obj, old = request.get("object"), request.get("oldObject")
     if not isinstance(obj, dict) or ((request.get("userInfo") or {}).get("username")) == settings.service_account:
         return None
-    meta = mutation.json_object(obj.get("metadata"))
+    meta = as_dict(obj.get("metadata"))
     namespace = request.get("namespace") or meta.get("namespace")
     if not isinstance(namespace, str) or state.workspace_for(namespace) is None:
         return None

@@ -42,7 +42,7 @@ How to add a workload kind (e.g. Kubeflow's ``TFJob``, after ``pytorchjob``):
 2. Add ``<kind>.KIND`` to ``KINDS`` below.
 3. Regenerate the chart's routes (``python scripts/chart_routes.py``) and give the chart's RBAC
    the new resource (``tests/install`` says where it is missing); give the recorder the kind's
-   completion rule (``controllers/run_outcome.py`` ``OUTCOMES``, after the kind's status types;
+   completion rule (``controllers/recorder/run/outcome.py`` ``OUTCOMES``, after the kind's status types;
    ``tests/recorder/test_runs_of_every_kind.py`` fails without one).
 4. Write its tests: the registry tests (``tests/admission/test_kind_registry.py``) check the
    module is complete and every table derived; add a real upstream sample of the kind to

@@ -19,9 +19,10 @@ from typing import Any, Required
 
 from typing_extensions import TypedDict
 
+from taugate.access import as_dict
 from taugate.fieldpath import annotation_field
 from taugate.kinds.base import WorkloadKind
-from taugate.pods import PodTemplate, as_dict, as_int
+from taugate.pods import PodTemplate, as_int
 from taugate.structure import Int32, PodTemplateSpec
 from taugate.violation import Violation
 

@@ -25,9 +25,10 @@ from typing import Any, Required
 
 from typing_extensions import TypedDict
 
+from taugate.access import as_dict
 from taugate.kinds.base import WorkloadKind
 from taugate.kinds.job import JobSpec, job_pods
-from taugate.pods import INT32_MAX, PodTemplate, as_dict, as_int
+from taugate.pods import INT32_MAX, PodTemplate, as_int
 from taugate.structure import Int32
 from taugate.violation import Violation
 

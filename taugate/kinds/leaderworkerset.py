@@ -28,8 +28,9 @@ from typing import Any, Required
 
 from typing_extensions import TypedDict
 
+from taugate.access import as_dict
 from taugate.kinds.base import WorkloadKind
-from taugate.pods import INT32_MAX, PodTemplate, as_dict, as_int
+from taugate.pods import INT32_MAX, PodTemplate, as_int
 from taugate.structure import Int32, PodTemplateSpec, PositiveInt32
 from taugate.violation import Violation
 

@@ -28,9 +28,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from taugate.access import as_dict
 from taugate.fieldpath import annotation_field, label_field
 from taugate.kinds.base import WorkloadKind
-from taugate.pods import PodTemplate, as_dict, asks_for_gpus
+from taugate.pods import PodTemplate, asks_for_gpus
 from taugate.structure import PodSpecWithContainers
 from taugate.violation import Violation
 

@@ -26,8 +26,9 @@ from typing import Any, Required
 
 from typing_extensions import TypedDict
 
+from taugate.access import as_dict
 from taugate.kinds.base import WorkloadKind
-from taugate.pods import PodTemplate, Role, as_dict, as_int
+from taugate.pods import PodTemplate, Role, as_int
 from taugate.structure import Int32, PodTemplateSpec
 from taugate.violation import Violation
 

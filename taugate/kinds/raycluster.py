@@ -19,9 +19,10 @@ from typing import Any, ClassVar, Required
 
 from typing_extensions import TypedDict
 
+from taugate.access import as_dict
 from taugate.fieldpath import Path
 from taugate.kinds.base import WorkloadKind
-from taugate.pods import INT32_MAX, PodTemplate, as_dict, as_int
+from taugate.pods import INT32_MAX, PodTemplate, as_int
 from taugate.structure import Int32, PodTemplateSpec, PositiveInt32, StringMap
 from taugate.violation import Violation
 

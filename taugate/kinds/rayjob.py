@@ -25,6 +25,7 @@ from pydantic import AfterValidator
 from pydantic_core import PydanticCustomError
 from typing_extensions import TypedDict
 
+from taugate.access import as_dict
 from taugate.kinds.base import Override
 from taugate.kinds.raycluster import (
     EmbeddedRayCluster,
@@ -33,7 +34,7 @@ from taugate.kinds.raycluster import (
     check_worker_groups,
     cluster_templates,
 )
-from taugate.pods import PodTemplate, as_dict
+from taugate.pods import PodTemplate
 from taugate.structure import PodTemplateSpec, StringMap
 from taugate.violation import Violation
 

@@ -23,6 +23,7 @@ from typing import Any, Required
 
 from typing_extensions import TypedDict
 
+from taugate.access import as_dict
 from taugate.kinds.raycluster import (
     EmbeddedRayCluster,
     RayClusterSpec,
@@ -30,7 +31,7 @@ from taugate.kinds.raycluster import (
     check_worker_groups,
     cluster_templates,
 )
-from taugate.pods import PodTemplate, as_dict
+from taugate.pods import PodTemplate
 from taugate.violation import Violation
 
 CLUSTER = ("spec", "rayClusterConfig")

@@ -60,9 +60,10 @@ from pydantic import AfterValidator
 from pydantic_core import PydanticCustomError
 from typing_extensions import TypedDict
 
+from taugate.access import as_dict
 from taugate.fieldpath import Path
 from taugate.kinds.base import WorkloadKind
-from taugate.pods import PodTemplate, as_dict, as_int
+from taugate.pods import PodTemplate, as_int
 from taugate.structure import (
     Affinity,
     Int32,

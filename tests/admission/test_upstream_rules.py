@@ -233,14 +233,14 @@ def test_replicas_zero_the_crd_default_with_min_replicas_five_counts_five_worker
 
 
 def test_where_kueue_reserves_more_than_kuberay_creates_the_larger_count_decides(state, settings):
-    from taugate.webhook.review import Context, _subject  # the templates admission reads
+    from taugate.webhook.review import Context, subject_of  # the templates admission reads
     obj = m.classifier()
     m.worker_group(obj).update(replicas=6, minReplicas=1, maxReplicas=3)  # KubeRay 3, Kueue 6
     [_, worker] = rayjob_kind.KIND.pod_templates(obj)
     assert worker.replicas == 6
     m.worker_group(obj)["suspend"] = True  # KubeRay creates none; Kueue still reserves 6
     assert rayjob_kind.KIND.pod_templates(obj)[1].replicas == 6
-    assert _subject(Context.of(request_for(obj, namespace="vision"), state, settings)).templates[1].replicas == 6
+    assert subject_of(Context.of(request_for(obj, namespace="vision"), state, settings)).templates[1].replicas == 6
 
 
 # --- Jobs: min(parallelism, completions) and Kueue's partial admission --------------------------

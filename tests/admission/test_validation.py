@@ -10,7 +10,7 @@ import pytest
 
 from taugate import labels
 from taugate.webhook.resolution import Resolution, Unresolved, resolve
-from taugate.webhook.review import Context, _subject, admit, mutate, request_for, validate
+from taugate.webhook.review import Context, admit, mutate, request_for, subject_of, validate
 
 WORKER = ("spec", "rayClusterSpec", "workerGroupSpecs", 0)
 
@@ -209,7 +209,7 @@ def test_a_decision_cannot_be_changed_once_it_is_built(classifier, state, settin
 def test_a_profile_that_cannot_be_resolved_is_a_typed_result_carrying_the_violations(classifier, state, settings):
     classifier["metadata"].setdefault("labels", {})[labels.WORKLOAD_PROFILE] = "no-such-profile"
     request = request_for(classifier, namespace="vision")
-    subject = _subject(Context.of(request, state, settings))
+    subject = subject_of(Context.of(request, state, settings))
     res = resolve(classifier, subject.templates, subject.workspace, state, settings)
     assert isinstance(res, Unresolved) and not isinstance(res, Resolution)
     assert [v.policy for v in res.violations] == ["workload-profile"] and "no-such-profile" in res.violations[0].message

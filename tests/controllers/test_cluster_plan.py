@@ -6,7 +6,7 @@ import copy
 
 from taugate import labels
 from taugate.controllers import resources as R
-from taugate.controllers.taucluster import ClusterObservation, plan_cluster, reconcile_cluster
+from taugate.controllers.taugrid.cluster import ClusterObservation, plan_cluster, reconcile_cluster
 from taugate.models import NodeLabelRule, TauCluster
 from taugate.profiles import profile_set_hash
 from taugate.snapshot import build_state, rule_matches

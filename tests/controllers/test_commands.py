@@ -151,7 +151,7 @@ def test_the_operator_refuses_a_liveness_url_kopf_cannot_serve_with_exit_2(tmp_p
 
 
 def test_the_charts_liveness_url_is_accepted():
-    from taugate.controllers.commands import liveness_problem
+    from taugate.cli.operator import liveness_problem
 
     assert liveness_problem("http://0.0.0.0:8080/healthz") is None
 

@@ -8,7 +8,7 @@ import yaml
 
 from taugate import labels
 from taugate.controllers import resources as R
-from taugate.controllers.tauquotarequest import decide_phase, reconcile_quota_request
+from taugate.controllers.taugrid.quotarequest import decide_phase, reconcile_quota_request
 from tests.controllers.conftest import pick
 from tests.controllers.memstore import MemKube, MemStore
 from tests.paths import TAUGRID

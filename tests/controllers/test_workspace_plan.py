@@ -9,7 +9,7 @@ import pytest
 
 from taugate import labels
 from taugate.controllers import resources as R
-from taugate.controllers.tauworkspace import (
+from taugate.controllers.taugrid.workspace import (
     FINALIZER,
     WorkspaceObservation,
     observe_workspace,

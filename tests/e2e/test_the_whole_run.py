@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from taugate.controllers.evidence import EVIDENCE_FILE
+from taugate.controllers.recorder.evidence.records import EVIDENCE_FILE
 from tests.e2e.stack import USERS
 from tests.e2e.workloads import QUEUE, RUN_ID
 from tests.paths import EXAMPLE_RAYJOB, REPO

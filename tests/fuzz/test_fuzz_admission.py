@@ -36,10 +36,10 @@ from hypothesis import HealthCheck, assume, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
+from taugate.cli.admit import load_engine
 from taugate.settings import Settings
 from taugate.snapshot import load_snapshot
 from taugate.webhook import review
-from taugate.webhook.commands import load_engine
 from tests.paths import DATA, EXAMPLE_CLUSTER, KUBERAY_SAMPLES, KUEUE_EXAMPLES
 from tests.server.https import SERVICE_NAME, admission_review, check_response, client_context, workload_request
 from tests.server.process import serve, startup_lines

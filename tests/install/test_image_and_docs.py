@@ -34,12 +34,20 @@ def _dockerfile() -> list[tuple[str, str]]:
     return out
 
 
+def _folder(package: str, package_dir: dict[str, str]) -> str:
+    """The folder setuptools installs ``package`` from: the longest ``package-dir`` entry it is in."""
+    for parent in sorted(package_dir, key=len, reverse=True):
+        if package == parent or package.startswith(parent + "."):
+            return package_dir[parent] + package[len(parent):].replace(".", "/")
+    return package.replace(".", "/")
+
+
 def test_the_image_installs_every_package_and_the_policy_library_as_a_non_root_user(default_objects):
     steps = _dockerfile()
     assert steps[0] == ("FROM", "python:3.11-slim")
     copied = {shlex.split(args)[0].rstrip("/") for op, args in steps if op == "COPY"}
     setuptools = PYPROJECT["tool"]["setuptools"]
-    packages = {setuptools["package-dir"].get(package, package.replace(".", "/")) for package in setuptools["packages"]}
+    packages = {_folder(package, setuptools["package-dir"]) for package in setuptools["packages"]}
     folders = {p.split("/")[0] for p in packages}
     assert folders == {"taugate", "webhook", "controllers", "certs"}
     assert folders | {"pyproject.toml", "policies"} <= copied
@@ -65,7 +73,7 @@ def test_the_image_installs_every_package_and_the_policy_library_as_a_non_root_u
 def _source_metric_names() -> set[str]:
     names = set()
     for part in ("webhook", "certs", "controllers", "taugate"):
-        for path in (REPO / part).glob("*.py"):
+        for path in (REPO / part).rglob("*.py"):
             text = path.read_text()
             # prometheus_client's metric classes, and the metric families of a custom collector
             constructed = r'\b(Counter|Gauge|Histogram|Summary)(?:MetricFamily)?\(\s*"(taugate_[a-z_]+)"'

@@ -8,8 +8,8 @@ from pathlib import PurePosixPath
 
 import pytest
 
-from taugate.controllers.evidence import Signer
-from taugate.controllers.recorder_config import RecorderConfig
+from taugate.controllers.recorder.config import RecorderConfig
+from taugate.controllers.recorder.evidence.records import Signer
 from taugate.settings import Settings
 from tests.install.chart import find, objects, one, pod_spec
 

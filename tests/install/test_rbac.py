@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from taugate import labels
-from taugate.controllers.recorder_objects import CHILD_RESOURCES
+from taugate.controllers.recorder.objects import CHILD_RESOURCES
 from taugate.kinds import KINDS
 from taugate.state_objects import STATE_RESOURCES
 from tests.install.chart import NAMESPACE, allowed, crds, find, hook_events, objects, one, pod_spec, rules_of

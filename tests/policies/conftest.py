@@ -24,8 +24,8 @@ def policy_copy(tmp_path) -> Path:
 def sample_inputs() -> list[dict]:
     """Every policy input the policy library's samples produce through admission (``taugate policy
     test``'s code path, embedded engine), in sample order."""
-    from taugate.webhook.policy import EmbeddedPolicyEngine, PolicyStore, RecordingEngine
-    from taugate.webhook.policy_testing import run_policy_tests
+    from taugate.webhook.policy.engine import EmbeddedPolicyEngine, PolicyStore, RecordingEngine
+    from taugate.webhook.policy_tests import run_policy_tests
 
     recorders: list[RecordingEngine] = []
 

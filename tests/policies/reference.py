@@ -10,7 +10,7 @@ from __future__ import annotations
 from opa_bindings import OpaEngine
 
 from taugate.webhook.decision import Violation
-from taugate.webhook.policy import PolicySet
+from taugate.webhook.policy.engine import PolicySet
 
 
 class OpaLibraryEngine:

@@ -12,7 +12,7 @@ import pytest
 
 from taugate.cli import main
 from taugate.webhook.engines import load_policy_engine
-from taugate.webhook.policy import PolicyEvaluationError
+from taugate.webhook.policy.engine import PolicyEvaluationError
 from tests.paths import EXAMPLE_CLUSTER, POLICIES
 
 ALWAYS_BROKEN = """# starts-broken: startswith() on a number, a Rego type error on every workload.

@@ -1,4 +1,4 @@
-"""``taugate policy audit`` and ``taugate policy what-if`` (webhook/audit_commands.py): the
+"""``taugate policy audit`` and ``taugate policy what-if`` (taugate/cli/audit.py): the
 PolicyReports of existing workloads, offline, and what a changed policy folder would deny or warn
 that the current one does not, from a snapshot or from a live API (the kmock double)."""
 

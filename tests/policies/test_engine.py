@@ -11,7 +11,7 @@ import yaml
 
 from taugate.webhook.decision import Violation
 from taugate.webhook.engines import load_policy_engine
-from taugate.webhook.policy import (
+from taugate.webhook.policy.engine import (
     PolicyError,
     RecordingEngine,
     load_enforcement,
@@ -166,7 +166,7 @@ def test_unknown_backend_and_missing_opa_url_are_clear_errors():
 
 
 def test_a_runtime_error_in_a_policy_raises_policy_evaluation_error(policy_copy, example_state, settings):
-    from taugate.webhook.policy import PolicyEvaluationError
+    from taugate.webhook.policy.engine import PolicyEvaluationError
 
     target = policy_copy / "head-without-gpu" / "policy.rego"
     # Two values for one rule only when the object has a generateName: the policy's own tests

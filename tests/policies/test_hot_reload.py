@@ -37,7 +37,7 @@ def policies_of(found) -> set[str]:
 def tighten_queue_limit(policy_dir, factor: int = 4) -> None:
     """Edit gpu-total-fits-queue so that only a quarter of the quota is admissible. Its tests and
     allowed samples are adjusted too, since a set must pass everything ``taugate policy test``
-    checks to be activated (``policy_testing.reload_gate``)."""
+    checks to be activated (``policy_tests.reload_gate``)."""
     folder = policy_dir / "gpu-total-fits-queue"
     policy = folder / "policy.rego"
     policy.write_text(policy.read_text().replace(

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from taugate.webhook.engines import load_policy_engine
-from taugate.webhook.policy import PolicyError, PolicyUnavailable
+from taugate.webhook.policy.engine import PolicyError, PolicyUnavailable
 from tests.policies.conftest import POLICIES
 from tests.policies.test_hot_reload import tighten_queue_limit, wait_for
 

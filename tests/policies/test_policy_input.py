@@ -10,7 +10,7 @@ import jsonschema
 import pytest
 
 from taugate.kinds import kind_for
-from taugate.policy_input import _gpu_quota, build_policy_input
+from taugate.policy_input import build_policy_input, gpu_quota
 from taugate.snapshot import FlavorQuota
 from tests.policies.conftest import POLICIES
 from tests.policies.test_engine import image_classifier
@@ -79,7 +79,7 @@ def test_the_gpu_quota_follows_kueue_borrowing_rules(example_state, borrowing, c
     quotas = (FlavorQuota("cpu", "cpu", Decimal(32), None, Decimal(0), cohort),
               FlavorQuota("h100", "nvidia.com/gpu", Decimal(24), borrowing, Decimal(8), cohort),
               FlavorQuota("a100", "nvidia.com/gpu", Decimal(16), Decimal(0), Decimal(0), cohort))
-    gpu = _gpu_quota(quotas, example_state, "h100", "tau.azure.com/gpu-class")
+    gpu = gpu_quota(quotas, example_state, "h100", "tau.azure.com/gpu-class")
     assert gpu["flavors"] == ["h100"]  # only the flavor whose nodeLabels name the class
     assert gpu["max"] == expected
 
@@ -87,6 +87,6 @@ def test_the_gpu_quota_follows_kueue_borrowing_rules(example_state, borrowing, c
 def test_without_a_class_flavor_every_gpu_flavor_counts(example_state):
     quotas = (FlavorQuota("spot-gpus", "nvidia.com/gpu", Decimal(8), Decimal(0), Decimal(0), None),
               FlavorQuota("reserved-gpus", "nvidia.com/gpu", Decimal(4), None, Decimal(0), None))
-    gpu = _gpu_quota(quotas, example_state, "h100", "tau.azure.com/gpu-class")
+    gpu = gpu_quota(quotas, example_state, "h100", "tau.azure.com/gpu-class")
     assert gpu["flavors"] == ["spot-gpus", "reserved-gpus"] and gpu["max"] == 12
-    assert _gpu_quota((), example_state, "h100", "tau.azure.com/gpu-class")["max"] == 0
+    assert gpu_quota((), example_state, "h100", "tau.azure.com/gpu-class")["max"] == 0

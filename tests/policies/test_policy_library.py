@@ -8,9 +8,9 @@ import shutil
 
 import pytest
 
-from taugate.webhook.policy import read_policy_set
-from taugate.webhook.policy_commands import add_commands
-from taugate.webhook.policy_testing import run_policy_tests, sample_files
+from taugate.cli.policy import add_commands
+from taugate.webhook.policy.engine import read_policy_set
+from taugate.webhook.policy_tests import run_policy_tests, sample_files
 from tests.policies.conftest import EXAMPLE_CLUSTER, POLICIES
 
 EXPECTED_POLICIES = {

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import opa_bindings  # noqa: F401  - imported only so that a missing package must fail this module, not skip it
 
-from taugate.webhook.policy import EmbeddedPolicyEngine, PolicyStore, read_policy_set
-from taugate.webhook.policy_testing import run_policy_tests
+from taugate.webhook.policy.engine import EmbeddedPolicyEngine, PolicyStore, read_policy_set
+from taugate.webhook.policy_tests import run_policy_tests
 from tests.policies.conftest import POLICIES
 from tests.policies.reference import OpaLibraryEngine
 

@@ -11,8 +11,8 @@ import shutil
 import jsonschema
 
 from taugate.webhook import review
-from taugate.webhook.policy import EmbeddedPolicyEngine, PolicyStore, RecordingEngine, read_policy_set
-from taugate.webhook.policy_schema import input_references, unknown_references
+from taugate.webhook.policy.engine import EmbeddedPolicyEngine, PolicyStore, RecordingEngine, read_policy_set
+from taugate.webhook.policy.schema import input_references, unknown_references
 from tests.paths import POLICIES
 from tests.policies.test_engine import image_classifier
 from tests.server.https import workload_request

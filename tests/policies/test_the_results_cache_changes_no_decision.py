@@ -12,9 +12,9 @@ import shutil
 import pytest
 
 from taugate.webhook import review
-from taugate.webhook.input_use import deterministic
-from taugate.webhook.policy import EmbeddedPolicyEngine, PolicyStore
-from taugate.webhook.policy_testing import generated_inputs
+from taugate.webhook.policy.determinism import deterministic
+from taugate.webhook.policy.engine import EmbeddedPolicyEngine, PolicyStore
+from taugate.webhook.policy_tests import generated_inputs
 from tests.fuzz.test_fuzz_admission import CORPUS
 from tests.paths import POLICIES
 from tests.policies.test_engine import image_classifier, image_classifier_input

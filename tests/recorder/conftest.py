@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from taugate.controllers.evidence import Signer
-from taugate.controllers.recorder_config import RecorderConfig
+from taugate.controllers.recorder.config import RecorderConfig
+from taugate.controllers.recorder.evidence.records import Signer
 from tests.kubedouble import KubeDouble
 
 

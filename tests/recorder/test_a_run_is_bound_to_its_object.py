@@ -1,6 +1,6 @@
 """A run-id is a label anyone can copy: the recorder binds a run to its first root object's uid and
 follows children and pods only through their controller ownerReference chain, and it keeps an
-admission record as evidence only when the record verifies (``controllers/run_membership.py``,
+admission record as evidence only when the record verifies (``controllers/recorder/run/membership.py``,
 ``taugate.record``). Each attack below would otherwise write into another run's evidence."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from taugate.controllers.evidence import EVIDENCE_FILE, verify_record
+from taugate.controllers.recorder.evidence.records import EVIDENCE_FILE, verify_record
 from tests.recorder import objects as o
 from tests.recorder.test_recorder_lifecycle import RUN, SETTINGS, pods_of, taurun, wait_state
 

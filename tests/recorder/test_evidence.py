@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from taugate.controllers import recorder_commands
-from taugate.controllers.evidence import (
+from taugate.cli import runs as recorder_commands
+from taugate.controllers.recorder.evidence.records import (
     EVENTS_FILE,
     EVIDENCE_FILE,
     EvidenceError,
@@ -215,7 +215,7 @@ def test_keygen_writes_a_usable_key_and_never_overwrites(tmp_path, capsys):
 
 
 def test_the_filesystem_probe_reads_metrics_incrementally_and_lists_artifacts_with_hashes(tmp_path):
-    from taugate.controllers.recorder_config import FilesystemProbe, RecorderConfig
+    from taugate.controllers.recorder.config import FilesystemProbe, RecorderConfig
 
     probe = FilesystemProbe(RecorderConfig(data_root=tmp_path, run_path="{namespace}/runs/{run_id}"))
     d = tmp_path / o.NS / "runs" / RID

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from taugate.cli import main
-from taugate.controllers.commands import _recorder_config
+from taugate.cli.operator import recorder_config
 
 
 def _args(**kw):
@@ -16,11 +16,11 @@ def _args(**kw):
 def test_the_recorder_is_off_without_a_key_and_on_with_one(tmp_path, monkeypatch):
     monkeypatch.delenv("TAUGATE_RECORDER_SIGNING_KEY_FILE", raising=False)
     monkeypatch.delenv("TAUGATE_RECORDER_SIGNING_KEY_SECRET", raising=False)
-    assert _recorder_config(_args()) is None
+    assert recorder_config(_args()) is None
     key = tmp_path / "k.pem"
-    config = _recorder_config(_args(signing_key_file=key, evidence_root=tmp_path / "ev"))
+    config = recorder_config(_args(signing_key_file=key, evidence_root=tmp_path / "ev"))
     assert config.signing_key_file == key and config.evidence_root == tmp_path / "ev"
-    assert _recorder_config(_args(signing_key_file=key, record=False)) is None
+    assert recorder_config(_args(signing_key_file=key, record=False)) is None
 
 
 def test_asking_for_the_recorder_without_a_key_is_one_line_and_exit_2(capsys, monkeypatch):

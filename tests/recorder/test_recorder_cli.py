@@ -11,8 +11,8 @@ import json
 import pytest
 
 from taugate.cli import kubectl_plugin
-from taugate.controllers import recorder_commands
-from taugate.controllers.evidence import EVENTS_FILE, EVIDENCE_FILE, EvidenceStore, Signer
+from taugate.cli import runs as recorder_commands
+from taugate.controllers.recorder.evidence.records import EVENTS_FILE, EVIDENCE_FILE, EvidenceStore, Signer
 from tests.recorder import objects as o
 from tests.recorder.test_evidence import _record
 

@@ -14,10 +14,10 @@ import jsonschema
 import kmock
 import pytest
 
-from taugate.controllers import recorder_commands
+from taugate.cli import runs as recorder_commands
 from taugate.controllers.crds import CRD_KINDS, openapi_schema
-from taugate.controllers.evidence import EVENTS_FILE, EVIDENCE_FILE, verify_record
-from taugate.controllers.recorder_config import RecorderConfig
+from taugate.controllers.recorder.config import RecorderConfig
+from taugate.controllers.recorder.evidence.records import EVENTS_FILE, EVIDENCE_FILE, verify_record
 from taugate.settings import Settings
 from tests.crdschema import translate
 from tests.kubedouble import KubeDouble
@@ -330,8 +330,8 @@ def test_the_signing_key_can_come_from_a_secret(kube, key):
 
     import kubernetes.client
 
-    from taugate.controllers.evidence import EvidenceError
-    from taugate.controllers.recorder import Recorder
+    from taugate.controllers.recorder.evidence.records import EvidenceError
+    from taugate.controllers.recorder.watch import Recorder
 
     with kube.api_client() as api:
         kubernetes.client.CoreV1Api(api).create_namespaced_secret("taugate-system", {
@@ -347,7 +347,7 @@ def test_the_signing_key_can_come_from_a_secret(kube, key):
 
 def test_the_taugate_command_line_carries_the_recorder_commands(config, key, tmp_path, capsys):
     from taugate.cli import main
-    from taugate.controllers.evidence import EvidenceStore
+    from taugate.controllers.recorder.evidence.records import EvidenceStore
 
     store = EvidenceStore(config.evidence_root, key)
     store.append(RUN, [("run", {"runId": RUN, "namespace": o.NS, "object": {"kind": "RayJob", "name": "train"}}, "t0")])

@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 import kubernetes_validate
 import pytest
 
-from taugate.controllers.run_admitted import derive_admitted, expected_pod_count, workload_owner_uid
-from taugate.controllers.run_completion import (
+from taugate.controllers.recorder.run.admitted import derive_admitted, expected_pod_count, workload_owner_uid
+from taugate.controllers.recorder.run.completion import (
     derive_artifact_saved,
     derive_gpus_released,
     derive_outcome,
@@ -17,17 +17,17 @@ from taugate.controllers.run_completion import (
     pod_terminations,
     root_failure,
 )
-from taugate.controllers.run_diagnosis import diagnose, phase
-from taugate.controllers.run_gpu_health import derive_gpu_healthy
-from taugate.controllers.run_merge import condition_reason, derive
-from taugate.controllers.run_progress import (
+from taugate.controllers.recorder.run.diagnosis import diagnose, phase
+from taugate.controllers.recorder.run.gpu_health import derive_gpu_healthy
+from taugate.controllers.recorder.run.merge import condition_reason, derive
+from taugate.controllers.recorder.run.progress import (
     advance_progress,
     derive_progressing,
     parse_log_progress,
     parse_metrics_jsonl,
 )
-from taugate.controllers.run_scheduled import derive_scheduled
-from taugate.controllers.run_values import (
+from taugate.controllers.recorder.run.scheduled import derive_scheduled
+from taugate.controllers.recorder.run.values import (
     ADMITTED,
     ALL_TYPES,
     ARTIFACT_SAVED,

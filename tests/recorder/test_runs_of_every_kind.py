@@ -1,6 +1,6 @@
 """The recorder follows a run of every registered workload kind (issue 17): its root is the object no
 governed controller owns, its members hang from it by controller ownerReference, Admitted comes
-from its Kueue Workload, and its end from the kind's own status (``controllers/run_outcome.py``):
+from its Kueue Workload, and its end from the kind's own status (``controllers/recorder/run/outcome.py``):
 JobSet and PyTorchJob conditions, a bare Pod's phase; a serving kind runs until it is deleted.
 Each run is scripted the way the kind's controller, Kueue and the kubelet would move it, against
 kmock's Kubernetes emulator over HTTP."""
@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import pytest
 
-from taugate.controllers import run_membership as members
-from taugate.controllers.recorder_objects import is_member_child, is_root
-from taugate.controllers.run_admitted import derive_admitted, expected_pod_count, suspended
-from taugate.controllers.run_diagnosis import diagnose
-from taugate.controllers.run_outcome import OUTCOMES, SERVING_KINDS, owner_outcome
+from taugate.controllers.recorder.objects import is_member_child, is_root
+from taugate.controllers.recorder.run import membership as members
+from taugate.controllers.recorder.run.admitted import derive_admitted, expected_pod_count, suspended
+from taugate.controllers.recorder.run.diagnosis import diagnose
+from taugate.controllers.recorder.run.outcome import OUTCOMES, SERVING_KINDS, owner_outcome
 from taugate.kinds import KINDS
 from taugate.labels import RUN_ID as RUN_ID_LABEL
 from tests.recorder import kind_objects as k
@@ -25,7 +25,7 @@ from tests.recorder.test_recorder_lifecycle import RUN, SETTINGS, conditions, ta
 
 @pytest.mark.parametrize("kind", KINDS, ids=lambda kind: kind.kind)
 def test_every_registered_kind_has_a_completion_rule(kind):
-    assert (kind.group, kind.kind) in OUTCOMES, f"{kind.kind}: add its rule to controllers/run_outcome.py"
+    assert (kind.group, kind.kind) in OUTCOMES, f"{kind.kind}: add its rule to controllers/recorder/run/outcome.py"
 
 
 def test_a_jobsets_job_and_a_rayservices_raycluster_are_members_never_roots():

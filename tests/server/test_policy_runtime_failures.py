@@ -15,7 +15,7 @@ import yaml
 
 from taugate.cli import main
 from taugate.webhook.engines import load_policy_engine
-from taugate.webhook.policy_testing import render_report, run_policy_tests
+from taugate.webhook.policy_tests import render_report, run_policy_tests
 from tests.paths import EXAMPLE_CLUSTER, POLICIES
 from tests.server.https import admission_review, check_response, workload_request
 

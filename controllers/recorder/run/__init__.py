@@ -1,0 +1,1 @@
+"""A run's conditions, each read from the objects of the run."""

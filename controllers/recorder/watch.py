@@ -1,0 +1,379 @@
+"""The run recorder: watches taugate-managed runs and keeps one TauRun and one evidence record per run.
+
+A run is a namespace and a run-id (``recorder.objects.RunKey``): the indices, the runs held and
+the work queue are keyed by both, so a run-id label copied into another namespace makes another
+run there, which never touches the first one's TauRun (it lives in the first one's namespace);
+the evidence directory of a run-id belongs to the namespace that recorded it first, and a run of
+another namespace under the same run-id writes nothing (``recorder.reconcile``). After a restart
+the indices are rebuilt with the same keys, so the same holds.
+
+Runs in the operator process (kopf). It watches, read-only:
+
+- the runs' roots: objects of every registered workload kind (``taugate.kinds.KINDS``: RayJob,
+  RayCluster, Job, JobSet, LeaderWorkerSet, PyTorchJob, RayService, and any kind added there)
+  with the ``tau.azure.com/run-id`` label that no governed controller owns
+  (``recorder.objects.is_member_child``: a JobSet's Jobs, KubeRay's submitter Job, a
+  RayService's RayClusters, an LWS's StatefulSets are members of their owner's run, not runs);
+- Kueue Workloads, matched to a run through the ``kueue.x-k8s.io/job-uid`` label or their owner
+  reference (never by rebuilding Kueue's name hash): the root's, else its members' (Kueue's pod
+  integration owns a serving workload's Workloads by its pods);
+- the members: objects of the registered kinds and ReplicaSets with the run-id label whose
+  controller is governed, and Pods with the run-id label (their termination records are kept as
+  soon as they are seen, so a failure reason survives the pod's deletion); a child or pod joins
+  its run only through its controller ownerReference chain to the run's root object, and a run
+  is bound to its first root object's uid (``controllers/recorder/run/membership.py``), so a copied
+  run-id label joins nothing;
+- Nodes (conditions only, for ``GPUHealthy``).
+
+The root object's admission record (``tau.azure.com/admission``) is kept as evidence only when
+it verifies (``taugate.record``: signed with ``TAUGATE_ADMISSION_KEY``, bound to that object);
+otherwise the evidence says why it is not trusted, and the workspace, profile and queue come from
+the labels the webhook pins.
+
+and writes only two things: the ``TauRun`` (namespace of the run, named by run-id) and the
+evidence directory (``recorder/evidence/records.py``). Every decision is ``recorder/run/merge.py``
+(with the other ``recorder/run/`` modules) over the observed objects; the recorder is the I/O
+around it: this module (construction, kopf wiring, lifecycle, observation, the worker),
+``objects`` (pure readers of the watched objects), ``index`` (what is held per run, the
+snapshot), ``reconcile`` (the reconcile step) and ``writer`` (TauRuns).
+
+One worker task reconciles runs one at a time (events mark a run dirty, a poll marks every
+active run dirty every ``poll_seconds`` for metrics, artifacts and the stall clock). The previous
+conditions come from the evidence record, so after a restart nothing already recorded is
+recorded again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import logging
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import kubernetes.client
+from kubernetes.client import ApiException
+
+from taugate import labels
+from taugate.controllers.recorder.config import FilesystemProbe, RecorderConfig, RunProbe
+from taugate.controllers.recorder.evidence.records import EvidenceError, EvidenceStore, Signer
+from taugate.controllers.recorder.index import (
+    INDEX_IDS,
+    IX_NODES,
+    IX_PODS,
+    IX_WORKLOADS,
+    RunEntry,
+    Snapshot,
+    child_index,
+    root_index,
+    take_snapshot,
+)
+from taugate.controllers.recorder.objects import (
+    CHILD_RESOURCES,
+    RunKey,
+    gvr,
+    is_member_child,
+    is_root,
+    name_of,
+    run_key,
+    trim_node,
+    uid_of,
+)
+from taugate.controllers.recorder.reconcile import RunReconciler
+from taugate.controllers.recorder.run import membership as members
+from taugate.controllers.recorder.run.admitted import workload_owner_uid
+from taugate.controllers.recorder.run.completion import pod_terminations
+from taugate.controllers.recorder.writer import TauRunWriter
+from taugate.kinds import KINDS, pod
+from taugate.settings import Settings
+
+log = logging.getLogger("taugate.recorder")
+
+_Watch = tuple[str, tuple[str, ...], dict[str, Any], Callable[..., Any], Callable[[str | None, dict], None]]
+"""One watch of the recorder: kopf index id, resource (group, [version,] plural), kopf filters,
+the indexer and the observer its events go to."""
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+
+
+class Recorder:
+    """The recorder: kopf indices hold the watched objects, events mark runs dirty, one worker
+    reconciles dirty runs one at a time.
+
+    kopf fills every index from its initial listing before it calls any event handler, so the
+    first reconcile after a (re)start already sees every pod, Workload and owner of the run; a
+    partial view cannot produce a spurious transition.
+
+    ``api_client`` is an official ``kubernetes.client.ApiClient`` (for TauRun writes and pod
+    logs); ``signer`` signs evidence (see :meth:`create`); ``probe`` reads the run's data
+    path (default: :class:`FilesystemProbe`); ``clock`` returns the current aware datetime.
+    """
+
+    def __init__(self, config: RecorderConfig, settings: Settings, api_client: kubernetes.client.ApiClient,
+                 signer: Signer, probe: RunProbe | None = None, clock: Callable[[], datetime] = _now) -> None:
+        self.config = config
+        self.settings = settings
+        self.writer = TauRunWriter(api_client)
+        self.store = EvidenceStore(config.evidence_root, signer)
+        self.reconciler = RunReconciler(config, settings, self.writer, self.store,
+                                        probe if probe is not None else FilesystemProbe(config), clock)
+        self.runs: dict[RunKey, RunEntry] = {}
+        self.by_uid: dict[str, RunKey] = {}  # owner uid -> run
+        self.indices: dict[str, Any] = {}
+        self._nodes_seen: dict[str, dict | None] = {}
+        self._dirty: dict[RunKey, None] = {}
+        self._wake: asyncio.Event | None = None
+        self._tasks: list[asyncio.Task] = []
+        self._stopping = False
+        self.errors: list[str] = []
+
+    # -- construction ------------------------------------------------------------------------
+    @classmethod
+    def create(cls, config: RecorderConfig, settings: Settings, cfg: kubernetes.client.Configuration) -> Recorder:
+        """A recorder with its own ``ApiClient`` for ``cfg`` and the configured signing key.
+
+        Raises EvidenceError when no usable signing key is configured (the operator then fails to
+        start rather than record unsigned evidence)."""
+        api_client = kubernetes.client.ApiClient(cfg)
+        try:
+            signer = cls.load_signer(config, api_client)
+        except Exception:
+            api_client.close()
+            raise
+        return cls(config, settings, api_client, signer)
+
+    def close(self) -> None:
+        """Close the API client."""
+        self.writer.kube.close()
+
+    @staticmethod
+    def load_signer(config: RecorderConfig, api_client: kubernetes.client.ApiClient | None = None) -> Signer:
+        """The signing key: ``signing_key_file``, else the Secret ``signing_key_secret``
+        (``namespace/name[/key]``, key default ``ed25519.pem``). Raises EvidenceError if neither
+        is configured or the key is unusable."""
+        if config.signing_key_file is not None:
+            return Signer.from_file(config.signing_key_file)
+        if config.signing_key_secret and api_client is not None:
+            parts = config.signing_key_secret.split("/")
+            if len(parts) not in (2, 3):
+                raise EvidenceError(f"signing_key_secret {config.signing_key_secret!r}: expected namespace/name[/key]")
+            ns, name = parts[0], parts[1]
+            key = parts[2] if len(parts) == 3 else "ed25519.pem"
+            try:
+                secret = kubernetes.client.CoreV1Api(api_client).read_namespaced_secret(name, ns)
+            except ApiException as e:
+                raise EvidenceError(f"Secret {ns}/{name}: cannot read ({e.status} {e.reason})") from None
+            data = (secret.data or {}).get(key)
+            if not data:
+                raise EvidenceError(f"Secret {ns}/{name} has no key {key!r}")
+            return Signer.from_pem(base64.b64decode(data), f"Secret {ns}/{name}[{key}]")
+        raise EvidenceError("no evidence signing key: set signing_key_file or signing_key_secret")
+
+    # -- kopf wiring -------------------------------------------------------------------------
+    def register(self, registry: Any) -> None:
+        """Add the recorder's handlers to a kopf ``OperatorRegistry``: indices and ``on.event``
+        handlers for every registered kind's roots and members, ReplicaSets and Pods (run-id label
+        present), Kueue Workloads and Nodes, plus
+        startup/cleanup activities that start and stop the worker. Nothing here writes to the
+        watched objects (no kopf annotations or finalizers)."""
+        import kopf
+
+        present = {labels.RUN_ID: kopf.PRESENT}
+
+        def root(body: Any, **_: Any) -> bool:
+            return is_root(dict(body))
+
+        def child(body: Any, **_: Any) -> bool:
+            return is_member_child(dict(body))
+
+        def by_run_id(body: Any, **_: Any) -> dict | None:
+            key = run_key(dict(body))
+            return {key: dict(body)} if key else None
+
+        def by_owner_uid(body: Any, **_: Any) -> dict | None:
+            uid = workload_owner_uid(dict(body))
+            return {uid: dict(body)} if uid else None
+
+        def by_node_name(body: Any, **_: Any) -> dict:
+            return {name_of(dict(body)): trim_node(dict(body))}
+
+        # every registered kind: its roots (no governed controller) and its members (a governed
+        # controller); a Pod's members are IX_PODS. No version for Kueue: kopf watches the
+        # preferred one (v1beta2 or v1beta1; the status fields read here are the same in both)
+        roots: list[_Watch] = [(root_index(k), gvr(k), {"labels": present, "when": root}, by_run_id,
+                                self.observe_owner) for k in KINDS]
+        children: list[_Watch] = [(child_index(k.resource), gvr(k), {"labels": present, "when": child}, by_run_id,
+                                   self.observe_child) for k in KINDS if k is not pod.KIND]
+        children += [(child_index(r[2]), r, {"labels": present, "when": child}, by_run_id, self.observe_child)
+                     for r in CHILD_RESOURCES]
+        specs: tuple[_Watch, ...] = (
+            *roots,
+            (IX_WORKLOADS, ("kueue.x-k8s.io", "workloads"), {}, by_owner_uid, self.observe_workload),
+            (IX_PODS, gvr(pod.KIND), {"labels": present}, by_run_id, self.observe_pod),
+            *children,
+            (IX_NODES, ("", "v1", "nodes"), {}, by_node_name, self.observe_node),
+        )
+        for ix_id, resource, filters, indexer, observe in specs:
+            kopf.index(*resource, registry=registry, id=ix_id, **filters)(indexer)
+
+            def handler(type: str | None, body: Any, _observe: Callable = observe, **kwargs: Any) -> None:
+                for k in INDEX_IDS:
+                    if k in kwargs:
+                        self.indices[k] = kwargs[k]
+                _observe(type, dict(body))
+
+            kopf.on.event(*resource, registry=registry, id=ix_id.replace("recorder_", "recorder-"), **filters)(handler)
+
+        @kopf.on.startup(registry=registry, id="recorder-start")
+        async def _start(**_: Any) -> None:
+            self.start()
+
+        @kopf.on.cleanup(registry=registry, id="recorder-stop")
+        async def _stop(**_: Any) -> None:
+            await self.stop()
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the worker and the poll loop on the running event loop."""
+        self._stopping = False
+        self._wake = asyncio.Event()
+        self._tasks = [asyncio.create_task(self._worker(), name="recorder-worker"),
+                       asyncio.create_task(self._poller(), name="recorder-poller")]
+        if self._dirty:
+            self._wake.set()
+
+    async def stop(self) -> None:
+        """Stop the poller and the worker; a reconcile in progress finishes first (its thread
+        cannot be interrupted, and a second recorder must never write the same record at once)."""
+        self._stopping = True
+        if self._wake is not None:
+            self._wake.set()
+        for t in self._tasks:
+            if t.get_name() == "recorder-poller":
+                t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(TimeoutError, asyncio.CancelledError, Exception):
+                await asyncio.wait_for(t, timeout=30)
+        self._tasks = []
+
+    # -- observation (called from watch handlers on the event loop; cheap, no I/O) ---------------
+    def _entry(self, key: RunKey) -> RunEntry:
+        e = self.runs.get(key)
+        if e is None:
+            e = self.runs[key] = RunEntry(key[1], key[0])
+        return e
+
+    def mark(self, key: RunKey) -> None:
+        """Queue a run (its namespace and run-id) for reconciling."""
+        self._dirty[key] = None
+        if self._wake is not None:
+            self._wake.set()
+
+    def observe_owner(self, event_type: str | None, obj: dict) -> None:
+        """An event of a root: an object of a registered kind that no governed controller owns and
+        taugate governs (``recorder.objects.is_root``; ``event_type`` ``None``/ADDED/MODIFIED/DELETED)."""
+        key = run_key(obj)
+        if key is None or not is_root(obj):
+            return
+        self._entry(key)
+        uid = uid_of(obj)
+        if uid:
+            self.by_uid[uid] = key  # for its Workloads' events; binding is the reconcile's
+        self.mark(key)
+
+    def observe_child(self, event_type: str | None, obj: dict) -> None:
+        """An event of a member candidate (an object of a registered kind, or a ReplicaSet, whose
+        controller is governed): its run is marked (membership is decided on reconcile, from the
+        ownerReference chain)."""
+        key = run_key(obj)
+        if key is not None:
+            self._entry(key)
+            self._follow(obj, key)
+            self.mark(key)
+
+    def _follow(self, obj: dict, key: RunKey) -> None:
+        """Remember which run ``obj``'s uid is for, so the events of a Kueue Workload it owns (a
+        Deployment's pods', a RayService's RayCluster's) mark that run; binding is the reconcile's."""
+        uid = uid_of(obj)
+        if uid:
+            self.by_uid.setdefault(uid, key)
+
+    def observe_workload(self, event_type: str | None, obj: dict) -> None:
+        """A Kueue Workload event: the run of its owner (known once the owner was seen) is marked."""
+        uid = workload_owner_uid(obj)
+        key = self.by_uid.get(uid or "")
+        if key is not None:
+            self.mark(key)
+
+    def observe_pod(self, event_type: str | None, obj: dict) -> None:
+        """A Pod event: its termination records are kept at once (a DELETED event carries the
+        pod's last state, so a failure is never lost to the pod's deletion)."""
+        key = run_key(obj)
+        if key is None:
+            return
+        e = self._entry(key)
+        self._follow(obj, key)
+        # a pod's failure counts when its controller is the run's (a bare Pod: itself, the root)
+        holder = members.controller_uid(obj) or uid_of(obj)
+        for f in pod_terminations(obj):
+            e.pending_failures.setdefault(f["key"], (f, holder))
+        self.mark(key)
+
+    def observe_node(self, event_type: str | None, obj: dict) -> None:
+        """A Node event that changed its conditions: runs with a pod on that node are marked."""
+        name = name_of(obj)
+        trimmed = None if event_type == "DELETED" else trim_node(obj)
+        if self._nodes_seen.get(name) == trimmed:
+            return  # a kubelet heartbeat, nothing the recorder reads changed
+        self._nodes_seen[name] = trimmed
+        pods = self.indices.get(IX_PODS)
+        if pods is None:
+            return
+        for key, e in self.runs.items():
+            if not e.final and any((p.get("spec") or {}).get("nodeName") == name for p in pods.get(key, ())):
+                self.mark(key)
+
+    def snapshot(self, e: RunEntry) -> Snapshot:
+        """The run's objects from kopf's indices (call on the event loop; ``take_snapshot``)."""
+        return take_snapshot(self.indices, e)
+
+    # -- the worker ----------------------------------------------------------------------------
+    async def _poller(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.poll_seconds)
+            for key, e in list(self.runs.items()):
+                if not e.final:
+                    self.mark(key)
+
+    async def _worker(self) -> None:
+        assert self._wake is not None
+        while not self._stopping:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._dirty and not self._stopping:
+                key = next(iter(self._dirty))
+                del self._dirty[key]
+                try:
+                    await self.reconcile(key)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as ex:  # one run's trouble never stops the others
+                    msg = f"run {key[1]} in {key[0]}: {type(ex).__name__}: {ex}"
+                    self.errors.append(msg)
+                    log.exception("recorder: %s", msg)
+
+    async def reconcile(self, key: RunKey) -> None:
+        """Re-derive one run (``(namespace, run-id)``), append what changed to its evidence,
+        update its TauRun."""
+        e = self.runs.get(key)
+        if e is None or e.final:
+            return
+        snap = self.snapshot(e)
+        if await asyncio.to_thread(self.reconciler.reconcile, e, snap):
+            await asyncio.to_thread(self.reconciler.reconcile, e, self.snapshot(e))  # rebound to the evidence's root

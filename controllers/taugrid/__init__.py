@@ -1,0 +1,1 @@
+"""The TauGrid kinds the operator reconciles: the TauCluster, TauWorkspaces and TauQuotaRequests."""

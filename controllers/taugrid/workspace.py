@@ -1,0 +1,503 @@
+"""TauWorkspace controller: a workspace's namespace, LocalQueue, access, service account and data.
+
+Desired state (``plan_workspace``, pure, over plain dicts), in the target namespace
+(``spec.target.namespace``, default the workspace name):
+
+- the Namespace, created when missing unless ``spec.target.createNamespace`` is false, labelled
+  ``tau.azure.com/workspace=<workspace>`` (the claim: a namespace serves one workspace) and
+  ``kueue.x-k8s.io/queue-name=<LocalQueue>``;
+- the LocalQueue (``kueue.x-k8s.io/v1beta2``) named ``spec.queue``, else the TauCluster's
+  ``workspaceDefaults.defaultQueue``: an existing one is adopted as it is (Kueue makes
+  ``spec.clusterQueue`` immutable); a missing one is created pointing at ``spec.clusterQueue``
+  (taugate extension), else at ``workspaceDefaults.defaultQueue`` (TauGrid's baseline
+  ClusterQueue name). The ClusterQueue must exist and its ``namespaceSelector`` select the
+  namespace (Kueue admits nothing otherwise);
+- a RoleBinding ``tau-researcher`` binding ``spec.kubernetesSubject`` to the ClusterRole
+  ``tau-researcher-v1`` (TauGrid: both ``role`` values bind that ClusterRole), unless
+  ``spec.authorization.mode`` is ``cluster-wide``;
+- the workload ServiceAccount (``spec.workloadIdentity.serviceAccountName``, default
+  ``tau-workload``; annotated ``azure.workload.identity/client-id`` for Azure Workload Identity);
+- the data PVC (``spec.dataVolume``: storage class, size; ReadWriteMany) that every run mounts at
+  ``/data`` (the mutating webhook adds the mount; claim name ``TauWorkspace.data_claim_name``);
+- status: ``phase`` (Ready, Pending while waiting for something, Degraded when refused or in
+  conflict), conditions ``Ready``, ``NamespaceReady``, ``QueueReady``, ``AccessReady``,
+  ``ServiceAccountReady``, ``DataVolumeReady``, and the resolved namespace and queues.
+
+Refusals (nothing is created): a reserved namespace (``taugate.tau_admission.namespace_refusal``:
+Kubernetes', taugate's and every trusted controller's), a namespace claimed by another existing
+workspace, one that an older workspace also targets, or an existing namespace taugate did not
+create for this workspace that no platform admin annotated ``tau.azure.com/adopt-as-workspace=<workspace>``
+(``adoption_refusal``).
+Objects taugate creates carry ``tau.azure.com/managed-by=taugate`` and the workspace label;
+objects it finds are adopted and never changed or deleted.
+
+Deletion: the finalizer ``tau.azure.com/workspace-cleanup`` deletes what taugate created (the
+LocalQueue, RoleBinding and ServiceAccount), releases the namespace claim labels and keeps the
+Namespace and the data PVC (the data outlives the workspace).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from taugate import labels
+from taugate.controllers import resources as R
+from taugate.controllers.conditions import (
+    carry_transition_times,
+    condition,
+    now_rfc3339,
+    owned_patch,
+    selector_matches,
+    subset_patch,
+)
+from taugate.controllers.resources import Action
+from taugate.models import TauCluster, TauWorkspace
+from taugate.settings import Settings
+from taugate.structure import first_problem
+from taugate.tau_admission import adoption_refusal, namespace_refusal
+
+log = logging.getLogger("taugate.controllers.taugrid.workspace")
+
+FINALIZER = "tau.azure.com/workspace-cleanup"
+ROLE_BINDING = "tau-researcher"
+RESEARCHER_CLUSTER_ROLE = "tau-researcher-v1"
+DEFAULT_SERVICE_ACCOUNT = "tau-workload"
+WORKLOAD_IDENTITY_CLIENT_ID = "azure.workload.identity/client-id"
+RBAC_GROUP = "rbac.authorization.k8s.io"
+
+
+@dataclass(frozen=True)
+class WorkspaceNames:
+    """The names a workspace's children have (from its spec and the TauCluster)."""
+
+    namespace: str
+    local_queue: str
+    cluster_queue: str | None  # the one a new LocalQueue would point at
+    service_account: str
+    data_claim: str | None
+
+
+@dataclass(frozen=True)
+class WorkspaceObservation:
+    """What the controller read for one workspace (plain API dicts, None when absent)."""
+
+    workspace: dict
+    cluster: dict | None = None
+    namespace: dict | None = None
+    other_workspaces: list[dict] = field(default_factory=list)
+    local_queue: dict | None = None
+    cluster_queue: dict | None = None
+    role_binding: dict | None = None
+    service_account: dict | None = None
+    pvc: dict | None = None
+
+
+@dataclass(frozen=True)
+class WorkspacePlan:
+    """Writes in order (finalizer, namespace, children, status) and the desired status (None
+    while the workspace is being deleted)."""
+
+    actions: list[Action]
+    status: dict | None
+
+
+def _default_queue(cluster: dict | None) -> str:
+    try:
+        return TauCluster.model_validate(cluster).spec.workspace_defaults.default_queue if cluster else "jobqueue"
+    except ValidationError:
+        return ((cluster or {}).get("spec") or {}).get("workspaceDefaults", {}).get("defaultQueue") or "jobqueue"
+
+
+def workspace_names(ws: TauWorkspace, cluster: dict | None, local_queue: dict | None = None) -> WorkspaceNames:
+    """Names of the children (pure). The ClusterQueue is the existing LocalQueue's, else
+    ``spec.clusterQueue``, else the TauCluster's ``workspaceDefaults.defaultQueue``."""
+    default = _default_queue(cluster)
+    existing_cq = ((local_queue or {}).get("spec") or {}).get("clusterQueue")
+    sa = ws.spec.workload_identity.service_account_name if ws.spec.workload_identity else DEFAULT_SERVICE_ACCOUNT
+    return WorkspaceNames(namespace=ws.target_namespace, local_queue=ws.local_queue(default),
+                          cluster_queue=existing_cq or ws.spec.cluster_queue or default,
+                          service_account=sa, data_claim=ws.data_claim_name)
+
+
+def _owned_by(obj: dict | None, ws_name: str) -> bool:
+    lab = R.labels_of(obj)
+    return lab.get(labels.MANAGED_BY) == labels.MANAGED_BY_VALUE and lab.get(labels.WORKSPACE) == ws_name
+
+
+def _creation_key(obj: dict) -> tuple[str, str]:
+    return (str(R.metadata_of(obj).get("creationTimestamp") or "~"), R.name_of(obj))
+
+
+def _rbac_subject(ws: TauWorkspace, namespace: str) -> dict[str, str] | None:
+    s = ws.spec.kubernetes_subject
+    if s is None:
+        return None
+    if s.kind == "ServiceAccount":
+        name, sa_ns = s.name, namespace
+        if s.name.startswith("system:serviceaccount:") and s.name.count(":") == 3:
+            _, _, sa_ns, name = s.name.split(":")
+        elif "/" in s.name:
+            sa_ns, name = s.name.split("/", 1)
+        return {"kind": "ServiceAccount", "name": name, "namespace": sa_ns}
+    return {"kind": s.kind, "name": s.name, "apiGroup": RBAC_GROUP}
+
+
+def _child_labels(ws_name: str) -> dict[str, str]:
+    return {labels.MANAGED_BY: labels.MANAGED_BY_VALUE, labels.WORKSPACE: ws_name}
+
+
+def namespace_conflict(ws: dict, namespace_obj: dict | None, others: list[dict], target: str) -> str | None:
+    """Why another workspace owns ``target`` (None when this one may use it): the namespace's
+    ``tau.azure.com/workspace`` label names another workspace that still exists, or no one has
+    claimed it yet and an older workspace (creationTimestamp, then name) targets it too."""
+    me = R.name_of(ws)
+    alive = {R.name_of(o): o for o in others if R.name_of(o) != me and not R.metadata_of(o).get("deletionTimestamp")}
+    claimant = R.labels_of(namespace_obj).get(labels.WORKSPACE) if namespace_obj else None
+    if claimant and claimant != me and claimant in alive:
+        return f"namespace {target!r} belongs to TauWorkspace {claimant!r}"
+    if claimant == me:
+        return None
+    rivals = []
+    for o in alive.values():
+        try:
+            t = TauWorkspace.model_validate(o).target_namespace
+        except ValidationError:
+            continue
+        if t == target and _creation_key(o) < _creation_key(ws):
+            rivals.append(R.name_of(o))
+    if rivals:
+        return f"namespace {target!r} is also the target of the older TauWorkspace {sorted(rivals)[0]!r}"
+    return None
+
+
+def _finalizer_actions(ws_obj: dict, want: bool) -> list[Action]:
+    finalizers = list(R.metadata_of(ws_obj).get("finalizers") or [])
+    has = FINALIZER in finalizers
+    if want and not has:
+        return [Action("patch", R.TAU_WORKSPACES, R.name_of(ws_obj), R.namespace_of(ws_obj),
+                       {"metadata": {"finalizers": finalizers + [FINALIZER]}}, reason="add cleanup finalizer")]
+    if not want and has:
+        return [Action("patch", R.TAU_WORKSPACES, R.name_of(ws_obj), R.namespace_of(ws_obj),
+                       {"metadata": {"finalizers": [f for f in finalizers if f != FINALIZER]}},
+                       reason="cleanup done, remove finalizer")]
+    return []
+
+
+def _status_action(ws_obj: dict, status: dict) -> list[Action]:
+    patch = owned_patch(ws_obj.get("status") or {}, status)
+    if not patch:
+        return []
+    return [Action("patch", R.TAU_WORKSPACES, R.name_of(ws_obj), R.namespace_of(ws_obj), {"status": patch},
+                   subresource="status", reason="status")]
+
+
+def _finish(obs: WorkspaceObservation, conds: list[dict], phase: str, now: str, generation: int | None,
+            extra: dict[str, Any]) -> dict:
+    problems = [c for c in conds if c["status"] != "True"]
+    ready = condition("Ready", not problems and phase == "Ready",
+                      "Ready" if not problems else problems[0]["reason"],
+                      "every workspace object is in place" if not problems else problems[0]["message"],
+                      now, generation)
+    old_conditions = (obs.workspace.get("status") or {}).get("conditions")
+    status: dict[str, Any] = {"phase": phase, "conditions": carry_transition_times([ready, *conds], old_conditions)}
+    if generation is not None:
+        status["observedGeneration"] = generation
+    status.update(extra)
+    return status
+
+
+@dataclass
+class _Draft:
+    """A workspace plan being built, one step per child object: actions, conditions, status fields
+    (``extra``), and whether a child is awaited (``waiting``: Pending) or broken (``degraded``)."""
+
+    ws: TauWorkspace
+    ws_name: str
+    names: WorkspaceNames
+    now: str
+    generation: int | None
+    actions: list[Action]
+    conds: list[dict] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+    waiting: bool = False
+    degraded: bool = False
+
+    @property
+    def target(self) -> str:
+        return self.names.namespace
+
+    def condition(self, type_: str, ok: bool, reason: str, message: str) -> None:
+        self.conds.append(condition(type_, ok, reason, message, self.now, self.generation))
+
+
+def plan_workspace(obs: WorkspaceObservation, settings: Settings, now: str | None = None) -> WorkspacePlan:
+    """Desired children, finalizer and status for one workspace (pure). A workspace being deleted
+    gets ``plan_cleanup`` instead. The children in order: Namespace, LocalQueue, RoleBinding,
+    ServiceAccount, data PVC (one ``_plan_*`` step each)."""
+    now = now or now_rfc3339()
+    ws_obj = obs.workspace
+    if R.metadata_of(ws_obj).get("deletionTimestamp"):
+        return plan_cleanup(obs)
+    generation = R.metadata_of(ws_obj).get("generation")
+    actions = _finalizer_actions(ws_obj, True)
+    try:
+        ws = TauWorkspace.model_validate(ws_obj)
+    except ValidationError as e:
+        msg = f"the TauWorkspace does not match the TauGrid schema: {first_problem(e)}"
+        status = _finish(obs, [condition("SpecValid", False, "InvalidSpec", msg, now, generation)], "Degraded", now,
+                         generation, {})
+        return WorkspacePlan(actions + _status_action(ws_obj, status), status)
+
+    names = workspace_names(ws, obs.cluster, obs.local_queue)
+    draft = _Draft(ws, R.name_of(ws_obj), names, now, generation, actions,
+                   extra={"target": {"resolvedNamespace": names.namespace}})
+    refusal = (namespace_refusal(draft.target, settings)
+               or namespace_conflict(ws_obj, obs.namespace, obs.other_workspaces, draft.target)
+               or adoption_refusal(obs.namespace, draft.ws_name))
+    if refusal:
+        draft.condition("NamespaceReady", False, "NamespaceRefused", f"{refusal}; nothing was created")
+        status = _finish(obs, draft.conds, "Degraded", now, generation, draft.extra)
+        return WorkspacePlan(draft.actions + _status_action(ws_obj, status), status)
+
+    ns_labels = _plan_namespace(draft, obs)
+    if ns_labels is None:  # missing, and the workspace may not create it
+        phase = "Pending"
+    else:
+        _plan_local_queue(draft, obs, ns_labels)
+        _plan_role_binding(draft, obs)
+        _plan_service_account(draft, obs)
+        _plan_data_volume(draft, obs)
+        phase = "Degraded" if draft.degraded else ("Pending" if draft.waiting else "Ready")
+    status = _finish(obs, draft.conds, phase, now, generation, draft.extra)
+    return WorkspacePlan(draft.actions + _status_action(ws_obj, status), status)
+
+
+def _plan_namespace(draft: _Draft, obs: WorkspaceObservation) -> dict[str, str] | None:
+    """Create the workspace's namespace or claim it with the workspace and queue labels; its
+    labels as they will be, or None when it is missing and ``spec.target.createNamespace`` is false."""
+    target, ws_name = draft.target, draft.ws_name
+    claim = {labels.WORKSPACE: ws_name, labels.KUEUE_QUEUE_NAME: draft.names.local_queue}
+    ns_labels = dict(R.labels_of(obs.namespace))
+    if obs.namespace is None:
+        if draft.ws.spec.target.create_namespace is False:
+            draft.condition("NamespaceReady", False, "NamespaceMissing",
+                            f"namespace {target!r} does not exist and spec.target.createNamespace is false")
+            return None
+        ns_labels = {**_child_labels(ws_name), **claim}
+        draft.actions.append(Action("create", R.NAMESPACES, target, body={
+            "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": target, "labels": ns_labels}},
+            reason="workspace namespace"))
+    else:
+        patch = subset_patch(ns_labels, claim)
+        if patch:
+            draft.actions.append(Action("patch", R.NAMESPACES, target, body={"metadata": {"labels": patch}},
+                                        reason="workspace and queue labels"))
+            ns_labels.update(patch)
+    # The same words whether the object was just created or found, so the next pass writes nothing.
+    draft.condition("NamespaceReady", True, "NamespaceReady",
+                    f"namespace {target!r} carries the workspace and queue labels")
+    return ns_labels
+
+
+def _plan_local_queue(draft: _Draft, obs: WorkspaceObservation, ns_labels: dict[str, str]) -> None:
+    """Create the LocalQueue, and check it feeds the intended ClusterQueue and that the
+    ClusterQueue's ``namespaceSelector`` selects the namespace (Kueue admits nothing otherwise)."""
+    names, target, ws = draft.names, draft.target, draft.ws
+    queue_status: dict[str, Any] = {"localQueue": names.local_queue, "clusterQueue": names.cluster_queue}
+    cq_uid = R.metadata_of(obs.cluster_queue).get("uid") if obs.cluster_queue else None
+    if cq_uid:
+        queue_status["clusterQueueUID"] = cq_uid
+    draft.extra["queue"] = queue_status
+    if obs.local_queue is None:
+        draft.actions.append(Action("create", R.LOCAL_QUEUES, names.local_queue, target, body={
+            "apiVersion": R.LOCAL_QUEUES.api_version, "kind": "LocalQueue",
+            "metadata": {"name": names.local_queue, "namespace": target, "labels": _child_labels(draft.ws_name)},
+            "spec": {"clusterQueue": names.cluster_queue}}, reason="workspace LocalQueue"))
+    queue_problem = None
+    if obs.local_queue is not None and ws.spec.cluster_queue and names.cluster_queue != ws.spec.cluster_queue:
+        queue_problem = ("ClusterQueueMismatch",
+                         f"LocalQueue {target}/{names.local_queue} points at ClusterQueue {names.cluster_queue!r}, not "
+                         f"spec.clusterQueue {ws.spec.cluster_queue!r}; Kueue does not allow changing it: delete the "
+                         f"LocalQueue or fix spec.clusterQueue")
+        draft.degraded = True
+    elif obs.cluster_queue is None:
+        queue_problem = ("ClusterQueueNotFound",
+                         f"ClusterQueue {names.cluster_queue!r} (behind LocalQueue {target}/{names.local_queue}) "
+                         f"not found")
+        draft.waiting = True
+    else:
+        ns_sel = (obs.cluster_queue.get("spec") or {}).get("namespaceSelector")
+        visible = {**ns_labels, "kubernetes.io/metadata.name": target}
+        if not selector_matches(ns_sel, visible):
+            queue_problem = ("NamespaceNotSelected",
+                             f"ClusterQueue {names.cluster_queue!r} has a namespaceSelector that does not select "
+                             f"namespace {target!r}, so Kueue admits nothing from it")
+            draft.degraded = True
+    if queue_problem:
+        draft.condition("QueueReady", False, queue_problem[0], queue_problem[1])
+    else:
+        ours = obs.local_queue is None or _owned_by(obs.local_queue, draft.ws_name)
+        how = "managed by taugate" if ours else "adopted"
+        draft.condition("QueueReady", True, "QueueReady",
+                        f"LocalQueue {target}/{names.local_queue} ({how}) feeds ClusterQueue {names.cluster_queue!r}")
+
+
+def _plan_role_binding(draft: _Draft, obs: WorkspaceObservation) -> None:
+    """Bind ``spec.kubernetesSubject`` to the researcher ClusterRole in the namespace (none when
+    authorization is cluster-wide); a changed ``roleRef`` is delete + create (it is immutable,
+    Kubernetes RBAC rule)."""
+    ws, target, ws_name = draft.ws, draft.target, draft.ws_name
+    cluster_wide = ws.spec.authorization is not None and ws.spec.authorization.mode == "cluster-wide"
+    subject = _rbac_subject(ws, target)
+    if cluster_wide or subject is None:
+        draft.condition("AccessReady", True, "ClusterWide" if cluster_wide else "NoSubject",
+                        "authorization is cluster-wide: no RoleBinding" if cluster_wide
+                        else "no spec.kubernetesSubject: no RoleBinding")
+        return
+    want_rb = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+               "metadata": {"name": ROLE_BINDING, "namespace": target, "labels": _child_labels(ws_name)},
+               "roleRef": {"apiGroup": RBAC_GROUP, "kind": "ClusterRole", "name": RESEARCHER_CLUSTER_ROLE},
+               "subjects": [subject]}
+    bound = f"{subject['kind']} {subject['name']!r} bound to ClusterRole {RESEARCHER_CLUSTER_ROLE!r}"
+    rb = obs.role_binding
+    if rb is None:
+        draft.actions.append(Action("create", R.ROLE_BINDINGS, ROLE_BINDING, target, body=want_rb,
+                                    reason="researcher access"))
+        draft.condition("AccessReady", True, "RoleBindingReady", bound)
+    elif not _owned_by(rb, ws_name):
+        draft.condition("AccessReady", False, "RoleBindingConflict",
+                        f"RoleBinding {target}/{ROLE_BINDING} exists and is not managed by taugate for this "
+                        f"workspace; rename or remove it")
+        draft.degraded = True
+    else:
+        if rb.get("roleRef") != want_rb["roleRef"]:  # roleRef is immutable (Kubernetes RBAC rule)
+            draft.actions.append(Action("delete", R.ROLE_BINDINGS, ROLE_BINDING, target, reason="roleRef changed"))
+            draft.actions.append(Action("create", R.ROLE_BINDINGS, ROLE_BINDING, target, body=want_rb,
+                                        reason="roleRef changed"))
+        elif rb.get("subjects") != want_rb["subjects"]:
+            draft.actions.append(Action("patch", R.ROLE_BINDINGS, ROLE_BINDING, target,
+                                        body={"subjects": want_rb["subjects"]}, reason="subject changed"))
+        draft.condition("AccessReady", True, "RoleBindingReady", bound)
+    draft.extra["roleBinding"] = ROLE_BINDING
+
+
+def _plan_service_account(draft: _Draft, obs: WorkspaceObservation) -> None:
+    """Create the workloads' ServiceAccount (with the Azure Workload Identity client-id
+    annotation when asked), keep its labels/annotations on one we own, adopt one we do not."""
+    names, target, ws_name = draft.names, draft.target, draft.ws_name
+    sa_meta: dict[str, Any] = {"name": names.service_account, "namespace": target, "labels": _child_labels(ws_name)}
+    if draft.ws.spec.workload_identity is not None:
+        sa_meta["annotations"] = {WORKLOAD_IDENTITY_CLIENT_ID: draft.ws.spec.workload_identity.client_id}
+    sa = obs.service_account
+    if sa is None:
+        draft.actions.append(Action("create", R.SERVICE_ACCOUNTS, names.service_account, target,
+                                    body={"apiVersion": "v1", "kind": "ServiceAccount", "metadata": sa_meta},
+                                    reason="workload service account"))
+        sa_msg = f"ServiceAccount {target}/{names.service_account} ready"
+    elif _owned_by(sa, ws_name):
+        patch = subset_patch(R.metadata_of(sa), {k: v for k, v in sa_meta.items() if k in ("labels", "annotations")})
+        if patch:
+            draft.actions.append(Action("patch", R.SERVICE_ACCOUNTS, names.service_account, target,
+                                        body={"metadata": patch}, reason="workload identity"))
+        sa_msg = f"ServiceAccount {target}/{names.service_account} ready"
+    else:
+        sa_msg = f"ServiceAccount {target}/{names.service_account} exists (adopted as is)"
+    draft.condition("ServiceAccountReady", True, "ServiceAccountReady", sa_msg)
+    draft.extra["serviceAccount"] = names.service_account
+
+
+def _plan_data_volume(draft: _Draft, obs: WorkspaceObservation) -> None:
+    """Create the data PVC (``spec.dataVolume``, ReadWriteMany); report it as found (kept as it is)."""
+    dv, claim, target = draft.ws.spec.data_volume, draft.names.data_claim, draft.target
+    if dv is None or not claim:
+        return
+    pvc = obs.pvc
+    if pvc is None:
+        spec: dict[str, Any] = {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": dv.size}}}
+        if dv.storage_class_name:
+            spec["storageClassName"] = dv.storage_class_name
+        pvc = {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+               "metadata": {"name": claim, "namespace": target, "labels": _child_labels(draft.ws_name)},
+               "spec": spec}
+        draft.actions.append(Action("create", R.PVCS, claim, target, body=pvc, reason="workspace data volume"))
+    # Status from the PVC as found, or as just created.
+    pspec = pvc.get("spec") or {}
+    size = ((pspec.get("resources") or {}).get("requests") or {}).get("storage")
+    sc = pspec.get("storageClassName")
+    phase = (pvc.get("status") or {}).get("phase")
+    draft.extra["dataVolume"] = {k: v for k, v in {"claimName": claim, "size": size,
+                                                   "storageClassName": sc, "phase": phase}.items() if v}
+    mismatch = []
+    if dv.storage_class_name and sc and sc != dv.storage_class_name:
+        mismatch.append(f"storage class {sc!r}, not {dv.storage_class_name!r}")
+    if size and size != dv.size:
+        mismatch.append(f"size {size}, not {dv.size}")
+    if phase == "Lost":
+        draft.condition("DataVolumeReady", False, "ClaimLost", f"PVC {target}/{claim} lost its volume")
+        draft.degraded = True
+    else:
+        note = f" (differs from spec.dataVolume: {', '.join(mismatch)}; the PVC is kept as it is)" if mismatch else ""
+        draft.condition("DataVolumeReady", True, "DataVolumeReady",
+                        f"PVC {target}/{claim} is {phase or 'present'}; runs mount it at /data{note}")
+
+
+def plan_cleanup(obs: WorkspaceObservation) -> WorkspacePlan:
+    """What the finalizer does for a workspace being deleted (pure): delete the LocalQueue,
+    RoleBinding and ServiceAccount taugate created for it, release the namespace's claim labels,
+    keep the Namespace and the data PVC, then remove the finalizer. Nothing when the finalizer is
+    already gone."""
+    ws_obj = obs.workspace
+    if FINALIZER not in (R.metadata_of(ws_obj).get("finalizers") or []):
+        return WorkspacePlan([], None)
+    ws_name = R.name_of(ws_obj)
+    actions: list[Action] = []
+    for res, obj in ((R.LOCAL_QUEUES, obs.local_queue), (R.ROLE_BINDINGS, obs.role_binding),
+                     (R.SERVICE_ACCOUNTS, obs.service_account)):
+        if obj is not None and _owned_by(obj, ws_name):
+            actions.append(Action("delete", res, R.name_of(obj), R.namespace_of(obj), reason="workspace deleted"))
+    if obs.namespace is not None and R.labels_of(obs.namespace).get(labels.WORKSPACE) == ws_name:
+        actions.append(Action("patch", R.NAMESPACES, R.name_of(obs.namespace),
+                              body={"metadata": {"labels": {labels.WORKSPACE: None, labels.KUEUE_QUEUE_NAME: None}}},
+                              reason="release the namespace (kept, with its data PVC)"))
+    actions += _finalizer_actions(ws_obj, False)
+    return WorkspacePlan(actions, None)
+
+
+def observe_workspace(kube: Any, namespace: str, name: str) -> WorkspaceObservation | None:
+    """Read one workspace and everything its plan depends on (None when it does not exist)."""
+    ws_obj = kube.get(R.TAU_WORKSPACES, name, namespace)
+    if ws_obj is None:
+        return None
+    cluster = kube.get(R.TAU_CLUSTERS, R.CLUSTER_NAME)
+    try:
+        ws = TauWorkspace.model_validate(ws_obj)
+    except ValidationError:
+        return WorkspaceObservation(workspace=ws_obj, cluster=cluster)
+    names = workspace_names(ws, cluster)
+    target = names.namespace
+    lq = kube.get(R.LOCAL_QUEUES, names.local_queue, target)
+    names = workspace_names(ws, cluster, lq)
+    cq = kube.get(R.CLUSTER_QUEUES, names.cluster_queue) if names.cluster_queue else None
+    others = [o for o in kube.list(R.TAU_WORKSPACES) if R.name_of(o) != name or R.namespace_of(o) != namespace]
+    return WorkspaceObservation(
+        workspace=ws_obj, cluster=cluster, namespace=kube.get(R.NAMESPACES, target), other_workspaces=others,
+        local_queue=lq, cluster_queue=cq, role_binding=kube.get(R.ROLE_BINDINGS, ROLE_BINDING, target),
+        service_account=kube.get(R.SERVICE_ACCOUNTS, names.service_account, target),
+        pvc=kube.get(R.PVCS, names.data_claim, target) if names.data_claim else None)
+
+
+def reconcile_workspace(kube: Any, settings: Settings, namespace: str, name: str,
+                        *, now: str | None = None) -> WorkspacePlan | None:
+    """Read, plan and apply one workspace; returns the plan (None when it does not exist).
+    Raises ``controllers.kube.KubeError`` when the API fails (the caller retries)."""
+    obs = observe_workspace(kube, namespace, name)
+    if obs is None:
+        return None
+    plan = plan_workspace(obs, settings, now)
+    for action in plan.actions:
+        kube.execute(action)
+    return plan
