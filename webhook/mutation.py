@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import re
 import secrets
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, TypeGuard
 
 import orjson
 
 from taugate import labels
 from taugate import record as admission_record
-from taugate.access import as_dict
+from taugate.access import as_dict, metadata_of
 from taugate.fieldpath import field_path
 from taugate.kinds import KINDS, WorkloadKind
 from taugate.kinds.base import Override
@@ -485,8 +485,17 @@ def kept_warnings(obj: dict, kept: Sequence[Override]) -> list[str]:
             f"{'set ' + json_text(spec[o.key]) if o.key in spec else 'removed it'}): {o.why}" for o in kept]
 
 
+def places_on_update(obj: dict, old: dict | None, kind: WorkloadKind) -> bool:
+    """Whether ``edit_update`` places pod templates on this UPDATE (so it needs the admitted
+    profile's resolution): ``old`` was admitted by taugate (a valid run-id), ``obj`` is not being
+    deleted, and the kind's templates are still mutable."""
+    if as_dict(obj.get("metadata")).get("deletionTimestamp") or not isinstance(old, dict):
+        return False
+    return valid_run_id(as_dict(metadata_of(old).get("labels")).get(labels.RUN_ID)) and kind.templates_mutable(old)
+
+
 def edit_update(obj: dict, old: dict | None, templates: list[PodTemplate], kind: WorkloadKind,
-                admitted: Callable[[], Resolution | None] | None = None,
+                admitted: Resolution | None = None,
                 settings: Settings | None = None, kept: Sequence[Override] = ()) -> Edits | None:
     """The edits on UPDATE, made on ``obj`` itself: only what taugate owns is restored from
     ``old`` (the stored object taugate admitted: its labels carry a valid run-id), and only where
@@ -504,8 +513,8 @@ def edit_update(obj: dict, old: dict | None, templates: list[PodTemplate], kind:
       (Kueue keeps it immutable on a running job, kueue v0.17 ``jobframework/validation.go``
       ``validateUpdateForQueueName``, and kubernetes-sigs/kueue PR 13293 closes the gap for a
       removal: without it the pods would run outside quota), and the priority-class label;
-    - with ``admitted`` (called only when the templates may change: the resolution of the
-      profile the object was admitted with, or None) and mutable templates: the profile's
+    - with ``admitted`` (the resolution of the profile the object was admitted with, which the
+      caller computes only when ``places_on_update``) and mutable templates: the profile's
       placement on GPU pod templates and the workspace data volume, as
       on CREATE (``place_templates``: Kueue's flavor selectors and whatever else another writer
       set are kept), and the profile's pod ``priorityClassName`` where a template dropped it,
@@ -538,7 +547,7 @@ def edit_update(obj: dict, old: dict | None, templates: list[PodTemplate], kind:
         spec = edits.container(edits.doc, (), "spec", dict)
         for o in kept:
             edits.set(spec, ("spec",), o.key, o.value)
-    res = admitted() if owned and admitted is not None and settings is not None else None
+    res = admitted if owned and settings is not None else None
     if res is not None and settings is not None and isinstance(old, dict):
         place_templates(edits, owned, res, settings)
         cls = res.profile.priorities.pod_priority_class_name

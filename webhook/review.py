@@ -223,8 +223,10 @@ def mutate(request: dict, state: ClusterState, settings: Settings, engine: Engin
         # read before the edits: in place, doc is obj itself
         warnings += mutation.kept_warnings(obj, kept)
         restored = mutation.restore_warnings(obj, ctx.old, subject.kind)
+        admitted = _admitted_resolution(ctx, subject) \
+            if mutation.places_on_update(obj, ctx.old, subject.kind) else None
         edits = mutation.edit_update(doc, request.get("oldObject"), subject.templates, subject.kind,
-                                     lambda: _admitted_resolution(ctx, subject), settings, kept)
+                                     admitted, settings, kept)
         if edits is not None:
             warnings += restored + mutation.template_warnings(edits)
     else:

@@ -72,9 +72,10 @@ registered kind (``taugate.kinds.KINDS``: KubeRay's RayCluster and submitter Job
 JobSet's Jobs, an LWS's StatefulSets, a RayService's RayClusters, the pods of each) and the
 ReplicaSet a Deployment's pods hang from (kube-controller-manager's deployment controller)."""
 
-CHILD_RESOURCES: tuple[tuple[str, str, str], ...] = (("apps", "v1", "replicasets"),)
-"""Intermediate controllers of no registered kind the recorder follows as run members (with the
-run-id label, which the deployment controller copies from the pod template onto a ReplicaSet)."""
+CHILD_RESOURCES: tuple[tuple[str, str, str], ...] = tuple(dict.fromkeys(r for k in KINDS for r in k.run_children))
+"""Intermediate controllers of no registered kind the recorder follows as run members
+(``WorkloadKind.run_children``: a Deployment's ReplicaSets, with the run-id label the deployment
+controller copies from the pod template)."""
 
 
 def is_member_child(obj: dict) -> bool:

@@ -41,9 +41,10 @@ How to add a workload kind (e.g. Kubeflow's ``TFJob``, after ``pytorchjob``):
    end with ``KIND = <Class>()``.
 2. Add ``<kind>.KIND`` to ``KINDS`` below.
 3. Regenerate the chart's routes (``python scripts/chart_routes.py``) and give the chart's RBAC
-   the new resource (``tests/install`` says where it is missing); give the recorder the kind's
-   completion rule (``controllers/recorder/run/outcome.py`` ``OUTCOMES``, after the kind's status types;
-   ``tests/recorder/test_runs_of_every_kind.py`` fails without one).
+   the new resource (``tests/install`` says where it is missing). The kind's module also says how
+   its run ends (``outcome``, after the kind's status types; ``serving`` for a kind that never ends on
+   its own; ``run_children`` for objects of no registered kind its controller makes):
+   ``tests/recorder/test_runs_of_every_kind.py`` fails without one.
 4. Write its tests: the registry tests (``tests/admission/test_kind_registry.py``) check the
    module is complete and every table derived; add a real upstream sample of the kind to
    ``tests/data/admission`` and tests of its pod templates, GPU demand and checks, named as

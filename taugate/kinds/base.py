@@ -8,10 +8,12 @@ sends them), plain data out.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any, ClassVar, NamedTuple
 
 from taugate.fieldpath import Path
 from taugate.memo import Memo
+from taugate.outcome import Outcome
 from taugate.pods import PodTemplate, json_bytes
 from taugate.structure import workload_problems
 from taugate.violation import Violation
@@ -75,9 +77,14 @@ class WorkloadKind:
       admission reads or writes, typed as the kind's Go API types; ``taugate.structure`` says how to
       write one), which ``malformed`` checks;
     - ``templates_from_spec``: whether ``pod_templates`` reads nothing but ``spec`` (so ``read``
-      remembers them by the spec's JSON text); default True.
+      remembers them by the spec's JSON text); default True;
+    - ``serving``: the kind never ends on its own (a Deployment, a RayService): its run ends when
+      the object is deleted; default False;
+    - ``run_children``: ``(group, version, resource)`` of the intermediate objects of no registered
+      kind its controller makes and the recorder follows as run members (a Deployment's
+      ReplicaSets); default none.
 
-    Methods a subclass overrides: ``pod_templates`` (always), and where the kind differs from the
+    Methods a subclass overrides: ``pod_templates`` and ``outcome`` (always), and where the kind differs from the
     defaults here: ``governs``, ``queued``, ``templates_mutable``, ``checks``, ``create_defaults``,
     ``create_overrides``, ``create_inserts``,
     ``kueue_template_metadata``, ``kueue_holds``, ``autoscaling`` with ``most_pods``.
@@ -94,6 +101,8 @@ class WorkloadKind:
     pod_priority_field: ClassVar[bool] = True
     spec_model: ClassVar[Any]
     templates_from_spec: ClassVar[bool] = True
+    serving: ClassVar[bool] = False
+    run_children: ClassVar[tuple[tuple[str, str, str], ...]] = ()
 
     @property
     def api_version(self) -> str:
@@ -103,6 +112,11 @@ class WorkloadKind:
 
     def __repr__(self) -> str:
         return f"<{self.kind} {self.api_version} ({self.resource})>"
+
+    def outcome(self, obj: Mapping[str, Any], status: dict[str, Any]) -> Outcome:
+        """Where a run whose root is ``obj`` stands, read from the kind's own status types (``status``
+        is ``obj``'s, an empty dict without one): the recorder's completion rule."""
+        raise NotImplementedError(f"{self.kind}: no outcome rule")
 
     def pod_templates(self, obj: dict[str, Any]) -> list[PodTemplate]:
         """Every pod template of ``obj`` with its role, replicas and GPU demand, in a stable order

@@ -21,12 +21,14 @@ Upstream rules followed here:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Required
 
 from typing_extensions import TypedDict
 
 from taugate import labels
 from taugate.kinds.base import WorkloadKind
+from taugate.outcome import Outcome, conditions_of, is_true, serving_outcome
 from taugate.pods import PodTemplate, asks_for_gpus, replicated_template
 from taugate.structure import Int32, PodTemplateSpec
 
@@ -66,10 +68,23 @@ class ReplicatedPods(WorkloadKind):
         Deployment or StatefulSet passes admission unchanged."""
         return asks_for_gpus(templates)
 
+    serving = True
+
+    def outcome(self, obj: Mapping[str, Any], status: dict[str, Any]) -> Outcome:
+        """Deployment (``k8s.io/api/apps/v1/types.go`` ``DeploymentAvailable`` condition,
+        ``availableReplicas``) and StatefulSet (``availableReplicas``): running while at least one
+        replica is available."""
+        if is_true(conditions_of(obj).get("Available")):
+            return serving_outcome(obj, "condition Available is true")
+        n = status.get("availableReplicas")
+        return serving_outcome(obj, f"{n} available replica(s)" if isinstance(n, int) and n > 0 else None)
+
 
 class Deployment(ReplicatedPods):
     """Kubernetes ``apps/v1`` Deployment: ``spec.replicas`` serving pods, each queued by Kueue
     as a Workload of one pod."""
+
+    run_children = (("apps", "v1", "replicasets"),)
 
     resource, kind = "deployments", "Deployment"
     upstream = ("kueue v0.17 pkg/controller/jobs/deployment/deployment_webhook.go Default; "

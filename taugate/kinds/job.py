@@ -15,6 +15,7 @@ Upstream rules followed here:
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any, Required
 
 from typing_extensions import TypedDict
@@ -22,6 +23,7 @@ from typing_extensions import TypedDict
 from taugate.access import as_dict
 from taugate.fieldpath import annotation_field
 from taugate.kinds.base import WorkloadKind
+from taugate.outcome import Outcome, conditions_of, is_true
 from taugate.pods import PodTemplate, as_int
 from taugate.structure import Int32, PodTemplateSpec
 from taugate.violation import Violation
@@ -134,6 +136,29 @@ class Job(WorkloadKind):
                elastic_jobs: bool) -> list[Violation]:
         """Kueue's partial-admission annotation rule (``check_partial_admission``)."""
         return check_partial_admission(obj, old)
+
+    def outcome(self, obj: Mapping[str, Any], status: dict[str, Any]) -> Outcome:
+        """Kubernetes ``k8s.io/api/batch/v1/types.go`` ``JobConditionType``: ``Complete`` (or
+        ``SuccessCriteriaMet``) True is success, ``Failed`` (or ``FailureTarget``) True is failure,
+        ``spec.suspend`` means not started."""
+        conds = conditions_of(obj)
+        for t in ("Complete", "SuccessCriteriaMet"):
+            c = conds.get(t)
+            if is_true(c):
+                said = c.get("message") or c.get("reason") or "True"
+                return Outcome("succeeded", "Succeeded", f"Job condition {t}: {said}",
+                               status.get("completionTime") or c.get("lastTransitionTime"))
+        for t in ("Failed", "FailureTarget"):
+            c = conds.get(t)
+            if is_true(c):
+                return Outcome("failed", str(c.get("reason") or "JobFailed"),
+                               f"Job condition {t}: {c.get('reason') or ''} {c.get('message') or ''}".strip(),
+                               c.get("lastTransitionTime"))
+        if as_dict(obj.get("spec")).get("suspend"):
+            return Outcome("pending", "Suspended", "Job spec.suspend is true (waiting for Kueue)")
+        if int(status.get("active") or 0) > 0:
+            return Outcome("running", "Running", f"Job has {status.get('active')} active pod(s)")
+        return Outcome("pending", "NotStarted", "Job has no active pod")
 
 
 KIND = Job()

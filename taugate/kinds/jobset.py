@@ -21,6 +21,7 @@ Upstream rules followed here:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Required
 
 from typing_extensions import TypedDict
@@ -28,6 +29,7 @@ from typing_extensions import TypedDict
 from taugate.access import as_dict
 from taugate.kinds.base import WorkloadKind
 from taugate.kinds.job import JobSpec, job_pods
+from taugate.outcome import Outcome, by_conditions
 from taugate.pods import INT32_MAX, PodTemplate, as_int
 from taugate.structure import Int32
 from taugate.violation import Violation
@@ -124,6 +126,14 @@ class JobSet(WorkloadKind):
                 f"{MAX_POD_SETS} PodSets, one per replicated job); fix: merge replicated jobs with the same pod "
                 f"template (raise their replicas instead)"))
         return out
+
+    def outcome(self, obj: Mapping[str, Any], status: dict[str, Any]) -> Outcome:
+        """JobSet v0.11.1 ``api/jobset/v1alpha2/jobset_types.go`` ``JobSetConditionType``:
+        ``Completed`` True is success, ``Failed`` True is failure (reason e.g. ``FailedJobs``,
+        ``ReachedMaxRestarts``), ``Suspended`` True means Kueue holds it; running while any
+        ``replicatedJobsStatus[].active`` is above 0."""
+        return by_conditions(obj, success="Completed", failure="Failed", suspended="Suspended", running=None,
+                             end_field=None)
 
 
 KIND = JobSet()

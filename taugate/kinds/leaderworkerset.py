@@ -24,12 +24,14 @@ Upstream rules followed here:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Required
 
 from typing_extensions import TypedDict
 
 from taugate.access import as_dict
 from taugate.kinds.base import WorkloadKind
+from taugate.outcome import Outcome, conditions_of, is_true, serving_outcome
 from taugate.pods import INT32_MAX, PodTemplate, as_int
 from taugate.structure import Int32, PodTemplateSpec, PositiveInt32
 from taugate.violation import Violation
@@ -133,6 +135,15 @@ class LeaderWorkerSet(WorkloadKind):
         return [Violation("leaderworkerset-replicas", "spec.replicas",
             f"is {groups} groups of {size} pods: {groups * size} pods; LeaderWorkerSet: \"the product of replicas and "
             f"worker replicas must not exceed {INT32_MAX}\"; fix: lower spec.replicas or leaderWorkerTemplate.size")]
+
+    serving = True
+
+    def outcome(self, obj: Mapping[str, Any], status: dict[str, Any]) -> Outcome:
+        """LeaderWorkerSet v0.8.0 ``api/leaderworkerset/v1/leaderworkerset_types.go``
+        ``LeaderWorkerSetAvailable``: the ``Available`` condition (at least the minimum of groups
+        ready)."""
+        available = is_true(conditions_of(obj).get("Available"))
+        return serving_outcome(obj, "condition Available is true" if available else None)
 
 
 KIND = LeaderWorkerSet()

@@ -26,11 +26,13 @@ Upstream rules followed here:
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
-from taugate.access import as_dict
+from taugate.access import as_dict, as_list
 from taugate.fieldpath import annotation_field, label_field
 from taugate.kinds.base import WorkloadKind
+from taugate.outcome import Outcome
 from taugate.pods import PodTemplate, asks_for_gpus
 from taugate.structure import PodSpecWithContainers
 from taugate.violation import Violation
@@ -149,6 +151,23 @@ class Pod(WorkloadKind):
         if old is not None and check_pod_group(old) == check_pod_group(obj):
             return []
         return check_pod_group(obj)
+
+    def outcome(self, obj: Mapping[str, Any], status: dict[str, Any]) -> Outcome:
+        """A bare Pod, Kubernetes ``k8s.io/api/core/v1/types.go`` ``PodPhase``: ``Succeeded`` and
+        ``Failed`` are terminal (the reason is ``status.reason``, e.g. ``Evicted``, else
+        ``PodFailed``), ``Running`` is running; a Pending pod with ``spec.schedulingGates`` is held by
+        Kueue (pod integration)."""
+        phase = str(status.get("phase") or "")
+        if phase == "Succeeded":
+            return Outcome("succeeded", "Succeeded", "Pod phase Succeeded")
+        if phase == "Failed":
+            why = str(status.get("reason") or "PodFailed")
+            return Outcome("failed", why, f"Pod phase Failed: {status.get('message') or why}")
+        if phase == "Running":
+            return Outcome("running", "Running", "Pod phase Running")
+        if as_list(as_dict(obj.get("spec")).get("schedulingGates")):
+            return Outcome("pending", "SchedulingGated", "the Pod is held by scheduling gates (waiting for Kueue)")
+        return Outcome("pending", phase or "NotStarted", f"Pod phase {phase or '(none)'}")
 
 
 KIND = Pod()

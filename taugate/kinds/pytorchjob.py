@@ -22,12 +22,14 @@ Upstream rules followed here:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Required
 
 from typing_extensions import TypedDict
 
 from taugate.access import as_dict
 from taugate.kinds.base import WorkloadKind
+from taugate.outcome import Outcome, by_conditions
 from taugate.pods import PodTemplate, Role, as_int
 from taugate.structure import Int32, PodTemplateSpec
 from taugate.violation import Violation
@@ -140,6 +142,14 @@ class PyTorchJob(WorkloadKind):
             return template.replicas
         most = as_int(as_dict(as_dict(obj.get("spec")).get("elasticPolicy")).get("maxReplicas"), 0)
         return max(template.replicas, most)
+
+    def outcome(self, obj: Mapping[str, Any], status: dict[str, Any]) -> Outcome:
+        """Kubeflow training-operator v1.9.3 ``pkg/apis/kubeflow.org/v1/common_types.go``
+        ``JobConditionType``: ``Succeeded`` True is success, ``Failed`` True is failure (reason
+        ``PyTorchJobFailed``...), ``Suspended`` True means Kueue holds it, ``Running`` True (or
+        ``replicaStatuses[].active`` above 0) is running; ``status.completionTime`` is the end."""
+        return by_conditions(obj, success="Succeeded", failure="Failed", suspended="Suspended", running="Running",
+                             end_field="completionTime")
 
 
 KIND = PyTorchJob()

@@ -15,6 +15,7 @@ Upstream rules followed here:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar, Required
 
 from typing_extensions import TypedDict
@@ -22,6 +23,7 @@ from typing_extensions import TypedDict
 from taugate.access import as_dict
 from taugate.fieldpath import Path
 from taugate.kinds.base import WorkloadKind
+from taugate.outcome import Outcome, conditions_of, is_true
 from taugate.pods import INT32_MAX, PodTemplate, as_int
 from taugate.structure import Int32, PodTemplateSpec, PositiveInt32, StringMap
 from taugate.violation import Violation
@@ -196,6 +198,22 @@ class RayCluster(WorkloadKind):
         """A worker group's ``maxReplicas`` x ``numOfHosts`` (``autoscaled_worker_pods``)."""
         return autoscaled_worker_pods(as_dict(obj.get("spec")), template)
 
+
+    serving = True
+
+    def outcome(self, obj: Mapping[str, Any], status: dict[str, Any]) -> Outcome:
+        """A RayCluster run on its own (an interactive cluster), KubeRay ray-operator v1.5
+        ``apis/ray/v1/raycluster_types.go`` ``ClusterState``: ``failed`` is failure, ``ready`` is
+        running; a cluster never completes on its own (it ends when deleted)."""
+        state = str(status.get("state") or "")
+        if state == "failed":
+            return Outcome("failed", str(status.get("reason") or "RayClusterFailed"),
+                           f"RayCluster state failed: {status.get('reason') or ''}".strip())
+        if state == "ready" or is_true(conditions_of(obj).get("RayClusterProvisioned")):
+            return Outcome("running", "Ready", f"RayCluster state {state or 'provisioned'}")
+        if state == "suspended" or as_dict(obj.get("spec")).get("suspend"):
+            return Outcome("pending", "Suspended", "RayCluster is suspended (waiting for Kueue)")
+        return Outcome("pending", "NotReady", f"RayCluster state {state or '(none)'}")
 
 
 class EmbeddedRayCluster(WorkloadKind):

@@ -19,6 +19,7 @@ Upstream rules followed here:
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Annotated, Any
 
 from pydantic import AfterValidator
@@ -34,6 +35,7 @@ from taugate.kinds.raycluster import (
     check_worker_groups,
     cluster_templates,
 )
+from taugate.outcome import Outcome
 from taugate.pods import PodTemplate
 from taugate.structure import PodTemplateSpec, StringMap
 from taugate.violation import Violation
@@ -278,6 +280,26 @@ class RayJob(EmbeddedRayCluster):
         """``shutdownAfterJobFinishes: true`` on a queued RayJob that needs it (``shutdown_override``)."""
         found = shutdown_override(spec, queued=queued, ray_shutdown=ray_shutdown)
         return [] if found is None else [found]
+
+    def outcome(self, obj: Mapping[str, Any], status: dict[str, Any]) -> Outcome:
+        """KubeRay ray-operator v1.5 ``apis/ray/v1/rayjob_types.go`` (``JobDeploymentStatus``,
+        ``JobStatus``): succeeded when ``jobDeploymentStatus`` is ``Complete`` and ``jobStatus``
+        ``SUCCEEDED``; failed when ``Failed``/``ValidationFailed``, or ``Complete`` with ``jobStatus``
+        ``FAILED``/``STOPPED``."""
+        dep = str(status.get("jobDeploymentStatus") or "")
+        job = str(status.get("jobStatus") or "")
+        reason = str(status.get("reason") or "")
+        message = str(status.get("message") or "")
+        end = status.get("endTime") if isinstance(status.get("endTime"), str) else None
+        detail = f"RayJob jobDeploymentStatus={dep or '(none)'}, jobStatus={job or '(none)'}"
+        if dep == "Complete" and job == "SUCCEEDED":
+            return Outcome("succeeded", "Succeeded", detail, end)
+        if dep in ("Failed", "ValidationFailed") or (dep == "Complete" and job in ("FAILED", "STOPPED")):
+            why = reason or (dep if dep != "Complete" else ("JobStopped" if job == "STOPPED" else "AppFailed"))
+            return Outcome("failed", why, f"{detail}" + (f": {message}" if message else ""), end)
+        if dep in ("Running", "Retrying") or job == "RUNNING":
+            return Outcome("running", dep or "Running", detail)
+        return Outcome("pending", dep or "NotStarted", detail)
 
 
 KIND = RayJob()

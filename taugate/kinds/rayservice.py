@@ -19,6 +19,7 @@ Upstream rules followed here:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Required
 
 from typing_extensions import TypedDict
@@ -31,6 +32,7 @@ from taugate.kinds.raycluster import (
     check_worker_groups,
     cluster_templates,
 )
+from taugate.outcome import Outcome, conditions_of, is_true, serving_outcome
 from taugate.pods import PodTemplate
 from taugate.violation import Violation
 
@@ -79,6 +81,15 @@ class RayService(EmbeddedRayCluster):
                 "is set; KubeRay: \"spec.rayClusterConfig.headGroupSpec.headService.metadata.name should not be set\" "
                 "(the RayService names the services of each RayCluster it creates); fix: remove it"))
         return out
+
+    serving = True
+
+    def outcome(self, obj: Mapping[str, Any], status: dict[str, Any]) -> Outcome:
+        """KubeRay ray-operator v1.5 ``apis/ray/v1/rayservice_types.go``: the ``Ready`` condition
+        (``RayServiceReady``), or the deprecated ``serviceStatus`` ``Running`` it is equivalent to."""
+        if is_true(conditions_of(obj).get("Ready")):
+            return serving_outcome(obj, "condition Ready is true")
+        return serving_outcome(obj, "serviceStatus Running" if status.get("serviceStatus") == "Running" else None)
 
 
 KIND = RayService()

@@ -54,6 +54,7 @@ Upstream rules followed here:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any, Required
 
 from pydantic import AfterValidator
@@ -63,6 +64,7 @@ from typing_extensions import TypedDict
 from taugate.access import as_dict
 from taugate.fieldpath import Path
 from taugate.kinds.base import WorkloadKind
+from taugate.outcome import Outcome, by_conditions
 from taugate.pods import PodTemplate, as_int
 from taugate.structure import (
     Affinity,
@@ -309,6 +311,15 @@ class TrainJob(WorkloadKind):
             f"and its GPUs could not be checked against the workload profile and the queue; fix: set "
             f"spec.trainer.numNodes (e.g. 2) and spec.trainer.resourcesPerNode (e.g. limits: {{nvidia.com/gpu: 8}}, "
             f"or only cpu and memory for a CPU run)")]
+
+    def outcome(self, obj: Mapping[str, Any], status: dict[str, Any]) -> Outcome:
+        """Kubeflow Trainer v2.2.0 ``pkg/apis/trainer/v1alpha1/trainjob_types.go``: condition
+        ``Complete`` True is success, ``Failed`` True is failure (reason e.g. ``DeadlineExceeded``),
+        ``Suspended`` True means Kueue holds it; running while any ``jobsStatus[].active`` (child
+        Jobs with running or pending pods) is above 0. Kueue reads the same conditions (kueue v0.17
+        ``trainjob_controller.go`` ``Finished``)."""
+        return by_conditions(obj, success="Complete", failure="Failed", suspended="Suspended", running=None,
+                             end_field=None)
 
 
 KIND = TrainJob()

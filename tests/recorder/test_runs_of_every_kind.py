@@ -1,6 +1,6 @@
 """The recorder follows a run of every registered workload kind (issue 17): its root is the object no
 governed controller owns, its members hang from it by controller ownerReference, Admitted comes
-from its Kueue Workload, and its end from the kind's own status (``controllers/recorder/run/outcome.py``):
+from its Kueue Workload, and its end from the kind's own status (``WorkloadKind.outcome``):
 JobSet and PyTorchJob conditions, a bare Pod's phase; a serving kind runs until it is deleted.
 Each run is scripted the way the kind's controller, Kueue and the kubelet would move it, against
 kmock's Kubernetes emulator over HTTP."""
@@ -13,8 +13,8 @@ from taugate.controllers.recorder.objects import is_member_child, is_root
 from taugate.controllers.recorder.run import membership as members
 from taugate.controllers.recorder.run.admitted import derive_admitted, expected_pod_count, suspended
 from taugate.controllers.recorder.run.diagnosis import diagnose
-from taugate.controllers.recorder.run.outcome import OUTCOMES, SERVING_KINDS, owner_outcome
-from taugate.kinds import KINDS
+from taugate.controllers.recorder.run.outcome import SERVING_KINDS, owner_outcome
+from taugate.kinds import KINDS, WorkloadKind, kind_for
 from taugate.labels import RUN_ID as RUN_ID_LABEL
 from tests.recorder import kind_objects as k
 from tests.recorder import objects as o
@@ -25,7 +25,7 @@ from tests.recorder.test_recorder_lifecycle import RUN, SETTINGS, conditions, ta
 
 @pytest.mark.parametrize("kind", KINDS, ids=lambda kind: kind.kind)
 def test_every_registered_kind_has_a_completion_rule(kind):
-    assert (kind.group, kind.kind) in OUTCOMES, f"{kind.kind}: add its rule to controllers/recorder/run/outcome.py"
+    assert type(kind).outcome is not WorkloadKind.outcome, f"{kind.kind}: give its module an outcome rule"
 
 
 def test_a_jobsets_job_and_a_rayservices_raycluster_are_members_never_roots():
@@ -97,10 +97,12 @@ def test_a_serving_kind_never_ends_on_its_own(group_kind):
            "status": {"availableReplicas": 2, "serviceStatus": "Running", "state": "ready",
                       "conditions": [k.condition("Available", "MinimumReplicasAvailable", "ok"),
                                      k.condition("Ready", "RayServiceReady", "ok")]}}
-    out = OUTCOMES[group_kind](obj, obj["status"])
+    kind = kind_for(group_kind[0], group_kind[1])
+    assert kind is not None and kind.serving
+    out = kind.outcome(obj, obj["status"])
     assert out.state == "running" and not out.terminal
     obj["status"] = {}
-    assert not OUTCOMES[group_kind](obj, {}).terminal
+    assert not kind.outcome(obj, {}).terminal
 
 
 # -- through the recorder ----------------------------------------------------------------------

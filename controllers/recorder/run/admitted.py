@@ -7,8 +7,9 @@ from collections.abc import Mapping, Sequence
 
 from taugate import labels
 from taugate.access import as_dict, as_list, metadata_of
-from taugate.controllers.recorder.run.values import ADMITTED, Finding, conditions_of, is_true, source_of
+from taugate.controllers.recorder.run.values import ADMITTED, Finding, source_of
 from taugate.kinds import KIND_NAMES, kind_for, kind_of
+from taugate.outcome import conditions_of, is_true
 
 # --------------------------------------------------------------------------------------------
 # Kueue workloads

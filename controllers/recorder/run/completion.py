@@ -20,8 +20,6 @@ from taugate.controllers.recorder.run.values import (
     QUOTA_RELEASED,
     ArtifactListing,
     Finding,
-    conditions_of,
-    is_true,
     node_name,
     parse_time,
     pod_name,
@@ -29,6 +27,7 @@ from taugate.controllers.recorder.run.values import (
     source_of,
     terminal_pod,
 )
+from taugate.outcome import conditions_of, is_true
 
 # --------------------------------------------------------------------------------------------
 # pod terminations (failure evidence)

@@ -5,15 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from taugate.controllers.recorder.run.values import (
-    GPU_HEALTHY,
-    Finding,
-    conditions_of,
-    is_true,
-    node_name,
-    source_of,
-    terminal_pod,
-)
+from taugate.controllers.recorder.run.values import GPU_HEALTHY, Finding, node_name, source_of, terminal_pod
+from taugate.outcome import conditions_of, is_true
 
 
 def run_nodes(pods: Sequence[Mapping]) -> list[str]:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from taugate.controllers.recorder.run.values import SCHEDULED, Finding, conditions_of, node_name, pod_name, source_of
+from taugate.controllers.recorder.run.values import SCHEDULED, Finding, node_name, pod_name, source_of
+from taugate.outcome import conditions_of
 
 # --------------------------------------------------------------------------------------------
 # pods and nodes

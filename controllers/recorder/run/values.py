@@ -8,10 +8,10 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, TypeGuard
+from typing import Any
 
 from taugate import labels
-from taugate.access import as_dict, as_list, metadata_of
+from taugate.access import as_dict, metadata_of
 
 ADMITTED = "Admitted"
 SCHEDULED = "Scheduled"
@@ -202,20 +202,6 @@ def source_of(obj: Mapping, kind: str | None = None) -> dict:
     meta = metadata_of(obj)
     src = {"kind": kind or obj.get("kind"), "name": meta.get("name"), "namespace": meta.get("namespace")}
     return {k: v for k, v in src.items() if v}
-
-
-def conditions_of(obj: Mapping | None) -> dict[str, dict]:
-    """``status.conditions`` by type (the last entry of a type wins)."""
-    out: dict[str, dict] = {}
-    for c in as_list(as_dict((obj or {}).get("status")).get("conditions")):
-        if isinstance(c, dict) and isinstance(c.get("type"), str):
-            out[c["type"]] = c
-    return out
-
-
-def is_true(cond: dict | None) -> TypeGuard[dict]:
-    """A condition that is present with status ``True`` (narrows ``cond`` to a dict)."""
-    return bool(cond) and cond is not None and cond.get("status") == "True"
 
 
 def pod_phase(pod: Mapping) -> str:
