@@ -1,4 +1,4 @@
-"""The code's habits, checked where the suite runs (so `.ci/run`'s one pytest covers them): ruff
+"""The code's habits, checked where the suite runs (`.ci/run` runs them first, then again with the suite): ruff
 (pycodestyle, pyflakes, import order, bugbear, pyupgrade, complexity at most 15, simplify) on
 every Python file, and mypy (strict on the core ``taugate/*.py``, normal on the parts, the CLI
 and ``bench/``), both configured in pyproject.toml.
