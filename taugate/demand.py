@@ -65,17 +65,11 @@ def govern(templates: list[PodTemplate], namespace: str, state: ClusterState,
 
 
 def _writes_gpus(t: PodTemplate) -> bool:
-    """Whether a container names a GPU resource with an amount that is not a plain zero: one that is
-    no usable number (``1e30``, ``-1``) is a GPU request refused for its amount, not a CPU pod."""
-    for _, _, c in t.containers():
-        res = found if isinstance(found := c.get("resources"), dict) else {}
-        for part in ("requests", "limits"):
-            values = res.get(part)
-            for name, raw in (values.items() if isinstance(values, dict) else ()):
-                if (isinstance(name, str) and (name == labels.GPU_RESOURCE or devices.is_device_resource(name))
-                        and gpu_quantity(raw) != 0):
-                    return True
-    return False
+    """Whether a container writes an ``nvidia.com/gpu`` amount that is not a plain zero: one that is
+    no usable number (``1e30``) is a GPU request refused for its amount, not a CPU pod (read from
+    the template's ``container_gpus``, as counted)."""
+    return any((c.request is not None and c.request_n != 0) or (c.limit is not None and c.limit_n != 0)
+               for c in t.container_gpus)
 
 
 def _gpu_nodes(t: PodTemplate, state: ClusterState, found: list[Violation]) -> None:

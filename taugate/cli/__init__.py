@@ -1,6 +1,6 @@
 """The ``taugate`` command: the composition root over core, webhook, controllers and certs.
 
-Every subcommand lives in this package, one module per command family (``COMMANDS``); each module's
+Every subcommand lives in this package, one module per command family; each module's
 ``add_commands(subparsers)`` registers its parsers with ``set_defaults(func=...)`` where
 ``func(args) -> int`` is the exit code.
 
@@ -11,14 +11,10 @@ stderr naming the file and the problem).
 from __future__ import annotations
 
 import argparse
-import importlib
 import importlib.metadata
 import os
 import sys
 from typing import Any
-
-COMMANDS = ("admit", "serve", "policy", "operator", "runs", "certs")
-"""The command modules of this package, in the order ``taugate --help`` lists their commands."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -27,9 +23,11 @@ def build_parser() -> argparse.ArgumentParser:
                                      description="Server-side admission for GPU workloads on Kubernetes.")
     parser.add_argument("--version", action="version", version=f"taugate {installed_version()}",
                         help="print the installed taugate version and exit")
+    from taugate.cli import admit, certs, operator, policy, runs, serve  # the order `taugate --help` lists
+
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMANDS:
-        importlib.import_module(f"taugate.cli.{name}").add_commands(sub)
+    for commands in (admit, serve, policy, operator, runs, certs):
+        commands.add_commands(sub)
     return parser
 
 
