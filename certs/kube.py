@@ -18,33 +18,25 @@ One idempotent ``sync`` per run, each run making at most one trust change:
   a ``test`` of each webhook's name). A configuration that does not exist yet (pre-install) is
   reported and skipped.
 
-The decision is the pure ``plan``; ``sync`` does the reads and writes with the official
-``kubernetes`` client. The Secret is updated with a JSON merge patch carrying its
+The decision is the pure ``plan``; ``sync`` does the reads and writes through
+``taugate.kube.Kube``. The Secret is updated with a JSON merge patch carrying its
 ``resourceVersion``, so a concurrent writer makes it fail (HTTP 409) instead of losing an update.
 """
 
 from __future__ import annotations
 
 import base64
-import copy
 import datetime as _dt
-import json
-import os
 from dataclasses import dataclass, field
 from typing import Any
-
-import kubernetes.client
-import urllib3.exceptions
-from kubernetes.client.exceptions import ApiException
 
 from taugate import labels
 from taugate.certs import bundle
 from taugate.certs.bundle import CertSet, CertStatus
 from taugate.certs.pki import DEFAULT_SERVING_DAYS, CertError, service_dns_names
-from taugate.kubeaccess import connection_reason, kubeconfig_problem
+from taugate.kube import Kube
+from taugate.kubeaccess import MUTATING_WEBHOOK_CONFIGURATIONS, SECRETS, VALIDATING_WEBHOOK_CONFIGURATIONS, Resource
 
-MERGE_PATCH = "application/merge-patch+json"
-JSON_PATCH = "application/json-patch+json"
 DEFAULT_RENEW_BEFORE = _dt.timedelta(days=30)
 DEFAULT_SWITCH_AFTER = _dt.timedelta(minutes=10)
 
@@ -122,17 +114,6 @@ class SyncResult:
     ca_bundle: bytes = b""
 
 
-def _read_json(call, *args) -> dict | None:
-    try:
-        resp = call(*args, _preload_content=False)
-    except ApiException as e:
-        if e.status == 404:
-            return None
-        raise
-    data = resp.data if hasattr(resp, "data") else resp.read()
-    return json.loads(data) if data else None
-
-
 def _decode(secret: dict, where) -> tuple[dict[str, bytes | None], _dt.datetime | None]:
     items: dict[str, bytes | None] = {}
     for name in bundle.ITEMS:
@@ -149,21 +130,20 @@ def _encode(cs: CertSet) -> dict[str, bytes | str]:
     return {k: base64.b64encode(v).decode() for k, v in cs.items().items()}
 
 
-def sync(api: kubernetes.client.ApiClient, *, secret: str, namespace: str, service: str,
+def sync(kube: Kube, *, secret: str, namespace: str, service: str,
          days: int = DEFAULT_SERVING_DAYS, renew_before: _dt.timedelta = DEFAULT_RENEW_BEFORE,
          switch_after: _dt.timedelta = DEFAULT_SWITCH_AFTER, mutating: str | None = None,
          validating: str | None = None, now: _dt.datetime | None = None) -> SyncResult:
-    """One sync run against the API server behind ``api`` (see the module docstring).
+    """One sync run against the API server behind ``kube`` (see the module docstring).
 
     Raises ``CertError`` when the Secret holds an unusable set (nothing is written), and
-    ``kubernetes.client.ApiException`` for API errors (403, 409 on a concurrent update, ...)."""
-    core = kubernetes.client.CoreV1Api(api)
+    ``taugate.kube.KubeError`` for API errors (403, 409 on a concurrent create or update, ...)."""
 
     def where(item: str) -> str:
         return f"Secret {namespace}/{secret} key {item}"
 
     result = SyncResult()
-    stored = _read_json(core.read_namespaced_secret, secret, namespace)
+    stored = kube.get(SECRETS, secret, namespace)
     current, published_at = None, None
     if stored is not None:
         items, published_at = _decode(stored, where)
@@ -172,12 +152,9 @@ def sync(api: kubernetes.client.ApiClient, *, secret: str, namespace: str, servi
              renew_before=renew_before, switch_after=switch_after, now=now, where=where)
     result.actions += p.actions
     if stored is None:
-        body = kubernetes.client.V1Secret(
-            api_version="v1", kind="Secret", type="kubernetes.io/tls",
-            metadata=kubernetes.client.V1ObjectMeta(name=secret, namespace=namespace,
-                                                    labels={labels.MANAGED_BY: labels.MANAGED_BY_VALUE}),
-            data=_encode(p.certs))
-        core.create_namespaced_secret(namespace, body)
+        kube.create(SECRETS, {"type": "kubernetes.io/tls", "data": _encode(p.certs), "metadata": {
+            "name": secret, "namespace": namespace, "labels": {labels.MANAGED_BY: labels.MANAGED_BY_VALUE}}},
+            exist_ok=False)  # another sync's CA: never overwritten, never trusted in its place
     elif p.changed:
         data: dict[str, Any] = _encode(p.certs)
         for item in bundle.ITEMS:
@@ -187,26 +164,19 @@ def sync(api: kubernetes.client.ApiClient, *, secret: str, namespace: str, servi
         rv = (stored.get("metadata") or {}).get("resourceVersion")
         if rv:
             meta["resourceVersion"] = rv
-        core.patch_namespaced_secret(secret, namespace, {"metadata": meta, "data": data}, _content_type=MERGE_PATCH)
+        kube.patch(SECRETS, secret, {"metadata": meta, "data": data}, namespace)
     result.status = bundle.check(p.certs, where)
     result.ca_bundle = p.certs.ca_bundle
-    adm = kubernetes.client.AdmissionregistrationV1Api(api)
-    for kind, name, read, patch in (
-        ("MutatingWebhookConfiguration", mutating, adm.read_mutating_webhook_configuration,
-         adm.patch_mutating_webhook_configuration),
-        ("ValidatingWebhookConfiguration", validating, adm.read_validating_webhook_configuration,
-         adm.patch_validating_webhook_configuration),
-    ):
-        if not name:
-            continue
-        result.actions.append(_sync_ca_bundle(kind, name, read, patch, p.certs.ca_bundle))
+    for res, name in ((MUTATING_WEBHOOK_CONFIGURATIONS, mutating), (VALIDATING_WEBHOOK_CONFIGURATIONS, validating)):
+        if name:
+            result.actions.append(_sync_ca_bundle(kube, res, name, p.certs.ca_bundle))
     return result
 
 
-def _sync_ca_bundle(kind: str, name: str, read, patch, ca_bundle: bytes) -> str:
-    config = _read_json(read, name)
+def _sync_ca_bundle(kube: Kube, res: Resource, name: str, ca_bundle: bytes) -> str:
+    config = kube.get(res, name)
     if config is None:
-        return f"{kind} {name}: not found (yet); caBundle not set"
+        return f"{res.kind} {name}: not found (yet); caBundle not set"
     value = base64.b64encode(ca_bundle).decode()
     ops: list[dict] = []
     for i, wh in enumerate(config.get("webhooks") or []):
@@ -214,64 +184,6 @@ def _sync_ca_bundle(kind: str, name: str, read, patch, ca_bundle: bytes) -> str:
             ops.append({"op": "test", "path": f"/webhooks/{i}/name", "value": wh.get("name")})
             ops.append({"op": "add", "path": f"/webhooks/{i}/clientConfig/caBundle", "value": value})
     if not ops:
-        return f"{kind} {name}: caBundle up to date"
-    patch(name, ops, _content_type=JSON_PATCH)
-    return f"{kind} {name}: caBundle set on {len(ops) // 2} webhook(s)"
-
-
-class KubeAccessError(Exception):
-    """The API cannot be used: ``config`` True for a configuration problem (a missing or
-    unreadable kubeconfig: bad input), False when the server was not reached. One line."""
-
-    def __init__(self, message: str, *, config: bool):
-        super().__init__(message)
-        self.config = config
-
-
-def unreachable(host: str, exc: BaseException) -> KubeAccessError:
-    """``cannot reach the Kubernetes API at HOST: REASON`` (the message every taugate command uses)."""
-    return KubeAccessError(f"cannot reach the Kubernetes API at {host}: {connection_reason(exc)}", config=False)
-
-
-def check_reachable(api: kubernetes.client.ApiClient, timeout: float = 5.0) -> None:
-    """Preflight: one ``GET /version`` (readable by every client, RBAC ``system:public-info-viewer``)
-    with ``timeout`` seconds and no retries. Raises ``KubeAccessError`` when the server is not
-    reached; an HTTP answer (even an error) means it is there, except 401, raised as ``ApiException``."""
-    cfg = copy.deepcopy(api.configuration)
-    cfg.retries = 0
-    with kubernetes.client.ApiClient(cfg) as probe:
-        try:
-            kubernetes.client.VersionApi(probe).get_code(_request_timeout=(timeout, timeout),
-                                                         _preload_content=False)
-        except urllib3.exceptions.HTTPError as e:
-            raise unreachable(cfg.host, e) from None
-        except ApiException as e:
-            if e.status == 401:
-                raise
-
-
-def api_client(kubeconfig: str | None = None) -> kubernetes.client.ApiClient:
-    """An API client: from ``kubeconfig`` when given, else the in-cluster service account, else
-    the default kubeconfig (``$KUBECONFIG`` or ``~/.kube/config``). Raises ``KubeAccessError``
-    (``config`` True) naming the kubeconfig file when it is missing or unreadable, and
-    ``kubernetes.config.ConfigException`` when its content is unusable."""
-    import kubernetes.config
-    from kubernetes.config.config_exception import ConfigException
-
-    if kubeconfig:
-        problem = kubeconfig_problem(kubeconfig)
-        if problem:
-            raise KubeAccessError(problem, config=True)
-        return kubernetes.config.new_client_from_config(config_file=kubeconfig)
-    cfg = kubernetes.client.Configuration()
-    try:
-        kubernetes.config.load_incluster_config(client_configuration=cfg)
-    except ConfigException:
-        # The kubernetes client reads $KUBECONFIG once, at import: read it now, and name the file.
-        spec, origin = ((os.environ["KUBECONFIG"], "$KUBECONFIG") if os.environ.get("KUBECONFIG")
-                        else ("~/.kube/config", "the default kubeconfig; not in a pod either"))
-        problem = kubeconfig_problem(spec, origin)
-        if problem:
-            raise KubeAccessError(problem, config=True) from None
-        return kubernetes.config.new_client_from_config(config_file=spec)
-    return kubernetes.client.ApiClient(cfg)
+        return f"{res.kind} {name}: caBundle up to date"
+    kube.json_patch(res, name, ops)
+    return f"{res.kind} {name}: caBundle set on {len(ops) // 2} webhook(s)"

@@ -5,7 +5,7 @@ Shape (level-triggered, like controller-runtime): kopf watches the resources and
 handlers only enqueue keys (``("cluster", "", "cluster")``, ``("workspace", ns, name)``,
 ``("quota", ns, name)``) into one deduplicating, debounced ``WorkQueue``. A single worker takes
 the keys one at a time and runs the module's reconcile function (read, pure plan, write what
-differs) in a thread through the official ``kubernetes`` client (``controllers.kube.Kube``).
+differs) in a thread through the official ``kubernetes`` client (``taugate.kube.Kube``).
 A failed reconcile is retried with exponential backoff (1 s doubling to 60 s); every key is also
 re-queued every ``resync_seconds`` to repair drift nobody announced. Because reconciles are
 idempotent (an unchanged object writes nothing), their own status writes settle after one no-op
@@ -46,10 +46,10 @@ from pydantic import ValidationError
 
 from taugate import labels
 from taugate.controllers import resources as R
-from taugate.controllers.kube import Kube, KubeError
 from taugate.controllers.taugrid.cluster import reconcile_cluster
 from taugate.controllers.taugrid.quotarequest import reconcile_quota_request
 from taugate.controllers.taugrid.workspace import reconcile_workspace
+from taugate.kube import Kube, KubeError
 from taugate.models import TauWorkspace
 from taugate.settings import Settings
 

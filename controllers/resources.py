@@ -1,7 +1,7 @@
 """The Kubernetes resources the controllers read and write, and the write actions they plan.
 
 Pure data: the reconcile modules (``taucluster``, ``tauworkspace``, ``tauquotarequest``) return
-lists of ``Action`` and never touch the API; ``controllers.kube`` executes them. ``Resource``, the
+lists of ``Action`` and never touch the API; ``taugate.kube`` executes them. ``Resource``, the
 metadata accessors and the resources a ClusterState is built from live in the core
 (``taugate.kubeaccess``, ``taugate.state_objects``), shared with the webhook's state watch.
 """

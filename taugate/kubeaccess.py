@@ -2,7 +2,7 @@
 certs): REST resources (``Resource``), object metadata accessors, the API errors (``KubeError``
 and its kinds), and connection problems explained in one line, so every command names a missing
 kubeconfig and an unreachable API server the same way. The HTTP client itself is
-``taugate.controllers.kube.Kube``; the webhook's state watch takes it through a protocol.
+``taugate.kube.Kube``; the webhook's state watch takes it through a protocol.
 """
 
 from __future__ import annotations
@@ -47,6 +47,13 @@ class Resource:
 
     def __str__(self) -> str:
         return f"{self.plural}.{self.group or 'core'}"
+
+
+SECRETS = Resource("", "v1", "secrets", "Secret", True)
+MUTATING_WEBHOOK_CONFIGURATIONS = Resource("admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations",
+                                           "MutatingWebhookConfiguration", False)
+VALIDATING_WEBHOOK_CONFIGURATIONS = Resource("admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations",
+                                             "ValidatingWebhookConfiguration", False)
 
 
 class KubeError(RuntimeError):

@@ -65,7 +65,7 @@ DROPPED = Counter("taugate_events_dropped", "Events not written because the queu
 
 
 class EventWriter(Protocol):
-    """What the sender needs of an API client (``taugate.controllers.kube.Kube``, wired by the CLI)."""
+    """What the sender needs of an API client (``taugate.kube.Kube``, wired by the CLI)."""
 
     def create(self, res: Resource, obj: dict) -> dict | None: ...
 

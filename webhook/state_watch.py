@@ -4,7 +4,7 @@
 ClusterQueues, ResourceFlavors, WorkloadPriorityClasses and the DRA DeviceClasses,
 ResourceClaimTemplates and ResourceClaims (none where the cluster does not serve
 ``resource.k8s.io/v1``; one thread per kind, through an ``ApiReader``: the CLI wires
-``taugate.controllers.kube.Kube``, since the webhook never imports the controllers), keeps
+``taugate.kube.Kube``, since the webhook never imports the controllers), keeps
 the objects in memory and rebuilds the immutable ``ClusterState`` with
 ``taugate.snapshot.build_state`` in a worker thread when they change (debounced), so admission
 reads ``provider.state`` with no API call per request. It satisfies the webhook server's
@@ -57,7 +57,7 @@ READ_CLAIM_SECONDS = 1.0
 (``WatchStateProvider.read_claim``); half the admission deadline."""
 
 class ApiReader(Protocol):
-    """What the watch needs of an API client (``taugate.controllers.kube.Kube`` is one, wired by
+    """What the watch needs of an API client (``taugate.kube.Kube`` is one, wired by
     ``taugate.cli``): list a resource with its resourceVersion, and stream its watch events. Both
     raise ``taugate.kubeaccess.KubeError`` (``WatchExpired`` on HTTP 410 Gone)."""
 
@@ -72,7 +72,7 @@ class ApiReader(Protocol):
 class WatchStateProvider:
     """A ``ClusterState`` kept current from watches (see the module docstring).
 
-    ``kube``: an ``ApiReader`` such as ``taugate.controllers.kube.Kube`` (shared by the watch threads);
+    ``kube``: an ``ApiReader`` such as ``taugate.kube.Kube`` (shared by the watch threads);
     ``debounce_seconds``: how long to gather changes before a rebuild; ``watch_timeout_seconds``:
     the server-side watch timeout (the watch is then resumed from the last resourceVersion).
     """

@@ -9,9 +9,6 @@ import logging
 from collections.abc import Callable
 from datetime import datetime
 
-from kubernetes.client import ApiException
-
-from taugate.controllers.kube import KubeError
 from taugate.controllers.recorder.config import RecorderConfig, RunProbe
 from taugate.controllers.recorder.evidence.records import EvidenceStore, RunRecord
 from taugate.controllers.recorder.index import RunEntry, Snapshot
@@ -33,6 +30,7 @@ from taugate.controllers.recorder.run.values import (
     object_ref,
 )
 from taugate.controllers.recorder.writer import TauRunWriter, taurun_identity, taurun_status
+from taugate.kube import KubeError
 from taugate.settings import Settings
 
 log = logging.getLogger("taugate.recorder")
@@ -190,7 +188,7 @@ class RunReconciler:
         for p in chosen:
             try:
                 text = self.writer.pod_log(e.namespace, name_of(p), None, self.config.log_tail_lines)
-            except (ApiException, OSError, ValueError):
+            except (KubeError, OSError, ValueError):
                 continue
             count, step = parse_log_progress(text or "", self.config.log_pattern)
             if count:

@@ -53,9 +53,6 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-import kubernetes.client
-from kubernetes.client import ApiException
-
 from taugate import labels
 from taugate.controllers.recorder.config import FilesystemProbe, RecorderConfig, RunProbe
 from taugate.controllers.recorder.evidence.records import EvidenceError, EvidenceStore, Signer
@@ -87,6 +84,8 @@ from taugate.controllers.recorder.run.admitted import workload_owner_uid
 from taugate.controllers.recorder.run.completion import pod_terminations
 from taugate.controllers.recorder.writer import TauRunWriter
 from taugate.kinds import KINDS, pod
+from taugate.kube import Kube, KubeError
+from taugate.kubeaccess import SECRETS
 from taugate.settings import Settings
 
 log = logging.getLogger("taugate.recorder")
@@ -110,16 +109,16 @@ class Recorder:
     first reconcile after a (re)start already sees every pod, Workload and owner of the run; a
     partial view cannot produce a spurious transition.
 
-    ``api_client`` is an official ``kubernetes.client.ApiClient`` (for TauRun writes and pod
-    logs); ``signer`` signs evidence (see :meth:`create`); ``probe`` reads the run's data
+    ``kube`` (a ``taugate.kube.Kube``) writes TauRuns and reads pod logs; ``signer`` signs evidence
+    (see :meth:`create`); ``probe`` reads the run's data
     path (default: :class:`FilesystemProbe`); ``clock`` returns the current aware datetime.
     """
 
-    def __init__(self, config: RecorderConfig, settings: Settings, api_client: kubernetes.client.ApiClient,
+    def __init__(self, config: RecorderConfig, settings: Settings, kube: Kube,
                  signer: Signer, probe: RunProbe | None = None, clock: Callable[[], datetime] = _now) -> None:
         self.config = config
         self.settings = settings
-        self.writer = TauRunWriter(api_client)
+        self.writer = TauRunWriter(kube)
         self.store = EvidenceStore(config.evidence_root, signer)
         self.reconciler = RunReconciler(config, settings, self.writer, self.store,
                                         probe if probe is not None else FilesystemProbe(config), clock)
@@ -135,41 +134,43 @@ class Recorder:
 
     # -- construction ------------------------------------------------------------------------
     @classmethod
-    def create(cls, config: RecorderConfig, settings: Settings, cfg: kubernetes.client.Configuration) -> Recorder:
-        """A recorder with its own ``ApiClient`` for ``cfg`` and the configured signing key.
+    def create(cls, config: RecorderConfig, settings: Settings, cfg: Any) -> Recorder:
+        """A recorder with its own API client for ``cfg`` and the configured signing key.
 
         Raises EvidenceError when no usable signing key is configured (the operator then fails to
         start rather than record unsigned evidence)."""
-        api_client = kubernetes.client.ApiClient(cfg)
+        kube = Kube.from_configuration(cfg)
         try:
-            signer = cls.load_signer(config, api_client)
+            signer = cls.load_signer(config, kube)
         except Exception:
-            api_client.close()
+            kube.close()
             raise
-        return cls(config, settings, api_client, signer)
+        return cls(config, settings, kube, signer)
 
     def close(self) -> None:
         """Close the API client."""
         self.writer.kube.close()
 
     @staticmethod
-    def load_signer(config: RecorderConfig, api_client: kubernetes.client.ApiClient | None = None) -> Signer:
+    def load_signer(config: RecorderConfig, kube: Kube | None = None) -> Signer:
         """The signing key: ``signing_key_file``, else the Secret ``signing_key_secret``
         (``namespace/name[/key]``, key default ``ed25519.pem``). Raises EvidenceError if neither
         is configured or the key is unusable."""
         if config.signing_key_file is not None:
             return Signer.from_file(config.signing_key_file)
-        if config.signing_key_secret and api_client is not None:
+        if config.signing_key_secret and kube is not None:
             parts = config.signing_key_secret.split("/")
             if len(parts) not in (2, 3):
                 raise EvidenceError(f"signing_key_secret {config.signing_key_secret!r}: expected namespace/name[/key]")
             ns, name = parts[0], parts[1]
             key = parts[2] if len(parts) == 3 else "ed25519.pem"
             try:
-                secret = kubernetes.client.CoreV1Api(api_client).read_namespaced_secret(name, ns)
-            except ApiException as e:
-                raise EvidenceError(f"Secret {ns}/{name}: cannot read ({e.status} {e.reason})") from None
-            data = (secret.data or {}).get(key)
+                secret = kube.get(SECRETS, name, ns) or {}
+            except KubeError as e:
+                raise EvidenceError(f"Secret {ns}/{name}: cannot read ({e.status} {e})") from None
+            if not secret:
+                raise EvidenceError(f"Secret {ns}/{name}: cannot read (404 not found)")
+            data = (secret.get("data") or {}).get(key)
             if not data:
                 raise EvidenceError(f"Secret {ns}/{name} has no key {key!r}")
             return Signer.from_pem(base64.b64decode(data), f"Secret {ns}/{name}[{key}]")

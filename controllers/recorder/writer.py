@@ -4,17 +4,13 @@ TauRun's status and identity built from a run's evidence and conditions.
 
 from __future__ import annotations
 
-from typing import Any
-
-import kubernetes.client
-
 from taugate import labels
-from taugate.controllers.kube import Kube
 from taugate.controllers.recorder.evidence.records import EvidenceStore, RunRecord
 from taugate.controllers.recorder.index import RunEntry, Snapshot
 from taugate.controllers.recorder.run.diagnosis import diagnose, phase
 from taugate.controllers.recorder.run.gpu_health import run_nodes
 from taugate.controllers.resources import Resource
+from taugate.kube import Kube
 
 TAU_RUNS = Resource(labels.GROUP, labels.VERSION, "tauruns", "TauRun", True)
 MAX_FAILURES_IN_STATUS = 20
@@ -24,12 +20,11 @@ class TauRunWriter:
     """Creates and updates TauRuns and reads pod logs (sync; called from the worker thread).
 
     Create sends metadata + spec; the status goes through the ``status`` subresource as a JSON
-    merge patch (``controllers.kube.Kube``).
+    merge patch (``taugate.kube.Kube``).
     """
 
-    def __init__(self, api_client: kubernetes.client.ApiClient) -> None:
-        self.kube = Kube(api_client)
-        self.core = kubernetes.client.CoreV1Api(api_client)
+    def __init__(self, kube: Kube) -> None:
+        self.kube = kube
         self._known: set[tuple[str, str]] = set()
 
     def get(self, namespace: str, name: str) -> dict | None:
@@ -46,11 +41,8 @@ class TauRunWriter:
         self.kube.patch(TAU_RUNS, name, {"status": status}, namespace, "status")
 
     def pod_log(self, namespace: str, pod: str, container: str | None, tail: int) -> str:
-        """The last ``tail`` lines of a pod's log (text). Raises ApiException."""
-        kwargs: dict[str, Any] = {"tail_lines": tail, "_request_timeout": (5, 15)}
-        if container:
-            kwargs["container"] = container
-        return self.core.read_namespaced_pod_log(pod, namespace, **kwargs)
+        """The last ``tail`` lines of a pod's log (text). Raises KubeError."""
+        return self.kube.pod_log(namespace, pod, container=container, tail_lines=tail)
 
 
 _FAILURE_FIELDS = ("key", "pod", "podUid", "container", "node", "reason", "exitCode", "signal", "message", "startedAt",

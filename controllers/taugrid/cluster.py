@@ -17,7 +17,7 @@ Desired state (``plan_cluster``, pure, over plain dicts):
   ``NodeLabelsApplied``.
 
 Apply step (``reconcile_cluster``): read the TauCluster, Nodes and Kueue objects through
-``controllers.kube.Kube``, plan, then write only what differs (nothing for an unchanged cluster).
+``taugate.kube.Kube``, plan, then write only what differs (nothing for an unchanged cluster).
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from pydantic import ValidationError
 
 from taugate.controllers import resources as R
 from taugate.controllers.conditions import carry_transition_times, condition, now_rfc3339, owned_patch
-from taugate.controllers.kube import execute_plan
 from taugate.controllers.resources import Action
+from taugate.controllers.taugrid.execute import execute_plan
 from taugate.models import NodeLabelRule, TauCluster
 from taugate.profiles import profile_set_hash, resolve_profile
 from taugate.settings import Settings
@@ -223,7 +223,7 @@ def observe_cluster(kube: Any, name: str = R.CLUSTER_NAME) -> ClusterObservation
 def reconcile_cluster(kube: Any, settings: Settings, *, name: str = R.CLUSTER_NAME,
                       now: str | None = None) -> ClusterPlan | None:
     """Read, plan and apply the TauCluster; returns the plan (None when there is no TauCluster).
-    Raises ``controllers.kube.KubeError`` when the API fails (the caller retries)."""
+    Raises ``taugate.kube.KubeError`` when the API fails (the caller retries)."""
     obs = observe_cluster(kube, name)
     if obs is None:
         return None

@@ -29,8 +29,8 @@ from pydantic import ValidationError
 from taugate import labels
 from taugate.controllers import resources as R
 from taugate.controllers.conditions import carry_transition_times, condition, merge_patch, now_rfc3339, owned_patch
-from taugate.controllers.kube import execute_plan
 from taugate.controllers.resources import Action
+from taugate.controllers.taugrid.execute import execute_plan
 from taugate.models import TauCluster, TauQuotaRequest, TauWorkspace
 from taugate.pods import quantity
 from taugate.settings import Settings

@@ -55,6 +55,7 @@ from taugate.controllers.conditions import (
     subset_patch,
 )
 from taugate.controllers.resources import Action
+from taugate.controllers.taugrid.execute import execute
 from taugate.models import TauCluster, TauWorkspace
 from taugate.settings import Settings
 from taugate.structure import first_problem
@@ -493,11 +494,11 @@ def observe_workspace(kube: Any, namespace: str, name: str) -> WorkspaceObservat
 def reconcile_workspace(kube: Any, settings: Settings, namespace: str, name: str,
                         *, now: str | None = None) -> WorkspacePlan | None:
     """Read, plan and apply one workspace; returns the plan (None when it does not exist).
-    Raises ``controllers.kube.KubeError`` when the API fails (the caller retries)."""
+    Raises ``taugate.kube.KubeError`` when the API fails (the caller retries)."""
     obs = observe_workspace(kube, namespace, name)
     if obs is None:
         return None
     plan = plan_workspace(obs, settings, now)
     for action in plan.actions:
-        kube.execute(action)
+        execute(kube, action)
     return plan

@@ -76,7 +76,7 @@ def _snapshot(path: str, settings: Settings) -> tuple[ClusterState, list[dict]]:
 
 def read_live(reader: Any, settings: Settings) -> tuple[ClusterState, list[dict]]:
     """The cluster state and every governed workload of a live cluster, read through ``reader``
-    (an ``ApiReader`` such as ``taugate.controllers.kube.Kube``). A resource the cluster does not
+    (an ``ApiReader`` such as ``taugate.kube.Kube``). A resource the cluster does not
     serve (HTTP 404: KubeRay not installed) holds no workload. Raises ``KubeError``."""
     state_objects = []
     for res in STATE_RESOURCES:

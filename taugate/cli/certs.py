@@ -129,40 +129,28 @@ def cmd_sync(args: argparse.Namespace) -> int:
     """``certs sync``: exit 0 after the step (or nothing due), 1 on an API error, 2 on bad input."""
     import datetime as dt
 
-    import urllib3.exceptions
-    from kubernetes.client.exceptions import ApiException
-    from kubernetes.config.config_exception import ConfigException
-
-    from taugate.certs import kube
+    from taugate.certs.kube import sync
+    from taugate.kube import Kube, KubeConfigError, KubeError, check_reachable, load_configuration
 
     try:
         _check_options(args, days=("--days", "--renew-before-days"), names=True)
+        cfg = load_configuration(in_cluster=None, kubeconfig=args.kubeconfig)
+    except (CertError, KubeConfigError) as e:
+        return _fail("sync", str(e))
+    kube = Kube.from_configuration(cfg)
+    try:
+        check_reachable(cfg)
+        result = sync(kube, secret=args.secret, namespace=args.namespace, service=args.service,
+                      days=args.days, renew_before=dt.timedelta(days=args.renew_before_days),
+                      switch_after=dt.timedelta(seconds=args.switch_after),
+                      mutating=args.mutating_webhook_configuration,
+                      validating=args.validating_webhook_configuration)
     except CertError as e:
         return _fail("sync", str(e))
-    source = args.kubeconfig or "kubeconfig"
-    try:
-        api = kube.api_client(args.kubeconfig)
-    except kube.KubeAccessError as e:
-        return _fail("sync", str(e))
-    except (ConfigException, OSError, ValueError, TypeError, KeyError, AttributeError) as e:
-        text = str(e).splitlines()[0] if str(e) else e.__class__.__name__
-        return _fail("sync", f"{source}: no usable Kubernetes API configuration: {text}")
-    try:
-        with api:
-            kube.check_reachable(api)
-            result = kube.sync(api, secret=args.secret, namespace=args.namespace, service=args.service,
-                               days=args.days, renew_before=dt.timedelta(days=args.renew_before_days),
-                               switch_after=dt.timedelta(seconds=args.switch_after),
-                               mutating=args.mutating_webhook_configuration,
-                               validating=args.validating_webhook_configuration)
-    except CertError as e:
-        return _fail("sync", str(e))
-    except kube.KubeAccessError as e:
-        return _fail("sync", str(e), 1)
-    except urllib3.exceptions.HTTPError as e:  # the server went away after the preflight
-        return _fail("sync", str(kube.unreachable(api.configuration.host, e)), 1)
-    except ApiException as e:
-        return _fail("sync", f"API error {e.status} {e.reason}", 1)
+    except KubeError as e:
+        return _fail("sync", str(e) if e.status == 0 else f"API error {e.status}: {e}", 1)
+    finally:
+        kube.close()
     for line in result.actions:
         print(line)
     return 0

@@ -3,7 +3,7 @@ webhook's watch-based cluster state and its policy auditor."""
 
 from __future__ import annotations
 
-from taugate.controllers.kube import Kube, load_configuration
+from taugate.kube import Kube, load_configuration
 from taugate.settings import Settings
 from taugate.webhook.audit import PolicyAuditor
 from taugate.webhook.policy.engine import PolicyError

@@ -3,7 +3,7 @@
 ``add_commands(subparsers)`` registers them (``taugate.cli`` calls it); each handler is
 ``func(args) -> exit code``: 0 success, 1 a check failed or the API failed, 2 bad input (one line
 on stderr naming the file or source and the problem). Commands that talk to the API first make
-one quick call (``controllers.kube.check_reachable``), so an unreachable server is one line
+one quick call (``taugate.kube.check_reachable``), so an unreachable server is one line
 (``taugate: cannot reach the Kubernetes API at URL: reason``) and exit 1, in every command.
 """
 
@@ -29,7 +29,7 @@ def _connection_args(p: argparse.ArgumentParser) -> None:
 
 
 def _configuration(args: argparse.Namespace):
-    from taugate.controllers.kube import load_configuration
+    from taugate.kube import load_configuration
 
     return load_configuration(in_cluster=args.in_cluster, kubeconfig=args.kubeconfig, context=args.context)
 
@@ -40,7 +40,7 @@ def _err(msg: str) -> None:
 
 def _reachable(cfg) -> bool:
     """The preflight (``check_reachable``): True, or False after one line on stderr."""
-    from taugate.controllers.kube import KubeError, check_reachable
+    from taugate.kube import KubeError, check_reachable
 
     try:
         check_reachable(cfg)
@@ -99,8 +99,8 @@ def output_problem(output: str) -> str | None:
 
 def run_operator_command(args: argparse.Namespace) -> int:
     """``taugate operator``: run the kopf operator until interrupted."""
-    from taugate.controllers.kube import KubeConfigError
     from taugate.controllers.operator import OperatorOptions, run_operator
+    from taugate.kube import KubeConfigError
     from taugate.settings import Settings
 
     try:
@@ -203,7 +203,7 @@ def recorder_config(args: argparse.Namespace):
 def snapshot_export_command(args: argparse.Namespace) -> int:
     """``taugate snapshot export [-o FILE]``: write the live state as a snapshot file."""
     from taugate.controllers.export import export_snapshot, write_atomically
-    from taugate.controllers.kube import Kube, KubeConfigError, KubeError, KubeUnreachable
+    from taugate.kube import Kube, KubeConfigError, KubeError, KubeUnreachable
     from taugate.snapshot import SnapshotError
 
     try:

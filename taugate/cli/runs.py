@@ -99,52 +99,29 @@ def add_commands(subparsers: Any) -> None:
 
 
 def _load_kube(args: argparse.Namespace) -> Any:
-    import kubernetes.client
-
-    env = os.environ.get("KUBECONFIG")
-    if args.kubeconfig:
-        where, found = args.kubeconfig, True
-        if not Path(args.kubeconfig).expanduser().is_file():
-            raise EvidenceError(f"{args.kubeconfig}: no such kubeconfig file")
-    else:
-        paths = ([Path(p).expanduser() for p in env.split(os.pathsep) if p] if env
-                 else [Path("~/.kube/config").expanduser()])
-        where = f"$KUBECONFIG={env}" if env else str(paths[0])
-        found = any(p.is_file() for p in paths)
-    if not found and not os.environ.get("KUBERNETES_SERVICE_HOST"):
-        raise EvidenceError(f"no kubeconfig found ({where}) and not running in a cluster; "
-                            "pass --kubeconfig FILE, or --evidence-root DIR to read an evidence record")
-    from taugate.controllers.kube import load_configuration  # the loader every command shares
+    from taugate.kube import Kube, KubeConfigError, load_configuration
 
     try:
-        cfg = load_configuration(in_cluster=not found, kubeconfig=args.kubeconfig, context=args.context)
-    except ValueError as e:  # KubeConfigError: one line naming the file and the problem
-        raise EvidenceError(str(e)) from None
-    return kubernetes.client.ApiClient(cfg)
+        cfg = load_configuration(in_cluster=None, kubeconfig=args.kubeconfig, context=args.context)
+    except KubeConfigError as e:
+        outside = "" if args.kubeconfig or os.environ.get("KUBERNETES_SERVICE_HOST") else \
+            ", and not running in a cluster"
+        raise EvidenceError(f"{e}{outside}; pass --kubeconfig FILE, or --evidence-root DIR to read an evidence "
+                            "record") from None
+    return Kube.from_configuration(cfg)
 
 
 def _find_taurun(args: argparse.Namespace) -> dict:
-    import kubernetes.client
-    from kubernetes.client import ApiException
-    from urllib3.exceptions import HTTPError
+    from taugate.controllers.recorder.writer import TAU_RUNS
+    from taugate.kube import KubeError
 
-    from taugate import labels
-
-    with _load_kube(args) as api_client:
-        co = kubernetes.client.CustomObjectsApi(api_client)
-        try:
-            if args.namespace:
-                items = co.list_namespaced_custom_object(labels.GROUP, labels.VERSION, args.namespace, "tauruns")
-            else:
-                items = co.list_cluster_custom_object(labels.GROUP, labels.VERSION, "tauruns")
-        except ApiException as e:
-            raise EvidenceError(f"cannot list TauRuns: {e.status} {e.reason}") from None
-        except (HTTPError, OSError) as e:
-            raise EvidenceError(f"cannot reach the Kubernetes API: {e}") from None
-    listed = items if isinstance(items, dict) else {}
-    runs = [r for r in listed.get("items") or [] if isinstance(r, dict)]
-    if args.namespace:
-        runs = [r for r in runs if (r.get("metadata") or {}).get("namespace") in (args.namespace, None)]
+    kube = _load_kube(args)
+    try:
+        runs = kube.list(TAU_RUNS, args.namespace or None)
+    except KubeError as e:
+        raise EvidenceError(str(e) if e.status == 0 else f"cannot list TauRuns: {e}") from None
+    finally:
+        kube.close()
     by_id = [r for r in runs if (r.get("metadata") or {}).get("name") == args.run]
     by_obj = [r for r in runs if ((r.get("spec") or {}).get("object") or {}).get("name") == args.run]
     found = by_id or by_obj

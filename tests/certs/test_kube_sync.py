@@ -16,6 +16,7 @@ from taugate import labels
 from taugate.certs import kube as certs_kube
 from taugate.certs.pki import CertError, fingerprint, issued_by, load_certificates
 from taugate.cli import main
+from taugate.kube import Kube
 from taugate.webhook.routes import ROUTES
 from tests.kubedouble import RESOURCES, KubeDouble
 
@@ -79,7 +80,7 @@ def _ca_bundles(api) -> list[bytes]:
 def _sync(api, **kw):
     kw.setdefault("mutating", CONFIG)
     kw.setdefault("validating", CONFIG)
-    return certs_kube.sync(api, secret=SECRET, namespace=NS, service=SVC, **kw)
+    return certs_kube.sync(Kube(api), secret=SECRET, namespace=NS, service=SVC, **kw)
 
 
 def test_a_first_sync_creates_the_tls_secret_and_sets_every_caBundle_and_a_second_one_writes_nothing(kube, api):
@@ -147,7 +148,7 @@ def test_a_renamed_service_gets_a_new_serving_certificate_from_the_same_ca(kube,
     _install_configurations(api)
     _sync(api)
     before = _secret(api)
-    result = certs_kube.sync(api, secret=SECRET, namespace=NS, service="gate", mutating=CONFIG, validating=CONFIG)
+    result = certs_kube.sync(Kube(api), secret=SECRET, namespace=NS, service="gate", mutating=CONFIG, validating=CONFIG)
     after = _secret(api)
     assert "did not name gate, gate.taugate-system" in result.actions[0]
     assert _item(after, "ca.crt") == _item(before, "ca.crt") and result.status.hosts[0] == "gate"

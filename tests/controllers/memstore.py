@@ -63,7 +63,7 @@ class MemStore:
             elif a.verb == "delete":
                 self.objects.pop(key, None)
 
-    # The ``controllers.kube.Kube`` reading/writing interface, so the observe_*/reconcile_*
+    # The ``taugate.kube.Kube`` reading/writing interface, so the observe_*/reconcile_*
     # functions run against this store unchanged.
     def kube_get(self, res: Resource, name: str, namespace: str | None = None) -> dict | None:
         return self.get(res.kind, name, namespace if res.namespaced else None)
@@ -74,7 +74,7 @@ class MemStore:
 
 
 class MemKube:
-    """``controllers.kube.Kube``'s interface over a ``MemStore`` (counts writes like Kube)."""
+    """``taugate.kube.Kube``'s interface over a ``MemStore`` (counts writes like Kube)."""
 
     def __init__(self, store: MemStore, forbidden: set[str] = frozenset()) -> None:
         self.store = store
@@ -87,10 +87,21 @@ class MemKube:
     def list(self, res: Resource, namespace: str | None = None, labels: dict | None = None) -> list[dict]:
         return self.store.kube_list(res, namespace)
 
-    def execute(self, action: Action) -> None:
-        from taugate.controllers.kube import KubeError
+    def _write(self, action: Action) -> None:
+        from taugate.kube import KubeError
 
         self.writes += 1
         if action.resource.kind in self.forbidden:
             raise KubeError(403, f"{action.resource.plural} is forbidden: User cannot {action.verb} resource")
         self.store.apply([action])
+
+    def create(self, res: Resource, obj: dict) -> None:
+        meta = obj.get("metadata") or {}
+        self._write(Action("create", res, meta.get("name", ""), meta.get("namespace"), obj))
+
+    def patch(self, res: Resource, name: str, body: dict, namespace: str | None = None,
+              subresource: str | None = None) -> None:
+        self._write(Action("patch", res, name, namespace, body, subresource))
+
+    def delete(self, res: Resource, name: str, namespace: str | None = None) -> None:
+        self._write(Action("delete", res, name, namespace))

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from taugate.controllers.audit import AuditLoop, AuditOptions
-from taugate.controllers.kube import Kube
+from taugate.kube import Kube
 from taugate.policy_report import REPORT_NAME
 from taugate.webhook.audit import PolicyAuditor
 from taugate.webhook.engines import load_policy_engine

@@ -127,7 +127,7 @@ def test_the_operator_and_the_export_say_the_same_about_an_unreachable_server(tm
 
 
 def test_the_preflight_is_a_single_version_request_to_a_reachable_server(kube_double):
-    from taugate.controllers.kube import check_reachable
+    from taugate.kube import check_reachable
 
     before = kube_double.request_count()
     assert check_reachable(kube_double.configuration)["gitVersion"].startswith("v1.")

@@ -10,10 +10,10 @@ import jsonschema
 
 from taugate import labels
 from taugate.controllers.crds import CRD_KINDS, build_crd
-from taugate.controllers.kube import Kube
 from taugate.controllers.taugrid.cluster import reconcile_cluster
 from taugate.controllers.taugrid.quotarequest import reconcile_quota_request
 from taugate.controllers.taugrid.workspace import FINALIZER, reconcile_workspace
+from taugate.kube import Kube
 from taugate.models import TauCluster
 from taugate.profiles import profile_set_hash
 from taugate.tau_admission import validate_tau_object

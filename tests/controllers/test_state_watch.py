@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from taugate.controllers.kube import Kube
+from taugate.kube import Kube
 from taugate.state_objects import usable_objects
 from taugate.webhook.state_watch import WatchStateProvider
 from tests.controllers.conftest import pick

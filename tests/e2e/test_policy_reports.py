@@ -13,7 +13,7 @@ import sys
 import yaml
 
 from taugate.controllers.audit import AuditLoop, AuditOptions
-from taugate.controllers.kube import Kube, load_configuration
+from taugate.kube import Kube, load_configuration
 from taugate.policy_report import REPORT_NAME
 from taugate.settings import Settings
 from taugate.webhook.audit import PolicyAuditor

@@ -128,11 +128,11 @@ def test_status_without_a_kubeconfig_or_a_cluster_says_so_and_where_it_looked(tm
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     code, out, err = _run(["status", "train"], capsys)
     assert code == 2 and not out and err.count("\n") == 1
-    assert "no kubeconfig found" in err and str(tmp_path / ".kube" / "config") in err
-    assert "not running in a cluster" in err and "--kubeconfig" in err and "--evidence-root" in err
+    assert (f"{tmp_path / '.kube' / 'config'} (from the default kubeconfig): the kubeconfig file does not exist, and "
+            "not running in a cluster; pass --kubeconfig FILE, or --evidence-root DIR") in err
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "kc.yaml"))
     code, _, err = _run(["status", "train"], capsys)
-    assert code == 2 and f"$KUBECONFIG={tmp_path / 'kc.yaml'}" in err
+    assert code == 2 and f"{tmp_path / 'kc.yaml'} (from $KUBECONFIG): the kubeconfig file does not exist" in err
     (tmp_path / "kc.yaml").write_text("clusters: [")
     code, _, err = _run(["status", "train", "--kubeconfig", str(tmp_path / "kc.yaml")], capsys)
     assert code == 2 and err.count("\n") == 1 and "kc.yaml: invalid YAML at line 1" in err

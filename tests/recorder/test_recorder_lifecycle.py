@@ -236,7 +236,8 @@ def test_a_run_whose_metrics_stop_advancing_shows_progressing_false_stalled(kube
 def test_progress_is_read_from_pod_log_lines_when_there_is_no_metrics_file(kube, config):
     rj = o.rayjob(workers=1)
     log = {"text": "INFO Ray Train: starting\n"}
-    kube.call(lambda: kube.emulator[kmock.subresource("log")] << (lambda: log["text"]))
+    # the API server sends a pod's log as plain text (bytes here: kmock would JSON-encode a str)
+    kube.call(lambda: kube.emulator[kmock.subresource("log")] << (lambda: log["text"].encode()))
     kube.apply([o.node("gpu-node-1"), rj, o.workload(rj, "admitted"), o.raycluster(rj), *pods_of(rj)])
     with kube.operator(SETTINGS, recorder=config, resync_seconds=60):
         wait_state(kube, "Scheduled", "True")
@@ -332,17 +333,20 @@ def test_the_signing_key_can_come_from_a_secret(kube, key):
 
     from taugate.controllers.recorder.evidence.records import EvidenceError
     from taugate.controllers.recorder.watch import Recorder
+    from taugate.kube import Kube
 
     with kube.api_client() as api:
         kubernetes.client.CoreV1Api(api).create_namespaced_secret("taugate-system", {
             "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "evidence-key", "namespace": "taugate-system"},
             "data": {"ed25519.pem": base64.b64encode(key.private_pem()).decode()}})
         cfg = RecorderConfig(signing_key_secret="taugate-system/evidence-key")
-        assert Recorder.load_signer(cfg, api).key_id == key.key_id
+        assert Recorder.load_signer(cfg, Kube(api)).key_id == key.key_id
         with pytest.raises(EvidenceError, match="has no key 'other'"):
-            Recorder.load_signer(RecorderConfig(signing_key_secret="taugate-system/evidence-key/other"), api)
+            Recorder.load_signer(RecorderConfig(signing_key_secret="taugate-system/evidence-key/other"), Kube(api))
+        with pytest.raises(EvidenceError, match="Secret taugate-system/missing: cannot read"):
+            Recorder.load_signer(RecorderConfig(signing_key_secret="taugate-system/missing"), Kube(api))
         with pytest.raises(EvidenceError, match="no evidence signing key"):
-            Recorder.load_signer(RecorderConfig(), api)
+            Recorder.load_signer(RecorderConfig(), Kube(api))
 
 
 def test_the_taugate_command_line_carries_the_recorder_commands(config, key, tmp_path, capsys):

@@ -31,29 +31,31 @@ import urllib3.exceptions
 import yaml
 from kubernetes.client import ApiClient, ApiException
 
-from taugate.controllers.resources import Action, Resource
 from taugate.kubeaccess import (
     KubeConfigError,
     KubeError,
     KubeUnreachable,
+    Resource,
     WatchExpired,
     connection_reason,
     kubeconfig_problem,
 )
 
 __all__ = ["Kube", "KubeConfigError", "KubeError", "KubeUnreachable", "WatchExpired", "check_reachable",
-           "execute_plan", "load_configuration"]
+           "load_configuration"]
 
 log = logging.getLogger("taugate.kube")
 
 MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
 APPLY_PATCH = "application/apply-patch+yaml"
 
 
-def load_configuration(*, in_cluster: bool = False, kubeconfig: str | None = None,
+def load_configuration(*, in_cluster: bool | None = False, kubeconfig: str | None = None,
                        context: str | None = None) -> kubernetes.client.Configuration:
     """A client ``Configuration``: the pod's service account (``in_cluster``), else the kubeconfig
-    file (``kubeconfig`` or ``$KUBECONFIG`` or ``~/.kube/config``) and ``context``.
+    file (``kubeconfig`` or ``$KUBECONFIG`` or ``~/.kube/config``) and ``context``. ``in_cluster=None``
+    chooses: the kubeconfig when one is named or exists, else the service account inside a pod.
 
     Raises ``KubeConfigError`` with one line naming the source and the problem."""
     cfg = kubernetes.client.Configuration()
@@ -67,9 +69,12 @@ def load_configuration(*, in_cluster: bool = False, kubeconfig: str | None = Non
         else:
             spec, origin = "~/.kube/config", "the default kubeconfig"
         problem = kubeconfig_problem(spec, origin)
-        if problem:
+        if problem and in_cluster is None and not kubeconfig and os.environ.get("KUBERNETES_SERVICE_HOST"):
+            in_cluster = True
+        elif problem:
             raise KubeConfigError(problem)
-        kubeconfig = kubeconfig or spec
+        else:
+            kubeconfig = kubeconfig or spec
     try:
         if in_cluster:
             kubernetes.config.load_incluster_config(client_configuration=cfg)
@@ -155,26 +160,6 @@ def _error_message(status: int, body: bytes | str | None, fallback: str, *, whol
     return fallback
 
 
-def execute_plan(kube: Any, plan: Any, optional: Resource, replan: Callable[[], Any]) -> Any:
-    """Carry out ``plan.actions`` in order through ``kube.execute`` and return the plan carried
-    out. When the API forbids (403) an action on the ``optional`` resource (a permission the
-    install may leave out on purpose: labelling Nodes, patching ClusterQueues), carry out
-    ``replan()`` instead, the plan made without such actions, and return that one (every action
-    is an idempotent create-or-patch, so repeating those already done is harmless). Raises
-    ``KubeError`` otherwise."""
-    try:
-        for action in plan.actions:
-            kube.execute(action)
-    except KubeError as e:
-        if e.status != 403 or action.resource != optional:
-            raise
-        log.warning("%s left unchanged, the API forbids it: %s", optional.plural, e)
-        plan = replan()
-        for action in plan.actions:
-            kube.execute(action)
-    return plan
-
-
 def warnings_of(headers: list[str]) -> list[str]:
     """The texts of HTTP ``Warning`` headers as the API server sends them (RFC 7234 section 5.5:
     ``299 - "text"``, one header per warning, ``"`` and ``\\`` escaped), as kubectl prints them."""
@@ -216,10 +201,11 @@ class Kube:
     # -- transport -------------------------------------------------------------------------
     def _call(self, method: str, path: str, *, query: list[tuple[str, Any]] | None = None,
               body: Any = None, content_type: str = "application/json",
-              timeout: tuple[float, float] | None = None, whole_message: bool = False) -> Any:
+              timeout: tuple[float, float] | None = None, whole_message: bool = False,
+              accept: str = "application/json") -> Any:
         """One request; returns the raw ``RESTResponse`` (body not yet read). An error's message is
         the first line of the API's Status message, or all of it with ``whole_message``."""
-        headers = {"Accept": "application/json"}
+        headers = {"Accept": accept}
         if body is not None:
             headers["Content-Type"] = content_type
         try:
@@ -311,16 +297,16 @@ class Kube:
             items = [i for i in items if (i.get("metadata") or {}).get("namespace") in (None, namespace)]
         return items
 
-    def create(self, res: Resource, obj: dict) -> dict | None:
-        """Create ``obj``; an object that already exists (HTTP 409) is not an error: the current
-        object is returned instead (a later reconcile reconciles it)."""
+    def create(self, res: Resource, obj: dict, *, exist_ok: bool = True) -> dict | None:
+        """Create ``obj``. With ``exist_ok``, an object that already exists (HTTP 409) is not an
+        error: the current object is returned instead (a later reconcile reconciles it)."""
         ns = (obj.get("metadata") or {}).get("namespace") if res.namespaced else None
         body = dict(obj, apiVersion=res.api_version, kind=res.kind)
         self._count_write()
         try:
             return self._json("POST", res.path(ns), body=body)
         except KubeError as e:
-            if e.status == 409:
+            if e.status == 409 and exist_ok:
                 return self.get(res, (obj.get("metadata") or {}).get("name", ""), ns)
             raise
 
@@ -329,6 +315,19 @@ class Kube:
         """JSON merge patch (RFC 7386) of one object (or its ``status`` subresource)."""
         self._count_write()
         return self._json("PATCH", res.path(namespace, name, subresource), body=body, content_type=MERGE_PATCH)
+
+    def json_patch(self, res: Resource, name: str, ops: list[dict], namespace: str | None = None) -> dict | None:
+        """JSON patch (RFC 6902) of one object: ``ops`` applied in order, all or none (a failed
+        ``test`` op makes the API answer 422 and change nothing)."""
+        self._count_write()
+        return self._json("PATCH", res.path(namespace, name), body=ops, content_type=JSON_PATCH)
+
+    def pod_log(self, namespace: str, name: str, *, container: str | None = None, tail_lines: int) -> str:
+        """The last ``tail_lines`` lines of a pod's log (``container``, or its only or default one)."""
+        query: list[tuple[str, Any]] = [("tailLines", tail_lines)] + ([("container", container)] if container else [])
+        resp = self._call("GET", f"/api/v1/namespaces/{namespace}/pods/{name}/log", query=query,
+                          timeout=(self.request_timeout[0], 15.0), accept="text/plain, application/json")
+        return resp.read().decode("utf-8", "replace")
 
     def dry_run(self, res: Resource, obj: dict, *, field_manager: str = "taugate-admit") -> DryRun:
         """What the API server would store for ``obj`` and the warnings it would send, stored
@@ -360,18 +359,6 @@ class Kube:
                 return False
             raise
         return True
-
-    def execute(self, action: Action) -> None:
-        """Carry out one planned ``Action``."""
-        log.info("%s", action.describe())
-        if action.verb == "create":
-            self.create(action.resource, action.body or {})
-        elif action.verb == "patch":
-            self.patch(action.resource, action.name, action.body or {}, action.namespace, action.subresource)
-        elif action.verb == "delete":
-            self.delete(action.resource, action.name, action.namespace)
-        else:  # pragma: no cover - Action.verb is a Literal
-            raise ValueError(f"unknown action verb {action.verb!r}")
 
     # -- watch -------------------------------------------------------------------------------
     def watch(self, res: Resource, *, resource_version: str | None = None, timeout_seconds: int = 300,
