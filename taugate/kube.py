@@ -23,7 +23,7 @@ import os
 import re
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Protocol
 
 import kubernetes.client
 import kubernetes.config
@@ -172,6 +172,21 @@ def warnings_of(headers: list[str]) -> list[str]:
         else:
             out.append(header)
     return out
+
+
+class WatchFeed(Protocol):
+    """Where ``Kube.follow`` delivers what it reads: ``listed`` (a whole list, replacing what was
+    known), ``changed`` (one ADDED, MODIFIED or DELETED object), ``up`` (current again; the
+    streaming response of a new watch, or None after a list: its ``shutdown()`` ends the watch at
+    once) and ``down`` (the watch dropped; ``follow`` lists or resumes next)."""
+
+    def listed(self, items: list[dict]) -> None: ...
+
+    def changed(self, event_type: str, obj: dict) -> None: ...
+
+    def up(self, response: Any) -> None: ...
+
+    def down(self) -> None: ...
 
 
 DryRun = tuple[dict, list[str]]
@@ -361,6 +376,49 @@ class Kube:
         return True
 
     # -- watch -------------------------------------------------------------------------------
+    def follow(self, res: Resource, feed: WatchFeed, stopping: threading.Event, *, timeout_seconds: int = 300,
+               optional: bool = False) -> None:
+        """Keep ``feed`` current with ``res`` (all namespaces) until ``stopping`` is set: list, then
+        watch from the list's resourceVersion; when the server ends a watch (``timeout_seconds``),
+        resume from the last resourceVersion seen; on HTTP 410 Gone list again (apimachinery's
+        "resourceVersion too old", as client-go's reflector does); on any other error wait 1 s,
+        doubling to 30 s, and list again. ``optional``: an API the cluster may not serve (HTTP 404
+        on the first list) gives an empty list and ends. Blocks: run it on its own thread."""
+        backoff, rv, need_list, served = 1.0, None, True, True
+        while served and not stopping.is_set():
+            try:
+                if need_list:
+                    items, rv = self.list_with_version(res)
+                    feed.listed(items)
+                    feed.up(None)
+                    need_list = False
+                for event in self.watch(res, resource_version=rv, timeout_seconds=timeout_seconds, on_open=feed.up):
+                    if stopping.is_set():
+                        break
+                    obj = event.get("object") or {}
+                    rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
+                    if event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
+                        feed.changed(event["type"], obj)
+                backoff = 1.0
+            except WatchExpired:
+                need_list = True
+            except KubeError as e:
+                if stopping.is_set():
+                    break
+                if e.status == 404 and optional and need_list:
+                    log.info("%s is not served by this cluster: no %s objects", res, res.kind)
+                    feed.listed([])
+                    feed.up(None)
+                    served = False
+                    continue
+                log.warning("watch of %s failed (%s); relisting in %.0f s", res, e, backoff)
+                need_list = True
+                stopping.wait(backoff)
+                backoff = min(30.0, backoff * 2)
+            finally:
+                if served and not stopping.is_set():
+                    feed.down()
+
     def watch(self, res: Resource, *, resource_version: str | None = None, timeout_seconds: int = 300,
               on_open: Callable[[Any], None] | None = None) -> Iterator[dict]:
         """Watch events (``{"type": ADDED|MODIFIED|DELETED|BOOKMARK, "object": {...}}``) of ``res``

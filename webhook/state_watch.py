@@ -20,7 +20,7 @@ reads ``provider.state`` with no API call per request. It satisfies the webhook 
   spec makes ``build_state`` report ``profile_set_problem`` (admission then denies); an invalid
   TauCluster is left out (no profile set: fail closed); an invalid TauWorkspace, or the younger
   of two workspaces targeting one namespace, is left out and logged (``skipped``).
-- Watches restart after errors with backoff (1 s doubling to 30 s) and relist on HTTP 410 Gone.
+- Each kind is followed by ``taugate.kube.Kube.follow`` (resume, relist on 410 Gone, backoff).
 """
 
 from __future__ import annotations
@@ -33,11 +33,11 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 from taugate.access import name_of, namespace_of
-from taugate.kubeaccess import KubeError, Resource, WatchExpired
+from taugate.kube import WatchFeed
+from taugate.kubeaccess import KubeError, Resource
 from taugate.settings import Settings
 from taugate.snapshot import ClusterState, SnapshotError, build_state
 from taugate.state_objects import (
@@ -57,16 +57,35 @@ READ_CLAIM_SECONDS = 1.0
 (``WatchStateProvider.read_claim``); half the admission deadline."""
 
 class ApiReader(Protocol):
-    """What the watch needs of an API client (``taugate.kube.Kube`` is one, wired by
-    ``taugate.cli``): list a resource with its resourceVersion, and stream its watch events. Both
-    raise ``taugate.kubeaccess.KubeError`` (``WatchExpired`` on HTTP 410 Gone)."""
+    """What the watch needs of an API client (``taugate.kube.Kube``): ``follow`` a resource and
+    ``get`` one object. Both raise ``taugate.kubeaccess.KubeError``."""
 
-    def list_with_version(self, res: Resource) -> tuple[list[dict[str, Any]], str | None]: ...
-
-    def watch(self, res: Resource, *, resource_version: str | None = None, timeout_seconds: int = 300,
-              on_open: Callable[[Any], None] | None = None) -> Iterator[dict[str, Any]]: ...
+    def follow(self, res: Resource, feed: WatchFeed, stopping: threading.Event, *, timeout_seconds: int = 300,
+               optional: bool = False) -> None: ...
 
     def get(self, res: Resource, name: str, namespace: str | None = None) -> dict | None: ...
+
+
+class _Feed:
+    """``Kube.follow``'s deliveries for one resource, handed to the provider's event loop."""
+
+    def __init__(self, provider: WatchStateProvider, res: Resource) -> None:
+        self.provider, self.res = provider, res
+
+    def listed(self, items: list[dict]) -> None:
+        self.provider._post(self.provider._replace, self.res, [trim(self.res, o) for o in items])
+
+    def changed(self, event_type: str, obj: dict) -> None:
+        self.provider._post(self.provider._event, self.res, event_type, trim(self.res, obj))
+
+    def up(self, response: Any) -> None:
+        if response is not None:
+            self.provider._responses[self.res] = response
+        self.provider._post(self.provider._connected, self.res)
+
+    def down(self) -> None:
+        self.provider._responses.pop(self.res, None)
+        self.provider._post(self.provider._disconnected, self.res)
 
 
 class WatchStateProvider:
@@ -138,7 +157,7 @@ class WatchStateProvider:
         self._ready = asyncio.Event()
         self._stopping.clear()
         for res in self.resources:
-            t = threading.Thread(target=self._watch_loop, args=(res,), name=f"taugate-watch-{res.plural}", daemon=True)
+            t = threading.Thread(target=self._follow, args=(res,), name=f"taugate-watch-{res.plural}", daemon=True)
             t.start()
             self._threads.append(t)
         self._task = asyncio.create_task(self._rebuild_loop(), name="taugate-state-rebuild")
@@ -186,56 +205,9 @@ class WatchStateProvider:
             with contextlib.suppress(RuntimeError):  # loop closed while stopping
                 loop.call_soon_threadsafe(fn, *args)
 
-    def _watch_loop(self, res: Resource) -> None:
-        backoff = 1.0
-        rv: str | None = None
-        need_list = True
-        unserved = False  # the cluster does not serve this (optional) API: nothing to watch
-
-        def opened(response: Any) -> None:
-            self._responses[res] = response
-            self._post(self._connected, res)
-
-        while not self._stopping.is_set():
-            try:
-                if need_list:
-                    items, rv = self.kube.list_with_version(res)
-                    self._post(self._replace, res, [trim(res, o) for o in items])
-                    self._post(self._connected, res)  # current as of this list
-                    need_list = False
-                for event in self.kube.watch(res, resource_version=rv, timeout_seconds=self.watch_timeout_seconds,
-                                             on_open=opened):
-                    if self._stopping.is_set():
-                        break
-                    obj = event.get("object") or {}
-                    new_rv = (obj.get("metadata") or {}).get("resourceVersion")
-                    if new_rv:
-                        rv = new_rv
-                    if event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
-                        self._post(self._event, res, event["type"], trim(res, obj))
-                backoff = 1.0
-                # The server ended the watch (its timeout): resume from rv at once.
-            except WatchExpired:
-                need_list = True
-            except KubeError as e:
-                if self._stopping.is_set():
-                    break
-                if e.status == 404 and res in DRA_RESOURCES and need_list:
-                    # A cluster that does not serve resource.k8s.io/v1 (before Kubernetes 1.34) has no
-                    # DRA objects: nothing to watch, and no reason to stay unready.
-                    log.info("%s is not served by this cluster: no %s objects", res, res.kind)
-                    self._post(self._replace, res, [])
-                    self._post(self._connected, res)
-                    unserved = True
-                    break
-                log.warning("watch of %s failed (%s); relisting in %.0f s", res, e, backoff)
-                need_list = True
-                self._stopping.wait(backoff)
-                backoff = min(30.0, backoff * 2)
-            finally:
-                self._responses.pop(res, None)
-                if not self._stopping.is_set() and not unserved:
-                    self._post(self._disconnected, res)
+    def _follow(self, res: Resource) -> None:
+        self.kube.follow(res, _Feed(self, res), self._stopping, timeout_seconds=self.watch_timeout_seconds,
+                         optional=res in DRA_RESOURCES)  # resource.k8s.io/v1 is served from Kubernetes 1.34
 
     # -- on the event loop -----------------------------------------------------------------
     def _connected(self, res: Resource) -> None:
