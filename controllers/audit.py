@@ -51,6 +51,7 @@ from taugate.policy_report import (
 from taugate.settings import Settings
 from taugate.snapshot import ClusterState, build_state
 from taugate.state_objects import STATE_RESOURCES, trim, usable_objects
+from taugate.workqueue import WorkQueue
 
 log = logging.getLogger("taugate.audit")
 
@@ -160,6 +161,9 @@ def _write(kube: Any, res: Any, current: dict | None, desired: dict, namespace: 
     return "none"
 
 
+AUDIT_KEY = "audit"
+
+
 @dataclass
 class AuditLoop:
     """The audit's worker: ``run_once`` (synchronous, one audit), ``run`` (the loop, on the
@@ -172,6 +176,8 @@ class AuditLoop:
     audited_digest: str | None = None
     runs: int = 0
     task: asyncio.Task | None = None
+    queue: WorkQueue = field(default_factory=WorkQueue)
+    due: float = 0.0  # time.monotonic() of the next audit by the interval
 
     def run_once(self) -> Reports:
         """One audit: read, judge, write what changed, set the metrics. Raises ``KubeError``."""
@@ -204,12 +210,17 @@ class AuditLoop:
             self.metrics.runs.labels("ok").inc()
 
     async def run(self) -> None:
-        """Audit now, then whenever ``interval_seconds`` passed or the policy digest changed."""
-        while True:
+        """Audit now, then whenever ``interval_seconds`` passed or the policy digest changed
+        (checked every ``poll_seconds``): one queue key, handled and added again."""
+        self.due = 0.0
+        self.queue.add(AUDIT_KEY)
+        await self.queue.run(self._tick)
+
+    async def _tick(self, _key: object) -> None:
+        if time.monotonic() >= self.due or self.options.auditor.digest != self.audited_digest:
             await self._audit()
-            due = time.monotonic() + self.options.interval_seconds
-            while time.monotonic() < due and self.options.auditor.digest == self.audited_digest:
-                await asyncio.sleep(min(self.options.poll_seconds, max(0.0, due - time.monotonic())))
+            self.due = time.monotonic() + self.options.interval_seconds
+        self.queue.add(AUDIT_KEY, min(self.options.poll_seconds, max(0.0, self.due - time.monotonic())))
 
     async def stop(self) -> None:
         task, self.task = self.task, None

@@ -35,8 +35,7 @@ import json
 import logging
 import re
 import threading
-import time
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,6 +51,7 @@ from taugate.controllers.taugrid.workspace import reconcile_workspace
 from taugate.kube import Kube, KubeError
 from taugate.models import TauWorkspace
 from taugate.settings import Settings
+from taugate.workqueue import WorkQueue
 
 log = logging.getLogger("taugate.operator")
 
@@ -88,6 +88,7 @@ def quiet_routine_handler_lines() -> None:
 
 Key = tuple[str, str, str]
 CLUSTER_KEY: Key = ("cluster", "", R.CLUSTER_NAME)
+RESYNC_KEY: Key = ("resync", "", "")
 
 
 @dataclass
@@ -107,44 +108,6 @@ class OperatorOptions:
     test_mode: bool = False
     recorder: Any = None  # a controllers.recorder.config.RecorderConfig: also run the run recorder
     audit: Any = None  # a controllers.audit.AuditOptions: also run the background audit (PolicyReports)
-
-
-class WorkQueue:
-    """A deduplicating, delayed queue of keys, consumed by one worker.
-
-    ``add(key, delay)`` schedules ``key`` to run after ``delay`` seconds; a key already waiting
-    keeps the earlier time, so bursts of events collapse into one reconcile. Safe to call from
-    the event loop only (kopf handlers run there)."""
-
-    def __init__(self) -> None:
-        self._due: dict[Hashable, float] = {}
-        self._wake = asyncio.Event()
-        self.processed = 0
-
-    def add(self, key: Hashable, delay: float = 0.0) -> None:
-        due = time.monotonic() + max(0.0, delay)
-        if key not in self._due or due < self._due[key]:
-            self._due[key] = due
-            self._wake.set()
-
-    def __len__(self) -> int:
-        return len(self._due)
-
-    async def run(self, handle: Callable[[Hashable], Awaitable[None]]) -> None:
-        """Process keys forever (until cancelled), earliest first, one at a time."""
-        while True:
-            self._wake.clear()
-            now = time.monotonic()
-            ready = sorted((t, k) for k, t in self._due.items() if t <= now) if self._due else []
-            if not ready:
-                timeout = (min(self._due.values()) - now) if self._due else None
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), timeout)
-                continue
-            _, key = ready[0]
-            del self._due[key]
-            await handle(key)
-            self.processed += 1
 
 
 @dataclass
@@ -249,6 +212,10 @@ class Controller:
         raise ValueError(f"unknown key {key!r}")
 
     async def handle(self, key: Hashable) -> None:
+        if key == RESYNC_KEY:
+            self.resync()
+            self.queue.add(RESYNC_KEY, self.options.resync_seconds)
+            return
         try:
             await asyncio.to_thread(self.reconcile, key)  # type: ignore[arg-type]
         except (KubeError, ValueError, OSError) as e:
@@ -269,17 +236,9 @@ class Controller:
             self.failures.pop(key, None)
 
     async def run(self) -> None:
-        """The worker and the resync timer (until cancelled)."""
-        async def resync_loop() -> None:
-            while True:
-                await asyncio.sleep(self.options.resync_seconds)
-                self.resync()
-
-        timer = asyncio.create_task(resync_loop(), name="taugate-resync")
-        try:
-            await self.queue.run(self.handle)
-        finally:
-            timer.cancel()
+        """The worker, resyncing every ``resync_seconds`` (until cancelled)."""
+        self.queue.add(RESYNC_KEY, self.options.resync_seconds)
+        await self.queue.run(self.handle)
 
     async def stop(self) -> None:
         """Cancel the worker (a reconcile running in its thread finishes on its own)."""

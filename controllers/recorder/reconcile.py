@@ -54,14 +54,22 @@ class RunReconciler:
         self.clock = clock
         self.options = DeriveOptions(tuple(settings.gpu_health_conditions), config.stall_seconds)
 
-    def reconcile(self, e: RunEntry, snap: Snapshot) -> bool:
-        """Reconcile one run from ``snap``: append what changed to its evidence, update its
-        TauRun. True when the snapshot was taken for the wrong root (the evidence binds the run
-        to another uid) and must be taken again."""
+    def bind(self, e: RunEntry) -> None:
+        """Bind ``e`` to the root its evidence names, before its snapshot is taken: after a restart
+        the indices may offer another object carrying the run-id first."""
+        state = self.store.load(e.run_id).state()
+        obj = state.get("object")
+        bound = obj.get("uid") if isinstance(obj, dict) and state.get("namespace") == e.namespace else None
+        if bound and bound != e.owner_uid:
+            e.owner_uid, e.member_uids = bound, set()
+
+    def reconcile(self, e: RunEntry, snap: Snapshot) -> None:
+        """Reconcile one run from ``snap`` (taken after ``bind``): append what changed to its
+        evidence, update its TauRun."""
         now = self.clock()
         rec = self.store.load(e.run_id)
         if not rec.has("run") and snap.owner is None:
-            return False  # nothing to record until the run's object is seen
+            return  # nothing to record until the run's object is seen
         state = rec.state()
         if rec.has("run") and state.get("namespace") != e.namespace:
             # the run-id's evidence is another namespace's run: this one (a copied label) writes nothing
@@ -69,15 +77,10 @@ class RunReconciler:
                 log.warning("run %s in namespace %s: the run-id is a run of namespace %s; objects carrying it in %s "
                             "are not recorded", e.run_id, e.namespace, state.get("namespace"), e.namespace)
             e.final = True
-            return False
-        bound = (state.get("object") or {}).get("uid") if isinstance(state.get("object"), dict) else None
-        if bound and bound != e.owner_uid:
-            # after a restart: the evidence says which root the run is bound to; look again
-            e.owner_uid, e.member_uids = bound, set()
-            return True
+            return
         if state.get("final"):
             e.final = True
-            return False
+            return
         self._load_progress(e)
         owner = snap.owner
         t = format_micro(now)
@@ -106,7 +109,6 @@ class RunReconciler:
         if state.get("final"):
             e.final = True
             self.store.forget(e.run_id)  # nothing more will be written: free the cached log
-        return False
 
     def _admission(self, owner: dict) -> dict:
         return parse_admission_record(owner, self.settings.admission_key_bytes())

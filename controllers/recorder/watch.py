@@ -37,8 +37,8 @@ around it: this module (construction, kopf wiring, lifecycle, observation, the w
 ``objects`` (pure readers of the watched objects), ``index`` (what is held per run, the
 snapshot), ``reconcile`` (the reconcile step) and ``writer`` (TauRuns).
 
-One worker task reconciles runs one at a time (events mark a run dirty, a poll marks every
-active run dirty every ``poll_seconds`` for metrics, artifacts and the stall clock). The previous
+One worker (a ``taugate.workqueue.WorkQueue``) reconciles runs one at a time (events queue a run, a poll queues every
+active run every ``poll_seconds`` for metrics, artifacts and the stall clock). The previous
 conditions come from the evidence record, so after a restart nothing already recorded is
 recorded again.
 """
@@ -87,8 +87,10 @@ from taugate.kinds import KINDS, pod
 from taugate.kube import Kube, KubeError
 from taugate.kubeaccess import SECRETS
 from taugate.settings import Settings
+from taugate.workqueue import WorkQueue
 
 log = logging.getLogger("taugate.recorder")
+POLL = ("poll", "")  # the queue key that marks every active run
 
 _Watch = tuple[str, tuple[str, ...], dict[str, Any], Callable[..., Any], Callable[[str | None, dict], None]]
 """One watch of the recorder: kopf index id, resource (group, [version,] plural), kopf filters,
@@ -126,10 +128,8 @@ class Recorder:
         self.by_uid: dict[str, RunKey] = {}  # owner uid -> run
         self.indices: dict[str, Any] = {}
         self._nodes_seen: dict[str, dict | None] = {}
-        self._dirty: dict[RunKey, None] = {}
-        self._wake: asyncio.Event | None = None
-        self._tasks: list[asyncio.Task] = []
-        self._stopping = False
+        self.queue = WorkQueue()
+        self._task: asyncio.Task | None = None
         self.errors: list[str] = []
 
     # -- construction ------------------------------------------------------------------------
@@ -241,27 +241,19 @@ class Recorder:
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
-        """Start the worker and the poll loop on the running event loop."""
-        self._stopping = False
-        self._wake = asyncio.Event()
-        self._tasks = [asyncio.create_task(self._worker(), name="recorder-worker"),
-                       asyncio.create_task(self._poller(), name="recorder-poller")]
-        if self._dirty:
-            self._wake.set()
+        """Start the worker on the running event loop (it also marks every active run each
+        ``poll_seconds``, for metrics, artifacts and the stall clock)."""
+        self.queue.add(POLL, self.config.poll_seconds)
+        self._task = asyncio.create_task(self.queue.run(self._handle), name="recorder-worker")
 
     async def stop(self) -> None:
-        """Stop the poller and the worker; a reconcile in progress finishes first (its thread
-        cannot be interrupted, and a second recorder must never write the same record at once)."""
-        self._stopping = True
-        if self._wake is not None:
-            self._wake.set()
-        for t in self._tasks:
-            if t.get_name() == "recorder-poller":
-                t.cancel()
-        for t in self._tasks:
+        """Stop the worker; a reconcile in progress finishes first (its thread cannot be
+        interrupted, and a second recorder must never write the same record at once)."""
+        self.queue.stop()
+        task, self._task = self._task, None
+        if task is not None:
             with contextlib.suppress(TimeoutError, asyncio.CancelledError, Exception):
-                await asyncio.wait_for(t, timeout=30)
-        self._tasks = []
+                await asyncio.wait_for(task, timeout=30)
 
     # -- observation (called from watch handlers on the event loop; cheap, no I/O) ---------------
     def _entry(self, key: RunKey) -> RunEntry:
@@ -272,9 +264,7 @@ class Recorder:
 
     def mark(self, key: RunKey) -> None:
         """Queue a run (its namespace and run-id) for reconciling."""
-        self._dirty[key] = None
-        if self._wake is not None:
-            self._wake.set()
+        self.queue.add(key)
 
     def observe_owner(self, event_type: str | None, obj: dict) -> None:
         """An event of a root: an object of a registered kind that no governed controller owns and
@@ -345,29 +335,19 @@ class Recorder:
         return take_snapshot(self.indices, e)
 
     # -- the worker ----------------------------------------------------------------------------
-    async def _poller(self) -> None:
-        while True:
-            await asyncio.sleep(self.config.poll_seconds)
-            for key, e in list(self.runs.items()):
+    async def _handle(self, key: Any) -> None:
+        if key == POLL:
+            for run, e in list(self.runs.items()):
                 if not e.final:
-                    self.mark(key)
-
-    async def _worker(self) -> None:
-        assert self._wake is not None
-        while not self._stopping:
-            await self._wake.wait()
-            self._wake.clear()
-            while self._dirty and not self._stopping:
-                key = next(iter(self._dirty))
-                del self._dirty[key]
-                try:
-                    await self.reconcile(key)
-                except asyncio.CancelledError:
-                    raise
-                except Exception as ex:  # one run's trouble never stops the others
-                    msg = f"run {key[1]} in {key[0]}: {type(ex).__name__}: {ex}"
-                    self.errors.append(msg)
-                    log.exception("recorder: %s", msg)
+                    self.mark(run)
+            self.queue.add(POLL, self.config.poll_seconds)
+            return
+        try:
+            await self.reconcile(key)
+        except Exception as ex:  # one run's trouble never stops the others
+            msg = f"run {key[1]} in {key[0]}: {type(ex).__name__}: {ex}"
+            self.errors.append(msg)
+            log.exception("recorder: %s", msg)
 
     async def reconcile(self, key: RunKey) -> None:
         """Re-derive one run (``(namespace, run-id)``), append what changed to its evidence,
@@ -375,6 +355,5 @@ class Recorder:
         e = self.runs.get(key)
         if e is None or e.final:
             return
-        snap = self.snapshot(e)
-        if await asyncio.to_thread(self.reconciler.reconcile, e, snap):
-            await asyncio.to_thread(self.reconciler.reconcile, e, self.snapshot(e))  # rebound to the evidence's root
+        await asyncio.to_thread(self.reconciler.bind, e)
+        await asyncio.to_thread(self.reconciler.reconcile, e, self.snapshot(e))
