@@ -217,6 +217,10 @@ class AuditLoop:
         await self.queue.run(self._tick)
 
     async def _tick(self, _key: object) -> None:
+        try:
+            await asyncio.to_thread(self.options.auditor.check_for_changes)
+        except Exception:  # a reload's failure keeps the active set (PolicyStore); never stops the loop
+            log.exception("policy reload check failed")
         if time.monotonic() >= self.due or self.options.auditor.digest != self.audited_digest:
             await self._audit()
             self.due = time.monotonic() + self.options.interval_seconds

@@ -36,6 +36,12 @@ class _Counting:
     def __init__(self, engine: PolicyEngine):
         self.engine, self.calls = engine, 0
 
+    def check_for_changes(self) -> bool:
+        """Reload the policy set if its files changed (``PolicyStore.check_for_changes``); True
+        when a new set became active."""
+        store = getattr(self.engine, "store", None)
+        return bool(store.check_for_changes()) if store is not None else False
+
     @property
     def digest(self) -> str:
         return self.engine.digest
@@ -63,17 +69,20 @@ class PolicyAuditor:
         self.settings = settings or Settings()
 
     @classmethod
-    def load(cls, policy_dir: str | Path, settings: Settings | None = None, *,
-             reload_seconds: float | None = None) -> PolicyAuditor:
+    def load(cls, policy_dir: str | Path, settings: Settings | None = None) -> PolicyAuditor:
         """The auditor of the policy folder ``policy_dir`` (its ``enforcement.yaml``), embedded
-        engine; with ``reload_seconds`` the set is reloaded when its files change, as the webhook
-        reloads it. Raises ``PolicyError`` (one line) when the set does not load."""
+        engine (``check_for_changes`` reloads it when its files change, as the webhook does).
+        Raises ``PolicyError`` (one line) when the set does not load."""
         from taugate.webhook.engines import load_policy_engine
 
         engine = load_policy_engine(policy_dir)
-        if reload_seconds is not None:
-            engine.store.start_watching(reload_seconds)  # type: ignore[attr-defined]
         return cls(engine, settings)
+
+    def check_for_changes(self) -> bool:
+        """Reload the policy set if its files changed (``PolicyStore.check_for_changes``); True
+        when a new set became active."""
+        store = getattr(self.engine, "store", None)
+        return bool(store.check_for_changes()) if store is not None else False
 
     @property
     def digest(self) -> str:

@@ -22,7 +22,7 @@ def load_policy_engine(policy_dir: str | Path, *, enforcement: dict[str, str] | 
     process) or ``opa`` (an OPA server at ``opa_url``, e.g. ``http://127.0.0.1:8181``; the
     policies are pushed there; one evaluation takes at most ``opa_timeout_s`` seconds,
     ``Settings.opa_timeout_seconds``). The set must parse, compile and pass its own ``test_`` rules.
-    The returned engine has ``.store`` (a ``PolicyStore``) and ``start_watching(interval_s)``; a
+    The returned engine has ``.store`` (a ``PolicyStore``: ``check_for_changes()`` reloads); a
     changed set is activated only when it passes everything ``taugate policy test`` checks
     (``policy_tests.reload_gate``).
     Raises ``PolicyError`` (one line: file, line, reason) when the set cannot load, and for an

@@ -76,6 +76,7 @@ from taugate.webhook.metrics import AdmissionMetrics
 from taugate.webhook.policy.sets import PolicyUnavailable
 from taugate.webhook.providers import StateProvider, TLSSource
 from taugate.webhook.routes import ROUTED_KINDS, ROUTES, Route
+from taugate.workqueue import WorkQueue
 
 log = logging.getLogger("taugate.webhook")
 
@@ -169,6 +170,9 @@ def _where(req: dict) -> str:
 def _label_operation(req: dict) -> str:
     op = req.get("operation")
     return op if op in review.OPERATIONS else "other"
+
+
+CHECKS_KEY = "checks"
 
 
 class AdmissionServer:
@@ -519,12 +523,14 @@ class AdmissionServer:
         if callable(provider_start):
             await provider_start()
 
-        async def loop_checks():
-            while True:
-                await asyncio.sleep(self.check_interval)
-                await self.run_checks()
+        checks = WorkQueue()
 
-        task = asyncio.create_task(loop_checks(), name="taugate-checks")
+        async def tick(_key: object) -> None:
+            await self.run_checks()
+            checks.add(CHECKS_KEY, self.check_interval)
+
+        checks.add(CHECKS_KEY, self.check_interval)
+        task = asyncio.create_task(checks.run(tick), name="taugate-checks")
         yield
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):

@@ -49,8 +49,10 @@ from taugate.state_objects import (
     usable_objects,
 )
 from taugate.webhook.scale import ObjectUnreadable
+from taugate.workqueue import WorkQueue
 
 log = logging.getLogger("taugate.state_watch")
+REBUILD_KEY = "rebuild"
 
 READ_CLAIM_SECONDS = 1.0
 """The most a decision waits to read a claim or claim template the watch has not delivered yet
@@ -114,7 +116,7 @@ class WatchStateProvider:
         self._responses: dict[Resource, Any] = {}
         self._threads: list[threading.Thread] = []
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._dirty: asyncio.Event | None = None
+        self._queue = WorkQueue()
         self._ready: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
         self._read: dict[tuple[str, str, str], dict | None] = {}
@@ -153,14 +155,14 @@ class WatchStateProvider:
         if self._task is not None:
             return
         self._loop = asyncio.get_running_loop()
-        self._dirty = asyncio.Event()
+        self._queue = WorkQueue()
         self._ready = asyncio.Event()
         self._stopping.clear()
         for res in self.resources:
             t = threading.Thread(target=self._follow, args=(res,), name=f"taugate-watch-{res.plural}", daemon=True)
             t.start()
             self._threads.append(t)
-        self._task = asyncio.create_task(self._rebuild_loop(), name="taugate-state-rebuild")
+        self._task = asyncio.create_task(self._queue.run(self._rebuild), name="taugate-state-rebuild")
 
     async def stop(self) -> None:
         """Stop the watches (their open streams are shut down) and the rebuild task."""
@@ -238,8 +240,7 @@ class WatchStateProvider:
         self._mark_dirty()
 
     def _mark_dirty(self) -> None:
-        if self._dirty is not None:
-            self._dirty.set()
+        self._queue.add(REBUILD_KEY, self.debounce_seconds)  # a burst of changes is one rebuild
 
     def read_claim(self, kind: str, namespace: str, name: str) -> dict | None:
         """The claim spec of a ResourceClaimTemplate (``kind`` "template") or ResourceClaim the
@@ -279,26 +280,21 @@ class WatchStateProvider:
             rest = [o for o in kept if o.get("kind") not in ("TauCluster", "TauWorkspace")]
             return build_state(rest, self.settings, generation=generation, source="cluster"), skipped + [str(e)]
 
-    async def _rebuild_loop(self) -> None:
-        assert self._dirty is not None and self._ready is not None
-        while True:
-            await self._dirty.wait()
-            await asyncio.sleep(self.debounce_seconds)
-            self._dirty.clear()
-            if not self._listed >= set(self.resources):
-                continue
-            generation = self.generation + 1
-            try:
-                state, skipped = await asyncio.to_thread(self._build, self.objects(), generation)
-            except Exception:  # a bug: keep the previous state, try again on the next change
-                log.exception("rebuilding the cluster state failed")
-                continue
-            if skipped != self.skipped:
-                for line in skipped:
-                    log.warning("left out of the cluster state: %s", line)
-            self.skipped = skipped
-            self._state = state
-            self.generation = generation
-            self.rebuilds += 1
-            self._ready.set()
-
+    async def _rebuild(self, _key: object) -> None:
+        assert self._ready is not None
+        if not self._listed >= set(self.resources):
+            return
+        generation = self.generation + 1
+        try:
+            state, skipped = await asyncio.to_thread(self._build, self.objects(), generation)
+        except Exception:  # a bug: keep the previous state, try again on the next change
+            log.exception("rebuilding the cluster state failed")
+            return
+        if skipped != self.skipped:
+            for line in skipped:
+                log.warning("left out of the cluster state: %s", line)
+        self.skipped = skipped
+        self._state = state
+        self.generation = generation
+        self.rebuilds += 1
+        self._ready.set()

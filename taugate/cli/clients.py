@@ -27,6 +27,6 @@ def policy_auditor(policy_dir: str, settings: Settings) -> PolicyAuditor:
     """The webhook's ``PolicyAuditor`` over the policy folder ``policy_dir``, reloading when its
     files change (as the webhook does). Raises ``ValueError`` (one line) when the set does not load."""
     try:
-        return PolicyAuditor.load(policy_dir, settings, reload_seconds=1.0)
+        return PolicyAuditor.load(policy_dir, settings)
     except PolicyError as e:
         raise ValueError(f"--audit-policies: {e}") from None

@@ -132,27 +132,23 @@ def test_the_operator_audits_at_start_and_again_when_the_policy_set_changes(
     folder = tmp_path / "policies"
     shutil.copytree(POLICIES, folder)
     engine = load_policy_engine(folder)
-    engine.start_watching(0.1)
-    try:
-        kube_double.apply([*small_cluster, nine_gpu_rayjob])
-        port = _free_port()
-        options = AuditOptions(auditor=PolicyAuditor(engine, settings), interval_seconds=600, poll_seconds=0.1,
-                               metrics_port=port)
-        with kube_double.operator(settings, audit=options):
-            def action():
-                report = kube_double.get(WG, "PolicyReport", REPORT_NAME, "vision") or {}
-                fits = [r for r in report.get("results") or [] if r["policy"] == "gpu-per-pod-fits-node"]
-                return fits and fits[0]["properties"]["action"]
-            assert kube_double.wait_for(action, timeout=30, message="the first audit's report") == "deny"
-            (folder / "enforcement.yaml").write_text("gpu-per-pod-fits-node: warn\nhead-without-gpu: warn\n")
-            kube_double.wait_for(lambda: action() == "warn", timeout=30,
-                                 message="a report rewritten after the policy set changed")
-            def scrape() -> str:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-                    return r.read().decode()
-            warned = 'taugate_audit_violations{action="warn",policy="gpu-per-pod-fits-node"} 1.0'
-            denied = 'taugate_audit_violations{action="deny",policy="gpu-per-pod-fits-node"} 0.0'
-            kube_double.wait_for(lambda: warned in scrape() and denied in scrape(), timeout=10,
-                                 message="the operator's /metrics counting the violation under its new action")
-    finally:
-        engine.stop_watching()
+    kube_double.apply([*small_cluster, nine_gpu_rayjob])
+    port = _free_port()
+    options = AuditOptions(auditor=PolicyAuditor(engine, settings), interval_seconds=600, poll_seconds=0.1,
+                           metrics_port=port)
+    with kube_double.operator(settings, audit=options):
+        def action():
+            report = kube_double.get(WG, "PolicyReport", REPORT_NAME, "vision") or {}
+            fits = [r for r in report.get("results") or [] if r["policy"] == "gpu-per-pod-fits-node"]
+            return fits and fits[0]["properties"]["action"]
+        assert kube_double.wait_for(action, timeout=30, message="the first audit's report") == "deny"
+        (folder / "enforcement.yaml").write_text("gpu-per-pod-fits-node: warn\nhead-without-gpu: warn\n")
+        kube_double.wait_for(lambda: action() == "warn", timeout=30,
+                             message="a report rewritten after the policy set changed")
+        def scrape() -> str:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+                return r.read().decode()
+        warned = 'taugate_audit_violations{action="warn",policy="gpu-per-pod-fits-node"} 1.0'
+        denied = 'taugate_audit_violations{action="deny",policy="gpu-per-pod-fits-node"} 0.0'
+        kube_double.wait_for(lambda: warned in scrape() and denied in scrape(), timeout=10,
+                             message="the operator's /metrics counting the violation under its new action")

@@ -4,9 +4,7 @@ replaces the working set."""
 
 from __future__ import annotations
 
-import asyncio
 import threading
-import time
 
 from prometheus_client import REGISTRY
 
@@ -14,16 +12,6 @@ from taugate.webhook.engines import load_policy_engine
 from tests.policies.test_engine import image_classifier_input
 
 LIMIT_RULE = "\tallowed := input.cluster.queue.gpu.max\n"
-
-
-def wait_for(predicate, timeout: float = 120.0, step: float = 0.02) -> float:
-    """Seconds until ``predicate()`` held; AssertionError after ``timeout``."""
-    start = time.monotonic()
-    while time.monotonic() - start < timeout:
-        if predicate():
-            return time.monotonic() - start
-        time.sleep(step)
-    raise AssertionError(f"not within {timeout} s")
 
 
 def metric(name: str) -> float:
@@ -59,20 +47,17 @@ def test_editing_a_policy_changes_decisions_once_the_changed_set_passes_the_gate
     engine = load_policy_engine(policy_copy)
     assert "gpu-total-fits-queue" not in policies_of(engine.evaluate(doc))
     before = engine.digest
-    engine.start_watching(0.1)
-    try:
-        tighten_queue_limit(policy_copy)
-        # Evaluate from a thread that already holds an engine of the old set, and from a new one.
-        wait_for(lambda: "gpu-total-fits-queue" in policies_of(engine.evaluate(doc)))
-        other: list = []
-        t = threading.Thread(target=lambda: other.append(engine.evaluate(doc)))
-        t.start()
-        t.join()
-        assert "gpu-total-fits-queue" in policies_of(other[0])
-        assert engine.digest != before
-        assert engine.store.last_error is None
-    finally:
-        engine.stop_watching()
+    tighten_queue_limit(policy_copy)
+    assert engine.store.check_for_changes() is True
+    # Evaluate from this thread, which already holds an engine of the old set, and from a new one.
+    assert "gpu-total-fits-queue" in policies_of(engine.evaluate(doc))
+    other: list = []
+    t = threading.Thread(target=lambda: other.append(engine.evaluate(doc)))
+    t.start()
+    t.join()
+    assert "gpu-total-fits-queue" in policies_of(other[0])
+    assert engine.digest != before
+    assert engine.store.last_error is None
 
 
 def test_a_broken_policy_never_replaces_the_working_set(policy_copy, example_state, settings):
@@ -81,30 +66,27 @@ def test_a_broken_policy_never_replaces_the_working_set(policy_copy, example_sta
     expected = engine.evaluate(doc)
     digest = engine.digest
     failures = metric("taugate_policy_reload_failures_total")
-    engine.start_watching(0.1)
-    try:
-        target = policy_copy / "gpu-total-fits-queue" / "policy.rego"
-        good = target.read_text()
-        target.write_text(good.replace("deny contains lib.violation(name, field, msg) if {", "deny contains if {"))
-        wait_for(lambda: engine.store.last_error is not None)
-        assert str(target) in engine.store.last_error
-        assert engine.digest == digest
-        assert engine.evaluate(doc) == expected
-        assert metric("taugate_policy_reload_failures_total") == failures + 1
-        assert metric("taugate_policy_set_broken") == 1.0
-        # Another thread building its engine now still gets the working set.
-        seen: list = []
-        t = threading.Thread(target=lambda: seen.append(engine.evaluate(doc)))
-        t.start()
-        t.join()
-        assert seen == [expected]
-        # Repairing the file clears the error; the same sources give the same digest.
-        target.write_text(good)
-        wait_for(lambda: engine.store.last_error is None)
-        assert metric("taugate_policy_set_broken") == 0.0
-        assert engine.digest == digest
-    finally:
-        engine.stop_watching()
+    target = policy_copy / "gpu-total-fits-queue" / "policy.rego"
+    good = target.read_text()
+    target.write_text(good.replace("deny contains lib.violation(name, field, msg) if {", "deny contains if {"))
+    assert engine.store.check_for_changes() is False
+    assert str(target) in engine.store.last_error
+    assert engine.digest == digest
+    assert engine.evaluate(doc) == expected
+    assert metric("taugate_policy_reload_failures_total") == failures + 1
+    assert metric("taugate_policy_set_broken") == 1.0
+    # Another thread building its engine now still gets the working set.
+    seen: list = []
+    t = threading.Thread(target=lambda: seen.append(engine.evaluate(doc)))
+    t.start()
+    t.join()
+    assert seen == [expected]
+    # Repairing the file clears the error; the same sources give the same digest.
+    target.write_text(good)
+    assert engine.store.check_for_changes() is False  # the set on disk is the active one again: nothing to activate
+    assert engine.store.last_error is None
+    assert metric("taugate_policy_set_broken") == 0.0
+    assert engine.digest == digest
 
 
 def test_a_policy_change_that_breaks_its_own_tests_is_not_activated(policy_copy, example_state, settings):
@@ -130,20 +112,6 @@ def test_editing_the_enforcement_file_changes_actions_without_restart(policy_cop
     assert engine.store.check_for_changes() is False
     assert "enforcement.yaml:1:" in engine.store.last_error
     assert {v.policy: v.action for v in engine.evaluate(doc)}["gpu-total-fits-queue"] == "dryrun"
-
-
-async def test_the_store_can_watch_as_an_asyncio_task(policy_copy, example_state, settings):
-    doc = image_classifier_input(example_state, settings, workers=4, gpus=4)
-    engine = load_policy_engine(policy_copy)
-    task = asyncio.create_task(engine.store.watch(0.1))
-    try:
-        tighten_queue_limit(policy_copy)
-        deadline = time.monotonic() + 120.0
-        while "gpu-total-fits-queue" not in policies_of(engine.evaluate(doc)):
-            assert time.monotonic() < deadline, engine.store.last_error
-            await asyncio.sleep(0.02)
-    finally:
-        task.cancel()
 
 
 def test_an_activation_is_logged_once_naming_the_policies_added_removed_changed_and_reenforced(policy_copy, caplog):

@@ -13,7 +13,7 @@ import pytest
 from taugate.webhook.engines import load_policy_engine
 from taugate.webhook.policy.engine import PolicyError, PolicyUnavailable
 from tests.policies.conftest import POLICIES
-from tests.policies.test_hot_reload import tighten_queue_limit, wait_for
+from tests.policies.test_hot_reload import tighten_queue_limit
 
 
 @pytest.fixture
@@ -63,13 +63,10 @@ def test_a_reload_is_pushed_to_the_opa_server(opa_server, remote_engine, policy_
     remote = remote_engine(policy_copy)
     doc = next(d for d in sample_inputs if 12 <= d["object"]["totalGpus"] <= 16 and d["namespace"] == "vision")
     assert "gpu-total-fits-queue" not in {v.policy for v in remote.evaluate(doc)}
-    remote.start_watching(0.1)
-    try:
-        tighten_queue_limit(policy_copy)
-        wait_for(lambda: "gpu-total-fits-queue" in {v.policy for v in remote.evaluate(doc)})
-        assert "max / 4" in opa_server.policies()["taugate/gpu-total-fits-queue/policy.rego"]
-    finally:
-        remote.stop_watching()
+    tighten_queue_limit(policy_copy)
+    assert remote.store.check_for_changes() is True
+    assert "gpu-total-fits-queue" in {v.policy for v in remote.evaluate(doc)}
+    assert "max / 4" in opa_server.policies()["taugate/gpu-total-fits-queue/policy.rego"]
 
 
 def test_a_server_that_is_down_is_policy_unavailable_and_cannot_be_loaded(opa_server, remote_engine, sample_inputs):

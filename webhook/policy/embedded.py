@@ -34,10 +34,6 @@ class ActiveSet(Protocol):
 
     current: PolicySet
 
-    def start_watching(self, interval_s: float = 0.5) -> None: ...
-
-    def stop_watching(self) -> None: ...
-
 def _regorus_error(e: BaseException, ps: PolicySet, cls: type[PolicyError] = PolicyError) -> PolicyError:
     """A regorus error (``--> file:line:col ... error: reason``) as a one-line PolicyError."""
     text = str(e).split("Stack backtrace")[0]
@@ -225,9 +221,3 @@ class EmbeddedPolicyEngine:
         results = ps.to_violations([r for r in raw if ps.policies.get(r[0], r[0]) not in failed])
         return PolicyEvaluationError(error.reason, error.file, error.line, failed=failed, results=results)
 
-    def start_watching(self, interval_s: float = 0.5) -> None:
-        """Hot reload: see ``PolicyStore.start_watching``."""
-        self.store.start_watching(interval_s)
-
-    def stop_watching(self) -> None:
-        self.store.stop_watching()

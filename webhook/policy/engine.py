@@ -5,8 +5,7 @@ What the rest of taugate calls::
     engine = load_policy_engine("policies/")            # webhook/engines.py; PolicyError if the set cannot load
     violations = engine.evaluate(input_document)        # list[webhook.decision.Violation]
     engine.digest                                       # sha256 of the active set's sources
-    engine.start_watching(0.5)                          # hot reload (a daemon thread), or
-    await engine.store.watch(0.5)                       # the same as an asyncio task
+    engine.store.check_for_changes()                    # hot reload, polled by the process's WorkQueue
 
 Policy library layout (``policies/README.md`` is the author's guide): one folder per policy,
 ``<name>/policy.rego`` in package ``taugate.policies.<name with "_" for "-">`` defining

@@ -270,13 +270,6 @@ class OpaServerPolicyEngine:
                 log.error("could not restore the previous policy set on OPA at %s: %s", self.url, e)
         raise failure
 
-    def start_watching(self, interval_s: float = 0.5) -> None:
-        """Hot reload: see ``PolicyStore.start_watching`` (a reload is pushed before it activates)."""
-        self.store.start_watching(interval_s)
-
-    def stop_watching(self) -> None:
-        self.store.stop_watching()
-
     def close(self) -> None:
         """Close the HTTP session and stop the engine's thread (idempotent)."""
         if self._loop.is_closed():

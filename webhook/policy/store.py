@@ -11,7 +11,6 @@ serving.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import threading
 from collections.abc import Callable
@@ -76,9 +75,8 @@ class PolicyStore:
     a new set is activated only after ``check_policy_set`` accepts it and every activation
     hook (``add_activation_hook``; the OPA backend pushes there) succeeded. On failure the
     old set keeps serving, ``last_error`` holds the one-line reason, the failure is logged
-    and counted. ``start_watching(interval_s)`` polls in a daemon thread;
-    ``await watch(interval_s)`` does the same as an asyncio task (reloads run in a worker
-    thread, so the event loop is never blocked by compilation).
+    and counted. Whoever runs the store polls ``check_for_changes`` on its own loop (the webhook's
+    checks, the operator's audit), in a worker thread: compiling never blocks an event loop.
     """
 
     def __init__(self, policy_dir: str | Path, enforcement: dict[str, str] | str | Path | None = None, *,
@@ -90,8 +88,6 @@ class PolicyStore:
         self.gate = gate
         self._lock = threading.Lock()
         self._hooks: list[Callable[[PolicySet, PolicySet | None], None]] = []
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self.last_error: str | None = None
         self._failed_digest: str | None = None
         self._fp = _fingerprint(self.policy_dir, self._enforcement_path)
@@ -99,8 +95,8 @@ class PolicyStore:
 
     @classmethod
     def serving(cls, ps: PolicySet) -> PolicyStore:
-        """A store that serves one already checked set as it is (no loading, no watching
-        until ``start_watching``, which then reloads from ``ps.root``)."""
+        """A store that serves one already checked set as it is (no loading until
+        ``check_for_changes``, which then reloads from ``ps.root``)."""
         store = cls.__new__(cls)
         store.policy_dir = ps.root
         store._enforcement = ps.enforcement_file or (dict(ps.enforcement) if ps.enforcement else None)
@@ -109,8 +105,6 @@ class PolicyStore:
         store.gate = None
         store._lock = threading.Lock()
         store._hooks = []
-        store._stop = threading.Event()
-        store._thread = None
         store.last_error = None
         store._failed_digest = None
         store._fp = _fingerprint(store.policy_dir, store._enforcement_path)
@@ -199,35 +193,3 @@ class PolicyStore:
         if _fingerprint(self.policy_dir, self._enforcement_path) == self._fp:
             return False
         return self.reload()
-
-    def start_watching(self, interval_s: float = 0.5) -> None:
-        """Poll every ``interval_s`` seconds in a daemon thread (idempotent)."""
-        if self._thread and self._thread.is_alive():
-            return
-        self._stop.clear()
-
-        def loop() -> None:
-            while not self._stop.wait(interval_s):
-                try:
-                    self.check_for_changes()
-                except Exception:
-                    log.exception("policy watch iteration failed")
-
-        self._thread = threading.Thread(target=loop, name="taugate-policy-watch", daemon=True)
-        self._thread.start()
-
-    def stop_watching(self) -> None:
-        """Stop the polling thread (waits for it)."""
-        self._stop.set()
-        if self._thread:
-            self._thread.join(timeout=10)
-            self._thread = None
-
-    async def watch(self, interval_s: float = 0.5) -> None:
-        """Poll forever on the running event loop; cancel the task to stop."""
-        while True:
-            await asyncio.sleep(interval_s)
-            try:
-                await asyncio.to_thread(self.check_for_changes)
-            except Exception:
-                log.exception("policy watch iteration failed")
