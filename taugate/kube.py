@@ -22,7 +22,7 @@ import logging
 import os
 import re
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 
 import kubernetes.client
@@ -45,6 +45,7 @@ __all__ = ["Kube", "KubeConfigError", "KubeError", "KubeUnreachable", "WatchExpi
            "load_configuration"]
 
 log = logging.getLogger("taugate.kube")
+Obj = dict[str, Any]  # a Kubernetes object (or a part of one) as the API serves it
 
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
@@ -126,7 +127,7 @@ def _impersonation(kubeconfig: str, context: str | None) -> str | None:
 PREFLIGHT_TIMEOUT = 5.0
 
 
-def check_reachable(cfg: kubernetes.client.Configuration, timeout: float = PREFLIGHT_TIMEOUT) -> dict:
+def check_reachable(cfg: kubernetes.client.Configuration, timeout: float = PREFLIGHT_TIMEOUT) -> Obj:
     """The commands' preflight: one ``GET /version`` with ``timeout`` seconds (connect and read)
     and no retries; returns the server's version document (``{"gitVersion": ...}``, or ``{}``).
 
@@ -180,16 +181,16 @@ class WatchFeed(Protocol):
     streaming response of a new watch, or None after a list: its ``shutdown()`` ends the watch at
     once) and ``down`` (the watch dropped; ``follow`` lists or resumes next)."""
 
-    def listed(self, items: list[dict]) -> None: ...
+    def listed(self, items: list[Obj]) -> None: ...
 
-    def changed(self, event_type: str, obj: dict) -> None: ...
+    def changed(self, event_type: str, obj: Obj) -> None: ...
 
     def up(self, response: Any) -> None: ...
 
     def down(self) -> None: ...
 
 
-DryRun = tuple[dict, list[str]]
+DryRun = tuple[Obj, list[str]]
 """What a server-side dry run answers: the object the API server would store, and its warnings."""
 
 
@@ -260,7 +261,7 @@ class Kube:
             self.writes += 1
 
     # -- CRUD --------------------------------------------------------------------------------
-    def get(self, res: Resource, name: str, namespace: str | None = None) -> dict | None:
+    def get(self, res: Resource, name: str, namespace: str | None = None) -> Obj | None:
         """The object, or None when it does not exist (HTTP 404)."""
         try:
             obj = self._json("GET", res.path(namespace, name))
@@ -270,14 +271,14 @@ class Kube:
             raise
         return obj if isinstance(obj, dict) else None
 
-    def list_with_version(self, res: Resource, namespace: str | None = None) -> tuple[list[dict], str | None]:
+    def list_with_version(self, res: Resource, namespace: str | None = None) -> tuple[list[Obj], str | None]:
         """Every object of ``res`` (in ``namespace``, or all) and the list's resourceVersion."""
         data = self._json("GET", res.path(namespace)) or {}
         items = [dict(i, apiVersion=i.get("apiVersion") or res.api_version, kind=i.get("kind") or res.kind)
                  for i in data.get("items") or [] if isinstance(i, dict)]
         return items, (data.get("metadata") or {}).get("resourceVersion")
 
-    def list_pages(self, res: Resource, namespace: str | None = None, *, limit: int = 500) -> Iterator[list[dict]]:
+    def list_pages(self, res: Resource, namespace: str | None = None, *, limit: int = 500) -> Iterator[list[Obj]]:
         """Every object of ``res`` (in ``namespace``, or all), ``limit`` at a time: the API's
         chunked list (``limit`` and the ``continue`` token, apimachinery ``ListOptions``), as
         Gatekeeper's audit pages its lists (``--audit-chunk-size``), so a large namespace never
@@ -294,7 +295,7 @@ class Kube:
                 return
 
     def list(self, res: Resource, namespace: str | None = None,
-             labels: dict[str, str] | None = None) -> list[dict]:
+             labels: dict[str, str] | None = None) -> list[Obj]:
         """Every object of ``res`` (in ``namespace``, or all namespaces), optionally only those
         carrying every label in ``labels`` (filtered here too, so a server that ignores
         ``labelSelector`` gives the same answer)."""
@@ -312,7 +313,7 @@ class Kube:
             items = [i for i in items if (i.get("metadata") or {}).get("namespace") in (None, namespace)]
         return items
 
-    def create(self, res: Resource, obj: dict, *, exist_ok: bool = True) -> dict | None:
+    def create(self, res: Resource, obj: Obj, *, exist_ok: bool = True) -> Obj | None:
         """Create ``obj``. With ``exist_ok``, an object that already exists (HTTP 409) is not an
         error: the current object is returned instead (a later reconcile reconciles it)."""
         ns = (obj.get("metadata") or {}).get("namespace") if res.namespaced else None
@@ -325,13 +326,13 @@ class Kube:
                 return self.get(res, (obj.get("metadata") or {}).get("name", ""), ns)
             raise
 
-    def patch(self, res: Resource, name: str, body: dict, namespace: str | None = None,
-              subresource: str | None = None) -> dict | None:
+    def patch(self, res: Resource, name: str, body: Obj, namespace: str | None = None,
+              subresource: str | None = None) -> Obj | None:
         """JSON merge patch (RFC 7386) of one object (or its ``status`` subresource)."""
         self._count_write()
         return self._json("PATCH", res.path(namespace, name, subresource), body=body, content_type=MERGE_PATCH)
 
-    def json_patch(self, res: Resource, name: str, ops: list[dict], namespace: str | None = None) -> dict | None:
+    def json_patch(self, res: Resource, name: str, ops: Sequence[Obj], namespace: str | None = None) -> Obj | None:
         """JSON patch (RFC 6902) of one object: ``ops`` applied in order, all or none (a failed
         ``test`` op makes the API answer 422 and change nothing)."""
         self._count_write()
@@ -344,7 +345,7 @@ class Kube:
                           timeout=(self.request_timeout[0], 15.0), accept="text/plain, application/json")
         return resp.read().decode("utf-8", "replace")
 
-    def dry_run(self, res: Resource, obj: dict, *, field_manager: str = "taugate-admit") -> DryRun:
+    def dry_run(self, res: Resource, obj: Obj, *, field_manager: str = "taugate-admit") -> DryRun:
         """What the API server would store for ``obj`` and the warnings it would send, stored
         nowhere: a server-side dry run (``dryRun=All``: authentication, RBAC, every admission
         webhook and policy run, apimachinery ``DryRun``), as ``kubectl apply --server-side
@@ -420,7 +421,7 @@ class Kube:
                     feed.down()
 
     def watch(self, res: Resource, *, resource_version: str | None = None, timeout_seconds: int = 300,
-              on_open: Callable[[Any], None] | None = None) -> Iterator[dict]:
+              on_open: Callable[[Any], None] | None = None) -> Iterator[Obj]:
         """Watch events (``{"type": ADDED|MODIFIED|DELETED|BOOKMARK, "object": {...}}``) of ``res``
         in all namespaces, from ``resource_version``, until the server ends the watch after
         ``timeout_seconds`` (the iterator then ends normally).
@@ -457,7 +458,7 @@ class Kube:
             raw.release_conn()
 
     @staticmethod
-    def _decode_event(line: bytes) -> dict | None:
+    def _decode_event(line: bytes) -> Obj | None:
         line = line.strip()
         if not line:
             return None

@@ -123,11 +123,14 @@ class WorkloadAudit:
 
 class Auditor(Protocol):
     """What judges workloads for the audit (``taugate.webhook.audit.PolicyAuditor``, given to the
-    operator by the CLI): ``digest`` of the active policy set (it changes when the set does), and
-    ``audit(objects, state)``, one ``WorkloadAudit`` per object admission would validate."""
+    operator by the CLI): ``digest`` of the active policy set (it changes when the set does),
+    ``check_for_changes()`` (reload the set if its files changed; True when a new one is active),
+    and ``audit(objects, state)``, one ``WorkloadAudit`` per object admission would validate."""
 
     @property
     def digest(self) -> str: ...
+
+    def check_for_changes(self) -> bool: ...
 
     def audit(self, objects: Iterable[dict[str, Any]], state: ClusterState) -> list[WorkloadAudit]: ...
 

@@ -11,6 +11,7 @@ import tomllib
 
 import helm_python
 import pytest
+import setuptools
 
 from taugate import labels
 from taugate.settings import Settings
@@ -34,21 +35,14 @@ def _dockerfile() -> list[tuple[str, str]]:
     return out
 
 
-def _folder(package: str, package_dir: dict[str, str]) -> str:
-    """The folder setuptools installs ``package`` from: the longest ``package-dir`` entry it is in."""
-    for parent in sorted(package_dir, key=len, reverse=True):
-        if package == parent or package.startswith(parent + "."):
-            return package_dir[parent] + package[len(parent):].replace(".", "/")
-    return package.replace(".", "/")
-
-
 def test_the_image_installs_every_package_and_the_policy_library_as_a_non_root_user(default_objects):
     steps = _dockerfile()
     assert steps[0] == ("FROM", "python:3.11-slim")
     copied = {shlex.split(args)[0].rstrip("/") for op, args in steps if op == "COPY"}
-    setuptools = PYPROJECT["tool"]["setuptools"]
-    packages = {_folder(package, setuptools["package-dir"]) for package in setuptools["packages"]}
-    folders = {p.split("/")[0] for p in packages}
+    found = PYPROJECT["tool"]["setuptools"]["packages"]["find"]
+    packages = [(REPO / p.replace(".", "/")).resolve().relative_to(REPO)
+                for p in setuptools.find_packages(str(REPO), include=found["include"])]
+    folders = {p.parts[0] for p in packages}  # taugate/webhook is a link to webhook/: the image copies both
     assert folders == {"taugate", "webhook", "controllers", "certs"}
     assert folders | {"pyproject.toml", "policies"} <= copied
     for package in packages:
