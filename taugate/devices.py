@@ -1,7 +1,8 @@
 """Every way a pod can reach a GPU, in one place (docs/gpu-paths.md has the table). Pure: objects
 and the cluster state's DRA objects in, counts and problems out.
 
-Only DeviceClasses the platform names as GPU classes count (``Settings.gpu_device_classes``).
+DRA (KEP-4381, ``resource.k8s.io/v1``): only DeviceClasses the platform names as GPU classes count
+(``Settings.gpu_device_classes``).
 """
 
 from __future__ import annotations

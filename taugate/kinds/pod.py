@@ -92,8 +92,8 @@ class Pod(WorkloadKind):
     default_lane = "interactive"
     suspend_path = None
     # The Priority admission plugin resolves a Pod's spec.priority before the webhooks and re-runs
-    # after them, refusing a class added in between (kubernetes plugin/pkg/admission/priority/
-    # admission.go admitPod). A class other than the profile's is still refused (webhook.pod_rules).
+    # after them, refusing a class added in between (kubernetes
+    # plugin/pkg/admission/priority/admission.go admitPod). Another class is refused (webhook.pod_rules).
     pod_priority_field = False
     upstream = ("kueue v0.17 pkg/controller/jobs/pod/pod_webhook.go Default, validatePodGroupMetadata; "
                 "pod_controller.go groupTotalCount, constructGroupPodSetsFast; "
