@@ -1,18 +1,8 @@
-"""Every way a pod can reach a GPU, in one place (docs/gpu-paths.md has the table).
+"""Every way a pod can reach a GPU, in one place (docs/gpu-paths.md has the table). Pure: objects
+and the cluster state's DRA objects in, counts and problems out.
 
-- Device-plugin resources: ``nvidia.com/gpu`` (whole GPUs, the unit of workload profiles) and the
-  other GPU device resources, counted by name (``is_device_resource``: MIG slices, shared GPUs,
-  other vendors' GPUs, and what the platform adds with ``configure``).
-- Dynamic Resource Allocation (KEP-4381, ``resource.k8s.io/v1``): a pod's ``spec.resourceClaims``
-  naming a ResourceClaimTemplate or a ResourceClaim, each request counted from its DeviceClass
-  (``claim_devices``), and DRA extended resources (KEP-5004: a container resource
-  ``deviceclass.resource.kubernetes.io/<class>``, or a DeviceClass's ``spec.extendedResourceName``).
-  Only DeviceClasses the platform names as GPU classes count (``Settings.gpu_device_classes``).
-- Device access without a request (``access_problems``): variables the container runtimes read to
-  hand devices to a container (``NVIDIA_VISIBLE_DEVICES``...), privileged containers, host paths of
-  device nodes, CDI annotations.
-
-Pure: objects and the cluster state's DRA objects in, counts and problems out.
+DRA (KEP-4381, ``resource.k8s.io/v1``): only DeviceClasses the platform names as GPU classes count
+(``Settings.gpu_device_classes``).
 """
 
 from __future__ import annotations
@@ -28,18 +18,15 @@ from taugate.memo import forget_everything
 
 DEFAULT_DEVICE_RESOURCES: tuple[str, ...] = (
     "nvidia.com/mig-*", "nvidia.com/gpu.shared", "amd.com/gpu", "gpu.intel.com/*", "habana.ai/gaudi")
-"""GPU device resources other than ``nvidia.com/gpu``, by name (a trailing ``*`` is a prefix): NVIDIA
-MIG slices (the GPU operator's ``mixed`` strategy), NVIDIA time-slicing/MPS with
-``renameByDefault`` (k8s-device-plugin ``nvidia.com/gpu.shared``), the AMD, Intel and Habana
-device plugins' resources. A pod holding any of them is a GPU pod, counted by resource name as
-Kueue counts it (``taugate.pods.PodTemplate.mig_per_pod``)."""
+"""By name (a trailing ``*`` is a prefix): NVIDIA MIG slices (the GPU operator's ``mixed``
+strategy), time-slicing/MPS with ``renameByDefault`` (k8s-device-plugin ``nvidia.com/gpu.shared``),
+the AMD, Intel and Habana device plugins' resources; counted by name as Kueue counts them."""
 
 _device_resources: tuple[str, ...] = DEFAULT_DEVICE_RESOURCES
 
 
 def configure(extra: Iterable[str]) -> None:
-    """Add the platform's own GPU device resources (``Settings.gpu_device_resources``) to the
-    defaults, once at start (the CLI does it before any admission, as Kueue's DRA mapper is set
+    """Add the platform's own GPU device resources, once at start (as Kueue's DRA mapper is set
     once from its configuration). Every memo starts again: they hold results of the old table."""
     global _device_resources
     _device_resources = tuple(dict.fromkeys((*DEFAULT_DEVICE_RESOURCES, *extra)))
@@ -47,7 +34,6 @@ def configure(extra: Iterable[str]) -> None:
 
 
 def device_resources() -> tuple[str, ...]:
-    """The GPU device resources in force (``DEFAULT_DEVICE_RESOURCES`` plus ``configure``'s)."""
     return _device_resources
 
 
@@ -61,8 +47,7 @@ def is_device_resource(name: str) -> bool:
 
 DRA_CLASS_PREFIX = "deviceclass.resource.kubernetes.io/"
 """The implicit extended resource of every DeviceClass (k8s.io/api resource/v1
-``ResourceDeviceClassPrefix``, KEP-5004): ``deviceclass.resource.kubernetes.io/<class>: N`` asks the
-scheduler to allocate N devices of the class through DRA."""
+``ResourceDeviceClassPrefix``, KEP-5004)."""
 
 
 # --- Dynamic Resource Allocation -------------------------------------------------------------
@@ -70,10 +55,9 @@ scheduler to allocate N devices of the class through DRA."""
 
 @dataclass(frozen=True, slots=True)
 class ClaimCount:
-    """The GPU devices one ResourceClaim(Template) spec asks for: ``gpus`` (GPU-class devices,
-    ``firstAvailable`` alternatives at their largest), ``classes`` (the GPU DeviceClasses named),
-    ``problems`` as ``(field below the claim spec, text)``: what Kueue cannot count (kueue v0.17
-    ``pkg/dra/claims.go`` ``countDevicesPerClass``) or a DeviceClass that does not exist."""
+    """The GPU devices one ResourceClaim(Template) spec asks for (``firstAvailable`` alternatives at
+    their largest); ``problems``: what Kueue cannot count (kueue v0.17 ``pkg/dra/claims.go``
+    ``countDevicesPerClass``) or a DeviceClass that does not exist."""
 
     gpus: int
     classes: tuple[str, ...]
@@ -85,16 +69,13 @@ def _count(raw: Any) -> int:
 
 
 def claim_devices(spec: Any, gpu_classes: Iterable[str], known_classes: Iterable[str]) -> ClaimCount:
-    """What a ResourceClaimSpec (``spec`` of a ResourceClaim, ``spec.spec`` of a template) asks of
-    the GPU DeviceClasses ``gpu_classes``, among the DeviceClasses that exist (``known_classes``).
+    """What a ResourceClaimSpec asks of the GPU DeviceClasses, among those that exist.
 
-    Each request is ``exactly`` (``count`` devices, default 1, in ``ExactCount`` mode) or
-    ``firstAvailable`` (subrequests, one of which is allocated: the largest counts), k8s.io/api
-    ``resource/v1`` ``DeviceRequest``. Kueue's DRA support (kueue v0.17 ``pkg/dra/claims.go``
-    ``countDevicesPerClass``) counts only ``exactly`` requests in ``ExactCount`` mode without CEL
-    selectors or admin access, in a claim without constraints or config; on a GPU request anything
-    else is a problem (Kueue would leave the workload inadmissible). A request naming a
-    DeviceClass that does not exist is a problem too (the scheduler can never allocate it)."""
+    A request is ``exactly`` or ``firstAvailable`` (the largest subrequest counts), k8s.io/api
+    ``resource/v1`` ``DeviceRequest``. Kueue (v0.17 ``pkg/dra/claims.go`` ``countDevicesPerClass``)
+    counts only ``exactly`` requests in ``ExactCount`` mode without CEL selectors or admin access,
+    in a claim without constraints or config; on a GPU request anything else is a problem (Kueue
+    would leave the workload inadmissible), as is a DeviceClass that does not exist."""
     gpu, known = frozenset(gpu_classes), frozenset(known_classes)
     devices = as_dict(as_dict(spec).get("devices"))
     requests = as_list(devices.get("requests"))
@@ -143,8 +124,8 @@ def claim_devices(spec: Any, gpu_classes: Iterable[str], known_classes: Iterable
 
 
 def pod_claims(pod_spec: dict[str, Any]) -> Iterator[tuple[int, str, str]]:
-    """``(index, "template" or "claim", name)`` of each entry of a pod spec's ``resourceClaims``
-    (core/v1 ``PodResourceClaim``: ``resourceClaimTemplateName`` or ``resourceClaimName``)."""
+    """``(index, "template" or "claim", name)`` per entry of ``resourceClaims`` (core/v1
+    ``PodResourceClaim``)."""
     for i, c in enumerate(as_list(pod_spec.get("resourceClaims"))):
         if not isinstance(c, dict):
             continue
@@ -155,8 +136,8 @@ def pod_claims(pod_spec: dict[str, Any]) -> Iterator[tuple[int, str, str]]:
 
 
 def asks_through_dra(pod_spec: dict[str, Any]) -> bool:
-    """True when a pod spec may hold devices through DRA, read without the cluster's DRA objects: it
-    names a claim or template, or asks a ``deviceclass.resource.kubernetes.io/`` extended resource."""
+    """Read without the cluster's DRA objects: a claim or template named, or a
+    ``deviceclass.resource.kubernetes.io/`` extended resource."""
     if any(True for _ in pod_claims(pod_spec)):
         return True
     for lst in ("containers", "initContainers"):
@@ -169,9 +150,8 @@ def asks_through_dra(pod_spec: dict[str, Any]) -> bool:
 
 
 def extended_class(name: str, extended_names: dict[str, str]) -> str | None:
-    """The DeviceClass a container resource ``name`` is allocated from through DRA (KEP-5004):
-    ``deviceclass.resource.kubernetes.io/<class>``, or a DeviceClass's ``spec.extendedResourceName``
-    (``extended_names``: extended resource name -> class); else None."""
+    """The DeviceClass a container resource ``name`` is allocated from through DRA (KEP-5004), or
+    None."""
     if name.startswith(DRA_CLASS_PREFIX):
         return name[len(DRA_CLASS_PREFIX):]
     return extended_names.get(name)
@@ -183,17 +163,15 @@ DEVICE_VARIABLES: tuple[str, ...] = (
     "NVIDIA_VISIBLE_DEVICES", "NVIDIA_MIG_CONFIG_DEVICES", "NVIDIA_MIG_MONITOR_DEVICES",
     "AMD_VISIBLE_DEVICES", "HABANA_VISIBLE_DEVICES")
 """Variables a container runtime hook reads to hand devices to a container, whatever the pod
-requests: the NVIDIA Container Toolkit (``NVIDIA_VISIBLE_DEVICES``, honoured in privileged
-containers and, unless the node sets ``accept-nvidia-visible-devices-envvar-when-unprivileged =
-false``, in any container; the MIG ones), the AMD container toolkit, Habana's runtime.
-``CUDA_VISIBLE_DEVICES`` and ``ROCR_VISIBLE_DEVICES`` only choose among devices the container
-already has, so they are left alone."""
+requests (NVIDIA Container Toolkit: in any container unless the node sets
+``accept-nvidia-visible-devices-envvar-when-unprivileged = false``). ``CUDA_VISIBLE_DEVICES`` and
+``ROCR_VISIBLE_DEVICES`` only choose among devices the container already has, so they are left alone."""
 
 _NO_DEVICES = frozenset({"", "void", "none"})
 
 DEVICE_PATHS: tuple[str, ...] = ("/dev/nvidia", "/dev/dri", "/dev/kfd", "/dev/accel", "/dev/vfio")
-"""Host device nodes of GPUs (NVIDIA, DRM render nodes of Intel/AMD, AMD's KFD, accelerators,
-VFIO passthrough): a hostPath volume of one, or of ``/dev`` or ``/`` above them, is device access."""
+"""Host device nodes of GPUs: a hostPath volume of one, or of ``/dev`` or ``/`` above them, is
+device access."""
 
 CDI_ANNOTATION_PREFIX = "cdi.k8s.io/"
 """Pod annotations the container runtime (containerd, CRI-O) reads as CDI device requests."""
@@ -210,8 +188,7 @@ def _device_path(path: Any) -> bool:
 
 
 def access_problems(pod_spec: dict[str, Any], annotations: Any = None) -> list[tuple[tuple[str | int, ...], str]]:
-    """Every way ``pod_spec`` (with the pod's ``annotations``) reaches a device without asking
-    for it: ``(path below the pod template, what)``."""
+    """``(path below the pod template, what)`` per way ``pod_spec`` reaches a device unasked."""
     out: list[tuple[tuple[str | int, ...], str]] = []
     for lst in _LISTS:
         for i, c in enumerate(as_list(pod_spec.get(lst))):
@@ -246,36 +223,29 @@ def access_problems(pod_spec: dict[str, Any], annotations: Any = None) -> list[t
 # --- GPU nodes without a GPU request ---------------------------------------------------------
 
 Taint = tuple[str, str, str]
-"""A node taint as ``(key, value, effect)``."""
 
 GPU_NODE_LABELS: tuple[str, ...] = ("nvidia.com/gpu.present", "nvidia.com/gpu.product", "nvidia.com/gpu.count")
-"""Labels NVIDIA GPU Feature Discovery puts on GPU nodes; with the platform's GPU class label, the
-labels a pod selects GPU nodes by (``GpuNodes.labels`` holds the values GPU nodes carry)."""
+"""Labels NVIDIA GPU Feature Discovery puts on GPU nodes."""
 
 _KEEPING_OUT = ("NoSchedule", "NoExecute")
 
 SYSTEM_TAINT_PREFIXES: tuple[str, ...] = ("node.kubernetes.io/", "node.cloudprovider.kubernetes.io/",
                                           "ToBeDeletedByClusterAutoscaler", "DeletionCandidateOfClusterAutoscaler")
-"""Taints Kubernetes and the cluster autoscaler put on any node for a while (not-ready,
-unreachable, uninitialized, being scaled down): not what fences a GPU pool, and tolerated by every
-pod (the DefaultTolerationSeconds admission plugin adds ``not-ready``/``unreachable``
-``NoExecute`` tolerations), so a GPU node carrying only these counts as unfenced."""
+"""Taints any node carries for a while (not-ready, unreachable, being scaled down): not what fences
+a GPU pool, and tolerated by every pod (the DefaultTolerationSeconds admission plugin), so a GPU
+node carrying only these counts as unfenced."""
 
 
 @dataclass(frozen=True, slots=True)
 class GpuNodes:
-    """What keeps pods off the cluster's GPU nodes (nodes with a GPU device resource allocatable):
-    ``taint_sets``, each GPU node's ``NoSchedule``/``NoExecute`` taints but the system ones
-    (``SYSTEM_TAINT_PREFIXES``; distinct, non-empty sets);
-    ``labels``, per GPU-selecting label (the GPU class label, ``GPU_NODE_LABELS``), the values GPU
-    nodes carry."""
+    """What keeps pods off the cluster's GPU nodes: each one's ``NoSchedule``/``NoExecute`` taints
+    but the system ones, and per GPU-selecting label the values GPU nodes carry."""
 
     taint_sets: frozenset[tuple[Taint, ...]] = frozenset()
     labels: tuple[tuple[str, frozenset[str]], ...] = ()
 
     @staticmethod
     def of(gpu_nodes: Iterable[dict[str, Any]], class_label: str) -> GpuNodes:
-        """The facts of ``gpu_nodes`` (Node objects, each with a GPU allocatable)."""
         taint_sets: set[tuple[Taint, ...]] = set()
         values: dict[str, set[str]] = {}
         for node in gpu_nodes:
@@ -293,10 +263,8 @@ class GpuNodes:
 
 
 def tolerates(toleration: Any, taint: Taint) -> bool:
-    """Whether ``toleration`` (core/v1 Toleration) tolerates ``taint``, as the scheduler decides
-    (k8s.io/api ``core/v1/toleration.go`` ``ToleratesTaint``): the effect (empty: every effect),
-    the key (empty: every key), then ``Exists``, ``Equal`` (or no operator) on the value, and the
-    ``Lt``/``Gt`` comparisons of KEP-5471 as if their feature gate were on (the wider reading)."""
+    """As the scheduler decides (k8s.io/api ``core/v1/toleration.go`` ``ToleratesTaint``), with
+    KEP-5471's ``Lt``/``Gt`` as if their feature gate were on (the wider reading)."""
     if not isinstance(toleration, dict):
         return False
     key, value, effect = taint
@@ -323,11 +291,10 @@ def _shown(taints: tuple[Taint, ...]) -> str:
 
 
 def gpu_node_problems(pod_spec: dict[str, Any], gpu_nodes: GpuNodes) -> list[tuple[tuple[str | int, ...], str]]:
-    """How a pod that asks for no GPU would reach GPU nodes by its own hand, ``(path below the pod
-    spec, what)``: tolerations that tolerate every taint keeping pods off a GPU node, a
-    ``nodeSelector`` or a required node affinity term choosing a GPU node label. On a GPU node the
-    container runtime hands such a pod GPUs no request counts: a CUDA image sets
-    ``NVIDIA_VISIBLE_DEVICES=all`` in its own environment, which no admission can see."""
+    """How a pod asking for no GPU would reach GPU nodes by its own hand (tolerations of every
+    fencing taint, a GPU node label selected), ``(path below the pod spec, what)``. There the runtime
+    hands it GPUs no request counts: a CUDA image sets ``NVIDIA_VISIBLE_DEVICES=all`` in its own
+    environment, which no admission can see."""
     out: list[tuple[tuple[str | int, ...], str]] = []
     tolerations = as_list(pod_spec.get("tolerations"))
     for taints in sorted(gpu_nodes.taint_sets):

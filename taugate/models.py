@@ -1,13 +1,7 @@
 """Pydantic models of taugate's custom resources (group ``tau.azure.com``, version ``v1alpha1``).
 
-The field names are TauGrid's (``../shared/samples/taugrid``): a TauGrid object loads here
-unchanged, and fields taugate does not know are kept (``extra="allow"``), so nothing is lost on
-a round trip. taugate's additions are optional fields only: on a workload profile ``gpuClass``,
-``nodeSelector``, ``tolerations`` and ``maxGpusPerPod``; on a workspace ``defaults.workloadProfile``
-and ``dataVolume``; and the TauRun kind, which is taugate's own (``taugate.run_models``).
-
-Raises ``pydantic.ValidationError`` on objects that break the TauGrid schema (for example a
-profile without ``workerCount`` or with ``mode: sometimes``).
+Fields taugate does not know are kept (``extra="allow"``), so a TauGrid object round-trips
+unchanged. Docstrings here are CRD descriptions (``kubectl explain``): see ``controllers.crds``.
 """
 
 from __future__ import annotations

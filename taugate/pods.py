@@ -1,14 +1,8 @@
 """Pod templates and their GPU demand: the arithmetic every workload kind shares.
 
-A workload kind (``taugate.kinds``) turns a raw object into its ``PodTemplate``s, each with its
-role, replica count and GPU demand, so that mutation, validation and the policy input never walk
-kind-specific paths themselves.
-
-GPUs per pod follow Kubernetes' pod request formula with native sidecars (KEP-753,
-``pod_request``), for ``nvidia.com/gpu`` and for every other GPU device resource
-(``taugate.devices.is_device_resource``: MIG slices, shared GPUs, other vendors' GPUs). GPUs
-asked through Dynamic Resource Allocation depend on the cluster's DeviceClasses and claim
-templates, so they are added per request (``PodTemplate.dra_gpus``, ``taugate.devices``).
+GPUs per pod follow Kubernetes' pod request formula with native sidecars (KEP-753). GPUs asked
+through Dynamic Resource Allocation depend on the cluster's DeviceClasses and claim templates, so
+they are added per request (``PodTemplate.dra_gpus``, ``taugate.devices``).
 """
 
 from __future__ import annotations
@@ -29,26 +23,21 @@ from taugate.fieldpath import Path
 from taugate.memo import Memo
 
 Role = Literal["head", "worker", "submitter", "job", "pod", "replica", "replicated-job", "master", "leader", "node"]
-"""What a pod template's pods do: a Ray head, worker (a Ray worker group, a Kubeflow ``Worker``,
-LeaderWorkerSet workers), submitter, a Job's pods, a bare Pod itself (``pod``), the template of a
-Deployment or StatefulSet (``replicas`` identical pods: ``replica``), a JobSet replicated job's, a
-Kubeflow ``Master``, a LeaderWorkerSet leader, a Kubeflow TrainJob's training nodes (``node``:
-``spec.trainer.numNodes`` pods). Every role but ``head`` and ``submitter`` trains or serves
-(``WORKER_ROLES``)."""
+"""What a pod template's pods do. ``replica``: a Deployment's or StatefulSet's template; ``node``: a
+TrainJob's ``spec.trainer.numNodes`` pods. Every role but ``head`` and ``submitter`` trains or
+serves (``WORKER_ROLES``)."""
 
 WORKER_ROLES: frozenset[str] = frozenset({"worker", "job", "pod", "replica", "replicated-job", "master", "leader",
                                           "node"})
 """Roles whose pods do the work a workload profile sizes (``workerCount`` x ``gpusPerWorker``):
 all but the Ray head, which coordinates, and the RayJob submitter."""
 ContainerList = Literal["containers", "initContainers"]
-"""The two container lists of a pod spec that hold resources."""
 
 _CONTAINER_LISTS: tuple[ContainerList, ...] = ("containers", "initContainers")
 
 _parse_quantity: Callable[[str | float], Decimal] = _kubernetes_quantity.parse_quantity
-"""The Kubernetes client's quantity parser (``kubernetes.utils.quantity.parse_quantity``, which
-ships without type annotations): a quantity string or number to a Decimal; raises ValueError
-(also TypeError, decimal.InvalidOperation) on anything else."""
+"""``kubernetes.utils.quantity.parse_quantity`` (untyped upstream); raises ValueError, TypeError or
+decimal.InvalidOperation."""
 
 
 def quantity(value: Any) -> Decimal | None:
@@ -78,7 +67,6 @@ def gpu_quantity(value: Any) -> Decimal | None:
 
 @lru_cache(maxsize=256)
 def _gpu_text(value: str) -> Decimal | None:
-    # The same few strings ("1", "8") on every request: parsed once (a Decimal is immutable).
     return _within_gpus(quantity(value))
 
 
@@ -89,14 +77,12 @@ def _within_gpus(q: Decimal | None) -> Decimal | None:
 
 @dataclass(slots=True)
 class ContainerGpus:
-    """GPU resources of one container: ``nvidia.com/gpu`` request and limit as written
-    (read-only by convention, like ``PodTemplate``).
+    """``nvidia.com/gpu`` request and limit of one container, raw (None when absent) and parsed
+    (``*_n``, None when absent or unparsable). Read-only by convention.
 
-    ``request``/``limit`` are the raw values (None when absent); ``request_n``/``limit_n`` the
-    parsed numbers (None when absent or unparsable). Kubernetes defaults a missing request of an
-    extended resource to its limit, so ``effective`` is the limit, else the request. ``sidecar``
-    is True for a native sidecar: an init container with ``restartPolicy: Always`` (KEP-753), which
-    runs for the life of the pod.
+    Kubernetes defaults a missing request of an extended resource to its limit, so ``effective``
+    is the limit, else the request. ``sidecar``: an init container with ``restartPolicy: Always``
+    (KEP-753), which runs for the life of the pod.
     """
 
     name: str
@@ -134,17 +120,14 @@ def _pod_spec(template: Any) -> dict[str, Any]:
 
 
 def is_sidecar(kind: str, container: dict[str, Any]) -> bool:
-    """True for a native sidecar (KEP-753, GA in Kubernetes 1.29): an init container whose
-    ``restartPolicy`` is ``Always`` (component-helpers ``resource/helpers.go``
+    """A native sidecar (KEP-753, GA in Kubernetes 1.29; component-helpers ``resource/helpers.go``
     ``isRestartableInitContainer``)."""
     return kind == "initContainers" and container.get("restartPolicy") == "Always"
 
 
 def _read_resources(spec: dict[str, Any]) -> tuple[tuple[ContainerGpus, ...], dict[str, int]]:
-    """One pass over a pod spec's containers (``containers``, then ``initContainers``): the
-    ``nvidia.com/gpu`` request and limit of each, and the other GPU device resources one pod holds
-    by resource (``pod_request`` per resource; limit, else request, as for ``nvidia.com/gpu``;
-    empty when the pod asks for none)."""
+    """The ``nvidia.com/gpu`` of each container, and per other GPU device resource what one pod
+    holds (``pod_request``; limit, else request)."""
     out = []
     per: dict[str, list[tuple[str, bool, Decimal]]] = {}
     for kind, i, c in _containers(spec):
@@ -180,19 +163,15 @@ def _read_resources(spec: dict[str, Any]) -> tuple[tuple[ContainerGpus, ...], di
 
 
 RESOURCES_MEMO_SIZE = 1024
-"""Pod specs whose GPU demand is remembered (``pod_resources``); the memo starts again when full."""
 
 _resources_memo: Memo[bytes, tuple[tuple[ContainerGpus, ...], int, dict[str, int]]] = Memo(RESOURCES_MEMO_SIZE)
 
 
 def pod_resources(spec: dict[str, Any],
                   spec_json: bytes | None) -> tuple[tuple[ContainerGpus, ...], int, dict[str, int]]:
-    """``(container_gpus, gpus_per_pod, mig_per_pod)`` of a pod spec (``_read_resources``, then
-    ``_gpus_per_pod``). A pod spec's demand depends on nothing but its JSON text ``spec_json``
-    (orjson's bytes of ``spec``; None when orjson cannot write it), and the same few pod specs
-    come in every review of a sweep of one job shape, so it is remembered by those bytes
-    (``RESOURCES_MEMO_SIZE`` specs). What is remembered holds no reference into any object
-    (quantities as written are strings or numbers): read it, never change it."""
+    """``(container_gpus, gpus_per_pod, mig_per_pod)`` of a pod spec, remembered by its JSON text
+    ``spec_json`` (None: not remembered): a sweep of one job shape sends the same few specs.
+    What is remembered holds no reference into any object: read it, never change it."""
     hit = _resources_memo.get(spec_json) if spec_json is not None else None
     if hit is None:
         gpus, mig = _read_resources(spec)
@@ -213,15 +192,12 @@ def json_bytes(value: Any) -> bytes | None:
 
 def pod_request(containers: Iterator[tuple[str, bool, Decimal]] | list[tuple[str, bool, Decimal]]) -> Decimal:
     """What a pod holds of one resource on its node, from ``(list name, sidecar, amount)`` per
-    container in spec order (``containers`` first, then ``initContainers``).
+    container in spec order.
 
-    Kubernetes' formula with native sidecars (KEP-753 "Resources calculation for scheduling and
-    pod admission"; component-helpers ``resource/helpers.go`` ``aggregateContainerResourcesByFn``,
-    used by ``PodRequests``): the larger of
-
-    - the sum of the regular containers plus every sidecar (they all run together), and
-    - for each init container i, its amount plus the sidecars declared before it (a classic init
-      container runs beside the sidecars already started; a sidecar counts with the ones before).
+    Kubernetes' formula with native sidecars (KEP-753; component-helpers ``resource/helpers.go``
+    ``aggregateContainerResourcesByFn``, used by ``PodRequests``): the larger of the regular
+    containers plus every sidecar, and for each init container its amount plus the sidecars
+    declared before it.
     """
     main = sidecars = init = _ZERO
     for kind, sidecar, amount in containers:
@@ -236,54 +212,31 @@ def pod_request(containers: Iterator[tuple[str, bool, Decimal]] | list[tuple[str
 
 
 def _whole(value: Decimal) -> int:
-    """A device count as a whole number: a fraction counts as the next whole device."""
+    """A fraction counts as the next whole device."""
     return int(value) if value == value.to_integral_value() else int(value) + 1
 
 
 def _gpus_per_pod(gpus: tuple[ContainerGpus, ...]) -> int:
-    """``nvidia.com/gpu`` one pod holds: ``pod_request`` over the containers, rounded up."""
     return _whole(pod_request([(g.kind, g.sidecar, g.effective) for g in gpus]))
 
 
 @dataclass(slots=True)
 class PodTemplate:
-    """One pod template of a workload; build it with ``PodTemplate.of``. Read-only by
-    convention (not ``frozen``: a frozen dataclass costs ~1 us more to build, per template, per
-    review).
+    """One pod template of a workload; build it with ``PodTemplate.of``. Read-only by convention
+    (not ``frozen``: that costs ~1 us more to build, per template, per review).
 
-    - ``role``: head / worker / submitter / job / pod / replica / replicated-job / master / leader
-      (``Role``).
-    - ``group``: the Ray group name (``groupName``), ``head``, ``submitter`` or ``job``; a JobSet
-      replicated job's name; a Kubeflow replica type (``Master``, ``Worker``); ``leader`` or
-      ``worker`` of a LeaderWorkerSet.
-    - ``path``: where the template is in the object, e.g. ``("spec", "template")``.
-    - ``group_path``: where the enclosing group spec is, the object holding the template's
-      ``replicas`` (a Ray worker group, a JobSet replicated job, a Kubeflow replica spec, a
-      LeaderWorkerSet's ``spec``); a Job's spec.
-    - ``replicas``: pods created from it at a time (worker: ``worker_group_pods``; Job:
-      ``job_pods``).
-    - ``min_replicas``: the fewest pods Kueue may admit it with (Job: ``job_min_pods``, Kueue
-      partial admission), else ``replicas``.
-    - ``template``: the template dict itself (a live reference into the object).
-    - ``ray_start_params``: the group's ``rayStartParams`` (strings), empty for non-Ray.
-    - ``spec``: the pod spec (``template.spec``), or an empty dict.
-    - ``container_gpus``: ``nvidia.com/gpu`` request and limit of every container (init
-      containers included).
-    - ``gpus_per_pod``: ``nvidia.com/gpu`` one pod holds (``pod_request``: KEP-753, native
-      sidecars included), rounded up.
-    - ``mig_per_pod``: the GPU device resources other than ``nvidia.com/gpu`` one pod holds, by
-      resource (``nvidia.com/mig-1g.10gb``: 2, ``amd.com/gpu``: 1; ``taugate.devices``), which
-      Kueue counts by name.
-    - ``resources_at``: where the containers' resources are written when not in the template
-      itself (a TrainJob's ``spec.trainer.resourcesPerNode``, which the trainer copies into its
-      runtime's ``node`` container), else None; ``resources_path`` gives the field.
-    - ``spec_json``: the pod spec's JSON text (orjson), None when orjson cannot write it: what the
-      GPU demand and the template's policy input are remembered by (``pod_resources``).
-    - ``dra_gpus``: GPUs its pods get through Dynamic Resource Allocation (claim templates, DRA
-      extended resources), included in ``gpus_per_pod``; set per request from the cluster state
-      (``taugate.devices``), 0 as read from the spec alone.
+    - ``group_path``: the object holding the template's ``replicas`` (a Ray worker group, a JobSet
+      replicated job, a Kubeflow replica spec); a Job's spec.
+    - ``min_replicas``: the fewest pods Kueue may admit it with (partial admission).
+    - ``template``: a live reference into the object.
+    - ``gpus_per_pod``: ``nvidia.com/gpu`` one pod holds (``pod_request``), rounded up, DRA
+      GPUs (``dra_gpus``, set per request from the cluster state; 0 as read) included.
+    - ``mig_per_pod``: the other GPU device resources one pod holds, which Kueue counts by name.
+    - ``resources_at``: where the containers' resources are written when not in the template (a
+      TrainJob's ``spec.trainer.resourcesPerNode``), else None.
+    - ``spec_json``: what the GPU demand and policy input are remembered by (``pod_resources``).
     - ``device_access``: how its pods reach devices without asking for them, when the platform
-      governs that instead of refusing it (``Settings.device_access``); empty as read.
+      governs that (``Settings.device_access``); empty as read.
     """
 
     role: Role
@@ -307,11 +260,9 @@ class PodTemplate:
     def of(cls, role: Role, group: str, path: Path, group_path: Path, replicas: int, template: dict[str, Any],
            ray_start_params: dict[str, Any], min_replicas: int | None = None, *, spec: dict[str, Any] | None = None,
            resources_at: Path | None = None) -> PodTemplate:
-        """The pod template ``template`` (at ``path``), its GPU demand read once;
-        ``min_replicas`` defaults to ``replicas``. ``spec``: the pod spec the pods get, when it is
-        not ``template``'s own (a TrainJob's, assembled from its runtime patches and
-        ``spec.trainer``; mutation still writes into ``template``); ``resources_at``: see the
-        class docstring."""
+        """``spec``: the pod spec the pods get when it is not ``template``'s own (a TrainJob's,
+        assembled from its runtime patches and ``spec.trainer``; mutation still writes into
+        ``template``)."""
         spec = _pod_spec(template) if spec is None else spec
         spec_json = json_bytes(spec)
         gpus, per_pod, mig = pod_resources(spec, spec_json)
@@ -319,20 +270,16 @@ class PodTemplate:
                    per_pod, mig, replicas if min_replicas is None else min_replicas, resources_at, spec_json)
 
     def blueprint(self) -> PodTemplate:
-        """This template without its references into the object, to be remembered and ``rebound``
-        to another object: ``template`` and ``spec`` empty, ``ray_start_params`` its keys only
-        (``rebound`` reads whether there are any)."""
+        """This template without its references into the object, to be remembered and
+        ``rebound``; ``ray_start_params`` keeps its keys only (``rebound`` reads whether there are any)."""
         return PodTemplate(self.role, self.group, self.path, self.group_path, self.replicas, {}, dict.fromkeys(
             self.ray_start_params, ""), {}, self.container_gpus, self.gpus_per_pod, self.mig_per_pod,
             self.min_replicas, self.resources_at, self.spec_json)
 
     def rebound(self, obj: dict[str, Any]) -> PodTemplate:
-        """A ``blueprint`` made the template of ``obj``, an object whose ``spec`` has the JSON text
-        of the one it was read from (so everything but the references is the same): ``template``
-        is ``obj`` at ``path``, ``spec`` its pod spec and ``ray_start_params`` the group's
-        ``rayStartParams`` (at ``group_path``, where Ray kinds keep them; empty when the blueprint's
-        were). Raises ``KeyError``/``IndexError``/``TypeError`` when ``obj`` has no template at
-        ``path`` (a spec with other JSON text)."""
+        """A ``blueprint`` made the template of ``obj``, whose ``spec`` has the JSON text of the one
+        it was read from. Raises ``KeyError``/``IndexError``/``TypeError`` when ``obj`` has no
+        template at ``path``."""
         template: Any = obj
         for step in self.path:
             template = template[step]
@@ -346,28 +293,22 @@ class PodTemplate:
                            self.min_replicas, self.resources_at, self.spec_json)
 
     def resources_path(self, kind: ContainerList, index: int) -> Path:
-        """Where the resources of container ``index`` of list ``kind`` are written:
-        ``resources_at`` when set, else ``path.spec.<kind>[index].resources``."""
         if self.resources_at is not None:
             return self.resources_at
         return self.path + ("spec", kind, index, "resources")
 
     def containers(self) -> Iterator[tuple[ContainerList, int, dict[str, Any]]]:
-        """Yield ``(list name, index, container)`` for containers, then initContainers."""
         return _containers(self.spec)
 
     def gpus(self) -> tuple[ContainerGpus, ...]:
-        """Same as ``container_gpus``."""
         return self.container_gpus
 
     @property
     def ray_num_gpus(self) -> Decimal | None:
-        """``rayStartParams["num-gpus"]`` as a number, None if absent, unparsable or beyond
-        ``MAX_GPUS`` (read like an ``nvidia.com/gpu`` count, so ``"1e999999999"`` is never
-        expanded)."""
+        """``rayStartParams["num-gpus"]``, None if absent, unparsable or beyond ``MAX_GPUS``."""
         raw = self.ray_start_params.get("num-gpus")
-        # ``ray start --num-gpus`` is an integer option (python/ray/scripts/scripts.py): a whole
-        # number, never negative, no quantity suffix ("1m" would be 0.001).
+        # ``ray start --num-gpus`` is an integer option (python/ray/scripts/scripts.py): no
+        # quantity suffix ("1m" would be 0.001)
         if type(raw) is not str or not _WHOLE.match(raw):
             return None
         return gpu_quantity(raw)
@@ -386,17 +327,15 @@ _WHOLE = re.compile(r"^[0-9]+$")
 
 
 def asks_for_gpus(templates: list[PodTemplate]) -> bool:
-    """True when a pod template holds a GPU: ``nvidia.com/gpu`` or another GPU device resource in
-    any container or init container (``gpus_per_pod``/``mig_per_pod``, KEP-753 arithmetic), GPUs
-    through DRA (in ``gpus_per_pod``), or device access the platform governs (``device_access``)."""
+    """True when a pod template holds a GPU, by any path taugate counts (device resources, DRA,
+    governed device access)."""
     return any(t.gpus_per_pod > 0 or t.mig_per_pod or t.device_access for t in templates)
 
 
 def replicated_template(obj: dict[str, Any], group: str) -> list[PodTemplate]:
-    """The one pod template of an object that runs ``spec.replicas`` copies of ``spec.template``
-    (an ``apps/v1`` Deployment, StatefulSet, ReplicaSet or DaemonSet, a core/v1
-    ReplicationController): role ``replica``, group ``group``, ``spec.replicas`` pods, default 1
-    (the API server's default); empty when ``spec.template`` is not an object."""
+    """The one template of an object running ``spec.replicas`` copies of ``spec.template``
+    (Deployment, StatefulSet, ReplicaSet, DaemonSet, ReplicationController); ``replicas`` defaults
+    to 1, the API server's default."""
     spec = as_dict(obj.get("spec"))
     if not isinstance(spec.get("template"), dict):
         return []

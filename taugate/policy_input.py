@@ -1,21 +1,8 @@
 """The policy input document: one pure function, documented by ``policies/input.schema.json``.
 
-``input.review`` is the whole AdmissionReview request as the API server sent it (the rule of
-Gatekeeper's ``input.review`` and Kyverno's ``request.object``): ``object`` (the final object, after
-every mutating webhook), ``oldObject``, ``userInfo``, ``operation``, ``namespace``, ``name``,
-``kind``, ``resource``, ``subResource``, ``dryRun`` and ``options``; only ``uid`` is left out (it
-names the request, never what is asked, and would make every input unique). A rule on any field
-(``image``, ``env``, ``securityContext``, volumes) reads it there.
-
-Beside it, taugate's computed facts: a summary of the object (metadata plus, per pod template,
-its role, replicas, resources, node selector, affinity and tolerations), the operation, userInfo,
-namespace, the resolved workspace and profile, and a summary of live cluster state (GPU classes,
-the workspace queue's quota and usage).
-
-Summary rules: annotations that copy the object (``kubectl.kubernetes.io/last-applied-configuration``)
-or that taugate itself writes (``tau.azure.com/admission``) are left out; every number a policy
-compares is precomputed here (GPUs per container and per pod, pods per template), so policies
-never parse Kubernetes quantities.
+``input.review`` leaves out only the request's ``uid``: it names the request, never what is asked,
+and would make every input unique. Every number a policy compares is precomputed here (GPUs per
+container and per pod, pods per template), so policies never parse Kubernetes quantities.
 """
 
 from __future__ import annotations
@@ -35,34 +22,30 @@ from taugate.models import ResolvedProfile, TauWorkspace
 from taugate.pods import WORKER_ROLES, PodTemplate
 from taugate.snapshot import ClusterState
 
-# Annotations never shown to policies: a full copy of the object (input size drives evaluation
-# cost) and taugate's own admission record (derived from the decision being made).
+# Never shown to policies: a full copy of the object (input size drives evaluation cost) and
+# taugate's own admission record (derived from the decision being made).
 _HIDDEN_ANNOTATIONS = frozenset({"kubectl.kubernetes.io/last-applied-configuration", labels.ADMISSION_RECORD})
 
 
-# Profile fields that describe how the profile was resolved, not what it allows: left out.
 _PROFILE_RESOLUTION_FIELDS = {"conditions", "description", "applicability", "local_queues", "cluster_queues",
                               "resource_flavors", "pod_priority_classes", "topologies", "workload_priority_classes"}
 
 
 def _whole(value: Any) -> int:
-    """A GPU count as a whole number (fractions round up, as a pod holds whole devices)."""
+    """Fractions round up: a pod holds whole devices."""
     n = int(value)
     return n if n == value else n + 1
 
 
 def _replicas_field(t: PodTemplate) -> str | None:
-    """Where a template's pod count is set: a batch/v1 Job's ``spec.parallelism``; a TrainJob's
-    ``spec.trainer.numNodes``; a bare Pod's ``kueue.x-k8s.io/pod-group-total-count`` annotation
-    (its Kueue pod group's size); none for the Ray head and the RayJob submitter (one pod each);
-    for every other role the ``replicas`` of its group spec (``PodTemplate.group_path``: a Ray
-    worker group, a Deployment's or StatefulSet's ``spec``, a JobSet replicated job, a Kubeflow
-    replica spec, a LeaderWorkerSet's ``spec``)."""
+    """Where a template's pod count is set: a Job's ``spec.parallelism``, a TrainJob's
+    ``spec.trainer.numNodes``, a bare Pod's ``kueue.x-k8s.io/pod-group-total-count``; none for the
+    Ray head and the submitter (one pod each); else its group spec's ``replicas``."""
     if t.role == "job":
         return field_path(t.group_path + ("parallelism",))
-    if t.role == "node":  # a TrainJob's training nodes
+    if t.role == "node":
         return field_path(t.group_path + ("numNodes",))
-    if t.role == "pod":  # a bare Pod: its Kueue pod group's size
+    if t.role == "pod":  # its Kueue pod group's size
         return annotation_field(POD_GROUP_TOTAL_COUNT)
     if t.role not in WORKER_ROLES:
         return None
@@ -70,10 +53,8 @@ def _replicas_field(t: PodTemplate) -> str | None:
 
 
 def _without_nulls(value: Any) -> Any:
-    """``value`` with null fields and items removed, recursively: the API server treats a null
-    field as unset (apimachinery decodes it to the Go zero value), and a policy iterating a
-    null where Kubernetes allows only a list or an object would fail at run time. Only
-    affinity and tolerations go through here (small, and usually absent)."""
+    """``value`` without null fields and items: the API server treats null as unset, and a policy
+    iterating a null where Kubernetes allows only a list or an object would fail at run time."""
     if type(value) is dict:
         return {k: _without_nulls(v) for k, v in value.items() if v is not None}
     if type(value) is list:
@@ -81,16 +62,13 @@ def _without_nulls(value: Any) -> Any:
     return value
 
 TEMPLATE_MEMO_SIZE = 1024
-"""Pod templates whose policy input is remembered (``_template_input``); the memo starts again when full."""
 
 _template_memo: Memo[tuple[Any, ...], dict[str, Any]] = Memo(TEMPLATE_MEMO_SIZE)
 
 
 def _template_key(t: PodTemplate, most: int) -> tuple[Any, ...] | None:
-    """What one entry of ``object.podTemplates`` is a pure function of: the template's fields, its
-    pod spec's JSON text (``PodTemplate.spec_json``; the GPU demand is read from it), the GPUs the
-    cluster's DRA objects add (``dra_gpus``, in ``gpus_per_pod``) and ``most``; None when orjson
-    could not write the pod spec."""
+    """What one ``object.podTemplates`` entry is a pure function of; None when orjson could not
+    write the pod spec."""
     if t.spec_json is None:
         return None
     return (t.spec_json, t.role, t.group, t.path, t.group_path, t.resources_at, t.replicas, t.min_replicas, most,
@@ -98,9 +76,8 @@ def _template_key(t: PodTemplate, most: int) -> tuple[Any, ...] | None:
 
 
 def _template_input(t: PodTemplate, most: int) -> dict[str, Any]:
-    """One entry of ``object.podTemplates``, remembered by ``_template_key`` (``TEMPLATE_MEMO_SIZE``
-    entries) as a copy holding no reference into the object (mutation edits objects in place):
-    shared by every review with the same template, read it, never change it."""
+    """Remembered as a copy holding no reference into the object (mutation edits objects in
+    place): shared by every review with the same template, read it, never change it."""
     key = _template_key(t, most)
     hit = _template_memo.get(key) if key is not None else None
     if hit is not None:
@@ -149,10 +126,9 @@ def _build_template_input(t: PodTemplate, most: int) -> dict[str, Any]:
 
 
 def _pod_requests(spec: dict[str, Any]) -> dict[str, Any]:
-    """Pod-level resources (KEP-2837, beta and on by default since Kubernetes 1.34): the requests of
-    ``spec.resources``, a limit standing for a missing request as the API server defaults it
-    (``pkg/apis/core/v1/defaults.go`` ``SetDefaults_Pod``). Kubernetes schedules by them and Kueue
-    counts them (kueue ``pkg/util/resource`` pod requests with pod-level resources)."""
+    """Pod-level resources (KEP-2837, beta and on by default since Kubernetes 1.34), a limit standing
+    for a missing request (``pkg/apis/core/v1/defaults.go`` ``SetDefaults_Pod``). Kubernetes
+    schedules by them and Kueue counts them (kueue ``pkg/util/resource``)."""
     res = as_dict(spec.get("resources"))
     return {**as_dict(res.get("limits")), **as_dict(res.get("requests"))}
 
@@ -164,8 +140,8 @@ REVIEW_FIELDS = ("kind", "resource", "subResource", "requestKind", "requestResou
 
 def review_input(request: dict[str, Any] | None, obj: dict[str, Any], operation: str,
                  user_info: dict[str, Any] | None, namespace: str | None) -> dict[str, Any]:
-    """``input.review``: ``request``'s ``REVIEW_FIELDS`` with ``object`` the object being judged
-    (``obj``); without a request (the CLI's offline tools), the one kube-apiserver would send."""
+    """``input.review``; without a request (the CLI's offline tools), the one kube-apiserver would
+    send."""
     if request is None:
         request = {"operation": operation, "userInfo": user_info or {}, "namespace": namespace,
                    "name": (obj.get("metadata") or {}).get("name", ""), "oldObject": None, "dryRun": False}
@@ -179,29 +155,12 @@ def build_policy_input(*, obj: dict[str, Any], templates: list[PodTemplate], ope
                        workspace: TauWorkspace | None, profile: ResolvedProfile | None,
                        queue: str | None, state: ClusterState, gpu_class_label: str,
                        request: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Build the ``input`` document every policy evaluates (shape: ``policies/input.schema.json``).
+    """The ``input`` document every policy evaluates (shape: ``policies/input.schema.json``); pure.
 
-    Pure: reads only its arguments. ``request``: the AdmissionRequest, held whole (but its
-    ``uid``) as ``review`` with ``object`` set to ``obj`` (``review_input``). ``queue`` is the
-    resolved LocalQueue name; ``cluster.migResources``
-    summarises the nodes offering each MIG slice resource; ``cluster.queue``
-    holds its ClusterQueue's flavor quotas (GPUs for ``nvidia.com/gpu``: nominal, borrowingLimit
-    or null, usage) plus ``gpu``, the ``nvidia.com/gpu`` quota for the profile's GPU class with
-    ``max``, what Kueue can ever admit; null when the LocalQueue is unknown. The profile leaves
-    out how it was resolved (conditions, applicability, queues, flavors, description). Per pod
-    template: ``replicas`` (pods now), ``maxReplicas`` (pods an autoscaler may reach: the kind's
-    ``most_pods`` when it autoscales, e.g. KubeRay's ``maxReplicas``, a PyTorchJob's elastic HPA),
-    ``gpusPerPod`` and each container's ``gpus`` (whole devices: limit,
-    else request, as Kubernetes defaults an extended resource's request to its limit; native
-    sidecars add to the main containers, KEP-753), ``minReplicas`` (the fewest pods Kueue may admit
-    it with: a Job's ``kueue.x-k8s.io/job-min-parallelism``, else ``replicas``), ``migPerPod``
-    (MIG slices per pod by resource), and the
-    field paths ``field`` / ``groupField`` / ``replicasField`` for violation messages. Per
-    object: ``totalGpus`` (sum of GPUs per pod x pods), ``minTotalGpus`` (the same at
-    ``minReplicas``: what Kueue's partial admission needs at least), ``mig`` (MIG slices by
-    resource: ``total``, ``minTotal``), ``maxGpusPerPod`` and ``workers`` (worker
-    pods: every role but a Ray head and a RayJob submitter, ``pods.WORKER_ROLES``; all of them
-    and those holding GPUs, now and at the autoscaler's maximum), so a policy can leave early on
+    ``cluster.queue.gpu.max`` is what Kueue can ever admit (null when no bound can be stated); a
+    container's ``gpus`` is its limit, else request (Kubernetes defaults an extended resource's
+    request to its limit), native sidecars adding to the main containers (KEP-753). Per object,
+    ``workers`` counts pods now and at the autoscaler's maximum, so a policy can leave early on
     the common, compliant case.
     """
     autoscaling, mosts = _autoscaling(obj, templates)
@@ -229,8 +188,7 @@ def build_policy_input(*, obj: dict[str, Any], templates: list[PodTemplate], ope
 
 
 def _autoscaling(obj: dict[str, Any], templates: list[PodTemplate]) -> tuple[bool, list[int]]:
-    """Whether ``obj`` autoscales (its kind's ``autoscaling``) and, per template, the most pods it
-    may reach: the kind's ``most_pods`` when it autoscales, else ``replicas``."""
+    """Whether ``obj`` autoscales, and per template the most pods it may reach."""
     kind = kind_of(obj)
     if kind is None or not kind.autoscaling(obj):
         return False, [t.replicas for t in templates]
@@ -238,8 +196,6 @@ def _autoscaling(obj: dict[str, Any], templates: list[PodTemplate]) -> tuple[boo
 
 
 def _metadata_input(obj: dict[str, Any]) -> dict[str, Any]:
-    """The input's ``object.metadata``: name, generateName, namespace, labels and the annotations
-    but ``_HIDDEN_ANNOTATIONS``, each only when set."""
     meta = obj.get("metadata") or {}
     annotations = meta.get("annotations")
     if isinstance(annotations, dict):
@@ -250,19 +206,15 @@ def _metadata_input(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 CONTEXT_MEMO_SIZE = 4096
-"""Context parts (``_context_input``) remembered per cluster state; the memo starts again when full."""
 
 
 def _context_input(state: ClusterState, namespace: str | None, workspace: TauWorkspace | None,
                    profile: ResolvedProfile | None, queue: str | None, gpu_class_label: str,
                    mig_names: tuple[str, ...]) -> dict[str, Any]:
-    """The input's ``workspace``, ``profile`` and ``cluster`` parts: a pure function of the cluster
-    state and the resolution (not of the object, except for the MIG resources it asks for,
-    ``mig_names``), so built once per state and resolution and shared by every request that
-    resolves the same way (the memo lives on the state, ``ClusterState.memo``: a new state starts
-    empty). Shared: read it, never change it. The memo keys on the identity of ``workspace`` and
-    ``profile`` and keeps both alive in its entry, so an identity is never reused while its entry
-    exists."""
+    """The input's ``workspace``, ``profile`` and ``cluster`` parts: a function of the state and
+    the resolution (and the MIG resources asked for), so remembered on the state and shared by
+    every request that resolves the same way: read it, never change it. The memo keys on the
+    identity of ``workspace`` and ``profile`` and keeps both alive, so an identity is never reused."""
     memo = state.memo("policy-input-context", CONTEXT_MEMO_SIZE)
     key = (namespace, id(workspace), id(profile), queue, gpu_class_label, mig_names)
     hit = memo.get(key)
@@ -297,8 +249,6 @@ def _context_input(state: ClusterState, namespace: str | None, workspace: TauWor
 
 
 def _mig_totals(templates: list[PodTemplate]) -> dict[str, dict[str, int]]:
-    """MIG slices of the whole workload by resource: ``total`` (pods now) and ``minTotal`` (the
-    fewest pods Kueue may admit), as ``totalGpus`` and ``minTotalGpus`` count ``nvidia.com/gpu``."""
     out: dict[str, dict[str, int]] = {}
     for t in templates:
         for name, n in t.mig_per_pod.items():
@@ -309,9 +259,6 @@ def _mig_totals(templates: list[PodTemplate]) -> dict[str, dict[str, int]]:
 
 
 def _workers(pod_templates: list[dict[str, Any]]) -> dict[str, int]:
-    """Worker pods (every role in ``pods.WORKER_ROLES``: all but a Ray head and a RayJob
-    submitter): ``pods``/``maxPods`` over all of them, ``gpuPods``/``maxGpuPods`` over those
-    holding GPUs."""
     workers = [t for t in pod_templates if t["role"] in WORKER_ROLES]
     gpu = [t for t in workers if t["gpusPerPod"] > 0]
     return {"pods": sum(t["replicas"] for t in workers), "maxPods": sum(t["maxReplicas"] for t in workers),
@@ -320,10 +267,8 @@ def _workers(pod_templates: list[dict[str, Any]]) -> dict[str, int]:
 
 def gpu_quota(quotas: tuple[Any, ...], state: ClusterState, gpu_class: str | None,
                gpu_class_label: str) -> dict[str, Any]:
-    """The ``nvidia.com/gpu`` quota a workload of GPU class ``gpu_class`` can draw on.
-
-    Flavors: the ClusterQueue's ``nvidia.com/gpu`` flavors whose ResourceFlavor ``nodeLabels``
-    name the class, else all of its ``nvidia.com/gpu`` flavors; the numbers are ``_quota_of``."""
+    """The ``nvidia.com/gpu`` quota a workload of ``gpu_class`` can draw on: the flavors whose
+    ResourceFlavor ``nodeLabels`` name the class, else all of them."""
     gpu = [q for q in quotas if q.resource == labels.GPU_RESOURCE]
     def node_labels(flavor: str) -> dict[str, Any]:
         found = ((state.flavors.get(flavor) or {}).get("spec") or {}).get("nodeLabels")
@@ -334,11 +279,9 @@ def gpu_quota(quotas: tuple[Any, ...], state: ClusterState, gpu_class: str | Non
 
 
 def _quota_of(chosen: list[Any]) -> dict[str, Any]:
-    """One resource's quota over the flavors ``chosen`` (``FlavorQuota``s of a ClusterQueue):
-    ``nominal``, ``borrowingLimit`` (null when a flavor has none), ``usage`` and ``max``, what
-    Kueue can ever admit (Kueue ClusterQueue quota rules): the sum of ``nominalQuota +
-    borrowingLimit``; a flavor without ``borrowingLimit`` borrows nothing without a cohort
-    (``nominalQuota``) and without bound inside one (``max`` null: no limit can be stated)."""
+    """``nominal``, ``borrowingLimit``, ``usage`` and ``max``, what Kueue can ever admit (Kueue
+    ClusterQueue quota rules): the sum of ``nominalQuota + borrowingLimit``; a flavor without
+    ``borrowingLimit`` borrows nothing without a cohort and without bound inside one (``max`` null)."""
     most: Any = 0
     for q in chosen:
         if q.borrowing_limit is not None:

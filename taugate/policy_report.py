@@ -1,34 +1,9 @@
-"""Audit results as PolicyReports: the Policy Reports working group's ``wgpolicyk8s.io/v1alpha2``
-``PolicyReport`` (one per workspace namespace) and ``ClusterPolicyReport`` (the summary), the
-objects Kyverno writes and Policy Reporter and ``kubectl get policyreports`` read (pure).
+"""Audit results as the Policy Reports working group's ``wgpolicyk8s.io/v1alpha2`` PolicyReports
+(ARCHITECTURE.md section 3), pure. The schema is the CRD Kyverno ships
+(``config/crds/policyreport/wgpolicyk8s.io_policyreports.yaml``, kyverno v1.19.1).
 
-The schema is the working group's CRD as Kyverno ships it
-(``config/crds/policyreport/wgpolicyk8s.io_policyreports.yaml``, github.com/kyverno/kyverno
-v1.19.1; the chart installs it where absent). What taugate writes:
-
-- one ``PolicyReport`` named ``REPORT_NAME`` per namespace that holds audited workloads, scoped
-  to that Namespace (so ``kubectl get policyreports -n NS`` shows ``Namespace NS`` and the
-  counts);
-- per violation one result: ``policy`` (the policy or built-in rule that found it), ``rule``
-  (the same name: a taugate policy is one rule set with one enforcement action),
-  ``result`` ``fail`` for a violation enforced with ``deny`` or ``dryrun`` and ``warn`` for one
-  enforced with ``warn``, ``error`` for a policy that failed at run time on the object;
-  ``resources`` the workload (apiVersion, kind, name, namespace, uid); ``message`` the
-  violation's message; ``properties`` ``action`` (deny|warn|dryrun) and ``field`` (the field
-  path); ``category`` says a policy of the library from a built-in rule of Kubernetes, Kueue or
-  KubeRay; ``source`` ``taugate``;
-- ``pass`` results are counted in ``summary.pass`` (one per workload and policy of the library
-  that found nothing) but not listed: a namespace of 500 workloads and 10 policies would list
-  5000 entries, and a report is one etcd object (at most ~1.5 MiB). Listed results stop at
-  ``MAX_RESULTS`` per report; the rest are counted in the summary and the annotation
-  ``REPORT_TRUNCATED`` says how many were left out;
-- one ``ClusterPolicyReport`` named ``REPORT_NAME``: per namespace and policy with failures or
-  warnings one result naming the namespace and the counts, and the sum of every summary.
-
-Results carry no timestamp and are sorted (workload, then policy, field, message), so the same
-cluster and the same policy set give byte-identical reports: the operator rewrites a report only
-when ``report_changed`` says its content differs. The policy set's digest is the annotation
-``tau.azure.com/policy-digest``.
+A result's ``rule`` repeats its ``policy`` (a taugate policy is one rule set with one action);
+``category`` tells a library policy from a built-in rule of Kubernetes, Kueue or KubeRay.
 """
 
 from __future__ import annotations
@@ -50,7 +25,6 @@ VERSION = "v1alpha2"
 API_VERSION = f"{GROUP}/{VERSION}"
 SOURCE = "taugate"
 REPORT_NAME = "taugate-policy-audit"
-"""The name of taugate's PolicyReport in each namespace and of its ClusterPolicyReport."""
 
 REPORT_TRUNCATED = "tau.azure.com/results-left-out"
 """Annotation: how many results past ``MAX_RESULTS`` a report counts but does not list."""
@@ -73,18 +47,14 @@ CLUSTER_POLICY_REPORTS = Resource(GROUP, VERSION, "clusterpolicyreports", "Clust
 
 
 def workload_resources() -> tuple[Resource, ...]:
-    """The REST resource of every governed kind (``taugate.kinds.KINDS``, read at call time, so
-    a kind added to the registry is audited with no change here), as the audit lists them."""
+    """Read at call time, so a kind added to the registry is audited with no change here."""
     return tuple(Resource(k.group, k.version, k.resource, k.kind, True) for k in KINDS)
 
 
 @dataclass(frozen=True)
 class WorkloadAudit:
-    """What the audit found on one workload: its reference (``api_version``, ``kind``, ``name``,
-    ``namespace``, ``uid``; ``uid`` empty for an object read from a file), its ``violations``
-    (each with its enforcement action), the policies of the library that were evaluated on it
-    (``evaluated``: empty when the workload could not be judged by them, e.g. no workload profile
-    resolves) and the policies that failed at run time on it (``errors``: policy -> reason)."""
+    """What the audit found on one workload. ``uid`` is empty for an object read from a file;
+    ``evaluated`` is empty when the library could not judge it (no profile resolves)."""
 
     api_version: str
     kind: str
@@ -98,7 +68,6 @@ class WorkloadAudit:
     @classmethod
     def of(cls, obj: dict[str, Any], violations: Iterable[Violation] = (), evaluated: Iterable[str] = (),
            errors: dict[str, str] | None = None) -> WorkloadAudit:
-        """The audit of ``obj`` (a Kubernetes object as the API returns it)."""
         found = obj.get("metadata")
         meta: dict[str, Any] = found if isinstance(found, dict) else {}
         name = meta.get("name") or meta.get("generateName") or ""
@@ -113,8 +82,7 @@ class WorkloadAudit:
         return len(self.evaluated - found)
 
     def reference(self) -> dict[str, str]:
-        """The ``resources[]`` entry (a core/v1 ObjectReference): apiVersion, kind, name,
-        namespace, and uid when known."""
+        """The ``resources[]`` entry (a core/v1 ObjectReference)."""
         ref = {"apiVersion": self.api_version, "kind": self.kind, "name": self.name, "namespace": self.namespace}
         if self.uid:
             ref["uid"] = self.uid
@@ -123,9 +91,7 @@ class WorkloadAudit:
 
 class Auditor(Protocol):
     """What judges workloads for the audit (``taugate.webhook.audit.PolicyAuditor``, given to the
-    operator by the CLI): ``digest`` of the active policy set (it changes when the set does),
-    ``check_for_changes()`` (reload the set if its files changed; True when a new one is active),
-    and ``audit(objects, state)``, one ``WorkloadAudit`` per object admission would validate."""
+    operator by the CLI, which the controllers never import)."""
 
     @property
     def digest(self) -> str: ...
@@ -140,7 +106,6 @@ def _clip(text: str) -> str:
 
 
 def _result(audit: WorkloadAudit, v: Violation) -> dict[str, Any]:
-    """One PolicyReportResult for violation ``v`` of ``audit``'s workload."""
     return {"source": SOURCE, "policy": v.policy, "rule": v.policy, "result": _RESULT_OF[v.action],
             "category": CATEGORY_POLICY if v.policy in audit.evaluated else CATEGORY_BUILTIN,
             "message": _clip(v.message), "resources": [audit.reference()],
@@ -148,7 +113,6 @@ def _result(audit: WorkloadAudit, v: Violation) -> dict[str, Any]:
 
 
 def _error(audit: WorkloadAudit, policy: str, reason: str) -> dict[str, Any]:
-    """The ``error`` result of a policy that failed at run time on the workload."""
     return {"source": SOURCE, "policy": policy, "rule": policy, "result": "error", "category": CATEGORY_POLICY,
             "message": _clip(f"the policy failed on this object ({reason}); it needs fixing"),
             "resources": [audit.reference()], "properties": {"action": "error", "field": ""}}
@@ -171,8 +135,7 @@ def _metadata(namespace: str | None, digest: str, left_out: int) -> dict[str, An
 
 
 def namespace_report(namespace: str, audits: Iterable[WorkloadAudit], *, digest: str) -> dict[str, Any]:
-    """The PolicyReport of ``namespace`` from the audits of its workloads (those of other
-    namespaces are ignored), produced by the policy set with ``digest``."""
+    """Workloads of other namespaces are ignored."""
     results: list[dict[str, Any]] = []
     summary = dict.fromkeys(SUMMARY_KEYS, 0)
     for audit in audits:
@@ -191,9 +154,8 @@ def namespace_report(namespace: str, audits: Iterable[WorkloadAudit], *, digest:
 
 
 def cluster_report(reports: Iterable[dict[str, Any]], *, digest: str) -> dict[str, Any]:
-    """The ClusterPolicyReport summarising namespace ``reports``: one result per namespace and
-    policy with failures or warnings (``fail`` if any workload fails it, else ``warn``), naming
-    the namespace and the counts, and the sum of their summaries."""
+    """One result per namespace and policy with failures or warnings (``fail`` if any workload
+    fails it, else ``warn``), and the sum of the summaries."""
     summary = dict.fromkeys(SUMMARY_KEYS, 0)
     results = []
     for report in sorted(reports, key=lambda r: r["metadata"]["namespace"]):
@@ -219,8 +181,6 @@ def cluster_report(reports: Iterable[dict[str, Any]], *, digest: str) -> dict[st
 
 @dataclass(frozen=True)
 class Reports:
-    """Every report of one audit: ``namespaced`` (PolicyReports by namespace, sorted) and
-    ``cluster`` (the ClusterPolicyReport)."""
 
     namespaced: dict[str, dict[str, Any]] = field(default_factory=dict)
     cluster: dict[str, Any] = field(default_factory=dict)
@@ -232,12 +192,10 @@ class Reports:
         return bool(s.get("fail") or s.get("error"))
 
     def all(self) -> list[dict[str, Any]]:
-        """The namespace reports in namespace order, then the cluster report."""
         return [*self.namespaced.values(), self.cluster]
 
 
 def build_reports(audits: Iterable[WorkloadAudit], *, digest: str) -> Reports:
-    """The PolicyReport of every namespace with an audited workload, and the ClusterPolicyReport."""
     audits = list(audits)
     namespaces = sorted({a.namespace for a in audits})
     namespaced = {ns: namespace_report(ns, audits, digest=digest) for ns in namespaces}
@@ -245,9 +203,8 @@ def build_reports(audits: Iterable[WorkloadAudit], *, digest: str) -> Reports:
 
 
 def merge_patch(current: dict[str, Any], desired: dict[str, Any]) -> dict[str, Any]:
-    """The JSON merge patch (RFC 7386) that turns the stored report ``current`` into ``desired``
-    in what taugate writes: ``scope``, ``summary`` and ``results`` whole (a merge patch replaces
-    arrays), taugate's labels and annotations, and the truncation annotation removed when
+    """The JSON merge patch (RFC 7386) from ``current`` to ``desired`` in what taugate writes:
+    ``results`` whole (a merge patch replaces arrays), the truncation annotation removed when
     ``desired`` lists every result."""
     annotations: dict[str, Any] = dict(desired["metadata"].get("annotations") or {})
     if REPORT_TRUNCATED in ((current.get("metadata") or {}).get("annotations") or {}):
@@ -260,9 +217,7 @@ def merge_patch(current: dict[str, Any], desired: dict[str, Any]) -> dict[str, A
 
 
 def report_changed(current: dict[str, Any] | None, desired: dict[str, Any]) -> bool:
-    """True when the stored report ``current`` (None: absent) differs from ``desired`` in what
-    taugate writes: scope, summary, results, and its own labels and annotations (other writers'
-    metadata and server fields are ignored)."""
+    """Compared in what taugate writes only: other writers' metadata and server fields are ignored."""
     if current is None:
         return True
     for key in ("scope", "summary", "results"):
@@ -284,10 +239,9 @@ _STRENGTH = {"none": 0, "dryrun": 1, "warn": 2, "deny": 3, "error": 3}
 
 @dataclass(frozen=True, order=True)
 class Change:
-    """One result a proposed policy set enforces that the current one does not (``what_if``):
-    in ``namespace``, ``policy`` would ``action`` (``deny``, ``warn``, or ``error``: the policy
-    fails at run time on the workload) the ``workload`` (``Kind/name``) at ``field`` with
-    ``message``; ``before`` is what the current set does there (``none``, ``dryrun``, ``warn``)."""
+    """One result a proposed policy set enforces that the current one does not (``what_if``);
+    ``action`` ``error``: the policy fails at run time on the workload; ``before``: what the current
+    set does there."""
 
     namespace: str
     policy: str
@@ -313,14 +267,10 @@ def _actions(audits: Iterable[WorkloadAudit]) -> dict[tuple[str, str, str, str],
 
 
 def what_if(current: Iterable[WorkloadAudit], proposed: Iterable[WorkloadAudit]) -> tuple[list[Change], list[Change]]:
-    """Compare the audits of the same workloads under the current and a proposed policy set:
-    ``(enforced, relieved)``. ``enforced``: every result the proposed set denies, warns, fails
-    on or finds under ``dryrun`` that the current set does not enforce as strongly (a rule moved
-    from ``dryrun`` to ``deny``, a new rule, a tightened one; a new ``dryrun`` result is what the
-    rule would deny once enforced, the documented roll-out); ``relieved``: every result the current set denies or warns
-    that the proposed set no longer enforces as strongly (``before`` is then the proposed
-    action). A result is one workload, policy and field path; both lists are sorted by
-    namespace, policy, action and workload."""
+    """``(enforced, relieved)`` between the current and a proposed policy set on the same
+    workloads. ``enforced``: what the proposed set enforces more strongly (a new ``dryrun`` result
+    is what the rule would deny once enforced, the documented roll-out); ``relieved``: the other
+    way (``before`` is then the proposed action). A result is one workload, policy and field."""
     before, after = _actions(current), _actions(proposed)
     enforced, relieved = [], []
     for key, (action, message) in after.items():

@@ -1,14 +1,8 @@
 """Cluster state: what admission knows about the cluster, as plain precomputed data.
 
-A ``ClusterState`` is built once (from a snapshot file, or from watches in a cluster) and then
-only read: per-request work never scans nodes or queues. It holds the TauCluster and its
-resolved profiles, workspaces by target namespace, Kueue LocalQueues / ClusterQueues /
-ResourceFlavors, and a per-GPU-class summary of the nodes.
-
-Snapshot file format: a multi-document YAML (or a ``kind: List``) holding TauCluster,
-TauWorkspace, Node, LocalQueue, ClusterQueue, ResourceFlavor and WorkloadPriorityClass objects (a
-profile whose WorkloadPriorityClass the snapshot lacks is not Ready); other kinds are
-ignored. ``load_snapshot`` raises ``SnapshotError`` with a one-line reason on bad input.
+Built once (from a snapshot file, or from watches in a cluster) and then only read: per-request
+work never scans nodes or queues. A snapshot file is multi-document YAML (or a ``kind: List``);
+kinds cluster state does not read are ignored.
 """
 
 from __future__ import annotations
@@ -37,19 +31,13 @@ from taugate.structure import first_problem, json_problem, json_type
 
 
 class SnapshotError(ValueError):
-    """A snapshot that cannot be loaded; the message is one line naming the problem."""
+    """The message is one line naming the problem."""
 
 
 @dataclass(frozen=True)
 class GpuClassSummary:
-    """Nodes of one GPU class.
-
-    ``max_gpus_per_node``: the largest allocatable ``nvidia.com/gpu`` on one node of the class;
-    ``max_healthy_gpus_per_node`` the same over healthy nodes; ``nodes``/``healthy_nodes``/
-    ``unhealthy_nodes`` node counts; ``healthy_gpus`` allocatable GPUs on healthy nodes;
-    ``products`` the GPU Feature Discovery ``nvidia.com/gpu.product`` values seen;
-    ``problems`` maps an unhealthy node to its failing condition types.
-    """
+    """Nodes of one GPU class. ``products``: the GPU Feature Discovery ``nvidia.com/gpu.product``
+    values seen; ``problems``: an unhealthy node's failing condition types."""
 
     name: str
     max_gpus_per_node: int
@@ -62,7 +50,6 @@ class GpuClassSummary:
     problems: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def as_input(self) -> dict[str, Any]:
-        """The summary as the policy input shows it (camelCase)."""
         return {"name": self.name, "maxGpusPerNode": self.max_gpus_per_node,
                 "maxHealthyGpusPerNode": self.max_healthy_gpus_per_node, "nodes": self.nodes,
                 "healthyNodes": self.healthy_nodes, "unhealthyNodes": self.unhealthy_nodes,
@@ -72,10 +59,7 @@ class GpuClassSummary:
 
 @dataclass(frozen=True)
 class MigSummary:
-    """Nodes offering one MIG slice resource (``nvidia.com/mig-1g.10gb``, the NVIDIA GPU
-    operator's ``mixed`` strategy): ``max_per_node`` the largest allocatable count on one node,
-    ``max_healthy_per_node`` the same over healthy nodes, ``nodes``/``healthy_nodes`` node
-    counts."""
+    """Nodes offering one MIG slice resource (the NVIDIA GPU operator's ``mixed`` strategy)."""
 
     name: str
     max_per_node: int
@@ -84,7 +68,6 @@ class MigSummary:
     healthy_nodes: int
 
     def as_input(self) -> dict[str, Any]:
-        """The summary as the policy input shows it (camelCase)."""
         return {"name": self.name, "maxPerNode": self.max_per_node,
                 "maxHealthyPerNode": self.max_healthy_per_node, "nodes": self.nodes,
                 "healthyNodes": self.healthy_nodes}
@@ -92,9 +75,8 @@ class MigSummary:
 
 @dataclass(frozen=True)
 class FlavorQuota:
-    """One ResourceFlavor's quota for one resource in a ClusterQueue, in resource units
-    (GPUs for ``nvidia.com/gpu``). ``borrowing_limit`` None means unlimited within the cohort;
-    ``usage`` is the ClusterQueue's ``status.flavorsUsage`` total."""
+    """One ResourceFlavor's quota for one resource in a ClusterQueue, in resource units (GPUs for
+    ``nvidia.com/gpu``). ``borrowing_limit`` None: unlimited within the cohort."""
 
     flavor: str
     resource: str
@@ -117,14 +99,9 @@ def _num(d: Decimal) -> int | float:
 class ClusterState:
     """Everything admission reads, indexed for O(1) lookups.
 
-    ``profiles``: resolved profiles by name; ``profile_set_problem``: None when the profile set
-    is usable, else why it fails closed (stale ``profileSetHash``, no TauCluster).
-    ``workspaces``: by target namespace. ``local_queues``: by (namespace, name).
-    ``queue_quotas``: by (namespace, LocalQueue name), the flavor quotas of its ClusterQueue.
-    ``device_classes``: DRA DeviceClasses by name; ``claim_templates``: the claim spec
-    (``spec.spec``) of each ResourceClaimTemplate by (namespace, name); ``claims``: each
-    ResourceClaim's spec by (namespace, name) (``taugate.devices``); ``read_claim``: how a state
-    kept from watches reads one it does not hold yet (``claim_spec``), None for a snapshot.
+    ``profile_set_problem``: None when the profile set is usable, else why it fails closed.
+    ``read_claim``: how a state kept from watches reads a claim it does not hold yet; None for a
+    snapshot.
     """
 
     cluster: TauCluster | None
@@ -149,21 +126,17 @@ class ClusterState:
     gpu_nodes: GpuNodes = GpuNodes()
 
     def claim_spec(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
-        """The claim spec of ResourceClaimTemplate (``kind`` "template") or ResourceClaim ("claim")
-        ``name`` in ``namespace``: from this state, else, for a state kept from watches, read from the
-        API server (``read_claim``: one created a moment ago may not have reached the watch yet, as
-        when ``kubectl apply`` creates a template and the workload naming it back to back); None when
-        it does not exist or cannot be read."""
+        """The claim spec of a ResourceClaimTemplate (``kind`` "template") or ResourceClaim
+        ("claim"), else read through ``read_claim``: one created a moment ago may not have reached
+        the watch yet (``kubectl apply`` of a template and the workload naming it back to back)."""
         known = (self.claim_templates if kind == "template" else self.claims).get((namespace, name))
         if known is not None or self.read_claim is None:
             return known
         return self.read_claim(kind, namespace, name)
 
     def with_dra_object(self, obj: dict[str, Any], namespace: str) -> ClusterState:
-        """This state with one more DRA object (a DeviceClass, ResourceClaimTemplate or ResourceClaim
-        in ``namespace``), as the API server would hold it once created: ``taugate admit`` takes the
-        documents of its input in order, so a claim template before the workload that names it is
-        known to it, as through ``kubectl apply`` of the same file."""
+        """This state with one more DRA object: ``taugate admit`` takes its input in order, so a
+        claim template before the workload naming it is known to it, as through ``kubectl apply``."""
         found = _Objects()
         meta = given if isinstance(given := obj.get("metadata"), dict) else {}
         found.take({**obj, "metadata": {**meta, "namespace": namespace}}, source="input", strict=False,
@@ -187,10 +160,8 @@ class ClusterState:
         return {}
 
     def memo(self, name: str, size: int) -> Memo[Any, Any]:
-        """This state's memo ``name`` (made on first use, at most ``size`` entries) for a pure
-        function of the state (the policy input's context part, ``taugate.policy_input``; a
-        resolution, ``webhook.resolution``): a new state starts with none, so nothing outlives the
-        state it was computed from."""
+        """This state's memo ``name`` for a pure function of the state: a new state starts with
+        none, so nothing outlives the state it was computed from."""
         found = self._memos.get(name)
         if found is None:
             found = self._memos.setdefault(name, Memo(size))
@@ -198,19 +169,16 @@ class ClusterState:
 
     @cached_property
     def classes_input(self) -> dict[str, dict[str, Any]]:
-        """``gpu_classes`` as the policy input's ``cluster.gpuClasses`` holds them, built once per
-        state (shared by every request: read it, never change it)."""
+        """Built once per state and shared by every request: read it, never change it."""
         return {name: s.as_input() for name, s in self.gpu_classes.items()}
 
     @cached_property
     def mig_input(self) -> dict[str, dict[str, Any]]:
-        """``mig_resources`` as the policy input's ``cluster.migResources``, built once per state."""
         return {name: m.as_input() for name, m in self.mig_resources.items()}
 
     def applicable_profiles(self, ws: TauWorkspace, lane: str) -> tuple[ResolvedProfile, ...]:
-        """The profiles that apply to workspace ``ws`` for ``lane``, precomputed at build time so
-        a request costs the same with 5 profiles or 300 (a lane no profile names matches only
-        profiles without a lane list)."""
+        """Precomputed, so a request costs the same with 5 profiles or 300 (a lane no profile
+        names matches only profiles without a lane list)."""
         key = (ws.target_namespace, lane if lane in self.lanes else "")
         found = self.applicable.get(key)
         if found is None:
@@ -223,7 +191,7 @@ class ClusterState:
         return self.workspaces.get(namespace or "")
 
     def queues_of(self, ws: TauWorkspace) -> list[str]:
-        """LocalQueue names a workspace may use: its own queue (DESIGN section 2)."""
+        """LocalQueue names a workspace may use: its own queue (ARCHITECTURE.md section 2)."""
         return [ws.local_queue(self.default_queue)]
 
 
@@ -231,10 +199,9 @@ INSTANCE_TYPE_LABELS = ("node.kubernetes.io/instance-type", "beta.kubernetes.io/
 
 
 def rule_matches(rule: Any, node_labels: dict[str, str]) -> bool:
-    """Does a TauCluster node label rule select a node? TauGrid rule: ``match.vmSizes`` against
-    the AKS VM size label (``node.kubernetes.io/instance-type``), an empty list matching every
-    node; taugate extension: ``gpuProducts`` against GPU Feature Discovery's
-    ``nvidia.com/gpu.product``. With both lists set, either match selects the node."""
+    """Does a TauCluster node label rule select a node? TauGrid's ``match.vmSizes`` against
+    ``node.kubernetes.io/instance-type`` (empty matches every node); taugate's ``gpuProducts``
+    against ``nvidia.com/gpu.product``. With both set, either match selects."""
     vm_sizes, products = rule.match.vm_sizes, rule.gpu_products
     if not vm_sizes and not products:
         return True
@@ -244,9 +211,8 @@ def rule_matches(rule: Any, node_labels: dict[str, str]) -> bool:
 
 
 def node_gpu_class(node: dict[str, Any], settings: Settings, rules: Iterable[Any] = ()) -> str | None:
-    """A node's GPU class: its ``settings.gpu_class_label`` label, else the value the first
-    matching TauCluster node label rule (``rule_matches``) gives that label, so the class is
-    known before the operator has labelled the node."""
+    """Its ``settings.gpu_class_label``, else what the first matching node label rule gives it, so
+    the class is known before the operator has labelled the node."""
     node_labels = (node.get("metadata") or {}).get("labels") or {}
     if settings.gpu_class_label in node_labels:
         labelled: str = node_labels[settings.gpu_class_label]
@@ -274,7 +240,6 @@ def node_problems(node: dict[str, Any], settings: Settings) -> tuple[str, ...]:
 
 
 def has_gpus(node: dict[str, Any]) -> bool:
-    """Whether a Node has ``nvidia.com/gpu`` or another GPU device resource allocatable."""
     alloc = (node.get("status") or {}).get("allocatable") or {}
     return any(isinstance(k, str) and (k == labels.GPU_RESOURCE or is_device_resource(k))
                and (quantity(v) or Decimal(0)) > 0 for k, v in alloc.items())
@@ -282,7 +247,6 @@ def has_gpus(node: dict[str, Any]) -> bool:
 
 def summarise_gpu_classes(nodes: Iterable[dict[str, Any]], settings: Settings,
                           rules: Iterable[Any] = ()) -> dict[str, GpuClassSummary]:
-    """Per GPU class summary of nodes with allocatable ``nvidia.com/gpu`` > 0 (pure)."""
     rules = list(rules)
     acc: dict[str, dict[str, Any]] = {}
     for node in nodes:
@@ -312,7 +276,6 @@ def summarise_gpu_classes(nodes: Iterable[dict[str, Any]], settings: Settings,
 
 
 def summarise_mig_resources(nodes: Iterable[dict[str, Any]], settings: Settings) -> dict[str, MigSummary]:
-    """Per MIG slice resource (allocatable ``nvidia.com/mig-*`` > 0), the nodes offering it (pure)."""
     acc: dict[str, list[int]] = {}
     for node in nodes:
         alloc = (node.get("status") or {}).get("allocatable") or {}
@@ -335,8 +298,8 @@ def summarise_mig_resources(nodes: Iterable[dict[str, Any]], settings: Settings)
 
 
 def cluster_queue_quotas(cq: dict[str, Any]) -> tuple[FlavorQuota, ...]:
-    """Every (flavor, resource) quota of a Kueue ClusterQueue with its current usage. The cohort
-    is ``spec.cohortName`` (kueue.x-k8s.io/v1beta2) or ``spec.cohort`` (v1beta1, in snapshots)."""
+    """The cohort is ``spec.cohortName`` (kueue.x-k8s.io/v1beta2) or ``spec.cohort`` (v1beta1,
+    in snapshots)."""
     spec, status = cq.get("spec") or {}, cq.get("status") or {}
     cohort = spec.get("cohortName") or spec.get("cohort")
     usage: dict[tuple[str, str], Decimal] = {}
@@ -360,15 +323,12 @@ def _now() -> str:
 
 def build_state(objects: Iterable[dict[str, Any]], settings: Settings | None = None, *, generation: int = 0,
                 source: str = "snapshot", strict: bool = False, check_types: bool = False) -> ClusterState:
-    """Build a ``ClusterState`` from plain objects (pure apart from reading the clock).
+    """A ``ClusterState`` from plain objects (pure apart from reading the clock).
 
-    When the TauCluster has no ``status.workloadProfiles`` (an offline snapshot), profiles are
-    resolved here with the controller's own function. When it has one whose ``profileSetHash``
-    differs from the hash of ``spec.workloadProfiles``, the set is stale and admission fails
-    closed (``profile_set_problem``). Raises ``SnapshotError`` for objects that break the
-    TauGrid schema, naming the object; with ``strict`` (a file, not watches) also for a second
-    TauCluster or one not named ``cluster`` (watches ignore those), and with ``check_types``
-    for Kubernetes and Kueue objects whose fields have the wrong type.
+    A TauCluster without ``status.workloadProfiles`` (an offline snapshot) is resolved here with
+    the controller's own function; one whose ``profileSetHash`` differs from its spec's is stale,
+    and admission fails closed. ``strict`` (a file, not watches) also refuses a second TauCluster
+    or one not named ``cluster``, which watches ignore.
     """
     settings = settings or Settings()
     found = _Objects()
@@ -400,8 +360,6 @@ def build_state(objects: Iterable[dict[str, Any]], settings: Settings | None = N
 
 
 def _check_types(obj: dict[str, Any], source: str) -> None:
-    """Raise ``SnapshotError`` when a Kubernetes or Kueue object's fields have the wrong type
-    (``taugate.state_objects.state_object_problem``) or a TauCluster/TauWorkspace is not plain JSON."""
     kind = obj.get("kind")
     meta = found if isinstance(found := obj.get("metadata"), dict) else {}
     name = meta.get("name")
@@ -417,7 +375,6 @@ def _check_types(obj: dict[str, Any], source: str) -> None:
 
 @dataclass
 class _Objects:
-    """The objects ``build_state`` reads, sorted by kind as they are taken."""
 
     cluster: TauCluster | None = None
     workspaces: dict[str, TauWorkspace] = field(default_factory=dict)
@@ -431,7 +388,6 @@ class _Objects:
     claims: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
 
     def take(self, obj: Any, *, source: str, strict: bool, check_types: bool) -> None:
-        """Add one object (other kinds are ignored); raises ``SnapshotError`` as ``build_state`` says."""
         if not isinstance(obj, dict):
             raise SnapshotError(f"{source}: expected Kubernetes objects, found {type(obj).__name__}")
         kind = obj.get("kind")
@@ -489,9 +445,7 @@ def _profiles(cluster: TauCluster | None, lqs: dict[tuple[str, str], dict[str, A
               cqs: dict[str, dict[str, Any]], rfs: dict[str, dict[str, Any]],
               gpu_classes: dict[str, GpuClassSummary],
               priority_classes: set[str]) -> tuple[dict[str, ResolvedProfile], str, str | None]:
-    """The resolved profiles by name, the profile set hash, and why admission must fail closed
-    (no TauCluster, or a status resolved for another spec) or None. Without a status (an offline
-    snapshot) the profiles are resolved here with the controller's own function."""
+    """The resolved profiles, the profile set hash, and why admission must fail closed, or None."""
     if cluster is None:
         return {}, "", "no TauCluster named 'cluster' is known, so no workload profile can be resolved"
     set_hash = profile_set_hash(cluster.spec.workload_profiles)
@@ -511,12 +465,9 @@ def _profiles(cluster: TauCluster | None, lqs: dict[tuple[str, str], dict[str, A
 
 
 def read_objects(path: str | _Path) -> list[dict[str, Any]]:
-    """Every object in a YAML or JSON file (``-``: standard input): multi-document YAML, a JSON
-    array, ``kind: List`` expanded. Read with ``taugate.files``: at most ``MAX_INPUT_BYTES``,
-    duplicate keys refused with their line, YAML aliases bounded.
-
-    Raises ``SnapshotError`` with the file name and the problem (missing file, YAML error with
-    line, a document that is not a mapping)."""
+    """Every object in a YAML or JSON file (``-``: standard input), read with ``taugate.files``
+    (size bound, duplicate keys refused, aliases bounded); raises ``SnapshotError`` naming the
+    file and the problem."""
     name = "standard input" if str(path) == "-" else str(path)
     try:
         docs = load_documents(read_limited(path), name)
@@ -540,11 +491,8 @@ def read_objects(path: str | _Path) -> list[dict[str, Any]]:
 
 
 def load_snapshot(path: str | _Path, settings: Settings | None = None) -> ClusterState:
-    """Load a snapshot file into a ``ClusterState``; ``SnapshotError`` (one line naming the
-    file, the object and the field) on bad input, including a snapshot without the TauCluster.
-    Every field cluster state reads is type-checked first (``state_object_problem`` for Kubernetes
-    and Kueue objects; the TauGrid models in pydantic's strict mode, integers within int64), so a
-    wrong type is refused here instead of misleading admission later."""
+    """Every field cluster state reads is type-checked first, so a wrong type is refused here
+    instead of misleading admission later; ``SnapshotError`` names the file, object and field."""
     objects = read_objects(path)
     try:
         state = build_state(objects, settings, source=str(path), strict=True, check_types=True)

@@ -1,9 +1,6 @@
-"""The API objects a ``ClusterState`` is built from (pure): their resources, their structure as far
-as cluster state reads them (pydantic models, ``state_object_problem``), trimmed to what admission
-reads, and sorted into what ``taugate.snapshot.build_state`` can take and what it must leave out.
-Shared by the webhook's state watch (``taugate.webhook.state_watch``) and ``taugate snapshot
-export`` (``taugate.controllers.export``), so both read the cluster alike.
-"""
+"""The API objects a ``ClusterState`` is built from (pure): their resources, models, trimming and
+sorting, shared by the webhook's state watch and ``taugate snapshot export`` so both read the
+cluster alike."""
 
 from __future__ import annotations
 
@@ -28,9 +25,8 @@ from taugate.structure import (
 )
 
 NODES = Resource("", "v1", "nodes", "Node", False)
-# Kueue's storage version since v0.15; v1beta1 is deprecated in v0.17 ("This version is
-# deprecated. Use v1beta2 instead.") and, read without Kueue's conversion webhook, loses the
-# fields v1beta2 renamed (ClusterQueue ``cohort`` is ``cohortName``).
+# Kueue's storage version since v0.15; v1beta1 is deprecated in v0.17 and, read without Kueue's
+# conversion webhook, loses the fields v1beta2 renamed (ClusterQueue ``cohort`` is ``cohortName``).
 LOCAL_QUEUES = Resource("kueue.x-k8s.io", "v1beta2", "localqueues", "LocalQueue", True)
 CLUSTER_QUEUES = Resource("kueue.x-k8s.io", "v1beta2", "clusterqueues", "ClusterQueue", False)
 RESOURCE_FLAVORS = Resource("kueue.x-k8s.io", "v1beta2", "resourceflavors", "ResourceFlavor", False)
@@ -39,8 +35,7 @@ WORKLOAD_PRIORITY_CLASSES = Resource("kueue.x-k8s.io", "v1beta2", "workloadprior
 TAU_CLUSTERS = Resource(labels.GROUP, labels.VERSION, "clusters", "TauCluster", False)
 TAU_WORKSPACES = Resource(labels.GROUP, labels.VERSION, "workspaces", "TauWorkspace", True)
 
-# Dynamic Resource Allocation (resource.k8s.io/v1, GA in Kubernetes 1.34): what a pod's resourceClaims
-# and DRA extended resources ask for is read from these (taugate.devices).
+# Dynamic Resource Allocation (resource.k8s.io/v1, GA in Kubernetes 1.34)
 DEVICE_CLASSES = Resource("resource.k8s.io", "v1", "deviceclasses", "DeviceClass", False)
 RESOURCE_CLAIM_TEMPLATES = Resource("resource.k8s.io", "v1", "resourceclaimtemplates", "ResourceClaimTemplate", True)
 RESOURCE_CLAIMS = Resource("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", True)
@@ -49,10 +44,9 @@ DRA_RESOURCES = (DEVICE_CLASSES, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS)
 
 STATE_RESOURCES = (TAU_CLUSTERS, TAU_WORKSPACES, NODES, LOCAL_QUEUES, CLUSTER_QUEUES, RESOURCE_FLAVORS,
                    WORKLOAD_PRIORITY_CLASSES, *DRA_RESOURCES)
-"""The objects a ClusterState is built from (``taugate.snapshot.build_state``), in snapshot order."""
+"""In snapshot order."""
 
 CLUSTER_NAME = "cluster"
-"""The name of the TauCluster singleton."""
 
 _DROP_META = ("managedFields", "selfLink")
 
@@ -60,12 +54,8 @@ Obj = dict[str, Any]
 
 
 def trim(res: Resource, obj: Obj) -> Obj:
-    """The part of an object admission needs (memory: Nodes are large and numerous): Nodes keep
-    name, labels, ``spec.unschedulable``/taints and ``status.allocatable``/conditions (type,
-    status); a DeviceClass its name and ``spec.extendedResourceName``; a ResourceClaim(Template)
-    its name, namespace and the devices it asks for (a claim the resource-claim controller made
-    for a pod, which has an owner, keeps nothing: no workload names it); every object loses
-    ``metadata.managedFields``."""
+    """The part of an object admission needs (memory: Nodes are large and numerous). A claim the
+    resource-claim controller made for a pod (it has an owner) keeps nothing: no workload names it."""
     kept_meta = {k: v for k, v in metadata_of(obj).items() if k not in _DROP_META}
     if res in (DEVICE_CLASSES, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS):
         return _trim_dra(res, obj, kept_meta)
@@ -103,7 +93,6 @@ def _where(obj: Obj) -> str:
 
 
 def _cluster_problem(obj: Obj) -> str | None:
-    """Why a TauCluster cannot be read, or None."""
     if name_of(obj) != CLUSTER_NAME:
         return f"{_where(obj)}: only the TauCluster named {CLUSTER_NAME!r} is read"
     try:
@@ -119,11 +108,9 @@ def _age_key(obj: Obj) -> tuple[str, str]:
 
 
 def usable_objects(objects: Iterable[Obj], system_namespace: str | None = None) -> tuple[list[Obj], list[str]]:
-    """Objects ``build_state`` can take, and why others were left out (pure): a TauCluster not
-    named ``cluster`` or not matching the schema; a TauWorkspace outside ``system_namespace``
-    (when given: the operator serves only those, so only those may claim a namespace), not
-    matching the schema, or the younger (creationTimestamp, then name) of two targeting one
-    namespace."""
+    """Objects ``build_state`` can take, and why others were left out (pure). A TauWorkspace outside
+    ``system_namespace`` is left out: the operator serves only those, so only those may claim a
+    namespace; of two targeting one namespace the younger is."""
     kept: list[Obj] = []
     skipped: list[str] = []
     by_target: dict[str, Obj] = {}
@@ -158,14 +145,12 @@ def usable_objects(objects: Iterable[Obj], system_namespace: str | None = None) 
     return kept, skipped
 
 
-# The models of the other owners' objects cluster state reads: core/v1 Node and Kueue's objects,
-# as far as ``taugate.snapshot`` reads them (pydantic, as ``taugate.structure`` says). Field types
-# follow the Go API types (k8s.io/api core/v1; sigs.k8s.io/kueue apis/kueue/v1beta2; a snapshot
-# may still hold v1beta1 objects, whose ClusterQueue names its cohort ``cohort``).
+# Types follow the Go API types (k8s.io/api core/v1; sigs.k8s.io/kueue apis/kueue/v1beta2; a
+# snapshot may still hold v1beta1 objects, whose ClusterQueue names its cohort ``cohort``).
 
 
 class Taint(TypedDict, total=False):
-    """core/v1 Taint: ``key`` (required), ``value``, ``effect``."""
+    """core/v1 Taint."""
 
     key: Required[str]
     value: str | None
@@ -173,21 +158,21 @@ class Taint(TypedDict, total=False):
 
 
 class NodeCondition(TypedDict):
-    """core/v1 NodeCondition: ``type`` and ``status`` (True, False, Unknown)."""
+    """core/v1 NodeCondition."""
 
     type: str
     status: str
 
 
 class NodeSpec(TypedDict, total=False):
-    """core/v1 NodeSpec: ``unschedulable`` and ``taints``."""
+    """core/v1 NodeSpec."""
 
     unschedulable: bool | None
     taints: list[Taint] | None
 
 
 class NodeStatus(TypedDict, total=False):
-    """core/v1 NodeStatus: ``allocatable`` and ``capacity`` (resource name to quantity), ``conditions``."""
+    """core/v1 NodeStatus."""
 
     allocatable: dict[str, BoundedQuantity | None] | None
     capacity: dict[str, BoundedQuantity | None] | None
@@ -195,7 +180,7 @@ class NodeStatus(TypedDict, total=False):
 
 
 class Node(TypedDict, total=False):
-    """core/v1 Node: schedulability, taints, allocatable and capacity, condition types."""
+    """core/v1 Node."""
 
     metadata: Required[NamedMeta]
     spec: NodeSpec | None
@@ -203,20 +188,20 @@ class Node(TypedDict, total=False):
 
 
 class LocalQueueSpec(TypedDict):
-    """Kueue LocalQueueSpec: the ClusterQueue it submits to."""
+    """Kueue LocalQueueSpec."""
 
     clusterQueue: str
 
 
 class LocalQueue(TypedDict, total=False):
-    """Kueue LocalQueue: ``spec.clusterQueue``, required."""
+    """Kueue LocalQueue."""
 
     metadata: Required[NamedMeta]
     spec: Required[LocalQueueSpec]
 
 
 class LabelSelectorRequirement(TypedDict, total=False):
-    """meta/v1 LabelSelectorRequirement: ``key``, ``operator``, ``values``."""
+    """meta/v1 LabelSelectorRequirement."""
 
     key: Required[str]
     operator: Required[str]
@@ -224,14 +209,14 @@ class LabelSelectorRequirement(TypedDict, total=False):
 
 
 class LabelSelector(TypedDict, total=False):
-    """meta/v1 LabelSelector: ``matchLabels`` and ``matchExpressions``."""
+    """meta/v1 LabelSelector."""
 
     matchLabels: StringMap | None
     matchExpressions: list[LabelSelectorRequirement] | None
 
 
 class ResourceQuota(TypedDict, total=False):
-    """Kueue ResourceQuota: one resource of a flavor, its nominal quota and borrowing/lending limits."""
+    """Kueue ResourceQuota."""
 
     name: Required[str]
     nominalQuota: BoundedQuantity | None
@@ -240,14 +225,14 @@ class ResourceQuota(TypedDict, total=False):
 
 
 class FlavorQuotas(TypedDict, total=False):
-    """Kueue FlavorQuotas: a ResourceFlavor and its resources' quotas."""
+    """Kueue FlavorQuotas."""
 
     name: Required[str]
     resources: list[ResourceQuota] | None
 
 
 class ResourceGroup(TypedDict, total=False):
-    """Kueue ResourceGroup: the resources it covers and the flavors that give them."""
+    """Kueue ResourceGroup."""
 
     coveredResources: list[str] | None
     flavors: list[FlavorQuotas] | None
@@ -272,22 +257,21 @@ class ResourceUsage(TypedDict, total=False):
 
 
 class FlavorUsage(TypedDict, total=False):
-    """Kueue FlavorUsage: a flavor and the usage of each of its resources."""
+    """Kueue FlavorUsage."""
 
     name: Required[str]
     resources: list[ResourceUsage] | None
 
 
 class ClusterQueueStatus(TypedDict, total=False):
-    """Kueue ClusterQueueStatus: usage (``flavorsUsage``) and reservation (``flavorsReservation``)."""
+    """Kueue ClusterQueueStatus."""
 
     flavorsUsage: list[FlavorUsage] | None
     flavorsReservation: list[FlavorUsage] | None
 
 
 class ClusterQueue(TypedDict, total=False):
-    """Kueue ClusterQueue: cohort, namespace selector, queueing strategy, the quotas of
-    ``spec.resourceGroups`` and the usage in ``status.flavorsUsage``/``flavorsReservation``."""
+    """Kueue ClusterQueue."""
 
     metadata: Required[NamedMeta]
     spec: ClusterQueueSpec | None
@@ -295,7 +279,7 @@ class ClusterQueue(TypedDict, total=False):
 
 
 class ResourceFlavorSpec(TypedDict, total=False):
-    """Kueue ResourceFlavorSpec: the nodes a flavor stands for and how to reach them."""
+    """Kueue ResourceFlavorSpec."""
 
     nodeLabels: StringMap | None
     nodeTaints: list[Taint] | None
@@ -304,7 +288,7 @@ class ResourceFlavorSpec(TypedDict, total=False):
 
 
 class ResourceFlavor(TypedDict, total=False):
-    """Kueue ResourceFlavor: node labels, node taints, tolerations, topology name."""
+    """Kueue ResourceFlavor."""
 
     metadata: Required[NamedMeta]
     spec: ResourceFlavorSpec | None
@@ -319,20 +303,20 @@ class Named(TypedDict):
 
 
 class DeviceClassSpec(TypedDict, total=False):
-    """resource.k8s.io/v1 DeviceClassSpec, as far as admission reads it."""
+    """resource.k8s.io/v1 DeviceClassSpec."""
 
     extendedResourceName: str | None
 
 
 class DeviceClass(TypedDict, total=False):
-    """resource.k8s.io/v1 DeviceClass: a kind of device DRA drivers offer (a GPU class)."""
+    """resource.k8s.io/v1 DeviceClass."""
 
     metadata: Required[NamedMeta]
     spec: DeviceClassSpec | None
 
 
 class DeviceSubRequest(TypedDict, total=False):
-    """resource.k8s.io/v1 ExactDeviceRequest and DeviceSubRequest: a DeviceClass and how many."""
+    """resource.k8s.io/v1 ExactDeviceRequest and DeviceSubRequest."""
 
     deviceClassName: Required[str]
     allocationMode: str | None
@@ -341,7 +325,7 @@ class DeviceSubRequest(TypedDict, total=False):
 
 
 class DeviceRequest(TypedDict, total=False):
-    """resource.k8s.io/v1 DeviceRequest: ``exactly`` one kind of device, or ``firstAvailable``."""
+    """resource.k8s.io/v1 DeviceRequest."""
 
     name: str
     exactly: DeviceSubRequest | None
@@ -349,7 +333,7 @@ class DeviceRequest(TypedDict, total=False):
 
 
 class DeviceClaim(TypedDict, total=False):
-    """resource.k8s.io/v1 DeviceClaim: the requests of a claim (constraints and config as present)."""
+    """resource.k8s.io/v1 DeviceClaim."""
 
     requests: list[DeviceRequest] | None
 
@@ -361,7 +345,7 @@ class ClaimSpec(TypedDict, total=False):
 
 
 class ResourceClaim(TypedDict, total=False):
-    """resource.k8s.io/v1 ResourceClaim: devices asked for once, by name, shared by its pods."""
+    """resource.k8s.io/v1 ResourceClaim: asked for once, by name, shared by its pods."""
 
     metadata: Required[NamedMeta]
     spec: ClaimSpec | None
@@ -386,14 +370,11 @@ STATE_KINDS: dict[str, TypeAdapter[Any]] = {
         ("ResourceFlavor", ResourceFlavor), ("WorkloadPriorityClass", Named), ("TauCluster", Named),
         ("TauWorkspace", Named), ("DeviceClass", DeviceClass), ("ResourceClaim", ResourceClaim),
         ("ResourceClaimTemplate", ResourceClaimTemplate))}
-"""The other owners' kinds cluster state reads, and their models' adapters."""
 
 
 def state_object_problem(obj: dict[str, Any]) -> str | None:
-    """The first type problem of a Node, LocalQueue, ClusterQueue, ResourceFlavor or
-    WorkloadPriorityClass, or of a TauCluster's or TauWorkspace's name (``STATE_KINDS``) as one
-    line, ``field: problem`` (a Kubernetes field path); None when it has the structure cluster state
-    reads, and for other kinds."""
+    """The first type problem of a ``STATE_KINDS`` object as one line, ``field: problem``; None
+    when it has the structure cluster state reads, and for other kinds."""
     kind = obj.get("kind")
     adapter = STATE_KINDS.get(kind) if isinstance(kind, str) else None
     found = problems(adapter, obj) if adapter is not None else []

@@ -1,46 +1,16 @@
 """Structure checks: does an object have the types its API gives it, where taugate reads or writes?
 
-One way to check structure in taugate: pydantic (v2). taugate's own kinds (TauCluster,
-TauWorkspace, TauQuotaRequest, TauRun) are pydantic models in ``taugate.models`` and
-``taugate.run_models`` (which also generate their CRDs). Everyone else's objects (core/v1,
-batch/v1, KubeRay, Kueue, the AdmissionReview) are ``TypedDict``s of exactly the fields taugate
-reads, validated with a ``pydantic.TypeAdapter`` (compiled once, to pydantic-core): the shared
-parts here (``ObjectMeta``, ``PodTemplateSpec``, ``AdmissionReviewModel``), each workload kind's
-``spec`` in its module (``taugate.kinds``), the objects cluster state reads in
-``taugate.state_objects``. Their schemas belong to their owners: unknown fields are ignored, and
-the object itself is never replaced by the validated copy (validation only).
+The API server checks an object against its schema only after the mutating webhooks run, so they
+see objects as a client sent them; a bad field is denied naming its path, never a crash.
 
-The API server checks an object against its schema only after the mutating webhooks have run, so
-they see objects exactly as a client sent them. ``workload_problems`` (through
-``taugate.kinds.base.WorkloadKind.malformed``, on every admission request) gives ``(field path,
-problem)`` for every field without its API type, so a bad object is denied naming the path and
-never crashes the webhook.
-
-Rules of every model:
-
-- strict types (``validate_python(..., strict=True)``): ``"2"`` is not a number, ``"true"`` not a
-  boolean, as in the Go API types;
-- null is an absent field where Kubernetes treats it so (an optional pointer, slice or map in Go):
-  write such a field ``NotRequired`` (``total=False``) with ``| None``; a field the API requires
-  is ``Required[...]`` without ``None`` (null then reads "is missing; it is required");
-- ranges and grammars are ``Annotated`` types whose validator raises ``PydanticCustomError`` with
-  taugate's own message, starting ``is ...`` (``Int32``, ``Quantity``, ...): what was asked, what
-  is allowed;
-- ``problem`` turns every pydantic error (foreign objects and taugate's own kinds alike) into one
-  line in those words, its ``loc`` into the one field-path type (``taugate.fieldpath.loc_path``).
-
-How to write a new workload kind's model (``taugate.kinds``): in the kind's module, a
-``TypedDict`` (``total=False``, from ``typing_extensions``, which pydantic needs on Python 3.11) of
-its ``spec`` with every field ``pod_templates`` (and the kind's ``checks``) read, typed from the
-kind's Go API types (``*int32`` -> ``Int32 | None``; ``*bool`` -> ``bool | None``; a
-``corev1.PodTemplateSpec`` -> ``PodTemplateSpec``; ``map[string]string`` -> ``StringMap | None``;
-a required struct -> ``Required[...]``); a rule across fields is an ``AfterValidator`` raising
-``PydanticCustomError`` (its ``at`` context names the field under the model, as ``RayJobSpec``
-does). Set it as the kind's ``spec_model``; ``WorkloadKind.malformed`` checks ``metadata``
-(``ObjectMeta``) and ``spec`` with it. ``tests/admission/test_structure.py`` has a sketch.
-
-``object_depth_problem`` and ``json_problem`` find values no Kubernetes object can hold at all
-(nesting, integers past int64): not type checks, but the structure's outer bounds.
+A new kind's ``spec_model``: a ``TypedDict`` (``total=False``, from ``typing_extensions``, which
+pydantic needs on Python 3.11) of every field ``pod_templates`` and ``checks`` read, typed from
+the Go API types: ``*int32`` -> ``Int32 | None``, ``*bool`` -> ``bool | None``, a
+``corev1.PodTemplateSpec`` -> ``PodTemplateSpec``, a required field -> ``Required[...]`` without
+``None`` (an optional pointer, slice or map takes ``| None``: null is absent). A rule across fields
+is an ``AfterValidator`` raising ``PydanticCustomError`` with a message starting ``is ...`` (its
+``at`` context names the field, as ``RayJobSpec`` does). ``tests/admission/test_structure.py``
+has a sketch.
 """
 from __future__ import annotations
 
@@ -60,7 +30,6 @@ from taugate.pods import INT32_MAX, json_bytes, quantity
 
 
 def json_type(value: Any) -> str:
-    """The JSON name of a value's type: an object, an array, a string, a number, a boolean or null."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -75,24 +44,22 @@ def json_type(value: Any) -> str:
 
 
 def _short(value: Any) -> str:
-    """``repr`` of a value quoted in a problem, cut to 80 characters."""
     return _cut(repr(value))
 
 
 def _cut(text: str) -> str:
-    """``text`` cut to 80 characters."""
     return text if len(text) <= 80 else text[:77] + "..."
 
 
 # --- Annotated types: ranges and grammars, with taugate's messages --------------------------------
 
 INT64 = (-(2**63), 2**63 - 1)
-"""The range of a Kubernetes integer field (int64; apimachinery decodes JSON numbers into it)."""
+"""A Kubernetes integer field's range (int64; apimachinery decodes JSON numbers into it)."""
 
 
 def whole_number(lo: int, hi: int, what: str) -> PlainValidator:
-    """The validator of an ``Annotated`` int from ``lo`` to ``hi`` (a JSON integer, never a boolean
-    or a float); ``what`` is the allowed range in words, quoted in the problem."""
+    """An ``Annotated`` int from ``lo`` to ``hi`` (never a boolean or a float); ``what`` is the
+    allowed range in words."""
     def check(value: Any) -> int:
         if type(value) is int and lo <= value <= hi:
             return value
@@ -117,8 +84,7 @@ _QUANTITY = re.compile(r"^\+?(\d+(\.\d*)?|\.\d+)([KMGTPE]i|[numkMGTPE]|[eE][+-]?
 
 @lru_cache(maxsize=1024)
 def _quantity_text(raw: str) -> bool:
-    """True when ``raw`` matches the quantity grammar; the same few strings ("1", "8Gi")
-    recur on every request, so the answers are remembered."""
+    """Remembered: the same few strings ("1", "8Gi") recur on every request."""
     return _QUANTITY.match(raw) is not None
 
 
@@ -148,8 +114,7 @@ def _bounded(q: Decimal | None) -> bool:
 
 @lru_cache(maxsize=1024)
 def _bounded_text(raw: str) -> bool:
-    """True when ``raw`` is a quantity from 0 to ``MAX_QUANTITY``; a Node's "96", "1800Gi"
-    recur on every node of a snapshot, so the answers are remembered."""
+    """Remembered: a Node's "96", "1800Gi" recur on every node of a snapshot."""
     return _bounded(quantity(raw))
 
 
@@ -169,14 +134,12 @@ BoundedQuantity = Annotated[Any, PlainValidator(_bounded_quantity)]
 ``MAX_QUANTITY``."""
 
 StringMap = dict[str, str]
-"""Labels, annotations, node selectors, ``rayStartParams``: string keys to string values."""
 
 # --- core/v1, as far as taugate reads it ------------------------------------------------------
 
 
 class ObjectMeta(TypedDict, total=False):
-    """meta/v1 ObjectMeta: the names taugate reads and writes, labels, annotations and finalizers
-    (taugate adds Kueue's to a queued Pod)."""
+    """meta/v1 ObjectMeta, as far as taugate reads and writes it."""
 
     name: str | None
     generateName: str | None
@@ -187,7 +150,7 @@ class ObjectMeta(TypedDict, total=False):
 
 
 class NamedMeta(TypedDict, total=False):
-    """ObjectMeta of a stored object, whose ``name`` cluster state reads (``ObjectMeta`` otherwise)."""
+    """ObjectMeta of a stored object, whose ``name`` cluster state reads."""
 
     name: Required[str]
     namespace: str | None
@@ -196,7 +159,7 @@ class NamedMeta(TypedDict, total=False):
 
 
 class NodeSelectorRequirement(TypedDict, total=False):
-    """core/v1 NodeSelectorRequirement: ``key``, ``operator`` (In, NotIn, Exists, ...) and ``values``."""
+    """core/v1 NodeSelectorRequirement."""
 
     key: str | None
     operator: str | None
@@ -204,40 +167,40 @@ class NodeSelectorRequirement(TypedDict, total=False):
 
 
 class NodeSelectorTerm(TypedDict, total=False):
-    """core/v1 NodeSelectorTerm: requirements on node labels and fields, all of which must hold."""
+    """core/v1 NodeSelectorTerm."""
 
     matchExpressions: list[NodeSelectorRequirement] | None
     matchFields: list[NodeSelectorRequirement] | None
 
 
 class NodeSelector(TypedDict, total=False):
-    """core/v1 NodeSelector: terms of which one must hold (required node affinity)."""
+    """core/v1 NodeSelector."""
 
     nodeSelectorTerms: list[NodeSelectorTerm] | None
 
 
 class PreferredSchedulingTerm(TypedDict, total=False):
-    """core/v1 PreferredSchedulingTerm: a term and its ``weight`` (1 to 100)."""
+    """core/v1 PreferredSchedulingTerm."""
 
     weight: Weight | None
     preference: NodeSelectorTerm | None
 
 
 class NodeAffinity(TypedDict, total=False):
-    """core/v1 NodeAffinity: required terms and weighted preferred terms."""
+    """core/v1 NodeAffinity."""
 
     requiredDuringSchedulingIgnoredDuringExecution: NodeSelector | None
     preferredDuringSchedulingIgnoredDuringExecution: list[PreferredSchedulingTerm] | None
 
 
 class Affinity(TypedDict, total=False):
-    """core/v1 Affinity, as far as placement reads it: the node affinity's terms."""
+    """core/v1 Affinity, as far as placement reads it."""
 
     nodeAffinity: NodeAffinity | None
 
 
 class Toleration(TypedDict, total=False):
-    """core/v1 Toleration: ``key``, ``operator``, ``value``, ``effect`` and ``tolerationSeconds`` (int64 s)."""
+    """core/v1 Toleration."""
 
     key: str | None
     operator: str | None
@@ -247,7 +210,7 @@ class Toleration(TypedDict, total=False):
 
 
 class ResourceRequirements(TypedDict, total=False):
-    """core/v1 ResourceRequirements: ``requests`` and ``limits``, resource name to quantity."""
+    """core/v1 ResourceRequirements."""
 
     requests: dict[str, Quantity] | None
     limits: dict[str, Quantity] | None
@@ -262,14 +225,13 @@ class Container(TypedDict, total=False):
 
 
 class PodSchedulingGate(TypedDict, total=False):
-    """core/v1 PodSchedulingGate: its ``name`` (Kueue holds a queued Pod with one)."""
+    """core/v1 PodSchedulingGate (Kueue holds a queued Pod with one)."""
 
     name: Required[str]
 
 
 class PodSpec(TypedDict, total=False):
-    """core/v1 PodSpec: the containers' resources (GPU demand), the placement taugate injects and
-    checks (nodeSelector, affinity, tolerations) and the volumes policies read."""
+    """core/v1 PodSpec, as far as taugate reads and writes it."""
 
     containers: Required[list[Container]]
     initContainers: list[Container] | None
@@ -288,12 +250,10 @@ def _some_container(spec: PodSpec) -> PodSpec:
 
 
 PodSpecWithContainers = Annotated[PodSpec, AfterValidator(_some_container)]
-"""A core/v1 PodSpec with at least one container (a Pod's ``spec``, a pod template's ``spec``)."""
 
 
 class PodTemplateSpec(TypedDict, total=False):
-    """core/v1 PodTemplateSpec (a workload's pod template): ``spec`` required, with at least one
-    container."""
+    """core/v1 PodTemplateSpec, with at least one container."""
 
     metadata: ObjectMeta | None
     spec: Required[PodSpecWithContainers]
@@ -303,7 +263,7 @@ class PodTemplateSpec(TypedDict, total=False):
 
 
 class GroupVersionKind(TypedDict, total=False):
-    """meta/v1 GroupVersionKind of an AdmissionRequest (``group`` "" for core/v1)."""
+    """meta/v1 GroupVersionKind (``group`` "" for core/v1)."""
 
     group: str
     version: str
@@ -311,8 +271,7 @@ class GroupVersionKind(TypedDict, total=False):
 
 
 class AdmissionRequest(TypedDict, total=False):
-    """admission/v1 ``AdmissionRequest``: who asks (``uid``, ``userInfo``), for what (``kind``,
-    ``operation``, ``namespace``, ``name``, ``subResource``) and the objects."""
+    """admission/v1 ``AdmissionRequest``."""
 
     uid: Required[Annotated[str, Field(min_length=1)]]
     kind: Required[GroupVersionKind]
@@ -341,7 +300,6 @@ def _carries_its_objects(req: AdmissionRequest) -> AdmissionRequest:
 
 
 class AdmissionReviewModel(TypedDict):
-    """admission.k8s.io/v1 (or v1beta1) ``AdmissionReview`` holding a request."""
 
     apiVersion: Literal["admission.k8s.io/v1", "admission.k8s.io/v1beta1"]
     kind: Literal["AdmissionReview"]
@@ -358,12 +316,9 @@ _MUST_BE = {"dict_type": "an object", "model_type": "an object", "list_type": "a
 
 
 def problem(err: ErrorDetails) -> tuple[str, str]:
-    """``(field path, problem)`` for one pydantic error: the path from its ``loc``
-    (``taugate.fieldpath.loc_path``; a custom error's ``at`` context names a field below it), the
-    problem in taugate's words, what the field is (its JSON type, and the value of a scalar) and
-    what it must be. A custom error (``PydanticCustomError``, whose message starts ``is ...``)
-    carries its own message; another of pydantic's (a taugate model's enum, a validator's
-    ``ValueError``) is quoted after what the field is."""
+    """``(field path, problem)`` for one pydantic error, in taugate's words: what the field is (its
+    JSON type, and the value of a scalar) and what it must be. A custom error's ``at`` context names
+    a field below its ``loc``; its message (starting ``is ...``) is used as is."""
     kind, value, ctx = err["type"], err["input"], err.get("ctx") or {}
     where = field_path(loc_path(err["loc"]) + ((ctx["at"],) if "at" in ctx else ()))
     must = _MUST_BE.get(kind)
@@ -379,21 +334,17 @@ def problem(err: ErrorDetails) -> tuple[str, str]:
 
 
 def validation_problems(error: ValidationError) -> list[tuple[str, str]]:
-    """``(field path, problem)`` for every error of a pydantic ``ValidationError`` (``problem``),
-    for foreign objects and taugate's own kinds alike."""
     return [problem(err) for err in error.errors(include_url=False)]
 
 
 def first_problem(error: ValidationError) -> str:
-    """The first problem of a ``ValidationError`` as one line, ``field: problem``."""
     where, what = problem(error.errors(include_url=False)[0])
     return f"{where}: {what}" if where else what
 
 
 def problems(adapter: TypeAdapter[Any], obj: Any) -> list[tuple[str, str]]:
-    """``(field path, problem)`` for every field of ``obj`` that does not have the type
-    ``adapter``'s model gives it (strict: no coercion), in the order pydantic finds them; ``[]``
-    when it has. ``obj`` is only read."""
+    """``(field path, problem)`` for every field of ``obj`` without the type ``adapter``'s model
+    gives it (strict: no coercion); ``[]`` when it has. ``obj`` is only read."""
     try:
         adapter.validate_python(obj, strict=True)
     except ValidationError as e:
@@ -403,9 +354,8 @@ def problems(adapter: TypeAdapter[Any], obj: Any) -> list[tuple[str, str]]:
 
 @lru_cache(maxsize=64)
 def workload_adapter(spec_model: Any) -> TypeAdapter[Any]:
-    """The ``TypeAdapter`` of a workload object whose ``spec`` (required) is ``spec_model`` and
-    whose ``metadata`` is ``ObjectMeta``; built once per model (pydantic compiles it to Rust)."""
-    # The functional form: the spec's model is only known here.
+    """Built once per model (pydantic compiles it to Rust)."""
+    # the functional form: the spec's model is only known here
     workload = TypedDict("workload", {"metadata": NotRequired[ObjectMeta | None],  # noqa: UP013
                                       "spec": Required[spec_model]}, total=False)
     return TypeAdapter(workload)
@@ -413,8 +363,7 @@ def workload_adapter(spec_model: Any) -> TypeAdapter[Any]:
 
 @lru_cache(maxsize=64)
 def _spec_adapter(spec_model: Any) -> TypeAdapter[Any]:
-    """``workload_adapter`` without ``metadata``: checks ``{"spec": ...}`` alone, so problems
-    carry their ``spec.`` paths."""
+    """``workload_adapter`` without ``metadata``, so problems carry their ``spec.`` paths."""
     return TypeAdapter(TypedDict("workload_spec", {"spec": Required[spec_model]}))  # type: ignore[operator]  # noqa: UP013
 
 
@@ -422,7 +371,6 @@ _METADATA: TypeAdapter[Any] = TypeAdapter(TypedDict("workload_metadata",  # type
                                                     {"metadata": NotRequired[ObjectMeta | None]}))
 
 ADMISSION_REVIEW: TypeAdapter[AdmissionReviewModel] = TypeAdapter(AdmissionReviewModel)
-"""Checks an AdmissionReview (``problems(ADMISSION_REVIEW, review)``)."""
 
 SPEC_MEMO_SIZE = 256
 """Specs whose problems are remembered (``workload_problems``); the memo starts again when full."""
@@ -432,22 +380,13 @@ _spec_memo: Memo[tuple[int, bytes], tuple[Any, list[tuple[str, str]]]] = Memo(SP
 
 
 def workload_problems(spec_model: Any, obj: Any, spec_json: bytes | None = None) -> list[tuple[str, str]]:
-    """``(field path, problem)`` for every field of a workload ``obj`` (``metadata`` and ``spec``,
-    ``spec_model`` the kind's model) without the type its API gives it: the metadata's first,
-    then the spec's.
+    """``(field path, problem)`` for every field of a workload ``obj`` without its API type: the
+    metadata's first, then the spec's.
 
-    A spec's problems depend on nothing but its JSON text, and the same spec comes again and
-    again (a pipeline submitting one job shape, the validating webhook seeing what the mutating
-    one saw, every UPDATE that leaves the spec alone): they are remembered by the spec's JSON
-    bytes (``SPEC_MEMO_SIZE`` specs). Equal bytes mean equal JSON values of equal JSON types
-    (orjson writes ``1`` and ``1.0``, ``true`` and ``1`` apart), which is all a strict check reads.
-    A spec orjson cannot write (nested past 255 levels, an integer beyond 64 bits) is checked
-    whole, every time. ``spec_json``: the spec's orjson text when the caller has it already
-    (``json_bytes(obj["spec"])``).
-
-    Depth comes first (``object_depth_problem``): a part of the object nested past ``MAX_DEPTH``
-    has that one problem, found before pydantic or a message formats any of its values (the
-    spec's answer is remembered with the rest)."""
+    A spec's problems are remembered by its JSON bytes (the validating webhook sees what the
+    mutating one saw; an UPDATE leaves the spec alone). Equal bytes mean equal JSON values of equal
+    JSON types (orjson writes ``1`` and ``1.0``, ``true`` and ``1`` apart), all a strict check
+    reads. Depth comes first, before pydantic or a message formats any value."""
     if type(obj) is not dict:
         return problems(workload_adapter(spec_model), obj)
     spec = obj.get("spec")
@@ -476,19 +415,14 @@ def workload_problems(spec_model: Any, obj: Any, spec_json: bytes | None = None)
 # --- values no Kubernetes object can hold ------------------------------------------------------
 
 MAX_DEPTH = 100
-"""How deep an object may nest (levels below its root). Kubernetes objects nest ~20 levels (a
-pod template's affinity is among the deepest). A review nested past 255 levels is HTTP 400
-(orjson's limit). Depth is checked before anything else reads a value (``workload_problems``,
-first thing of every admission path, the server's fast path included; ``taugate admit``'s
-files): formatting a value in a message, hashing it, copying it or handing it to the policy
-engine (whose JSON reader stops at 128 levels) recurses, so an object past ``MAX_DEPTH`` is
-denied naming the path (``object_depth_problem``), never a 500. The check costs ~5 us a RayJob
-(``_deeper_than``), and a spec's answer is remembered with its other problems."""
+"""How deep an object may nest below its root (Kubernetes objects nest ~20 levels; orjson stops at
+255 with HTTP 400). Checked before anything reads a value: formatting, hashing, copying or the
+policy engine (whose JSON reader stops at 128 levels) recurse, so a deeper object is denied naming
+the path, never a 500. ~5 us a RayJob."""
 
 
 def _deeper_than(obj: Any, limit: int) -> bool:
-    """True when some value of ``obj`` lies more than ``limit`` levels below it: one list of
-    the values per level, no paths kept (the cheap test run on every object)."""
+    """The cheap test run on every object: one list of values per level, no paths kept."""
     level, depth = [obj], 0
     while level:
         if depth > limit:
@@ -504,9 +438,8 @@ def _deeper_than(obj: Any, limit: int) -> bool:
 
 
 def object_depth_problem(obj: Any, limit: int = MAX_DEPTH) -> tuple[str, str] | None:
-    """``(field path, problem)`` for the first place ``obj`` nests deeper than ``limit``
-    levels, or None. Iterative (no recursion limit), stops at the first such place; the path
-    is searched for only when ``_deeper_than`` found one."""
+    """``(field path, problem)`` for the first place ``obj`` nests deeper than ``limit``, or None.
+    Iterative (no recursion limit)."""
     if not _deeper_than(obj, limit):
         return None
     stack: list[tuple[Any, Path]] = [(obj, ())]
@@ -523,8 +456,8 @@ def object_depth_problem(obj: Any, limit: int = MAX_DEPTH) -> tuple[str, str] | 
 
 
 def json_problem(obj: Any) -> str | None:
-    """One line naming the first value of ``obj`` that no Kubernetes object can hold: nesting
-    past ``MAX_DEPTH``, or an integer outside int64 (``INT64``); None when there is none."""
+    """The first value of ``obj`` no Kubernetes object can hold (too deep, an integer outside
+    int64), as one line; None when there is none."""
     deep = object_depth_problem(obj)
     if deep:
         return f"{deep[0]}: {deep[1]}"

@@ -1,35 +1,10 @@
 """Admission rules for taugate's own kinds (TauQuotaRequest, TauWorkspace, TauCluster): pure.
 
-``validate_tau_object(request, settings, state=None)`` takes an AdmissionReview ``request``
-(admission.k8s.io/v1: ``operation``, ``userInfo``, ``object``, ``oldObject``, ``subResource``)
-and returns every violation as a dict a ``taugate.violation.Violation`` (action ``deny``); an empty
-list allows the request. The webhook (``webhook.review.validate_tau``) renders them; the
-TauWorkspace controller reuses ``reserved_namespaces`` and ``namespace_refusal`` so admission and
-reconciliation refuse the same namespaces.
-
-Rules:
-- ``quota-approval``: only ``settings.admin_groups`` members and ``settings.admin_users`` may add,
-  change or remove the approval annotations (``tau.azure.com/approved``, ``/rejected``,
-  ``/reviewed-by``) of a TauQuotaRequest, and an approved request's ``spec`` is frozen for
-  everyone else (a changed request needs a new review). Decided from ``userInfo`` (username,
-  groups) as the API server authenticated it. The reviewer is the user who changed the approval
-  (``reviewer_to_record``: the mutating route ``/mutate-tau`` writes their name into
-  ``tau.azure.com/reviewed-by``, as the API server records a CertificateSigningRequest's
-  approver from the request), and a ``reviewed-by`` naming anyone else is refused, so nobody
-  approves "as" someone else.
-- ``tau-schema``: the object matches the TauGrid schema (the pydantic models in taugate.models).
-- ``workspace-namespace``: a TauWorkspace may not target a reserved namespace (``kube-system``,
-  ``kube-public``, ``kube-node-lease``, ``default``, taugate's own namespace, the system
-  namespace and every trusted controller's namespace) nor, when ``state`` is given, one another
-  workspace already targets. Adopting an existing namespace needs an admin's annotation on it
-  (``adoption_refusal``, judged by the TauWorkspace controller, which reads the Namespace).
-- ``workspace-spec``: queue names are DNS-1123 labels (Kueue LocalQueue names); TauGrid's
-  authorization rule (``workspace-rbac`` needs principalRef, kubernetesSubject and role;
-  ``cluster-wide`` forbids them); ``defaults.workloadProfile`` names a known profile (with state).
-- ``cluster-spec``: the TauCluster is the singleton ``cluster``; profile names are unique;
-  ``workerCount >= 1``; ``defaultLocalQueue`` and ``workspaceDefaults.defaultQueue`` are valid
-  LocalQueue names; TauGrid's priorities rule (both class names, or ``disableDefaultPriorities``);
-  ``maxGpusPerPod`` not above ``gpusPerWorker``.
+The TauWorkspace controller reuses ``reserved_namespaces`` and ``namespace_refusal`` so admission
+and reconciliation refuse the same namespaces. A TauQuotaRequest's reviewer is the user who
+changed the approval, written by ``/mutate-tau`` (as the API server records a
+CertificateSigningRequest's approver), and a ``reviewed-by`` naming anyone else is refused, so
+nobody approves "as" someone else; an approved request's ``spec`` is frozen for non-admins.
 """
 
 from __future__ import annotations
@@ -59,14 +34,10 @@ def _violation(policy: str, field: str, msg: str) -> Violation:
 
 
 def reserved_namespaces(settings: Settings) -> tuple[str, ...]:
-    """Namespaces no workspace may target: Kubernetes' own (``kube-system``, ``kube-public``,
-    ``kube-node-lease``, ``default``), the namespace taugate runs in (from
-    ``settings.service_account``), the system namespace holding TauWorkspaces, and the namespace
-    of every trusted controller (``settings.controller_users``, the chart's
-    ``webhook.trustedControllers``: ``ray-system``, ``kueue-system``, ``jobset-system``...). A
-    workspace's researchers may run pods as any ServiceAccount of their namespace, and a pod
-    running as a trusted controller's account creates objects taugate takes as that controller's
-    children (``mutation.is_child``), so none of those namespaces may become a workspace."""
+    """Namespaces no workspace may target: Kubernetes' own, taugate's, the system namespace, and
+    every trusted controller's. A workspace's researchers may run pods as any ServiceAccount of
+    their namespace, and a pod running as a trusted controller's account creates objects taugate
+    takes as that controller's children (``mutation.is_child``)."""
     out = list(ALWAYS_RESERVED)
     for user in (settings.service_account or "", *settings.controller_users):
         m = _SA_USER.match(user)
@@ -78,7 +49,6 @@ def reserved_namespaces(settings: Settings) -> tuple[str, ...]:
 
 
 def namespace_refusal(namespace: str, settings: Settings) -> str | None:
-    """Why a workspace may not target ``namespace`` (None when it may)."""
     if namespace in reserved_namespaces(settings):
         return (f"namespace {namespace!r} is reserved (reserved: {', '.join(reserved_namespaces(settings))}); "
                 f"set spec.target.namespace to a namespace of its own")
@@ -92,13 +62,10 @@ def _object(value: Any) -> dict[str, Any]:
 
 
 def adoption_refusal(namespace: dict[str, Any] | None, workspace: str) -> str | None:
-    """Why TauWorkspace ``workspace`` may not adopt the existing Namespace ``namespace`` (None when
-    it may, or when the namespace does not exist yet and taugate will create it): a namespace
-    taugate did not create for this workspace (labels ``tau.azure.com/managed-by=taugate`` and
-    ``tau.azure.com/workspace=<workspace>``, which it sets on the Namespaces it creates) is adopted
-    only with a platform admin's opt-in on the Namespace itself, the annotation
-    ``tau.azure.com/adopt-as-workspace=<workspace>`` (Namespaces are cluster-scoped, so only those
-    RBAC lets update Namespaces can write it; a workspace's creator cannot)."""
+    """Why TauWorkspace ``workspace`` may not adopt the existing ``namespace`` (None when it may or
+    it does not exist yet). One taugate did not create for it is adopted only with
+    ``tau.azure.com/adopt-as-workspace=<workspace>`` on the Namespace: Namespaces are
+    cluster-scoped, so only those RBAC lets update them can write it, not a workspace's creator."""
     if namespace is None:
         return None
     meta = _object(namespace.get("metadata"))
@@ -114,8 +81,6 @@ def adoption_refusal(namespace: dict[str, Any] | None, workspace: str) -> str | 
 
 
 def is_admin(user_info: dict[str, Any] | None, settings: Settings) -> bool:
-    """Is the requester a platform admin (a member of ``settings.admin_groups`` or one of
-    ``settings.admin_users``)?"""
     user_info = user_info or {}
     if user_info.get("username") in set(settings.admin_users):
         return True
@@ -123,7 +88,6 @@ def is_admin(user_info: dict[str, Any] | None, settings: Settings) -> bool:
 
 
 def who_may_approve(settings: Settings) -> str:
-    """A phrase naming the admins, for denial messages."""
     parts = []
     if settings.admin_groups:
         parts.append("members of group(s) " + ", ".join(settings.admin_groups))
@@ -148,9 +112,8 @@ def _annotations(obj: Any) -> dict[str, str]:
 
 
 def says_true(value: str | None) -> bool:
-    """Does an approval annotation's value say yes (``"true"``, any case, surrounding spaces
-    ignored)? The one reading the webhook and the TauQuotaRequest controller share, so no value
-    counts as approved for one and not for the other."""
+    """``"true"``, any case, spaces ignored: the one reading the webhook and the TauQuotaRequest
+    controller share, so no value counts as approved for one and not the other."""
     return str(value or "").strip().lower() == "true"
 
 
@@ -161,12 +124,10 @@ def _decision_changed(request: dict[str, Any]) -> bool:
 
 
 def reviewer_to_record(request: dict[str, Any]) -> str | None:
-    """The ``tau.azure.com/reviewed-by`` value the mutating route writes on a TauQuotaRequest
-    CREATE or UPDATE that adds, changes or removes ``approved`` or ``rejected``: the requesting user's
-    name as the API server authenticated it (``userInfo.username``). None when no approval
-    annotation changes, when the object already names that user, or when the request has no
-    user name (nothing to record: validation then refuses a reviewer it cannot check). A change of
-    ``reviewed-by`` alone is no decision: validation refuses it."""
+    """The ``tau.azure.com/reviewed-by`` value ``/mutate-tau`` writes when ``approved`` or
+    ``rejected`` changes: ``userInfo.username`` as the API server authenticated it. None when
+    nothing changes, the object names that user already, or there is no user name (validation then
+    refuses a reviewer it cannot check)."""
     kind = (request.get("kind") or {}).get("kind") or _object(request.get("object")).get("kind")
     if kind != "TauQuotaRequest" or request.get("subResource"):
         return None
@@ -319,13 +280,9 @@ def _cluster(request: dict[str, Any], settings: Settings) -> list[Violation]:
 
 
 def validate_tau_object(request: dict[str, Any], settings: Settings, state: Any = None) -> list[Violation]:
-    """Every violation of the rules above in one AdmissionReview ``request`` (pure).
-
-    Allowed untouched (empty list): subresource requests (``status``), DELETE and CONNECT, and
-    kinds other than TauQuotaRequest, TauWorkspace, TauCluster. ``state`` (a
-    ``taugate.snapshot.ClusterState``, optional) enables the checks that need cluster context
-    (namespace owned by another workspace, unknown default profile). Each violation is
-    a ``taugate.violation.Violation`` (action ``deny``)."""
+    """Every violation of one AdmissionReview ``request`` (pure); an empty list allows it.
+    ``state`` enables the checks that need cluster context (a namespace owned by another workspace,
+    an unknown default profile)."""
     if not isinstance(request, dict) or request.get("subResource"):
         return []
     if request.get("operation") not in ("CREATE", "UPDATE"):

@@ -1,26 +1,10 @@
 """The mutating webhook's JSONPatch (RFC 6902), recorded as the mutation edits the object.
 
-``Edits`` wraps the object that ``webhook.mutation`` edits (one the caller owns). Every change
-goes through one of its four methods (``container``, ``set``, ``set_default``, ``append``), which
-changes the object and records where; ``patch()`` then turns the record into operations whose
-values are read from the finished object. Pointers are built by the ``jsonpointer`` library
-(``JsonPointer.from_parts``: ``~`` and ``/`` in label keys escaped as RFC 6901 says), never by
-string formatting.
-
-Why not ``jsonpatch.make_patch(original, edited)``: diffing two whole objects cost ~170 us of the
-~370 us a RayJob CREATE took (bench/, issue 4), while the mutation already knows each place it
-changed. The library stays the oracle: the tests apply every patch with ``jsonpatch`` and compare
-the result with the edited object, on every sample and on randomly generated objects.
-
-Rules that keep the record exact for any sequence of edits:
-- a key set where it was missing (or a container put where there was none) is ``add``, a
-  different value over an existing key is ``replace``; setting the same JSON value records
-  nothing;
-- an item appended to a list is ``add`` at its index, in order;
-- every operation carries the final value at its path, read when ``patch()`` is called, so
-  edits inside a container that an operation already carries record nothing (the labels map
-  created for a workload is one ``add`` with every label in it), and replacing a container
-  drops the operations recorded inside it.
+Not ``jsonpatch.make_patch(original, edited)``: diffing two whole objects cost ~170 us of the
+~370 us a RayJob CREATE took (bench/, issue 4), while mutation knows each place it changed; the
+tests keep ``jsonpatch`` as the oracle. Every operation carries the final value at its path, read
+when ``patch()`` is called, so edits inside a container an operation already carries record
+nothing, and replacing a container drops the operations recorded inside it.
 """
 
 from __future__ import annotations
@@ -36,15 +20,14 @@ Parts = tuple[str | int, ...]
 
 @lru_cache(maxsize=8192)
 def pointer(parts: Parts) -> str:
-    """The RFC 6901 JSON pointer of ``parts`` (``("metadata", "labels", "a/b")`` ->
-    ``/metadata/labels/a~1b``), built by ``jsonpointer``; the same few paths recur on every
-    request, so they are remembered."""
+    """Built by ``jsonpointer`` (``~`` and ``/`` in label keys escaped per RFC 6901), never by
+    string formatting; remembered, since the same few paths recur on every request."""
     return jsonpointer.JsonPointer.from_parts(parts).path
 
 
 def _same(a: Any, b: Any) -> bool:
-    """JSON equality: same type and ``==``, and for containers the same canonical JSON too
-    (``==`` holds ``True == 1`` deep inside)."""
+    """Same type and ``==``, and for containers the same canonical JSON too (``==`` holds
+    ``True == 1`` deep inside)."""
     if type(a) is not type(b) or a != b:
         return False
     if isinstance(a, (dict, list)):
@@ -55,11 +38,9 @@ def _same(a: Any, b: Any) -> bool:
 class Edits:
     """An object (``doc``) under edit, with the JSONPatch of its changes.
 
-    ``doc`` must be an object the caller owns (a ``webhook.mutation.deep_copy``, or a review parsed
-    for this one answer). Paths are tuples of keys and list indexes from the root, e.g. ``("spec",
-    "template", "spec")``; the holder passed with a path must be the container at that path in
-    ``doc``. A value passed to ``set``, ``set_default`` or ``append`` must be a new object, not a
-    container already in ``doc`` (edits made later through that container's old path would not be
+    ``doc`` must be an object the caller owns. The holder passed with a path must be the container
+    at that path in ``doc``. A value passed to ``set``, ``set_default`` or ``append`` must be a new
+    object, not a container already in ``doc`` (later edits through its old path would not be
     recorded).
     """
 
@@ -67,26 +48,20 @@ class Edits:
 
     def __init__(self, doc: dict):
         self.doc = doc
-        # (op, parts, holder, key) in the order made: the value is ``holder[key]`` when the
-        # patch is built (a replaced container drops the operations inside it, so every holder
-        # kept is still at its path then).
+        # (op, parts, holder, key): the value is ``holder[key]`` when the patch is built
         self._ops: list[tuple[str, Parts, Any, str | int]] = []
-        # Containers inside a value some operation already carries (by id, kept alive so an
-        # id is never reused): edits in them are in that value, so they record nothing.
+        # containers inside a value an operation carries (by id, kept alive so an id is never reused)
         self._inside: dict[int, Any] = {}
 
     @property
     def changed(self) -> bool:
-        """True once anything was changed."""
         return bool(self._ops)
 
     @property
     def paths(self) -> list[Parts]:
-        """Where each recorded operation changes the object, in the order made."""
         return [parts for _, parts, _, _ in self._ops]
 
     def _carried(self, value: Any) -> None:
-        """Mark ``value`` and every container in it as carried by an operation."""
         if isinstance(value, dict):
             self._inside[id(value)] = value
             for v in value.values():
@@ -103,8 +78,8 @@ class Edits:
         self._ops.append((op, parts, holder, key))
 
     def container(self, holder: dict, path: Parts, key: str, kind: type[dict] | type[list]) -> Any:
-        """``holder[key]`` when it is a ``kind`` (dict or list); else a new empty one put there
-        (a missing or null value is replaced: mutation runs only on well-formed objects)."""
+        """``holder[key]`` when it is a ``kind``; else a new empty one put there (a missing or null
+        value is replaced: mutation runs only on well-formed objects)."""
         old = holder.get(key)
         if isinstance(old, kind):
             return old
@@ -115,8 +90,7 @@ class Edits:
         return value
 
     def set(self, holder: dict, path: Parts, key: str, value: Any) -> None:
-        """``holder[key] = value``, recorded unless it already held the same JSON value
-        (``True`` is not ``1``)."""
+        """Recorded unless it already held the same JSON value (``True`` is not ``1``)."""
         present = key in holder
         old = holder.get(key)
         if present and _same(old, value):
@@ -128,7 +102,6 @@ class Edits:
             self._carried(value)
 
     def set_default(self, holder: dict, path: Parts, key: str, value: Any) -> None:
-        """``holder.setdefault(key, value)``, recorded when the key was missing."""
         if key not in holder:
             holder[key] = value
             if id(holder) not in self._inside:
@@ -137,7 +110,6 @@ class Edits:
                 self._carried(value)
 
     def append(self, items: list, path: Parts, value: Any) -> None:
-        """``items.append(value)`` where ``items`` is the list at ``path``."""
         items.append(value)
         if id(items) not in self._inside:
             index = len(items) - 1
@@ -146,9 +118,8 @@ class Edits:
             self._carried(value)
 
     def insert(self, items: list, path: Parts, index: int, value: Any) -> None:
-        """``items.insert(index, value)`` where ``items`` is the list at ``path`` (a JSONPatch
-        ``add`` at that index, which shifts the items after it). Operations are read by index when
-        the patch is built, so make it before any other edit inside ``items``."""
+        """A JSONPatch ``add`` at ``index``. Operations are read by index when the patch is built, so
+        make it before any other edit inside ``items``."""
         items.insert(index, value)
         if id(items) not in self._inside:
             self._ops.append(("add", path + (index,), items, index))
@@ -156,8 +127,7 @@ class Edits:
             self._carried(value)
 
     def patch(self) -> list[dict] | None:
-        """The RFC 6902 operations, in order, that turn the original into ``doc``; None when
-        nothing changed. Values are the finished ones in ``doc`` (shared, not copied)."""
+        """None when nothing changed. Values are the finished ones in ``doc`` (shared, not copied)."""
         if not self._ops:
             return None
         return [{"op": op, "path": pointer(parts), "value": holder[key]} for op, parts, holder, key in self._ops]

@@ -1,11 +1,6 @@
-"""The policy library's test runner behind ``taugate policy test`` (``run_policy_tests``).
-
-Like ``opa test`` plus Gatekeeper's ``gator verify``: load the set, run every ``test_`` rule,
-check every ``input.`` reference against ``input.schema.json`` (``webhook.policy.schema``),
-admit every sample through ``webhook.review.admit`` (the webhook's own code path), then look for
-run-time failures on generated inputs (every sample with one field changed at a time). See
-``taugate/cli/policy.py`` for the command and its exit codes.
-"""
+"""The policy library's test runner behind ``taugate policy test``: ``opa test`` plus Gatekeeper's
+``gator verify``, with samples admitted through the webhook's own code path and every rule run on
+inputs generated from them (one field changed at a time)."""
 
 from __future__ import annotations
 
@@ -36,20 +31,16 @@ SAMPLE_KINDS = ("allowed", "disallowed")
 
 
 def default_policy_dir() -> Path:
-    """``Settings().policy_dir``: ``TAUGATE_POLICY_DIR``, else the checkout's ``policies/``."""
     return Path(Settings().policy_dir)
 
 
 def default_cluster(policy_dir: Path) -> Path | None:
-    """The snapshot samples are admitted against when ``--cluster`` is not given: the first
-    existing of ``DIR/../examples/cluster.yaml`` and the repository's own
-    ``examples/cluster.yaml`` (next to the bundled ``policies/``: ``Settings().policy_dir``'s
-    parent, so a copy of the library placed elsewhere still tests); None when neither exists."""
+    """The first existing of ``DIR/../examples/cluster.yaml`` and the bundled library's
+    ``examples/cluster.yaml``, so a copy of the library placed elsewhere still tests; else None."""
     return next((c for c in default_cluster_candidates(policy_dir) if c.is_file()), None)
 
 
 def default_cluster_candidates(policy_dir: Path) -> list[Path]:
-    """Where ``default_cluster`` looks, in order (for the message when it finds nothing)."""
     return list(dict.fromkeys((policy_dir.resolve().parent / "examples" / "cluster.yaml",
                                Path(Settings().policy_dir).resolve().parent / "examples" / "cluster.yaml")))
 
@@ -58,11 +49,8 @@ def default_cluster_candidates(policy_dir: Path) -> list[Path]:
 
 @dataclass
 class SampleResult:
-    """One sample admitted through the webhook's code path.
-
-    ``expect``: ``allowed`` or ``disallowed``; ``own``: the results of the sample's own
-    policy (``[action] field: message``); ``others``: every other denial or warning;
-    ``error``: why the sample could not be admitted at all (bad YAML, no namespace)."""
+    """One sample admitted through the webhook's code path; ``own``: its own policy's results,
+    ``others``: every other denial or warning, ``error``: why it could not be admitted at all."""
 
     policy: str
     path: Path
@@ -80,7 +68,6 @@ class SampleResult:
 
 
 def results_of(decision: Decision, policy: str) -> list[str]:
-    """Every result of ``policy`` in a decision: denials, warnings and dry-run results."""
     out = [f"[deny] {v.field}: {v.message}" for v in decision.violations if v.policy == policy]
     out += [f"[warn] {w[len(policy) + 3:]}" for w in decision.warnings if w.startswith(f"[{policy}] ")]
     out += [f"[dryrun] {v.field}: {v.message}" for v in decision.dryrun if v.policy == policy]
@@ -94,7 +81,6 @@ def _others(decision: Decision, policy: str) -> list[str]:
 
 
 def sample_files(ps: PolicySet) -> dict[str, list[tuple[str, Path]]]:
-    """Samples by policy: ``[(expect, path)]`` sorted by file name."""
     out: dict[str, list[tuple[str, Path]]] = {}
     for name in sorted(ps.policies.values()):
         folder = ps.folder(name) / "samples"
@@ -110,7 +96,6 @@ def sample_files(ps: PolicySet) -> dict[str, list[tuple[str, Path]]]:
 
 def admit_sample(policy: str, expect: str, path: Path, *, engine: PolicyEngine, state: ClusterState,
                  settings: Settings) -> SampleResult:
-    """Admit one sample file with ``webhook.review.admit`` (mutate, then validate)."""
     from taugate.webhook.review import admit
 
     result = SampleResult(policy, path, expect)
@@ -140,8 +125,7 @@ def admit_sample(policy: str, expect: str, path: Path, *, engine: PolicyEngine, 
 
 @dataclass(frozen=True)
 class RuntimeFailure:
-    """A policy that failed at run time on a generated input: the sample it came from, the
-    field changed (a Kubernetes field path), the value written there, and the engine's error."""
+    """A policy that failed at run time on a generated input (the field changed, the value)."""
 
     policy: str
     sample: Path
@@ -161,11 +145,9 @@ _SAME_TYPE: dict[type, tuple] = {
 
 
 def generated_inputs(obj: dict) -> list[tuple[str, Any, dict]]:
-    """Variants of a sample object, two per field (``(field path, value, object)``): the
-    value replaced by one of another JSON type, and by an edge value of its own type (empty,
-    negative, past int32, a quantity suffix; a boolean flipped), the choices taken in turn
-    across fields. ``apiVersion``, ``kind`` and ``metadata.namespace`` are kept (they choose
-    the code path and the workspace)."""
+    """Two variants per field (``(field path, value, object)``): a value of another JSON type and an
+    edge value of its own type. ``apiVersion``, ``kind`` and ``metadata.namespace`` are kept (they
+    choose the code path and the workspace)."""
     from taugate.fieldpath import field_path
 
     out: list[tuple[str, Any, dict]] = []
@@ -202,9 +184,8 @@ def _replaced(obj: dict, path: tuple, value: Any) -> dict:
 
 def find_runtime_failures(samples: list[tuple[Path, dict, ClusterState]], *, engine: PolicyEngine,
                           settings: Settings) -> list[RuntimeFailure]:
-    """Admit every generated input (``generated_inputs``) of every sample through the webhook's
-    code path and collect the policies that failed at run time on one (the first input per
-    policy, with the number of inputs it failed on)."""
+    """The policies that failed at run time on a generated input (the first input per policy, with
+    the number it failed on)."""
     from taugate.webhook.review import admit
 
     found: dict[str, RuntimeFailure] = {}
@@ -226,9 +207,7 @@ def find_runtime_failures(samples: list[tuple[Path, dict, ClusterState]], *, eng
 
 @dataclass
 class Report:
-    """Everything ``taugate policy test`` found. ``load_error`` set means nothing else ran.
-    ``cluster``: the snapshot samples without their own ``samples/cluster.yaml`` were admitted
-    against (None when there was none to use)."""
+    """Everything ``taugate policy test`` found; ``load_error`` set means nothing else ran."""
 
     policy_dir: Path
     cluster: Path | None = None
@@ -264,10 +243,8 @@ class Report:
 
 
 def reload_gate(ps: PolicySet) -> None:
-    """The hot-reload gate (``PolicyStore``'s ``gate``): everything ``taugate policy test`` checks
-    (parse, ``test_`` rules, samples against ``default_cluster``, the run-time check on generated
-    inputs). Raises ``PolicyError`` with the first failure when any fails, so the set stays
-    inactive."""
+    """The hot-reload gate: everything ``taugate policy test`` checks. Raises ``PolicyError`` with
+    the first failure, so the set stays inactive."""
     report = run_policy_set_tests(ps, cluster=default_cluster(ps.root))
     if not report.ok:
         raise PolicyError(f"taugate policy test failed: {report.summary()}")
@@ -278,17 +255,10 @@ def run_policy_tests(policy_dir: str | Path, *, cluster: str | Path | None = Non
                      generated: bool | None = None) -> Report:
     """Load, unit-test and sample-test a policy folder; never raises for a broken library.
 
-    Every rule is also evaluated on every sample and on inputs generated from the samples
-    (``generated_inputs``: one field changed at a time): a policy that fails at run time on any
-    of them (a Rego runtime error, which would make it answer 503 when serving) is a failure,
-    reported with the sample, the field and the value. ``generated`` defaults to True with the
-    embedded engine and False with an ``engine_factory`` (those compare engines on the samples).
-
-    ``engine_factory(policy_set)`` builds the engine samples are admitted with (default: the
-    embedded engine); the reference tests pass one backed by real OPA. ``cluster``: the
-    snapshot for samples without their own (default ``default_cluster(policy_dir)``). A snapshot
-    that is missing or broken is reported once as a problem, and the samples that needed it are
-    skipped."""
+    A policy that fails at run time on a sample or generated input would answer 503 when serving,
+    so it is a failure. ``generated`` defaults to True with the embedded engine and False with an
+    ``engine_factory`` (those compare engines on the samples). A missing or broken snapshot is
+    reported once, and the samples that needed it are skipped."""
     root = Path(policy_dir)
     try:
         ps = read_policy_set(root)
@@ -301,7 +271,6 @@ def run_policy_tests(policy_dir: str | Path, *, cluster: str | Path | None = Non
 def run_policy_set_tests(ps: PolicySet, *, cluster: str | Path | None = None, settings: Settings | None = None,
                     engine_factory: Callable[[PolicySet], PolicyEngine] | None = None,
                     generated: bool | None = None) -> Report:
-    """``run_policy_tests`` on a set already read (with its own enforcement)."""
     root = ps.root
     report = Report(root)
     settings = settings or Settings()
@@ -328,7 +297,6 @@ def run_policy_set_tests(ps: PolicySet, *, cluster: str | Path | None = None, se
         state = _sample_state(ps.folder(name) / "samples" / "cluster.yaml", fallback, snapshots, settings, report)
         if state is not None:
             admitted += _admit_samples(report, name, items, engine, state, settings)
-    # Every rule on generated inputs: each sample with one field changed at a time.
     if (engine_factory is None if generated is None else generated) and admitted:
         report.runtime += [f for f in find_runtime_failures(admitted, engine=engine, settings=settings)
                            if f.policy not in {r.policy for r in report.runtime}]
@@ -338,8 +306,6 @@ def run_policy_set_tests(ps: PolicySet, *, cluster: str | Path | None = None, se
 
 def _coverage_problems(folder: Path, name: str, items: list[tuple[str, Path]],
                        tested_files: dict[str, int]) -> list[str]:
-    """What policy ``name`` (in ``folder``) lacks: test_ rules in a file under its folder, and a
-    sample of each of ``SAMPLE_KINDS`` among ``items`` (``(kind, path)`` pairs)."""
     problems = []
     if not any(rel.startswith(f"{name}/") for rel in tested_files):
         problems.append(f"{folder}: policy {name!r} has no test_ rules (add {name}/policy_test.rego)")
@@ -351,9 +317,8 @@ def _coverage_problems(folder: Path, name: str, items: list[tuple[str, Path]],
 
 def _sample_state(own: Path, fallback: Path | None, snapshots: dict[Path | None, ClusterState | None],
                   settings: Settings, report: Report) -> ClusterState | None:
-    """The cluster state a policy's samples are admitted in: its own ``samples/cluster.yaml``
-    when there is one, else ``fallback``; loaded once per snapshot into ``snapshots``. None (and
-    one problem in ``report`` per snapshot) when there is none or it does not load."""
+    """Its own ``samples/cluster.yaml``, else ``fallback``, loaded once per snapshot; None (one
+    problem in ``report``) when there is none or it does not load."""
     snap = own if own.is_file() else fallback
     if snap in snapshots:
         return snapshots[snap]
@@ -371,9 +336,7 @@ def _sample_state(own: Path, fallback: Path | None, snapshots: dict[Path | None,
 
 def _admit_samples(report: Report, name: str, items: list[tuple[str, Path]], engine: PolicyEngine,
                    state: ClusterState, settings: Settings) -> list[tuple[Path, dict, ClusterState]]:
-    """Admit policy ``name``'s samples into ``report`` (a runtime failure for each policy that
-    failed on a sample as written); returns the admitted ``(path, object, state)`` the generated
-    inputs start from."""
+    """Returns the admitted ``(path, object, state)`` the generated inputs start from."""
     admitted = []
     for kind, path in items:
         result = admit_sample(name, kind, path, engine=engine, state=state, settings=settings)
@@ -392,7 +355,6 @@ def _failure_message(decision: Decision, policy: str) -> str:
 
 
 def render_report(report: Report, *, verbose: bool = False) -> str:
-    """The readable report: failures in full, passes as one line each (or counted)."""
     lines = [f"policy library {report.policy_dir}"]
     if report.load_error:
         lines.append(f"FAIL load: {report.load_error}")

@@ -1,10 +1,6 @@
-"""Workspace, workload profile and LocalQueue resolution (ARCHITECTURE.md section 2, step 1 and 2).
-
-Pure: reads a ``ClusterState`` and the object, returns a ``Resolution`` or an ``Unresolved``
-holding the violations that explain, with the candidates, why none could be made. Mutation and
-validation both call it, so the two webhooks can never disagree about which profile and queue an
-object belongs to.
-"""
+"""Workspace, workload profile and LocalQueue resolution (ARCHITECTURE.md section 2, steps 1 and
+2). Pure; mutation and validation both call it, so the two webhooks never disagree about which
+profile and queue an object belongs to."""
 
 from __future__ import annotations
 
@@ -22,9 +18,8 @@ from taugate.webhook.decision import Violation
 
 @dataclass(frozen=True, slots=True)
 class Resolution:
-    """What an object in a workspace resolves to: its workspace,
-    profile, LocalQueue and lane; ``how`` the profile was chosen (``label``, ``shape`` or
-    ``default``) and, for ``default``, a ``note`` saying why, for denial messages."""
+    """``how`` the profile was chosen (``label``, ``shape`` or ``default``) and, for ``default``, a
+    ``note`` saying why."""
 
     workspace: TauWorkspace
     profile: ResolvedProfile
@@ -36,24 +31,19 @@ class Resolution:
 
 @dataclass(frozen=True, slots=True)
 class Unresolved:
-    """Why an object resolves to no workload profile or LocalQueue: ``violations``, each naming the
-    label to set and the candidates."""
 
     violations: tuple[Violation, ...]
 
 
 def lane_of(obj: dict, settings: Settings) -> str:
-    """The lane: the ``tau.azure.com/lane`` label, else ``settings.default_lanes[kind]``."""
     obj_labels = (obj.get("metadata") or {}).get("labels") or {}
     kind = obj.get("kind")
     return obj_labels.get(labels.LANE) or settings.default_lanes.get(kind if isinstance(kind, str) else "", "training")
 
 
 def object_shape(templates: list[PodTemplate], settings: Settings) -> tuple[set[int], set[str]]:
-    """What a profile is matched against, read once per object: the distinct GPUs-per-pod
-    values of the GPU pod templates (empty for a CPU-only object) and the GPU classes their
-    nodeSelectors name (``settings.gpu_class_label``). The object has passed its kind's structure
-    checks (nodeSelector values are strings), as everything ``resolve`` reads has."""
+    """The distinct GPUs-per-pod of the GPU pod templates and the GPU classes their nodeSelectors
+    name, read once per object (after its structure checks)."""
     gpus: set[int] = set()
     classes: set[str] = set()
     for t in templates:
@@ -66,9 +56,8 @@ def object_shape(templates: list[PodTemplate], settings: Settings) -> tuple[set[
 
 
 def matches_shape(profile: ResolvedProfile, gpus: set[int], classes: set[str]) -> bool:
-    """A profile matches an object's shape (``object_shape``) when every GPU pod template asks
-    exactly the profile's ``gpusPerWorker`` (a CPU-only object matches ``gpusPerWorker: 0``)
-    and no GPU template's nodeSelector names another GPU class than the profile's."""
+    """Every GPU pod template asks exactly ``gpusPerWorker`` (CPU-only matches 0) and no
+    nodeSelector names another GPU class."""
     if profile.gpus_per_worker == 0:
         if gpus:
             return False
@@ -78,10 +67,8 @@ def matches_shape(profile: ResolvedProfile, gpus: set[int], classes: set[str]) -
 
 
 def mig_only(templates: list[PodTemplate]) -> list[str]:
-    """The MIG slice resources (``nvidia.com/mig-*``) an object asks for when they are all the
-    GPU it asks for (no template holds a whole ``nvidia.com/gpu``); else empty. Such an object
-    must never get a full-GPU profile: its placement (GPU class, whole-GPU tolerations) and
-    quota are for whole GPUs, which a MIG pod does not use."""
+    """The MIG slice resources when they are all the GPU an object asks for, else empty. Such an
+    object must never get a full-GPU profile: its placement and quota are for whole GPUs."""
     found: list[str] = []
     for t in templates:
         if t.gpus_per_pod > 0:
@@ -107,14 +94,8 @@ def _describe(p: ResolvedProfile) -> str:
 
 def resolve(obj: dict, templates: list[PodTemplate], ws: TauWorkspace, state: ClusterState,
             settings: Settings) -> Resolution | Unresolved:
-    """Resolve the workload profile and LocalQueue of ``obj`` in workspace ``ws``.
+    """The workload profile and LocalQueue of ``obj`` in workspace ``ws``; never raises.
 
-    Profile: the ``tau.azure.com/workload-profile`` label if present; else the single
-    applicable Ready profile whose shape matches the object (the workspace default wins a tie);
-    else the workspace default (``spec.defaults.workloadProfile``). A stale profile set, a
-    missing, inapplicable or not-Ready profile fails closed. Queue: the workspace's LocalQueue;
-    a ``kueue.x-k8s.io/queue-name`` label naming any other queue is a violation listing the
-    allowed ones. Returns ``Unresolved`` with the violations (never raises) when resolution fails.
     The answer depends only on the state and a few facts of the object (lane, the two labels,
     GPUs per pod, GPU classes, MIG slices), so it is remembered per state by them.
     """
@@ -126,8 +107,7 @@ def resolve(obj: dict, templates: list[PodTemplate], ws: TauWorkspace, state: Cl
     asked_queue = meta_labels.get(labels.KUEUE_QUEUE_NAME)
     shape, classes = object_shape(templates, settings)
     mig = mig_only(templates)
-    # Everything below reads only these facts and the state: remembered per state (a new state
-    # starts empty), keyed by the workspace's identity (kept alive in the entry, so never reused).
+    # remembered per state, keyed by the workspace's identity (kept alive in the entry, so never reused)
     memo = state.memo("resolve", RESOLVE_MEMO_SIZE)
     key: tuple[Any, ...] | None = (id(ws), lane, requested, asked_queue, frozenset(shape), frozenset(classes),
                                    tuple(mig))
@@ -146,12 +126,9 @@ def resolve(obj: dict, templates: list[PodTemplate], ws: TauWorkspace, state: Cl
 
 
 RESOLVE_MEMO_SIZE = 4096
-"""Resolutions remembered per cluster state (``resolve``); the memo starts again when full."""
 
 
 def _resolve(ask: _Asked, requested: str | None, asked_queue: str | None) -> Resolution | Unresolved:
-    """``resolve`` on the facts it reads from an object (``ask``, the labels ``requested`` and
-    ``asked_queue``): pure, so its answer is remembered per state by those facts."""
     ws = ask.ws
     problems: list[Violation] = []
     how, chosen = ("label", _labelled_profile(ask, requested)) if requested is not None else _shaped_profile(ask)
@@ -175,12 +152,8 @@ def _resolve(ask: _Asked, requested: str | None, asked_queue: str | None) -> Res
 
 @dataclass(slots=True)
 class _Asked:
-    """Read-only by convention (built on every review; frozen costs ~1 us more). What ``resolve``
-    decides from, for one object: the workspace ``ws``, the ``state``, the
-    ``lane``, the profiles ``applicable`` in that workspace and lane, the ``field`` path a
-    profile violation names, the MIG slices ``mig`` asked for instead of whole GPUs
-    (``mig_only``), and the object's ``shape`` (GPUs per pod) and GPU ``classes``
-    (``object_shape``)."""
+    """What ``resolve`` decides from, for one object. Read-only by convention (built on every
+    review; frozen costs ~1 us more)."""
 
     ws: TauWorkspace
     state: ClusterState
@@ -192,22 +165,17 @@ class _Asked:
     classes: set[str]
 
     def names(self) -> str:
-        """The applicable profiles' names (only for messages: a request that resolves never pays)."""
+        """Only for messages: a request that resolves never pays."""
         return ", ".join(sorted(p.name for p in self.applicable)) or "none"
 
     def described(self) -> str:
-        """The applicable profiles described with their GPUs per worker and class (for messages)."""
         return ", ".join(_describe(p) for p in self.applicable) or "none"
 
     def shape_text(self) -> str:
-        """The object's GPUs per pod, as a message says them."""
         return f"{'/'.join(map(str, sorted(self.shape) or [0]))} GPU(s) per pod"
 
 
 def _labelled_profile(ask: _Asked, requested: str) -> ResolvedProfile | Violation:
-    """The profile the ``tau.azure.com/workload-profile`` label names, or why it cannot be used:
-    it does not exist, does not apply to the workspace and lane, or is a full-GPU profile for an
-    object that asks only for MIG slices."""
     wsname = ask.ws.metadata.name
     candidate = ask.state.profiles.get(requested)
     if candidate is None:
@@ -224,10 +192,9 @@ def _labelled_profile(ask: _Asked, requested: str) -> ResolvedProfile | Violatio
 
 
 def _shaped_profile(ask: _Asked) -> tuple[str, ResolvedProfile | Violation]:
-    """Without the label: ``("shape", profile)`` for the single applicable Ready profile matching
-    the object's shape (the workspace default wins a tie; a matching profile that is not Ready is
-    still chosen, so the not-Ready denial names it), else ``("default", profile)`` for the
-    workspace default; or the violation saying why neither applies."""
+    """Without the label: the single applicable Ready profile matching the object's shape, else
+    the workspace default. A matching profile that is not Ready is still chosen, so the denial
+    names it."""
     wsname = ask.ws.metadata.name
     shaped = [p for p in ask.applicable if matches_shape(p, ask.shape, ask.classes)]
     ready = [p for p in shaped if p.is_ready()]
@@ -242,8 +209,8 @@ def _shaped_profile(ask: _Asked) -> tuple[str, ResolvedProfile | Violation]:
             f"several workload profiles fit {ask.shape_text()}: {', '.join(_describe(p) for p in ready)}; "
             f"fix: add the label {labels.WORKLOAD_PROFILE}=<one of them>")
     if shaped:
-        # The profile made for this shape exists but cannot place runs: say so, rather than
-        # falling back to a default that was never meant for this object.
+        # the profile made for this shape cannot place runs: say so, rather than fall back to a
+        # default that was never meant for this object
         return "shape", shaped[0]
     if not default:
         return "shape", Violation("workload-profile", ask.field,
@@ -263,8 +230,6 @@ def _shaped_profile(ask: _Asked) -> tuple[str, ResolvedProfile | Violation]:
 
 
 def _not_ready(ask: _Asked, profile: ResolvedProfile, how: str) -> Violation:
-    """The violation for a chosen ``profile`` that is not Ready, naming its Ready condition's
-    message and the Ready alternatives."""
     why = next((c.message for c in profile.conditions if c.type == "Ready"), "no Ready condition")
     others = ", ".join(sorted(p.name for p in ask.applicable if p.is_ready() and p is not profile)) or "none"
     return Violation("workload-profile", ask.field,
@@ -274,9 +239,8 @@ def _not_ready(ask: _Asked, profile: ResolvedProfile, how: str) -> Violation:
 
 
 def _queue(ask: _Asked, asked_queue: str | None) -> tuple[str, Violation | None]:
-    """The workspace's LocalQueue (its first), and the violation when the
-    ``kueue.x-k8s.io/queue-name`` label names another queue (whose it is, or that it does not
-    exist) or when the workspace's own LocalQueue does not exist in its namespace."""
+    """The workspace's LocalQueue (its first), and the violation when the queue label names another
+    or the workspace's own does not exist."""
     ws, state = ask.ws, ask.state
     allowed_queues = state.queues_of(ws)
     queue = allowed_queues[0]

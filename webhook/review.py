@@ -1,12 +1,5 @@
 """AdmissionReview in, decision out: the pure heart of the webhook (ARCHITECTURE.md section 2).
-
-``parse_review`` checks a body; ``mutate`` and ``validate`` decide on its ``request`` from a
-``ClusterState`` (no I/O but the policy engine and ``ClusterState.claim_spec``'s read-through);
-``review_response`` renders the answer; ``admit`` runs mutate then validate on a bare object, for the
-CLI and policy samples, through exactly the webhook's code path. The guard clauses (a subresource,
-DELETE/CONNECT, taugate itself, an unhandled kind, a namespace that is not a workspace, a child, a
-CPU-only Pod/Deployment/StatefulSet with no device access) are listed in ARCHITECTURE.md section 2.
-"""
+No I/O but the policy engine and ``ClusterState.claim_spec``'s read-through."""
 
 from __future__ import annotations
 
@@ -40,12 +33,10 @@ OPERATIONS = {"CREATE", "UPDATE", "DELETE", "CONNECT"}
 
 
 class ReviewError(ValueError):
-    """A body that is not a usable AdmissionReview; ``str(error)`` is the reason for the
-    HTTP 400 answer."""
+    """``str(error)`` is the reason for the HTTP 400 answer."""
 
 
 class Engine(Protocol):
-    """The policy engine as validation sees it (webhook/policy/engine.py implements it)."""
 
     @property
     def digest(self) -> str: ...  # read-only: each engine derives it from its active policy set
@@ -54,11 +45,8 @@ class Engine(Protocol):
 
 
 def parse_review(body: bytes | str | dict) -> dict:
-    """Parse and check an AdmissionReview; return the whole review (``review["request"]`` is
-    the request). Raises ``ReviewError`` naming the first problem (``field: problem``): not JSON,
-    not an object, wrong apiVersion/kind, no request, a missing or empty uid, an unknown operation,
-    a missing kind, a field of the wrong type (``taugate.structure.AdmissionReviewModel``), or no
-    ``object``/``oldObject`` where the operation carries one."""
+    """The whole review, checked (``taugate.structure.AdmissionReviewModel``). Raises
+    ``ReviewError`` naming the first problem (``field: problem``)."""
     if isinstance(body, dict):
         review = body
     else:
@@ -76,11 +64,9 @@ def parse_review(body: bytes | str | dict) -> dict:
 
 @dataclass(slots=True)
 class Context:
-    """Read-only by convention (a frozen dataclass costs ~0.8 us more to build, on every review).
-    What one AdmissionRequest is decided with, built once per request (``Context.of``) and
-    passed whole instead of loose arguments: the ``request`` (``review["request"]``), its
-    ``operation``, the stored object ``old`` (on UPDATE, else None), the ``state`` (cluster
-    snapshot), the ``settings`` and the policy ``engine`` (None: built-in checks only)."""
+    """What one AdmissionRequest is decided with, built once per request (``Context.of``).
+    Read-only by convention (a frozen dataclass costs ~0.8 us more to build, on every review);
+    ``engine`` None: built-in checks only."""
 
     request: dict
     operation: str
@@ -91,7 +77,6 @@ class Context:
 
     @classmethod
     def of(cls, request: dict, state: ClusterState, settings: Settings, engine: Engine | None = None) -> Context:
-        """The context of ``request``."""
         operation = request.get("operation")
         old = request.get("oldObject") if operation == "UPDATE" else None
         return cls(request, operation if isinstance(operation, str) else "", old if isinstance(old, dict) else None,
@@ -100,10 +85,8 @@ class Context:
 
 @dataclass(slots=True)
 class _Subject:
-    """Read-only, like ``Context``. What the guard clauses leave: the object, its kind, its pod
-    templates (empty when malformed; DRA GPUs folded in by ``demand.govern``), workspace, whether it
-    is a child, its structure problems, its refused paths to a GPU, and whether it is otherwise
-    left alone (``ungoverned.left_alone``: a CPU Pod with ``NVIDIA_VISIBLE_DEVICES``)."""
+    """What the guard clauses leave (read-only, like ``Context``); ``templates`` have DRA GPUs
+    folded in, ``alone``: otherwise left alone (``ungoverned.left_alone``)."""
 
     obj: dict
     kind: WorkloadKind
@@ -116,7 +99,7 @@ class _Subject:
 
 
 def subject_of(ctx: Context) -> _Subject | None:
-    """Apply the guard clauses; None means "allow untouched"."""
+    """The guard clauses; None means "allow untouched"."""
     request, settings, state = ctx.request, ctx.settings, ctx.state
     if request.get("subResource"):
         return None
@@ -148,21 +131,17 @@ def subject_of(ctx: Context) -> _Subject | None:
 
 
 def _record(res: Resolution, ctx: Context, queued: bool = True) -> dict:
-    """The admission record for the recorder: workspace, profile, profile-set hash, queue (None
-    for an object Kueue does not queue) and the policy digest (the policy decisions are
-    reproducible from the admitted object, the digest and the snapshot with ``taugate policy
-    eval``; evaluating them again in the mutating webhook would double the policy cost of every
-    create)."""
+    """The admission record. The policy decisions are not in it: they are reproducible from the
+    admitted object, the digest and the snapshot (``taugate policy eval``), and evaluating them in
+    the mutating webhook would double the policy cost of every create."""
     return {"workspace": res.workspace.metadata.name, "profile": res.profile.name,
             "profileSetHash": ctx.state.profile_set_hash, "queue": res.queue if queued else None,
             "policyDigest": getattr(ctx.engine, "digest", None)}
 
 
 def _admitted_resolution(ctx: Context, subject: _Subject) -> Resolution | None:
-    """On UPDATE: the resolution of the workload profile the stored object ``old`` was admitted
-    with (its ``tau.azure.com/workload-profile`` label), so ``mutation.edit_update`` can restore
-    that profile's placement; None when ``old`` names no profile or it no longer resolves (then
-    nothing is placed, and validation says what is wrong)."""
+    """On UPDATE: the resolution of the profile ``old`` was admitted with, so its placement can be
+    restored; None when it no longer resolves (nothing is placed, validation says what is wrong)."""
     obj, old = subject.obj, ctx.old
     old_meta = old.get("metadata") if isinstance(old, dict) else None
     old_labels = old_meta.get("labels") if isinstance(old_meta, dict) else None
@@ -177,28 +156,18 @@ def _admitted_resolution(ctx: Context, subject: _Subject) -> Resolution | None:
 
 
 def _unrepresentable(obj: dict) -> Decision:
-    """The denial of an object orjson cannot copy (nested past 255 levels, or an integer beyond
-    64 bits), naming the path where one is found."""
+    """The denial of an object orjson cannot copy, naming the path where one is found."""
     where, what = object_depth_problem(obj) or ("", "holds a value no Kubernetes object can hold")
     return Decision.deny([Violation("object-shape", where, f"{what}; fix the manifest")], obj=obj)
 
 
 def mutate(request: dict, state: ClusterState, settings: Settings, engine: Engine | None = None, *,
            in_place: bool = False) -> Decision:
-    """Decide the mutating webhook's answer for one AdmissionRequest (``review["request"]``).
+    """The mutating webhook's answer for one AdmissionRequest. ``Decision.patch`` is None when
+    nothing changes (reinvocation on our own output gives None).
 
-    CREATE of a top-level workload in a workspace: resolve profile and queue (a failure is a
-    denial listing the candidates), edit the object (``mutation.edit_create``) and answer the
-    JSONPatch those edits recorded (``webhook.patching.Edits``); the ``tau.azure.com/admission`` annotation
-    records profile, queue, profile-set hash and (with an ``engine``) the policy digest. UPDATE: only what
-    taugate owns (run-id, its labels, the admission record, the admitted profile's placement and
-    data volume) is restored, never under a field the API server holds immutable
-    (``mutation.edit_update``). A child only inherits its parent's run-id. ``Decision.patch`` is None
-    when nothing changes (reinvocation on our own output gives None).
-
-    The edits are made on a deep copy of ``request["object"]``; with ``in_place=True`` on the
-    object itself, for a caller that owns the request and needs only the answer (the server,
-    which parsed it for this one review: the copy is ~8% of a RayJob CREATE).
+    The edits are made on a deep copy of the object, or with ``in_place=True`` on the object
+    itself, for a caller that owns the request (the server: the copy is ~8% of a RayJob CREATE).
     """
     ctx = Context.of(request, state, settings, engine)
     subject = subject_of(ctx)
@@ -250,9 +219,8 @@ def mutate(request: dict, state: ClusterState, settings: Settings, engine: Engin
 
 
 class PolicyFailure(Exception):
-    """The policy engine failed on an object (raised by ``_policies``): ``failed`` maps each
-    failing policy to its reason (empty when the engine as a whole failed), ``results`` holds
-    the other policies' violations, ``reason`` is one line."""
+    """The policy engine failed on an object: ``failed`` maps each failing policy to its reason
+    (empty when the engine as a whole failed), ``results`` holds the other policies' violations."""
 
     def __init__(self, reason: str, failed: dict[str, str], results: list[Violation]):
         super().__init__(reason)
@@ -262,9 +230,8 @@ class PolicyFailure(Exception):
 
 def _policies(ctx: Context, engine: Engine, obj: dict, templates: list[PodTemplate],
               res: Resolution) -> list[Violation]:
-    """The policy library's results for ``obj`` (whose pod templates are ``templates``).
-    Raises ``PolicyFailure`` when a policy fails on it (the engine's ``PolicyEvaluationError``,
-    a Rego runtime error); the engine's ``PolicyUnavailable`` passes through (nothing decided)."""
+    """Raises ``PolicyFailure`` on a Rego runtime error; the engine's ``PolicyUnavailable`` passes
+    through (nothing decided)."""
     args: dict[str, Any] = dict(obj=obj, templates=templates, operation=ctx.request.get("operation", "CREATE"),
                                 user_info=ctx.request.get("userInfo"), namespace=res.workspace.target_namespace,
                                 workspace=res.workspace, profile=res.profile, queue=res.queue, state=ctx.state,
@@ -278,11 +245,9 @@ def _policies(ctx: Context, engine: Engine, obj: dict, templates: list[PodTempla
 
 def _policy_failure_decision(failure: PolicyFailure, obj: dict, found: list[Violation],
                              engine: Engine | None) -> Decision:
-    """The answer when policies failed at run time on ``obj``: an object nested deeper than
-    ``MAX_DEPTH`` is denied naming the path (the object's fault); otherwise each failing policy
-    is reported by its own enforcement action (``deny``: the request is denied with code 503,
-    fail closed, since the policy could not judge it; ``warn``: a warning; ``dryrun``: logged),
-    with every other result kept."""
+    """An object nested deeper than ``MAX_DEPTH`` is denied naming the path (the object's fault);
+    otherwise each failing policy is reported under its own enforcement action (``deny``: 503, fail
+    closed, since the policy could not judge it), every other result kept."""
     deep = object_depth_problem(obj)
     if deep:
         return Decision.deny([Violation("object-shape", deep[0], f"{deep[1]}; fix the manifest")], obj=obj)
@@ -302,9 +267,7 @@ def _policy_failure_decision(failure: PolicyFailure, obj: dict, found: list[Viol
 
 def _violations(ctx: Context, subject: _Subject, obj: dict, templates: list[PodTemplate],
                 old: dict | None) -> tuple[list[Violation], str]:
-    """Every violation of ``obj`` (of ``subject.kind``, in ``subject.workspace``; its pod templates
-    are ``templates``; ``old`` the stored object it replaces, or None), and the resolution's note
-    (why the profile applies)."""
+    """Every violation of ``obj`` and the resolution's note (why the profile applies)."""
     res = resolve(obj, templates, subject.workspace, ctx.state, ctx.settings)
     found: list[Violation] = []
     resolved = res if isinstance(res, Resolution) else None
@@ -322,20 +285,13 @@ def _violations(ctx: Context, subject: _Subject, obj: dict, templates: list[PodT
 
 
 def validate(request: dict, state: ClusterState, settings: Settings, engine: Engine | None = None) -> Decision:
-    """Decide the validating webhook's answer on the final object (after every mutating
-    webhook, Kueue's included): resolution, the built-in structural checks and the policy
-    library, all violations reported together. ``warn`` results become AdmissionReview
-    warnings, ``dryrun`` results are only returned in ``Decision.dryrun``.
+    """The validating webhook's answer on the final object (after every mutating webhook, Kueue's
+    included), all violations reported together.
 
-    On UPDATE only violations that the old object did not already have deny, so Kueue and
-    KubeRay can always update (unsuspend, relabel) an object admitted under older rules: a
-    violation is excused when the old object broke the same rule (``policy``) at the same
-    ``field``, whatever either message says (a message quotes values, which an UPDATE may change
-    without fixing anything).
-
-    A policy that fails at run time on the object (a Rego runtime error) is reported as that
-    policy's own result under its enforcement action, with code 503 when it denies
-    (``_policy_failure_decision``); the other policies' results are kept.
+    On UPDATE only violations the old object did not already have deny, so Kueue and KubeRay can
+    always update an object admitted under older rules: a violation is excused when the old object
+    broke the same ``policy`` at the same ``field``, whatever either message says (a message quotes
+    values, which an UPDATE may change without fixing anything).
     """
     ctx = Context.of(request, state, settings, engine)
     if request.get("subResource") == "ephemeralcontainers":
@@ -384,15 +340,11 @@ def validate(request: dict, state: ClusterState, settings: Settings, engine: Eng
 
 
 def judge(obj: dict, state: ClusterState, settings: Settings, engine: Engine | None) -> tuple[list[Violation], dict]:
-    """Every violation of a stored object ``obj`` as validation would find it on a CREATE of it
-    now, each with its enforcement action, and the policies that failed on it (policy -> reason;
-    ``ENGINE_FAILURE`` when the engine as a whole failed); ``([], {})`` for an object validation
-    leaves alone (not a workload kind, outside a workspace, a child: stored with a controller
-    owner and without the labels of a top-level workload, ``mutation.is_child``'s UPDATE rule).
-    No mutation runs and no UPDATE excuse applies: the audit judges what is stored, as
-    Gatekeeper's audit evaluates stored objects against its constraints (``pkg/audit/manager.go``).
-    A stored Pod's ``spec.nodeName`` is where kube-scheduler bound it (the ``pods/binding``
-    subresource), not what its author wrote, so the Pod is judged without it."""
+    """Every violation of a stored ``obj`` as validation would find it on a CREATE of it now, and
+    the policies that failed on it (policy -> reason); ``([], {})`` for an object validation
+    leaves alone. No mutation and no UPDATE excuse: the rule of Gatekeeper's audit
+    (``pkg/audit/manager.go``). A stored Pod's ``spec.nodeName`` is where kube-scheduler bound it,
+    not what its author wrote, so the Pod is judged without it."""
     spec = obj.get("spec")
     if obj.get("kind") == "Pod" and obj.get("apiVersion") == "v1" and isinstance(spec, dict) and "nodeName" in spec:
         obj = {**obj, "spec": {k: v for k, v in spec.items() if k != "nodeName"}}
@@ -412,7 +364,6 @@ def judge(obj: dict, state: ClusterState, settings: Settings, engine: Engine | N
 
 def _decide(found: list[Violation], note: str, *, obj: dict, code: int = 403,
             policy_failures: list[str] | None = None) -> Decision:
-    """Sort ``found`` by enforcement action into a decision: denials, warnings, dry-run."""
     if not found and not policy_failures:  # the usual answer
         return Decision(True, object=obj)
     deny = [v for v in found if v.action == "deny"]
@@ -426,8 +377,7 @@ def _decide(found: list[Violation], note: str, *, obj: dict, code: int = 403,
 
 
 def validate_tau(request: dict, state: ClusterState, settings: Settings) -> Decision:
-    """Validate taugate's own kinds (TauQuotaRequest approvals, TauWorkspace and TauCluster
-    specs) with the pure rules in ``taugate.tau_admission``."""
+    """Validate taugate's own kinds with the pure rules in ``taugate.tau_admission``."""
     if request.get("subResource") or request.get("operation") not in ("CREATE", "UPDATE"):
         return Decision.allow(request.get("object"))
     from taugate import tau_admission  # core module; imported lazily so admission starts without it
@@ -444,8 +394,6 @@ _REASONS = {403: "Forbidden", 409: "Conflict", 500: "InternalError", 503: "Servi
 
 
 def review_response(review: dict, decision: Decision) -> dict:
-    """The AdmissionReview answer: ``uid`` echoed, ``allowed``, ``status`` (code, message, ``details.causes``)
-    on denial, ``warnings`` when any, ``patch`` (base64 JSONPatch, ``patchType: JSONPatch``) when any."""
     req = review.get("request") or {}
     response: dict[str, Any] = {"uid": req.get("uid", ""), "allowed": decision.allowed}
     if not decision.allowed:
@@ -481,9 +429,8 @@ def request_for(obj: dict, *, namespace: str | None, operation: str = "CREATE", 
 def admit(obj: dict, *, state: ClusterState, settings: Settings, engine: Engine | None = None,
           namespace: str | None = None, operation: str = "CREATE", user_info: dict | None = None,
           old: dict | None = None) -> Decision:
-    """Run ``obj`` through mutation, then validation of the mutated object, exactly as the API
-    server would call the two webhooks. Returns the combined decision: ``object`` is the final
-    object, ``patch`` the mutating webhook's JSONPatch, warnings from both steps."""
+    """``obj`` through mutation, then validation of the mutated object, as the API server would
+    call the two webhooks; ``patch`` is the mutating webhook's, warnings come from both."""
     ns = namespace or metadata_of(obj).get("namespace")
     try:
         obj = mutation.deep_copy(obj)

@@ -1,39 +1,9 @@
-"""TauWorkspace controller: a workspace's namespace, LocalQueue, access, service account and data.
+"""TauWorkspace controller: a workspace's namespace, LocalQueue, access, service account and data
+(ARCHITECTURE.md section 4).
 
-Desired state (``plan_workspace``, pure, over plain dicts), in the target namespace
-(``spec.target.namespace``, default the workspace name):
-
-- the Namespace, created when missing unless ``spec.target.createNamespace`` is false, labelled
-  ``tau.azure.com/workspace=<workspace>`` (the claim: a namespace serves one workspace) and
-  ``kueue.x-k8s.io/queue-name=<LocalQueue>``;
-- the LocalQueue (``kueue.x-k8s.io/v1beta2``) named ``spec.queue``, else the TauCluster's
-  ``workspaceDefaults.defaultQueue``: an existing one is adopted as it is (Kueue makes
-  ``spec.clusterQueue`` immutable); a missing one is created pointing at ``spec.clusterQueue``
-  (taugate extension), else at ``workspaceDefaults.defaultQueue`` (TauGrid's baseline
-  ClusterQueue name). The ClusterQueue must exist and its ``namespaceSelector`` select the
-  namespace (Kueue admits nothing otherwise);
-- a RoleBinding ``tau-researcher`` binding ``spec.kubernetesSubject`` to the ClusterRole
-  ``tau-researcher-v1`` (TauGrid: both ``role`` values bind that ClusterRole), unless
-  ``spec.authorization.mode`` is ``cluster-wide``;
-- the workload ServiceAccount (``spec.workloadIdentity.serviceAccountName``, default
-  ``tau-workload``; annotated ``azure.workload.identity/client-id`` for Azure Workload Identity);
-- the data PVC (``spec.dataVolume``: storage class, size; ReadWriteMany) that every run mounts at
-  ``/data`` (the mutating webhook adds the mount; claim name ``TauWorkspace.data_claim_name``);
-- status: ``phase`` (Ready, Pending while waiting for something, Degraded when refused or in
-  conflict), conditions ``Ready``, ``NamespaceReady``, ``QueueReady``, ``AccessReady``,
-  ``ServiceAccountReady``, ``DataVolumeReady``, and the resolved namespace and queues.
-
-Refusals (nothing is created): a reserved namespace (``taugate.tau_admission.namespace_refusal``:
-Kubernetes', taugate's and every trusted controller's), a namespace claimed by another existing
-workspace, one that an older workspace also targets, or an existing namespace taugate did not
-create for this workspace that no platform admin annotated ``tau.azure.com/adopt-as-workspace=<workspace>``
-(``adoption_refusal``).
-Objects taugate creates carry ``tau.azure.com/managed-by=taugate`` and the workspace label;
-objects it finds are adopted and never changed or deleted.
-
-Deletion: the finalizer ``tau.azure.com/workspace-cleanup`` deletes what taugate created (the
-LocalQueue, RoleBinding and ServiceAccount), releases the namespace claim labels and keeps the
-Namespace and the data PVC (the data outlives the workspace).
+An existing LocalQueue is adopted as it is (Kueue makes ``spec.clusterQueue`` immutable). Objects
+taugate finds are adopted and never changed or deleted; on deletion the finalizer deletes what
+taugate created and keeps the Namespace and the data PVC (the data outlives the workspace).
 """
 
 from __future__ import annotations
@@ -73,7 +43,6 @@ RBAC_GROUP = "rbac.authorization.k8s.io"
 
 @dataclass(frozen=True)
 class WorkspaceNames:
-    """The names a workspace's children have (from its spec and the TauCluster)."""
 
     namespace: str
     local_queue: str
@@ -84,7 +53,6 @@ class WorkspaceNames:
 
 @dataclass(frozen=True)
 class WorkspaceObservation:
-    """What the controller read for one workspace (plain API dicts, None when absent)."""
 
     workspace: dict
     cluster: dict | None = None
@@ -99,8 +67,7 @@ class WorkspaceObservation:
 
 @dataclass(frozen=True)
 class WorkspacePlan:
-    """Writes in order (finalizer, namespace, children, status) and the desired status (None
-    while the workspace is being deleted)."""
+    """Writes in order (finalizer, namespace, children, status); status None while deleting."""
 
     actions: list[Action]
     status: dict | None
@@ -114,8 +81,8 @@ def _default_queue(cluster: dict | None) -> str:
 
 
 def workspace_names(ws: TauWorkspace, cluster: dict | None, local_queue: dict | None = None) -> WorkspaceNames:
-    """Names of the children (pure). The ClusterQueue is the existing LocalQueue's, else
-    ``spec.clusterQueue``, else the TauCluster's ``workspaceDefaults.defaultQueue``."""
+    """The ClusterQueue is the existing LocalQueue's, else ``spec.clusterQueue``, else the
+    TauCluster's ``workspaceDefaults.defaultQueue``."""
     default = _default_queue(cluster)
     existing_cq = ((local_queue or {}).get("spec") or {}).get("clusterQueue")
     sa = ws.spec.workload_identity.service_account_name if ws.spec.workload_identity else DEFAULT_SERVICE_ACCOUNT
@@ -152,9 +119,9 @@ def _child_labels(ws_name: str) -> dict[str, str]:
 
 
 def namespace_conflict(ws: dict, namespace_obj: dict | None, others: list[dict], target: str) -> str | None:
-    """Why another workspace owns ``target`` (None when this one may use it): the namespace's
-    ``tau.azure.com/workspace`` label names another workspace that still exists, or no one has
-    claimed it yet and an older workspace (creationTimestamp, then name) targets it too."""
+    """Why another workspace owns ``target``, or None: the namespace's workspace label names
+    another that still exists, or it is unclaimed and an older workspace (creationTimestamp, then
+    name) targets it too."""
     me = R.name_of(ws)
     alive = {R.name_of(o): o for o in others if R.name_of(o) != me and not R.metadata_of(o).get("deletionTimestamp")}
     claimant = R.labels_of(namespace_obj).get(labels.WORKSPACE) if namespace_obj else None
@@ -213,8 +180,8 @@ def _finish(obs: WorkspaceObservation, conds: list[dict], phase: str, now: str, 
 
 @dataclass
 class _Draft:
-    """A workspace plan being built, one step per child object: actions, conditions, status fields
-    (``extra``), and whether a child is awaited (``waiting``: Pending) or broken (``degraded``)."""
+    """A workspace plan being built; ``waiting``: a child is awaited (Pending), ``degraded``: one is
+    broken."""
 
     ws: TauWorkspace
     ws_name: str
@@ -236,9 +203,7 @@ class _Draft:
 
 
 def plan_workspace(obs: WorkspaceObservation, settings: Settings, now: str | None = None) -> WorkspacePlan:
-    """Desired children, finalizer and status for one workspace (pure). A workspace being deleted
-    gets ``plan_cleanup`` instead. The children in order: Namespace, LocalQueue, RoleBinding,
-    ServiceAccount, data PVC (one ``_plan_*`` step each)."""
+    """Desired children, finalizer and status for one workspace (pure)."""
     now = now or now_rfc3339()
     ws_obj = obs.workspace
     if R.metadata_of(ws_obj).get("deletionTimestamp"):
@@ -278,8 +243,7 @@ def plan_workspace(obs: WorkspaceObservation, settings: Settings, now: str | Non
 
 
 def _plan_namespace(draft: _Draft, obs: WorkspaceObservation) -> dict[str, str] | None:
-    """Create the workspace's namespace or claim it with the workspace and queue labels; its
-    labels as they will be, or None when it is missing and ``spec.target.createNamespace`` is false."""
+    """The namespace's labels as they will be, or None when it is missing and may not be created."""
     target, ws_name = draft.target, draft.ws_name
     claim = {labels.WORKSPACE: ws_name, labels.KUEUE_QUEUE_NAME: draft.names.local_queue}
     ns_labels = dict(R.labels_of(obs.namespace))
@@ -298,15 +262,15 @@ def _plan_namespace(draft: _Draft, obs: WorkspaceObservation) -> dict[str, str] 
             draft.actions.append(Action("patch", R.NAMESPACES, target, body={"metadata": {"labels": patch}},
                                         reason="workspace and queue labels"))
             ns_labels.update(patch)
-    # The same words whether the object was just created or found, so the next pass writes nothing.
+    # the same words whether just created or found, so the next pass writes nothing
     draft.condition("NamespaceReady", True, "NamespaceReady",
                     f"namespace {target!r} carries the workspace and queue labels")
     return ns_labels
 
 
 def _plan_local_queue(draft: _Draft, obs: WorkspaceObservation, ns_labels: dict[str, str]) -> None:
-    """Create the LocalQueue, and check it feeds the intended ClusterQueue and that the
-    ClusterQueue's ``namespaceSelector`` selects the namespace (Kueue admits nothing otherwise)."""
+    """The ClusterQueue's ``namespaceSelector`` must select the namespace: Kueue admits nothing
+    otherwise."""
     names, target, ws = draft.names, draft.target, draft.ws
     queue_status: dict[str, Any] = {"localQueue": names.local_queue, "clusterQueue": names.cluster_queue}
     cq_uid = R.metadata_of(obs.cluster_queue).get("uid") if obs.cluster_queue else None
@@ -348,9 +312,7 @@ def _plan_local_queue(draft: _Draft, obs: WorkspaceObservation, ns_labels: dict[
 
 
 def _plan_role_binding(draft: _Draft, obs: WorkspaceObservation) -> None:
-    """Bind ``spec.kubernetesSubject`` to the researcher ClusterRole in the namespace (none when
-    authorization is cluster-wide); a changed ``roleRef`` is delete + create (it is immutable,
-    Kubernetes RBAC rule)."""
+    """None when authorization is cluster-wide; a changed ``roleRef`` is delete + create."""
     ws, target, ws_name = draft.ws, draft.target, draft.ws_name
     cluster_wide = ws.spec.authorization is not None and ws.spec.authorization.mode == "cluster-wide"
     subject = _rbac_subject(ws, target)
@@ -387,8 +349,6 @@ def _plan_role_binding(draft: _Draft, obs: WorkspaceObservation) -> None:
 
 
 def _plan_service_account(draft: _Draft, obs: WorkspaceObservation) -> None:
-    """Create the workloads' ServiceAccount (with the Azure Workload Identity client-id
-    annotation when asked), keep its labels/annotations on one we own, adopt one we do not."""
     names, target, ws_name = draft.names, draft.target, draft.ws_name
     sa_meta: dict[str, Any] = {"name": names.service_account, "namespace": target, "labels": _child_labels(ws_name)}
     if draft.ws.spec.workload_identity is not None:
@@ -412,7 +372,6 @@ def _plan_service_account(draft: _Draft, obs: WorkspaceObservation) -> None:
 
 
 def _plan_data_volume(draft: _Draft, obs: WorkspaceObservation) -> None:
-    """Create the data PVC (``spec.dataVolume``, ReadWriteMany); report it as found (kept as it is)."""
     dv, claim, target = draft.ws.spec.data_volume, draft.names.data_claim, draft.target
     if dv is None or not claim:
         return
@@ -425,7 +384,6 @@ def _plan_data_volume(draft: _Draft, obs: WorkspaceObservation) -> None:
                "metadata": {"name": claim, "namespace": target, "labels": _child_labels(draft.ws_name)},
                "spec": spec}
         draft.actions.append(Action("create", R.PVCS, claim, target, body=pvc, reason="workspace data volume"))
-    # Status from the PVC as found, or as just created.
     pspec = pvc.get("spec") or {}
     size = ((pspec.get("resources") or {}).get("requests") or {}).get("storage")
     sc = pspec.get("storageClassName")
@@ -447,10 +405,8 @@ def _plan_data_volume(draft: _Draft, obs: WorkspaceObservation) -> None:
 
 
 def plan_cleanup(obs: WorkspaceObservation) -> WorkspacePlan:
-    """What the finalizer does for a workspace being deleted (pure): delete the LocalQueue,
-    RoleBinding and ServiceAccount taugate created for it, release the namespace's claim labels,
-    keep the Namespace and the data PVC, then remove the finalizer. Nothing when the finalizer is
-    already gone."""
+    """What the finalizer does (pure): delete what taugate created, release the namespace's claim
+    labels, keep the Namespace and the data PVC, then remove the finalizer."""
     ws_obj = obs.workspace
     if FINALIZER not in (R.metadata_of(ws_obj).get("finalizers") or []):
         return WorkspacePlan([], None)
@@ -469,7 +425,6 @@ def plan_cleanup(obs: WorkspaceObservation) -> WorkspacePlan:
 
 
 def observe_workspace(kube: Any, namespace: str, name: str) -> WorkspaceObservation | None:
-    """Read one workspace and everything its plan depends on (None when it does not exist)."""
     ws_obj = kube.get(R.TAU_WORKSPACES, name, namespace)
     if ws_obj is None:
         return None
@@ -493,8 +448,8 @@ def observe_workspace(kube: Any, namespace: str, name: str) -> WorkspaceObservat
 
 def reconcile_workspace(kube: Any, settings: Settings, namespace: str, name: str,
                         *, now: str | None = None) -> WorkspacePlan | None:
-    """Read, plan and apply one workspace; returns the plan (None when it does not exist).
-    Raises ``taugate.kube.KubeError`` when the API fails (the caller retries)."""
+    """Returns the plan (None when the workspace does not exist). Raises
+    ``taugate.kube.KubeError`` when the API fails (the caller retries)."""
     obs = observe_workspace(kube, namespace, name)
     if obs is None:
         return None

@@ -1,26 +1,17 @@
 """Kubernetes core ``v1`` Pod created bare in a workspace: the object is its own pod template.
-
-A Pod is governed only when it asks for GPUs (``governs``): a CPU-only Pod (a notebook, a debug
-shell) passes admission unchanged. A Pod whose controller is a governed workload (a Job's,
-RayCluster's, StatefulSet's pods, a Deployment's through its ReplicaSet) is a child and only
-inherits the parent's run-id (``taugate.webhook.mutation.is_child``); a GPU Pod whose controller
-is of a kind taugate does not manage is refused or warned (``taugate.unmanaged``).
+Governed only when it asks for GPUs; a GPU Pod whose controller is a kind taugate does not manage
+is refused or warned (``taugate.unmanaged``).
 
 Upstream rules followed here:
 
 - Kueue's pod integration (kueue v0.17 ``pkg/controller/jobs/pod/pod_webhook.go``
-  ``PodWebhook.Default``): a Pod with the ``kueue.x-k8s.io/queue-name`` label is gated until
-  admitted (a scheduling gate, never ``suspend``: a Pod has none); a Pod whose owner Kueue
-  already manages is skipped (``jobframework.FindAncestorJobManagedByKueue``);
-- pod groups: the ``kueue.x-k8s.io/pod-group-name`` label and the
-  ``kueue.x-k8s.io/pod-group-total-count`` annotation go together, the count a whole number
-  above 0 (``pod_webhook.go`` ``validatePodGroupMetadata``, ``pod_controller.go``
-  ``Pod.groupTotalCount``); Kueue reserves the group as one PodSet of that many pods shaped like
-  the first runnable one (``pod_controller.go`` ``constructGroupPodSetsFast``);
-- the pod spec is immutable once created, except what a scheduling-gated pod may gain
-  (Kubernetes v1.37 ``pkg/apis/core/validation/validation.go`` ``ValidatePodUpdate``), so an
-  UPDATE never touches it (``templates_mutable``);
-- structure: core/v1 ``PodSpec`` with at least one container (``structure.PodSpecWithContainers``).
+  ``PodWebhook.Default``): a queued Pod is gated (a Pod has no ``suspend``); a Pod whose owner
+  Kueue already manages is skipped (``jobframework.FindAncestorJobManagedByKueue``);
+- pod groups (``pod_webhook.go`` ``validatePodGroupMetadata``, ``pod_controller.go``
+  ``Pod.groupTotalCount``): one PodSet of that many pods shaped like the first runnable one
+  (``pod_controller.go`` ``constructGroupPodSetsFast``);
+- the pod spec is immutable except what a scheduling-gated pod may gain (Kubernetes v1.37
+  ``pkg/apis/core/validation/validation.go`` ``ValidatePodUpdate``).
 """
 
 from __future__ import annotations
@@ -38,16 +29,15 @@ from taugate.structure import PodSpecWithContainers
 from taugate.violation import Violation
 
 POD_GROUP_NAME = "kueue.x-k8s.io/pod-group-name"
-"""Kueue's label naming the pod group a Pod belongs to (``podconstants.GroupNameLabel``)."""
+"""``podconstants.GroupNameLabel``."""
 POD_GROUP_TOTAL_COUNT = "kueue.x-k8s.io/pod-group-total-count"
-"""Kueue's annotation giving a pod group's size (``podconstants.GroupTotalCountAnnotation``)."""
+"""``podconstants.GroupTotalCountAnnotation``."""
 
 
 def group_total_count(obj: dict[str, Any]) -> int | None:
-    """The size of the Kueue pod group ``obj`` belongs to: its ``pod-group-total-count``
-    annotation as Go's ``strconv.Atoi`` reads it, when the Pod also has a ``pod-group-name``
-    label and the count is above 0 (kueue v0.17 ``pod_controller.go`` ``Pod.groupTotalCount``);
-    None for a Pod outside a group or with a bad count (``check_pod_group`` reports it)."""
+    """The pod group's size, as Go's ``strconv.Atoi`` reads the annotation, when the Pod also has a
+    ``pod-group-name`` label and the count is above 0 (kueue v0.17 ``pod_controller.go``
+    ``Pod.groupTotalCount``); else None (``check_pod_group`` reports a bad one)."""
     meta = as_dict(obj.get("metadata"))
     if not as_dict(meta.get("labels")).get(POD_GROUP_NAME):
         return None
@@ -62,10 +52,8 @@ def group_total_count(obj: dict[str, Any]) -> int | None:
 
 
 def check_pod_group(obj: dict[str, Any]) -> list[Violation]:
-    """Kueue rules for a pod group (kueue v0.17 ``pod_webhook.go`` ``validatePodGroupMetadata``):
-    the ``pod-group-name`` label and the ``pod-group-total-count`` annotation are set together,
-    and the count is a whole number above 0 (``Pod.groupTotalCount``: "group total count should be
-    greater than zero")."""
+    """Kueue (v0.17 ``pod_webhook.go`` ``validatePodGroupMetadata``): the group label and count
+    annotation go together, the count above 0 (``Pod.groupTotalCount``)."""
     meta = as_dict(obj.get("metadata"))
     name = as_dict(meta.get("labels")).get(POD_GROUP_NAME)
     raw = as_dict(meta.get("annotations")).get(POD_GROUP_TOTAL_COUNT)
@@ -89,74 +77,64 @@ def check_pod_group(obj: dict[str, Any]) -> list[Violation]:
 
 
 KUEUE_MANAGED = "kueue.x-k8s.io/managed"
-"""Kueue's label on a Pod it manages (``pkg/constants`` ``ManagedByKueueLabelKey``), and the name of
-its finalizer on such a Pod (``pod/podconstants`` ``PodFinalizer``)."""
+"""Kueue's label on a Pod it manages (``pkg/constants`` ``ManagedByKueueLabelKey``), and its
+finalizer (``pod/podconstants`` ``PodFinalizer``)."""
 KUEUE_ADMISSION_GATE = "kueue.x-k8s.io/admission"
-"""The scheduling gate Kueue's pod webhook holds a queued Pod with (``podconstants.SchedulingGateName``)."""
+"""``podconstants.SchedulingGateName``."""
 
 
 class Pod(WorkloadKind):
-    """Kubernetes core ``v1`` Pod: one pod template, the Pod itself (path ``()``), one pod, or
-    the whole Kueue pod group it belongs to (``group_total_count`` pods like it)."""
+    """Kubernetes core ``v1`` Pod."""
 
     group, version, resource, kind = "", "v1", "pods", "Pod"
     spec_model = PodSpecWithContainers
     templates_from_spec = False  # pod_templates reads the pod group's annotations
     default_lane = "interactive"
     suspend_path = None
-    # The API server's Priority admission plugin resolves spec.priority of a Pod before the webhooks
-    # and is re-run after them: a class a webhook adds then disagrees with the priority already set
-    # and the Pod is refused (kubernetes plugin/pkg/admission/priority/admission.go admitPod: "the
-    # integer value of priority must not be provided"). A bare Pod keeps the default priority; a
-    # class other than the profile's is still refused (webhook.pod_rules).
+    # The Priority admission plugin resolves a Pod's spec.priority before the webhooks and re-runs
+    # after them, refusing a class added in between (kubernetes
+    # plugin/pkg/admission/priority/admission.go admitPod). Another class is refused (webhook.pod_rules).
     pod_priority_field = False
     upstream = ("kueue v0.17 pkg/controller/jobs/pod/pod_webhook.go Default, validatePodGroupMetadata; "
                 "pod_controller.go groupTotalCount, constructGroupPodSetsFast; "
                 "kubernetes v1.37 pkg/apis/core/validation/validation.go ValidatePodUpdate")
 
     def kueue_template_metadata(self, queue: str, priority_class: str | None) -> tuple[dict[str, str], dict[str, str]]:
-        """What Kueue's pod webhook (``pod_webhook.go`` ``PodWebhook.Default``) labels a queued Pod
-        with: ``kueue.x-k8s.io/managed: "true"`` (on the Pod itself, its own template)."""
+        """Kueue's pod webhook (``pod_webhook.go`` ``PodWebhook.Default``):
+        ``kueue.x-k8s.io/managed: "true"`` on the Pod itself."""
         return {KUEUE_MANAGED: "true"}, {}
 
     def kueue_holds(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
-        """What Kueue's pod webhook (``PodWebhook.Default``) puts on a queued Pod so that it waits
-        for admission: the scheduling gate ``kueue.x-k8s.io/admission`` (``gate``, removed by
-        Kueue when the Workload is admitted) and the finalizer ``kueue.x-k8s.io/managed``
-        (``podconstants.PodFinalizer``). Kueue's role-hash annotation is not set: Kueue computes
-        it from the spec when it is missing (``pod_controller.go`` ``getRoleHash``)."""
+        """Kueue's pod webhook (``PodWebhook.Default``): the ``kueue.x-k8s.io/admission`` scheduling
+        gate and the ``kueue.x-k8s.io/managed`` finalizer. Kueue's role-hash annotation is not
+        set: Kueue computes it when missing (``pod_controller.go`` ``getRoleHash``)."""
         return (KUEUE_ADMISSION_GATE,), (KUEUE_MANAGED,)
 
     def pod_templates(self, obj: dict[str, Any]) -> list[PodTemplate]:
-        """The Pod itself (role ``pod``, path ``()``): 1 pod, or ``group_total_count`` pods for a
-        pod of a Kueue pod group (Kueue reserves the group as one PodSet of that size)."""
+        """The Pod itself: 1 pod, or ``group_total_count`` for a Kueue pod group (one PodSet)."""
         if not isinstance(obj.get("spec"), dict):
             return []
         return [PodTemplate.of("pod", "pod", (), (), group_total_count(obj) or 1, obj, {})]
 
     def governs(self, templates: list[PodTemplate]) -> bool:
-        """Only a Pod that asks for GPUs (``taugate.pods.asks_for_gpus``): a CPU-only Pod passes
-        admission unchanged."""
+        """Only a Pod that asks for GPUs: a CPU-only Pod (a notebook) passes unchanged."""
         return asks_for_gpus(templates)
 
     def templates_mutable(self, old: dict[str, Any]) -> bool:
-        """Never: a Pod's spec is immutable once created (Kubernetes ``ValidatePodUpdate``), so
-        an UPDATE restores taugate's labels on the Pod's metadata and places nothing."""
+        """Never: a Pod's spec is immutable (Kubernetes ``ValidatePodUpdate``)."""
         return False
 
     def checks(self, obj: dict[str, Any], templates: list[PodTemplate], *, queued: bool, old: dict[str, Any] | None,
                elastic_jobs: bool) -> list[Violation]:
-        """Kueue's pod-group metadata rule (``check_pod_group``), on CREATE and whenever the
-        UPDATE changes the group's label or annotation."""
+        """Kueue's pod-group rule (``check_pod_group``), on CREATE and on an UPDATE changing it."""
         if old is not None and check_pod_group(old) == check_pod_group(obj):
             return []
         return check_pod_group(obj)
 
     def outcome(self, obj: Mapping[str, Any], status: dict[str, Any]) -> Outcome:
-        """A bare Pod, Kubernetes ``k8s.io/api/core/v1/types.go`` ``PodPhase``: ``Succeeded`` and
-        ``Failed`` are terminal (the reason is ``status.reason``, e.g. ``Evicted``, else
-        ``PodFailed``), ``Running`` is running; a Pending pod with ``spec.schedulingGates`` is held by
-        Kueue (pod integration)."""
+        """Kubernetes ``k8s.io/api/core/v1/types.go`` ``PodPhase``: ``Succeeded``/``Failed`` are
+        terminal (reason ``status.reason``, else ``PodFailed``); a Pending pod with
+        ``spec.schedulingGates`` is held by Kueue."""
         phase = str(status.get("phase") or "")
         if phase == "Succeeded":
             return Outcome("succeeded", "Succeeded", "Pod phase Succeeded")

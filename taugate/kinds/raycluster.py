@@ -2,13 +2,10 @@
 
 Upstream rules followed here:
 
-- pod templates: ``spec.headGroupSpec.template`` (role ``head``, 1 pod) and
-  ``spec.workerGroupSpecs[i].template`` (role ``worker``, ``worker_group_pods`` pods: the larger of
-  what KubeRay creates, ray-operator v1.5 ``controllers/ray/utils/util.go``
-  ``GetWorkerGroupDesiredReplicas``, and what Kueue reserves, kueue v0.17
-  ``pkg/controller/jobs/raycluster/common.go`` ``BuildPodSets``);
-- structure: KubeRay's ``RayClusterSpec``/``WorkerGroupSpec`` types (ray-operator v1.5
-  ``apis/ray/v1/raycluster_types.go``: replicas, minReplicas, maxReplicas, numOfHosts ``*int32``);
+- worker pods: the larger of what KubeRay creates (ray-operator v1.5
+  ``controllers/ray/utils/util.go`` ``GetWorkerGroupDesiredReplicas``) and what Kueue reserves
+  (kueue v0.17 ``pkg/controller/jobs/raycluster/common.go`` ``BuildPodSets``);
+- structure: ray-operator v1.5 ``apis/ray/v1/raycluster_types.go``;
 - Kueue's RayCluster webhook (kueue v0.17 ``pkg/controller/jobs/raycluster/raycluster_webhook.go``
   ``validateCreate``): at most 7 worker groups, no in-tree autoscaling outside an elastic job.
 """
@@ -34,17 +31,15 @@ MAX_WORKER_GROUPS = 7
 
 
 def worker_group_pods(group: dict[str, Any]) -> int:
-    """Pods of one Ray worker group that admission must hold GPUs for: the larger of
+    """Pods of one Ray worker group admission must hold GPUs for: the larger of what KubeRay
+    creates, clamp(replicas, minReplicas, maxReplicas) x numOfHosts, maxReplicas when minReplicas >
+    maxReplicas, 0 when suspended (ray-operator v1.5 ``controllers/ray/utils/util.go``
+    ``GetWorkerGroupDesiredReplicas``), and what Kueue reserves, replicas x numOfHosts (kueue v0.17
+    ``pkg/controller/jobs/raycluster/common.go`` ``BuildPodSets``).
 
-    - what KubeRay creates: clamp(replicas, minReplicas, maxReplicas) x numOfHosts, maxReplicas
-      when minReplicas > maxReplicas, 0 for a suspended group (ray-operator v1.5
-      ``controllers/ray/utils/util.go`` ``GetWorkerGroupDesiredReplicas``), and
-    - what Kueue reserves: replicas x numOfHosts (kueue v0.17
-      ``pkg/controller/jobs/raycluster/common.go`` ``BuildPodSets``).
-
-    Missing fields take the RayCluster CRD defaults the API server applies before admission
-    (replicas 0, minReplicas 0, maxReplicas 2147483647, numOfHosts 1), so an object read offline
-    counts as the stored one will."""
+    Missing fields take the CRD defaults the API server applies before admission (replicas 0,
+    minReplicas 0, maxReplicas 2147483647, numOfHosts 1), so an object read offline counts as the
+    stored one will."""
     replicas = as_int(group.get("replicas"), 0)
     lo, hi = as_int(group.get("minReplicas"), 0), as_int(group.get("maxReplicas"), INT32_MAX)
     hosts = max(as_int(group.get("numOfHosts"), 1), 1)
@@ -78,15 +73,14 @@ def cluster_templates(spec: dict[str, Any], prefix: Path) -> list[PodTemplate]:
 
 
 class HeadGroupSpec(TypedDict, total=False):
-    """KubeRay ``HeadGroupSpec``: ``rayStartParams`` and the head's pod template."""
+    """KubeRay ``HeadGroupSpec``."""
 
     rayStartParams: StringMap | None
     template: Required[PodTemplateSpec]
 
 
 class WorkerGroupSpec(TypedDict, total=False):
-    """KubeRay ``WorkerGroupSpec``: the counts ``worker_group_pods`` reads (``*int32``), and the
-    group's pod template."""
+    """KubeRay ``WorkerGroupSpec``."""
 
     groupName: str | None
     replicas: Int32 | None
@@ -98,8 +92,8 @@ class WorkerGroupSpec(TypedDict, total=False):
 
 
 class RayClusterSpec(TypedDict, total=False):
-    """KubeRay ``RayClusterSpec`` (ray-operator v1.5 ``apis/ray/v1/raycluster_types.go``) as far as
-    admission reads it: the head group (required), the worker groups, ``suspend``."""
+    """KubeRay ``RayClusterSpec`` (ray-operator v1.5 ``apis/ray/v1/raycluster_types.go``), as far as
+    admission reads it."""
 
     headGroupSpec: Required[HeadGroupSpec]
     workerGroupSpecs: list[WorkerGroupSpec] | None
@@ -117,10 +111,9 @@ def check_worker_groups(templates: list[PodTemplate], where: str) -> list[Violat
 
 
 def autoscaled_worker_pods(cluster_spec: dict[str, Any], t: PodTemplate) -> int:
-    """The most pods of ``t`` (a template of the RayCluster spec ``cluster_spec``) KubeRay's
-    in-tree autoscaler may reach: a worker group's ``maxReplicas`` x ``numOfHosts`` when larger
-    than its pods now (ray-operator v1.5 ``controllers/ray/utils/util.go``
-    ``GetWorkerGroupDesiredReplicas`` bounds the autoscaler by ``maxReplicas``); the head's 1."""
+    """The most pods of ``t`` KubeRay's in-tree autoscaler may reach: ``maxReplicas`` x
+    ``numOfHosts`` when larger than now (``GetWorkerGroupDesiredReplicas`` bounds the autoscaler
+    by ``maxReplicas``); the head's 1."""
     groups = cluster_spec.get("workerGroupSpecs")
     index = t.group_path[-1] if t.role == "worker" else None
     if type(groups) is not list or type(index) is not int or index >= len(groups):
@@ -131,25 +124,19 @@ def autoscaled_worker_pods(cluster_spec: dict[str, Any], t: PodTemplate) -> int:
 
 
 def cluster_autoscaling(cluster_spec: Any) -> bool:
-    """True when a RayCluster spec sets ``enableInTreeAutoscaling: true`` (KubeRay's autoscaler
-    may then grow a worker group up to ``maxReplicas``)."""
     return as_dict(cluster_spec).get("enableInTreeAutoscaling") is True
 
 
 ELASTIC_JOB = "kueue.x-k8s.io/elastic-job"
-"""Kueue's annotation marking an elastic job (workload slices), read only with the
-ElasticJobsViaWorkloadSlices feature gate on (kueue v0.17 ``pkg/workloadslicing``)."""
+"""Read only with the ElasticJobsViaWorkloadSlices feature gate on (kueue v0.17 ``pkg/workloadslicing``)."""
 
 
 def check_autoscaling(obj: dict[str, Any], cluster_spec: dict[str, Any], where: str,
                       elastic_jobs: bool) -> list[Violation]:
-    """Kueue rule for a queued RayCluster or RayJob: ``enableInTreeAutoscaling: true`` only for an
-    elastic job, i.e. the annotation ``kueue.x-k8s.io/elastic-job: "true"`` with Kueue's
-    ElasticJobsViaWorkloadSlices feature gate on (``elastic_jobs``, setting
-    ``TAUGATE_KUEUE_ELASTIC_JOBS``) (kueue v0.17 ``pkg/controller/jobs/raycluster/raycluster_webhook.go``
-    ``validateCreate``, and ``rayjob_webhook.go`` through ``raycluster.ValidateCreate``).
-    ``cluster_spec`` is the RayCluster spec of ``obj`` (a RayJob's ``spec.rayClusterSpec``) and
-    ``where`` its field path."""
+    """Kueue: a queued RayCluster or RayJob sets ``enableInTreeAutoscaling: true`` only as an
+    elastic job, with ``elastic_jobs`` on (kueue v0.17
+    ``pkg/controller/jobs/raycluster/raycluster_webhook.go`` ``validateCreate``, and
+    ``rayjob_webhook.go`` through ``raycluster.ValidateCreate``)."""
     kind = obj.get("kind")
     if not cluster_autoscaling(cluster_spec):
         return []
@@ -167,7 +154,7 @@ def check_autoscaling(obj: dict[str, Any], cluster_spec: dict[str, Any], where: 
 
 
 class RayCluster(WorkloadKind):
-    """KubeRay ``ray.io/v1`` RayCluster: a head group and worker groups, every one a pod template."""
+    """KubeRay ``ray.io/v1`` RayCluster."""
 
     group, version, resource, kind = "ray.io", "v1", "rayclusters", "RayCluster"
     default_lane = "interactive"
@@ -190,8 +177,7 @@ class RayCluster(WorkloadKind):
         return out
 
     def autoscaling(self, obj: dict[str, Any]) -> bool:
-        """``spec.enableInTreeAutoscaling: true`` (KubeRay's autoscaler may grow a worker group
-        up to ``maxReplicas``)."""
+        """``spec.enableInTreeAutoscaling: true``."""
         return cluster_autoscaling(obj.get("spec"))
 
     def most_pods(self, obj: dict[str, Any], template: PodTemplate) -> int:
@@ -202,9 +188,8 @@ class RayCluster(WorkloadKind):
     serving = True
 
     def outcome(self, obj: Mapping[str, Any], status: dict[str, Any]) -> Outcome:
-        """A RayCluster run on its own (an interactive cluster), KubeRay ray-operator v1.5
-        ``apis/ray/v1/raycluster_types.go`` ``ClusterState``: ``failed`` is failure, ``ready`` is
-        running; a cluster never completes on its own (it ends when deleted)."""
+        """A RayCluster run on its own (ray-operator v1.5 ``apis/ray/v1/raycluster_types.go``
+        ``ClusterState``): ``failed`` is failure, ``ready`` running; it ends only when deleted."""
         state = str(status.get("state") or "")
         if state == "failed":
             return Outcome("failed", str(status.get("reason") or "RayClusterFailed"),
@@ -217,9 +202,7 @@ class RayCluster(WorkloadKind):
 
 
 class EmbeddedRayCluster(WorkloadKind):
-    """A kind that carries a RayCluster spec under ``spec.<cluster_key>`` (a RayJob's
-    ``rayClusterSpec``, a RayService's ``rayClusterConfig``): its autoscaling and the most pods a
-    worker group may reach are the RayCluster's."""
+    """A kind carrying a RayCluster spec under ``spec.<cluster_key>`` (a RayJob, a RayService)."""
 
     cluster_key: ClassVar[str]
 

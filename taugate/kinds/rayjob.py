@@ -2,18 +2,13 @@
 
 Upstream rules followed here:
 
-- pod templates: the RayCluster's (``raycluster.cluster_templates`` under ``spec.rayClusterSpec``)
-  plus ``spec.submitterPodTemplate`` (role ``submitter``, 1 pod) when present; taugate makes
-  KubeRay's default submitter explicit on CREATE (``kuberay_default_submitter``, ray-operator v1.5
+- KubeRay's default submitter made explicit on CREATE (ray-operator v1.5
   ``controllers/ray/common/job.go`` ``GetSubmitterTemplate``);
 - queued unless it runs on an existing cluster (``clusterSelector``): ray-operator
   ``rayjob_controller.go`` and kueue v0.17 ``pkg/controller/jobs/rayjob/rayjob_webhook.go``;
-- KubeRay's ``ValidateRayJobSpec`` (ray-operator v1.5 ``controllers/ray/utils/validation.go``):
-  name length, submission modes, deletion strategy;
+- KubeRay's ``ValidateRayJobSpec`` (ray-operator v1.5 ``controllers/ray/utils/validation.go``);
 - Kueue's RayJob webhook (``rayjob_webhook.go`` ``validateCreate``): ``shutdownAfterJobFinishes``,
-  at most 7 worker groups, no in-tree autoscaling outside an elastic job; taugate sets
-  ``shutdownAfterJobFinishes: true`` on a queued RayJob that says false or nothing, with a warning
-  (``shutdown_override``), unless the platform refuses it (``Settings.ray_shutdown_after_job_finishes``).
+  at most 7 worker groups, no in-tree autoscaling outside an elastic job.
 """
 
 from __future__ import annotations
@@ -40,8 +35,8 @@ from taugate.pods import PodTemplate
 from taugate.structure import PodTemplateSpec, StringMap
 from taugate.violation import Violation
 
-# KubeRay: a RayJob's name is used to build its RayCluster's name (name + "-" + 5 random
-# characters) and the submitter Job's; KubeRay's validation rejects names over 47 characters.
+# KubeRay builds the RayCluster's name (name + "-" + 5 random characters) and the submitter Job's
+# from a RayJob's name; its validation rejects names over 47 characters.
 MAX_RAYJOB_NAME = 47
 # generateName gets 5 random characters appended by the API server.
 MAX_RAYJOB_GENERATE_NAME = MAX_RAYJOB_NAME - 5
@@ -49,10 +44,8 @@ MAX_RAYJOB_GENERATE_NAME = MAX_RAYJOB_NAME - 5
 
 def check_rayjob(obj: dict[str, Any], templates: list[PodTemplate], queued: bool,
                  elastic_jobs: bool = False) -> list[Violation]:
-    """KubeRay and Kueue rules for a RayJob: name length, worker groups under Kueue,
-    ``shutdownAfterJobFinishes``, in-tree autoscaling (``raycluster.check_autoscaling``, with
-    ``elastic_jobs``: Kueue's ElasticJobsViaWorkloadSlices gate), and no ``clusterSelector``
-    together with ``rayClusterSpec``."""
+    """KubeRay and Kueue rules for a RayJob; ``elastic_jobs``: Kueue's ElasticJobsViaWorkloadSlices
+    gate."""
     out: list[Violation] = []
     meta = as_dict(obj.get("metadata"))
     spec = as_dict(obj.get("spec"))
@@ -79,15 +72,9 @@ def check_rayjob(obj: dict[str, Any], templates: list[PodTemplate], queued: bool
 
 
 def check_rayjob_submission(spec: dict[str, Any]) -> list[Violation]:
-    """KubeRay rules on a RayJob's submission mode that KubeRay checks only in its controller,
-    after Kueue may already hold quota for the job (ray-operator v1.5
-    ``controllers/ray/utils/validation.go`` ``ValidateRayJobSpec``; messages in its words):
-
-    - ``InteractiveMode`` with ``backoffLimit`` > 0 ("BackoffLimit is incompatible with
-      InteractiveMode");
-    - ``SidecarMode`` with ``submitterPodTemplate`` or ``submitterConfig`` ("SidecarMode doesn't
-      support ..."), or with a head pod ``restartPolicy`` other than ``Never`` ("restartPolicy
-      for head Pod should be Never or unset when using SidecarMode")."""
+    """KubeRay rules on the submission mode that KubeRay checks only in its controller, after Kueue
+    may already hold quota for the job (ray-operator v1.5 ``controllers/ray/utils/validation.go``
+    ``ValidateRayJobSpec``; messages in its words)."""
     mode = spec.get("submissionMode")
     out: list[Violation] = []
     if mode == "InteractiveMode":
@@ -116,12 +103,10 @@ def check_rayjob_submission(spec: dict[str, Any]) -> list[Violation]:
 
 
 def check_rayjob_shutdown(spec: dict[str, Any]) -> list[Violation]:
-    """Kueue rule for a queued RayJob: ``shutdownAfterJobFinishes`` must be true ("a kueue
-    managed job should delete the cluster after finishing": a RayCluster that outlives its job
-    keeps the quota). KubeRay rules it meets: true is not allowed beside
-    ``deletionStrategy.deletionRules`` (mutually exclusive) nor with a ``DeleteNone``
-    onSuccess/onFailure policy. Mutation sets it to true unless a ``deletionStrategy`` is given
-    (``shutdown_override``), so this refuses a false only where the platform says ``refuse``."""
+    """Kueue: a queued RayJob's ``shutdownAfterJobFinishes`` must be true (a RayCluster that outlives
+    its job keeps the quota). KubeRay: true is not allowed beside ``deletionStrategy.deletionRules``
+    nor with a ``DeleteNone`` policy. Mutation sets true unless a ``deletionStrategy`` is given, so
+    this refuses a false only where the platform says ``refuse``."""
     shutdown = spec.get("shutdownAfterJobFinishes")
     strategy = as_dict(spec.get("deletionStrategy"))
     if strategy.get("deletionRules") is not None:
@@ -144,29 +129,21 @@ def check_rayjob_shutdown(spec: dict[str, Any]) -> list[Violation]:
 
 
 SHUTDOWN_SETTINGS = ("set", "refuse")
-"""``Settings.ray_shutdown_after_job_finishes``: ``set`` (taugate sets ``shutdownAfterJobFinishes:
-true`` on a queued RayJob that says false, with a warning) or ``refuse`` (such a RayJob is refused,
-``check_rayjob_shutdown``)."""
+"""``Settings.ray_shutdown_after_job_finishes``: ``set`` (with a warning) or ``refuse``."""
 
 
 def shutdown_override(spec: dict[str, Any], *, queued: bool, ray_shutdown: str) -> Override | None:
-    """``shutdownAfterJobFinishes: true`` for a queued RayJob ``spec`` (no ``deletionStrategy``) that
-    says false (unless ``ray_shutdown`` is ``refuse``) or nothing, with the warning that says so;
-    None when it is true already, the RayJob is not queued or it has a ``deletionStrategy``
-    (KubeRay forbids true beside ``deletionRules`` or ``DeleteNone``: ``check_rayjob_shutdown``
-    explains).
+    """``shutdownAfterJobFinishes: true`` for a queued RayJob without ``deletionStrategy`` that
+    says false (unless ``refuse``) or nothing, with its warning; else None.
 
-    Why true is what such a RayJob needs, not a choice: Kueue refuses a queued RayJob without it
-    (kueue v0.17 ``pkg/controller/jobs/rayjob/rayjob_webhook.go`` ``validateCreate``: "a kueue
-    managed job should delete the cluster after finishing"), and KubeRay refuses to suspend one
-    (ray-operator v1.5 ``controllers/ray/utils/validation.go`` ``ValidateRayJobSpec``: "a RayJob
-    with shutdownAfterJobFinishes set to false is not allowed to be suspended"), while a queued
-    RayJob is created suspended. KubeRay's own ``kubectl ray job submit`` (kubectl-plugin v1.5.0
-    ``pkg/cmd/job/job_submit.go`` ``Run``) writes false unless given ``--ttl-seconds-after-finished``.
-    What true changes (``rayjob_controller.go`` ``handleShutdownAfterJobFinishes``): the RayCluster
-    is deleted ``ttlSecondsAfterFinished`` seconds after the job reaches a terminal state; in
-    ``InteractiveMode`` that is after the job the client submitted through the dashboard ends,
-    which is when ``kubectl ray job submit`` stops following it."""
+    True is not a choice: Kueue refuses a queued RayJob without it (kueue v0.17
+    ``pkg/controller/jobs/rayjob/rayjob_webhook.go`` ``validateCreate``) and KubeRay refuses to
+    suspend one (ray-operator v1.5 ``controllers/ray/utils/validation.go`` ``ValidateRayJobSpec``),
+    while a queued RayJob is created suspended. ``kubectl ray job submit`` (kubectl-plugin v1.5.0
+    ``pkg/cmd/job/job_submit.go`` ``Run``) writes false unless given
+    ``--ttl-seconds-after-finished``. With true the RayCluster is deleted
+    ``ttlSecondsAfterFinished`` after the job ends (``rayjob_controller.go``
+    ``handleShutdownAfterJobFinishes``), in ``InteractiveMode`` when the submitted job ends."""
     if not queued or spec.get("deletionStrategy") is not None:
         return None
     was = spec.get("shutdownAfterJobFinishes")
@@ -188,18 +165,15 @@ SUBMITTER_CONTAINER = "ray-job-submitter"
 
 
 def kuberay_default_submitter(spec: dict[str, Any]) -> dict[str, Any] | None:
-    """The submitter pod template KubeRay would use for a RayJob ``spec`` in ``K8sJobMode`` (the
-    default ``submissionMode``) that names none, made explicit so that taugate can put the run-id
-    on the submitter pod; None when the RayJob has one, submits otherwise, or has no head image.
+    """KubeRay's submitter pod template for a ``K8sJobMode`` RayJob that names none, made explicit
+    so the submitter pod carries the run-id: KubeRay copies none of the RayJob's labels onto it
+    (``rayjob_controller.go`` ``createNewK8sJob``). None when the RayJob has one, submits otherwise,
+    or has no head image.
 
-    KubeRay rule (ray-operator v1.5 ``controllers/ray/common/job.go``, ``GetSubmitterTemplate``
-    and ``GetDefaultSubmitterContainer``): without ``spec.submitterPodTemplate`` the submitter Job
-    runs one container ``ray-job-submitter`` with the head's image, requests 500m CPU / 200Mi,
-    limits 1 CPU / 1Gi, ``restartPolicy: Never``, and KubeRay copies none of the RayJob's labels
-    onto that Job or its pod (``rayjob_controller.go`` ``createNewK8sJob``), so the submitter pod
-    would carry no run-id. KubeRay fills in the container's command when it is empty
-    (``configureSubmitterContainer``); Kueue sizes the submitter pod set from the same template
-    (``pkg/controller/jobs/rayjob``), so quota is unchanged."""
+    ray-operator v1.5 ``controllers/ray/common/job.go`` ``GetSubmitterTemplate`` and
+    ``GetDefaultSubmitterContainer``; KubeRay fills the empty command
+    (``configureSubmitterContainer``), and Kueue sizes the submitter pod set from the same
+    template (``pkg/controller/jobs/rayjob``), so quota is unchanged."""
     if spec.get("submitterPodTemplate") is not None:
         return None
     if (spec.get("submissionMode") or "K8sJobMode") != "K8sJobMode":
@@ -216,7 +190,7 @@ def kuberay_default_submitter(spec: dict[str, Any]) -> dict[str, Any] | None:
 
 
 class _RayJobSpec(TypedDict, total=False):
-    """KubeRay RayJobSpec fields admission reads (``RayJobSpec`` adds the rule across them)."""
+    """KubeRay RayJobSpec fields admission reads."""
 
     rayClusterSpec: RayClusterSpec | None
     clusterSelector: StringMap | None
@@ -235,12 +209,11 @@ def _runs_somewhere(spec: _RayJobSpec) -> _RayJobSpec:
 
 RayJobSpec = Annotated[_RayJobSpec, AfterValidator(_runs_somewhere)]
 """KubeRay ``RayJobSpec`` (ray-operator v1.5 ``apis/ray/v1/rayjob_types.go``) as far as admission
-reads it: the RayCluster spec or a cluster selector (one of them, ``_runs_somewhere``), the
-submitter's pod template, ``suspend`` and ``shutdownAfterJobFinishes``."""
+reads it."""
 
 
 class RayJob(EmbeddedRayCluster):
-    """KubeRay ``ray.io/v1`` RayJob: the RayCluster spec plus the submitter pod template."""
+    """KubeRay ``ray.io/v1`` RayJob."""
 
     group, version, resource, kind = "ray.io", "v1", "rayjobs", "RayJob"
     cluster_key = "rayClusterSpec"
@@ -249,16 +222,13 @@ class RayJob(EmbeddedRayCluster):
                 "controllers/ray/common/job.go GetSubmitterTemplate; kueue v0.17 pkg/controller/jobs/rayjob")
 
     def queued(self, obj: dict[str, Any]) -> bool:
-        """False for a RayJob that runs on an existing RayCluster (``clusterSelector``, no
-        ``rayClusterSpec``): KubeRay forbids suspending one ("the ClusterSelector mode doesn't
-        support the suspend operation") and Kueue does not manage it ("a kueue managed job should
-        not use an existing cluster"); the RayCluster it runs on was queued itself."""
+        """False on an existing RayCluster (``clusterSelector``): KubeRay forbids suspending one and
+        Kueue does not manage it; the RayCluster it runs on was queued itself."""
         spec = as_dict(obj.get("spec"))
         return spec.get("rayClusterSpec") is not None or not spec.get("clusterSelector")
 
     def pod_templates(self, obj: dict[str, Any]) -> list[PodTemplate]:
-        """The RayCluster's templates under ``spec.rayClusterSpec`` (head, then worker groups), then
-        ``spec.submitterPodTemplate`` (role ``submitter``, 1 pod) when present."""
+        """The RayCluster's templates (head, then worker groups), then the submitter's, when present."""
         spec = as_dict(obj.get("spec"))
         out = cluster_templates(as_dict(spec.get("rayClusterSpec")), ("spec", "rayClusterSpec"))
         if isinstance(spec.get("submitterPodTemplate"), dict):

@@ -1,29 +1,12 @@
-"""The OPA-server backend of the policy engine (``webhook.engines.load_policy_engine(..., backend="opa")``).
+"""The OPA-server backend of the policy engine: the same policy set pushed to an OPA sidecar on
+localhost over plain HTTP, each decision the same document the embedded engine evaluates, so both
+backends decide alike; enforcement is applied in Python.
 
-The same policy set as the embedded engine is pushed to an OPA server through its REST API
-(``PUT /v1/policies/{id}``; ids are ``taugate/<path in the policy folder>``, helpers first, the
-generated aggregate last), and each decision asks it for the same document the embedded engine
-evaluates (``POST /v1/data/taugate/aggregate/results`` with ``{"input": ...}``; OPA answers
-``{"result": ...}``, or ``{}`` when the document is undefined). So both backends give the same
-decisions; enforcement is applied here, in Python (``PolicySet.to_violations``).
-
-I/O: every call to OPA is an aiohttp request on the engine's own event loop (a daemon thread,
-``taugate-opa``); ``evaluate`` is called from the admission server's worker threads (the engine
-is ``remote``, so the server never calls it on its event loop) and waits for its request.
-``evaluate`` on a thread running an event loop is refused (``RuntimeError``): it would block it.
-
-Timeout: one evaluation, a re-push to a restarted server included, takes at most ``timeout_s``
-seconds (``Settings.opa_timeout_seconds``, 1 s: below the 2 s admission deadline, itself below
-the webhook configurations' ``timeoutSeconds: 3``). Errors, by what they make the webhook do:
-unreachable, late, an HTTP error or an answer that is not a result -> ``PolicyUnavailable``
-(HTTP 503, the webhook's ``failurePolicy`` decides); OPA's own evaluation error on this input
-(HTTP 500 ``internal_error`` with an ``eval_*`` error) -> ``PolicyEvaluationError`` (the
-policies' failure, decided by ``webhook.review``); OPA rejecting the modules -> ``PolicyError``.
-
-Plain HTTP to an OPA sidecar on localhost (the chart's ``webhook.opa``); the policy set is
-validated locally (parse, compile, own tests) before it is pushed, and a reload is pushed
-before it becomes active; when the push fails the old set stays active (and is pushed again so
-the server matches it).
+Every call to OPA runs on the engine's own event loop (a daemon thread); ``evaluate`` is called
+from the server's worker threads and refused on a thread running an event loop (it would block
+it). OPA's own evaluation error (HTTP 500 ``internal_error`` with an ``eval_*`` error) is the
+policies' failure (``PolicyEvaluationError``); anything else gone wrong is ``PolicyUnavailable``.
+A reload is pushed before it becomes active; when the push fails the old set is pushed again.
 """
 
 from __future__ import annotations
@@ -53,19 +36,17 @@ log = logging.getLogger("taugate.policy.opa")
 POLICY_ID_PREFIX = "taugate"
 RESULTS_PATH = "/v1/data/" + AGGREGATE_PACKAGE.replace(".", "/") + "/results"
 DEFAULT_TIMEOUT_SECONDS = 1.0
-"""``Settings.opa_timeout_seconds``' default (see ``taugate.settings``)."""
 
 T = TypeVar("T")
 
 
 def policy_id(rel: str) -> str:
-    """The OPA policy id of a module: ``taugate/gpu-total-fits-queue/policy.rego``."""
     return f"{POLICY_ID_PREFIX}/{rel}"
 
 
 def _opa_error(status: int, body: Any) -> tuple[str, str | None, int | None]:
-    """OPA's error answer (``{"code", "message", "errors": [{"message", "location": {"file",
-    "row"}}]}``) as (one-line reason, file, line)."""
+    """OPA's error answer (``{"code", "message", "errors": [{"message", "location"}]}``) as
+    (one-line reason, file, line)."""
     if not isinstance(body, dict):
         return f"HTTP {status}", None, None
     first = (body.get("errors") or [None])[0]
@@ -80,7 +61,6 @@ def _opa_error(status: int, body: Any) -> tuple[str, str | None, int | None]:
 
 
 def _refuse_on_a_loop() -> None:
-    """Raise ``RuntimeError`` on a thread running an event loop: waiting for OPA there would block it."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
@@ -90,15 +70,9 @@ def _refuse_on_a_loop() -> None:
 
 
 class OpaServerPolicyEngine:
-    """``PolicyEngine`` backed by an OPA server at ``url`` (``http://127.0.0.1:8181``).
-
-    ``evaluate(input)``: every result of every policy, as decided by the server, in at most
-    ``timeout_s`` seconds; when the server answers without a result (it restarted and lost its
-    policies) the set is pushed again and the query retried once, within the same time. Raises
-    ``PolicyUnavailable`` (down, late, garbage) or ``PolicyEvaluationError`` (OPA's evaluation
-    error on this input). Construction raises ``PolicyError`` for a URL that is not http(s) or
-    when the set cannot be pushed. ``close()`` ends the session and the engine's thread.
-    """
+    """``PolicyEngine`` backed by an OPA server at ``url``. An answer without a result (the server
+    restarted and lost its policies) pushes the set again and retries once, within the same
+    ``timeout_s``."""
 
     remote = True
 
@@ -136,8 +110,8 @@ class OpaServerPolicyEngine:
         return asyncio.Lock()
 
     def _wait(self, coro: Coroutine[Any, Any, T], timeout_s: float) -> T:
-        """Run ``coro`` on the engine's loop and wait for it from this (non-loop) thread. The
-        coroutines bound themselves; ``timeout_s`` (plus a second) only guards a dead loop."""
+        """Wait from this (non-loop) thread. The coroutines bound themselves; ``timeout_s`` (plus a
+        second) only guards a dead loop."""
         try:
             _refuse_on_a_loop()
         except RuntimeError:
@@ -151,8 +125,7 @@ class OpaServerPolicyEngine:
             raise PolicyUnavailable(f"OPA server at {self.url}: no answer within {timeout_s:g} s") from None
 
     async def _call(self, method: str, path: str, **kw: Any) -> tuple[int, Any]:
-        """One request: (HTTP status, JSON body or None). Raises ``PolicyUnavailable`` when the
-        server cannot be reached or its answer is not JSON."""
+        """(HTTP status, JSON body or None); ``PolicyUnavailable`` when unreachable or not JSON."""
         try:
             async with self._session.request(method, self.url + path, **kw) as r:
                 raw = await r.read()
@@ -164,10 +137,7 @@ class OpaServerPolicyEngine:
                                     f"that is not JSON") from None
 
     async def push_async(self, ps: PolicySet) -> None:
-        """Push every serving module of ``ps`` (helpers first, the aggregate last), then delete
-        the ids of modules the set no longer has. Raises ``PolicyError`` when OPA rejects a
-        module (with OPA's reason, file and line) and ``PolicyUnavailable`` when it cannot be
-        reached."""
+        """Helpers first, the aggregate last, then the ids the set no longer has are deleted."""
         modules = sorted(ps.serving_modules,
                          key=lambda f: (f.package == AGGREGATE_PACKAGE, not f.rel.startswith("lib/"), f.rel))
         async with self._push_lock:
@@ -193,7 +163,6 @@ class OpaServerPolicyEngine:
         return await self._call("POST", RESULTS_PATH, json={"input": input})
 
     async def evaluate_async(self, input: dict, ps: PolicySet) -> list[Violation]:
-        """``evaluate`` on the engine's loop (see the class docstring)."""
         try:
             async with asyncio.timeout(self.timeout_s):
                 status, body = await self._query(input)
@@ -219,8 +188,7 @@ class OpaServerPolicyEngine:
         return ps.to_violations(body["result"])
 
     async def _isolate(self, input: dict, ps: PolicySet, error: PolicyEvaluationError) -> PolicyEvaluationError:
-        """Each policy's rules alone (``PolicySet.parts``), after the whole query failed: the
-        error names the policies that failed and keeps the others' results."""
+        """Each policy's rules alone (``PolicySet.parts``), after the whole query failed."""
         raw: list = []
         failed: dict[str, str] = {}
         for key, _kind, rule in ps.parts:
@@ -237,12 +205,10 @@ class OpaServerPolicyEngine:
     # --- what other threads call ---------------------------------------------------------------
 
     def evaluate(self, input: dict) -> list[Violation]:
-        """Every result of every policy for ``input`` as decided by the OPA server (see the class
-        docstring). Call it from a thread without a running event loop."""
+        """Call it from a thread without a running event loop."""
         return self._wait(self.evaluate_async(input, self.store.current), self.timeout_s)
 
     def push(self, ps: PolicySet) -> None:
-        """``push_async`` from another thread, bounded by ``timeout_s`` per module."""
         self._wait(self._bounded_push(ps), self.timeout_s * (len(ps.serving_modules) + 1))
 
     async def _bounded_push(self, ps: PolicySet) -> None:
@@ -253,8 +219,8 @@ class OpaServerPolicyEngine:
             raise PolicyUnavailable(f"OPA server at {self.url} did not take the policies in time") from None
 
     def _activate(self, new: PolicySet, old: PolicySet | None) -> None:
-        """The store's activation hook: push ``new``; on failure push ``old`` back and raise
-        ``PolicyError`` (the store then keeps serving ``old``)."""
+        """The store's activation hook: on failure ``old`` is pushed back and ``PolicyError``
+        raised (the store keeps serving ``old``)."""
         try:
             self.push(new)
         except PolicyUnavailable as e:
@@ -271,7 +237,7 @@ class OpaServerPolicyEngine:
         raise failure
 
     def close(self) -> None:
-        """Close the HTTP session and stop the engine's thread (idempotent)."""
+        """Idempotent."""
         if self._loop.is_closed():
             return
         session = getattr(self, "_session", None)

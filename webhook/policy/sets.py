@@ -1,24 +1,9 @@
-"""Policy sets: reading a Rego policy library folder into an immutable ``PolicySet``, its
-enforcement configuration, and the errors and interface every policy backend shares.
+"""Policy sets: a Rego library folder read into an immutable ``PolicySet``, its enforcement
+configuration, and the errors and interface every policy backend shares.
 
-Layout (``policies/README.md`` is the author's guide): one folder per policy,
-``<name>/policy.rego`` in package ``taugate.policies.<name with "_" for "-">`` defining
-``deny contains v`` and/or ``warn contains v`` with ``v = {"msg", "field", "policy"}``,
-``<name>/policy_test.rego`` (``test_`` rules), ``<name>/samples/``; shared helpers in ``lib/``.
-The set adds one generated module, ``data.taugate.aggregate.results``, that names every
-policy's ``deny``/``warn`` rule statically, so one query evaluates every policy at once.
-
-Errors, by what they make the webhook do (``webhook.server``):
-
-- ``PolicyError``: a policy set that cannot be used (load, compile, tests, configuration): the
-  command exits 2, a reload is rejected and the previous set keeps serving.
-- ``PolicyEvaluationError``: a policy failed at run time on this input (a Rego runtime error):
-  the policy's own result under its enforcement action (``webhook.review``).
-- ``PolicyUnavailable``: the backend could not answer (an OPA server down, late or answering
-  garbage): nothing is decided; the server answers HTTP 503 with the reason and the webhook
-  configuration's ``failurePolicy`` decides (k8s.io/apiserver
-  pkg/admission/plugin/webhook/validating/dispatcher.go, ``callHook``: a non-200 answer is an
-  ``ErrCallingWebhook``).
+``PolicyUnavailable`` decides nothing: the server answers HTTP 503 and the webhook configuration's
+``failurePolicy`` decides (k8s.io/apiserver pkg/admission/plugin/webhook/validating/dispatcher.go,
+``callHook``: a non-200 answer is an ``ErrCallingWebhook``).
 """
 
 from __future__ import annotations
@@ -45,8 +30,8 @@ POLICIES_PACKAGE = "taugate.policies"
 DEFAULT_ENFORCEMENT_FILE = "enforcement.yaml"
 
 class PolicyError(Exception):
-    """A policy set that cannot be used. ``str(error)`` is one line: ``file:line: reason``
-    when a file is to blame, else the reason. ``file``/``line`` hold the parts."""
+    """A policy set that cannot be used (the command exits 2, a reload keeps the previous set).
+    ``str(error)`` is one line: ``file:line: reason`` when a file is to blame."""
 
     def __init__(self, reason: str, file: str | None = None, line: int | None = None):
         self.reason, self.file, self.line = reason, file, line
@@ -55,11 +40,8 @@ class PolicyError(Exception):
 
 
 class PolicyEvaluationError(PolicyError):
-    """Evaluation failed at run time (a Rego runtime error, an unreachable OPA server).
-
-    ``failed`` maps each policy that failed on this input to its one-line reason (empty when
-    the engine as a whole failed, e.g. an OPA server out of reach); ``results`` holds the
-    violations of the policies that did evaluate."""
+    """A policy failed at run time on this input: ``failed`` maps each failing policy to its reason
+    (empty when the engine as a whole failed); ``results`` holds the other policies' violations."""
 
     def __init__(self, reason: str, file: str | None = None, line: int | None = None, *,
                  failed: dict[str, str] | None = None, results: list[Violation] | None = None):
@@ -69,10 +51,8 @@ class PolicyEvaluationError(PolicyError):
 
 
 class PolicyUnavailable(Exception):
-    """The policy backend could not answer at all: unreachable, slower than its timeout, or an
-    answer that is not a result (an OPA server down, restarting or overloaded). ``reason`` is
-    one line naming the backend and what went wrong. Not a ``PolicyError``: nothing is wrong
-    with the policies or the object, so no decision is made (the server answers HTTP 503)."""
+    """The backend could not answer at all (an OPA server down, late or answering garbage). Not a
+    ``PolicyError``: nothing is wrong with the policies or the object, so nothing is decided."""
 
     def __init__(self, reason: str):
         self.reason = reason
@@ -80,12 +60,8 @@ class PolicyUnavailable(Exception):
 
 
 class PolicyEngine(Protocol):
-    """What admission calls. ``digest``: sha256 hex of the active policy set's sources;
-    ``evaluate(input)``: every result of every policy for one input document (shape:
-    ``policies/input.schema.json``) as ``Violation``s whose ``action`` already follows the
-    enforcement configuration; raises ``PolicyEvaluationError`` when a policy fails at run time and
-    ``PolicyUnavailable`` when the backend cannot answer. ``remote``: True when ``evaluate``
-    waits on I/O (the server then never calls it on its event loop)."""
+    """What admission calls. ``digest``: sha256 hex of the active set's sources. ``remote``: True
+    when ``evaluate`` waits on I/O (the server then never calls it on its event loop)."""
 
     @property
     def digest(self) -> str: ...  # read-only: each engine derives it from its active policy set
@@ -99,8 +75,8 @@ class PolicyEngine(Protocol):
 
 @dataclass(frozen=True)
 class RegoFile:
-    """One Rego module: ``rel`` is its path inside the policy folder (the module name given to
-    the engine), ``display`` the path shown in errors, ``package`` its package (no ``data.``)."""
+    """One Rego module: ``rel`` is the module name given to the engine, ``display`` the path shown
+    in errors, ``package`` without ``data.``."""
 
     rel: str
     display: str
@@ -111,7 +87,6 @@ class RegoFile:
 
 @dataclass(frozen=True)
 class TestRule:
-    """One ``test_`` rule: where it is and its full rule path (``data.<package>.<name>``)."""
 
     __test__ = False  # not a pytest test class
     file: RegoFile
@@ -125,13 +100,8 @@ class TestRule:
 
 @dataclass(frozen=True)
 class PolicySet:
-    """An immutable, loaded policy set.
-
-    ``policies``: package key (``gpu_total_fits_queue``) -> policy name (folder,
-    ``gpu-total-fits-queue``); ``modules``: what serves; ``tests``: ``_test.rego`` files;
-    ``enforcement``: policy name -> action; ``digest``: sha256 hex over every serving module
-    (path and source, sorted) and the enforcement mapping.
-    """
+    """An immutable, loaded policy set. ``digest``: sha256 hex over every serving module (path and
+    source, sorted) and the enforcement mapping."""
 
     root: Path
     modules: tuple[RegoFile, ...]
@@ -144,25 +114,20 @@ class PolicySet:
     folders: dict[str, Path] = field(default_factory=dict)
 
     def folder(self, policy: str) -> Path:
-        """The folder of policy ``policy`` (its samples are in ``samples/`` there)."""
         return self.folders.get(policy, self.root / policy)
 
     def display(self, rel: str) -> str:
-        """How errors name the module at engine path ``rel``: its file on disk."""
         return next((f.display for f in self.modules + self.tests if f.rel == rel), display_path(self.root, rel))
 
     @property
     def parts(self) -> tuple[tuple[str, str, str], ...]:
-        """``(package key, kind, rule)`` for every ``deny``/``warn`` rule the policies define: ``rule``
-        is the generated aggregate rule holding that one policy's results of that kind as
-        ``[[package key, kind, v]]``, so a policy that fails at run time is evaluated alone."""
+        """``(package key, kind, rule)`` per ``deny``/``warn`` rule: ``rule`` is the generated rule
+        holding that one policy's results, so a policy that fails at run time is evaluated alone."""
         return tuple((key, kind, f"data.{AGGREGATE_PACKAGE}.{key}__{kind}")
                      for key in sorted(self.kinds) for kind in self.kinds[key])
 
     @property
     def aggregate(self) -> RegoFile:
-        """The generated module: one rule per policy and kind (``parts``) and
-        ``data.taugate.aggregate.results``, every policy's results in one array."""
         rules = [f'{key}__{kind} := [["{key}", "{kind}", v] | some v in data.{POLICIES_PACKAGE}.{key}.{kind}]'
                  for key, kind, _ in self.parts]
         names = [f"\t{key}__{kind}," for key, kind, _ in self.parts]
@@ -173,18 +138,14 @@ class PolicySet:
 
     @property
     def serving_modules(self) -> tuple[RegoFile, ...]:
-        """What a serving engine loads: the library's modules plus the generated aggregate."""
         return self.modules + (self.aggregate,)
 
     @cached_property
     def deterministic(self) -> bool:
-        """True when the serving modules' results depend on the input alone
-        (``webhook.policy.determinism.deterministic``); computed once per set."""
+        """True when results depend on the input alone; computed once per set."""
         return deterministic([m.source for m in self.serving_modules])
 
     def test_rules(self) -> list[TestRule]:
-        """Every ``test_`` rule in the test files, in file order (OPA's convention: a rule whose
-        name starts with ``test_``)."""
         out = []
         for f in self.tests:
             seen = set()
@@ -195,12 +156,11 @@ class PolicySet:
         return out
 
     def action(self, policy: str, kind: str) -> Action:
-        """The enforcement action of one result: configured for the policy, else its rule kind."""
+        """Configured for the policy, else its rule kind."""
         return self.enforcement.get(policy, "warn" if kind == "warn" else "deny")
 
     def to_violations(self, results: list) -> list[Violation]:
-        """Turn ``data.taugate.aggregate.results`` (``[[package key, kind, v], ...]``) into
-        Violations, sorted by policy, field and message."""
+        """``data.taugate.aggregate.results`` as Violations, sorted by policy, field and message."""
         out = []
         for item in results or []:
             if not (isinstance(item, list) and len(item) == 3):
@@ -221,12 +181,10 @@ _POLICY_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
 def package_key(policy: str) -> str:
-    """The package key of a policy folder name: ``gpu-total-fits-queue`` -> ``gpu_total_fits_queue``."""
     return policy.replace("-", "_")
 
 
 def display_path(root: Path, rel: str) -> str:
-    """How errors name a module: its path under the policy folder ``root``."""
     return str(root / rel)
 
 
@@ -255,16 +213,14 @@ def _line_of_key(text: str, key: str) -> int | None:
 
 
 def _is_action(value: Any) -> TypeGuard[Action]:
-    """True for an enforcement action: one of ``ACTIONS``."""
     return value in ACTIONS
 
 
 def load_enforcement(source: dict[str, str] | str | Path | None,
                      known: set[str]) -> tuple[dict[str, Action], str | None]:
-    """Read an enforcement configuration: a mapping ``policy-name: deny | warn | dryrun`` given
-    as a dict or a YAML file. Returns (mapping, file or None). Raises ``PolicyError`` naming the
-    file and line for invalid YAML, a value that is not an action, or an unknown policy (a typo
-    would otherwise silently leave a policy at its default)."""
+    """A mapping ``policy-name: deny | warn | dryrun`` as a dict or a YAML file; returns (mapping,
+    file or None). An unknown policy is a ``PolicyError``: a typo would otherwise silently leave a
+    policy at its default."""
     if source is None:
         return {}, None
     text, where = None, None
@@ -302,24 +258,19 @@ def load_enforcement(source: dict[str, str] | str | Path | None,
 
 
 def _rego_files(base: Path, prefix: str = "") -> list[tuple[str, Path]]:
-    """``(engine path, file)`` of every ``.rego`` file under ``base`` (none in hidden folders)."""
     return [(prefix + path.relative_to(base).as_posix(), path) for path in sorted(base.rglob("*.rego"))
             if not any(part.startswith(".") for part in path.relative_to(base).parts)]
 
 
 def shared_library_candidates(folder: Path) -> list[Path]:
-    """Where a single policy folder's shared library (``lib/``, package ``taugate.lib``) is looked
-    for, in order: beside the folder (``../lib``, as in the library it was copied from), then the
-    bundled library's (``Settings().policy_dir``/lib)."""
+    """Where a single policy folder's ``lib/`` is looked for, in order: beside it (as in the library
+    it was copied from), then the bundled library's."""
     from taugate.settings import Settings
 
     return list(dict.fromkeys((folder.resolve().parent / "lib", Path(Settings().policy_dir).resolve() / "lib")))
 
 
 def _single_policy_files(root: Path) -> tuple[list[tuple[str, Path]], dict[str, Path]]:
-    """The files of a policy folder given on its own (it holds ``policy.rego``): its own under
-    ``<name>/`` and the shared library's under ``lib/``. Raises ``PolicyError`` naming where the
-    library was looked for when there is none."""
     name = root.resolve().name
     lib = next((c for c in shared_library_candidates(root) if c.is_dir()), None)
     if lib is None:
@@ -331,14 +282,9 @@ def _single_policy_files(root: Path) -> tuple[list[tuple[str, Path]], dict[str, 
 
 def read_policy_set(policy_dir: str | Path, enforcement: dict[str, str] | str | Path | None = None) -> PolicySet:
     """Read a policy folder into a ``PolicySet`` (no compilation; see ``check_policy_set``).
-
-    Checks the layout: every ``<name>/policy.rego`` declares package
-    ``taugate.policies.<name with _>``; test files in a policy folder use that package (or
-    ``<package>_test``); no two modules share a path. ``enforcement`` None means
-    ``<policy_dir>/enforcement.yaml`` when it exists. A folder holding ``policy.rego`` itself is
-    one policy copied out of a library: it is read with the shared library found by
-    ``shared_library_candidates``. Raises ``PolicyError``.
-    """
+    ``enforcement`` None means ``<policy_dir>/enforcement.yaml`` when it exists. A folder holding
+    ``policy.rego`` itself is one policy copied out of a library, read with the shared library.
+    Raises ``PolicyError``."""
     root = Path(policy_dir)
     if not root.is_dir():
         raise PolicyError("policy folder not found", str(root))

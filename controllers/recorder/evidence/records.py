@@ -1,35 +1,9 @@
-"""Per-run evidence records: a hash-chained event log and a signed summary, on a file system.
+"""Per-run evidence records: a hash-chained event log and a signed summary, one directory per
+run-id (``ROOT/<run-id>/events.jsonl``, ``evidence.json``); this module is the store and the one
+import for the recorder and the CLI.
 
-Layout, one directory per run-id under a configurable root (a local path, or the workspace
-volume in a cluster)::
-
-    ROOT/<run-id>/events.jsonl     append-only; line n carries "prev": SHA-256 of line n-1
-    ROOT/<run-id>/evidence.json    the summary, a pure fold of events.jsonl, signed (Ed25519)
-
-``events.jsonl``: one canonical JSON object per line (sorted keys, no spaces, UTF-8),
-``{"seq": n, "prev": hex, "time": RFC 3339, "kind": ..., "data": {...}, "hash": hex}``: ``prev`` is
-the SHA-256 of the previous line's bytes (without its newline; 64 zeros for line 0) and ``hash``
-the SHA-256 of the line's own canonical JSON without ``hash`` (so verification names the edited
-line itself, not its successor). Event kinds:
-``run`` (the admitted object, the admission record, profile, workspace, queue), ``condition`` (a
-state transition), ``failure`` (a pod termination record), ``artifacts`` (the artifact listing
-changed) and ``final`` (the run ended and both release lines are True).
-
-``evidence.json`` is :func:`fold` of the events plus ``events: {count, head}`` (the SHA-256 of
-the last line) and ``signature: {algorithm: Ed25519, keyId, publicKey, digest, value}``, where
-``digest`` is the SHA-256 of the canonical JSON of the document without ``signature`` and
-``value`` the Ed25519 signature of the digest bytes. The file is exactly its canonical
-serialisation (sorted keys, indent 2, trailing newline), so a change of any byte is detected.
-
-Writes are atomic (temporary file in the same directory, fsync, rename, fsync of the directory).
-``events.jsonl`` is written before ``evidence.json``; if the process dies in between,
-:meth:`EvidenceStore.load` sees a stale head and rebuilds ``evidence.json`` from the events, so
-nothing is lost, and since events are appended only for changes against the folded state,
-nothing is written twice.
-
-The parts: ``evidence.format`` (bytes, hashes, files), ``evidence.keys`` (Ed25519),
-``evidence.log`` (the chain and the fold), ``evidence.verify``; this module is the store and
-the one import for the recorder and the CLI.
+``events.jsonl`` is written before ``evidence.json``; a process that dies in between leaves a stale
+head, which ``EvidenceStore.load`` rebuilds from the events, so nothing is lost or written twice.
 """
 
 from __future__ import annotations
@@ -65,7 +39,6 @@ from taugate.controllers.recorder.evidence.verify import Verification, read_evid
 
 @dataclass
 class RunRecord:
-    """One run's record in memory: the parsed events, the raw log bytes, the head hash."""
 
     run_id: str
     events: list[dict] = field(default_factory=list)
@@ -73,31 +46,26 @@ class RunRecord:
     head: str = GENESIS
 
     def state(self) -> dict:
-        """The folded evidence document (no signature)."""
         return fold(self.events)
 
     def failure_keys(self) -> set[str]:
-        """Keys of the failure records already stored (a record is stored once)."""
+        """A failure record is stored once."""
         return {str((e.get("data") or {}).get("key")) for e in self.events if e.get("kind") == "failure"}
 
     def has(self, kind: str) -> bool:
-        """Whether an event of ``kind`` was recorded."""
         return any(e.get("kind") == kind for e in self.events)
 
 
 def check_run_id(run_id: str) -> str:
-    """``run_id`` if it is a taugate run-id (24 lowercase hex), else EvidenceError (this also
-    keeps the path inside the root)."""
+    """``run_id`` if it is a run-id (24 lowercase hex), else EvidenceError; this also keeps the path
+    inside the root."""
     if not isinstance(run_id, str) or not RUN_ID_RE.match(run_id):
         raise EvidenceError(f"{run_id!r} is not a run-id (24 lowercase hex characters)")
     return run_id
 
 
 class EvidenceStore:
-    """Evidence records under ``root`` (one directory per run-id), signed with ``signer``.
-
-    Thread-safe per process (one lock); a single recorder process writes a given root.
-    """
+    """Thread-safe per process (one lock); a single recorder process writes a given root."""
 
     def __init__(self, root: str | os.PathLike, signer: Signer | None = None) -> None:
         self.root = Path(root)
@@ -106,24 +74,20 @@ class EvidenceStore:
         self._cache: dict[str, RunRecord] = {}
 
     def run_dir(self, run_id: str) -> Path:
-        """``root/<run-id>``; EvidenceError when ``run_id`` is not a run-id."""
         return self.root / check_run_id(run_id)
 
     def exists(self, run_id: str) -> bool:
-        """Whether the run has an event log."""
         return (self.run_dir(run_id) / EVENTS_FILE).exists()
 
     def run_ids(self) -> list[str]:
-        """Run-ids with a record under the root."""
         if not self.root.is_dir():
             return []
         return sorted(p.name for p in self.root.iterdir() if RUN_ID_RE.match(p.name) and (p / EVENTS_FILE).exists())
 
     def load(self, run_id: str) -> RunRecord:
-        """Read a run's events (an empty record if none), repairing what a crash left behind:
-        a torn last line (no newline: an interrupted append of our own) is dropped and
-        ``evidence.json`` is rebuilt when its head is not the log's. A chain that does not
-        verify raises EvidenceError (the recorder never writes on top of a tampered log)."""
+        """Read a run's events, repairing what a crash left: a torn last line (an interrupted
+        append of our own) is dropped and a stale ``evidence.json`` rebuilt. A chain that does not
+        verify raises EvidenceError: the recorder never writes on top of a tampered log."""
         with self._lock:
             if run_id in self._cache:
                 return self._cache[run_id]
@@ -154,11 +118,8 @@ class EvidenceStore:
             return rec
 
     def append(self, run_id: str, items: Iterable[tuple[str, dict, str]]) -> RunRecord:
-        """Append events ``(kind, data, time)`` and rewrite ``evidence.json``; returns the record.
-
-        Raises EvidenceError without a signer. ``events.jsonl`` (old bytes + new lines) and
-        then ``evidence.json`` are each replaced atomically.
-        """
+        """Append ``(kind, data, time)`` events and rewrite ``evidence.json``, each file replaced
+        atomically. Raises EvidenceError without a signer."""
         if self.signer is None:
             raise EvidenceError("no signing key configured")
         with self._lock:
@@ -183,13 +144,12 @@ class EvidenceStore:
             return new
 
     def forget(self, run_id: str) -> None:
-        """Drop the in-memory copy (the next load reads the files again)."""
         with self._lock:
             self._cache.pop(run_id, None)
 
     def read_document(self, run_id: str) -> dict:
-        """The parsed ``evidence.json`` (a JSON object; its fields are not checked: see
-        :func:`verify_record`); EvidenceError when missing, not JSON or not a JSON object."""
+        """Fields not checked (see :func:`verify_record`); EvidenceError when missing, not JSON or
+        not a JSON object."""
         path = self.run_dir(run_id) / EVIDENCE_FILE
         if not path.exists():
             raise EvidenceError(f"{path}: no evidence record for run {run_id}")

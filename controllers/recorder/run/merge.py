@@ -1,41 +1,10 @@
-"""Pure derivation of a run's six states (and its two release lines) from plain observed objects.
+"""A run's six states and two release lines from plain observed objects, merged into its previous
+conditions (``metav1.Condition``: ``lastTransitionTime`` changes only with the status). Pure, no
+clock (``now`` is an argument).
 
-Everything here is a function over dicts as the API server returns them (Kueue ``Workload``,
-KubeRay ``RayJob``, ``batch/v1`` ``Job``, core ``Pod`` and ``Node``) plus what the probes read
-from the run's data path; no I/O, no clock (``now`` is an argument). The recorder
-(``controllers/recorder/watch.py``) gathers the objects and writes the result.
-
-The six states, in the order a run goes through them (``STATE_ORDER``):
-
-1. ``Admitted``: the Kueue Workload holds a quota reservation and is admitted (Kueue conditions
-   ``QuotaReserved`` / ``Admitted`` / ``Evicted`` / ``Preempted``).
-2. ``Scheduled``: every pod of the run is bound to a node (``spec.nodeName``; the pod's
-   ``PodScheduled`` condition says why not).
-3. ``GPUHealthy``: no node the run's pods run on has a Node Problem Detector GPU condition that is
-   ``True`` (``Settings.gpu_health_conditions``), and every such node is ``Ready``.
-4. ``Progressing``: training metrics advance (metrics JSONL or log lines); ``False`` with reason
-   ``Stalled`` after a quiet period.
-5. ``Completed`` or ``Failed`` (one slot): the root object's own status, by its kind's rule
-   (``run.outcome``: KubeRay ``jobDeploymentStatus``/``jobStatus``, the Job's, JobSet's and
-   PyTorchJob's conditions, a bare Pod's phase; a serving kind's run ends when it is deleted);
-   the failure reason comes from pod termination records (e.g. ``OOMKilled``), captured while
-   the pods still exist.
-6. ``ArtifactSaved``: an artifact index or files under the run's output path.
-
-Then the two release lines (``RELEASE_TYPES``): ``QuotaReleased`` (the Workload is ``Finished``
-or gone) and ``GPUsReleased`` (no pod of the run is left running on a node).
-
-A derivation returns ``None`` when its evidence is gone (pods deleted after the end, the
-Workload garbage-collected): the previous condition then stands, so a finished run keeps its
-history after Kubernetes deletes the objects that proved it.
-
-The derivations live in modules of one job each: ``run.values`` (condition types, value types,
-readers), ``run.admitted``, ``run.scheduled``, ``run.gpu_health``, ``run.progress``,
-``run.completion``, this module (``derive``: all of them merged) and ``run.diagnosis`` (the
-phase and the stage a TauRun shows).
-
-This module merges all derivations for one run into the previous conditions Kubernetes style
-(``metav1.Condition``: ``lastTransitionTime`` changes only with the status).
+A derivation returns ``None`` when its evidence is gone (pods deleted after the end, the Workload
+garbage-collected): the previous condition then stands, so a finished run keeps its history after
+Kubernetes deletes the objects that proved it.
 """
 
 from __future__ import annotations
@@ -80,10 +49,7 @@ from taugate.controllers.recorder.run.values import (
 
 def derive_findings(view: RunView, previous: Sequence[Mapping], now: datetime, options: DeriveOptions) -> list[Finding]:
     """Every finding for ``view``, in ``ALL_TYPES`` order (missing ones: evidence gone).
-
-    ``previous`` (the run's current conditions) supplies what the objects no longer show: was it
-    ever admitted / scheduled, and since when were all pods scheduled.
-    """
+    ``previous`` supplies what the objects no longer show (ever admitted, scheduled since when)."""
     prev = by_type(previous)
     outcome = owner_outcome(view.owner)
     ended_before = prev.get(COMPLETED, {}).get("status") == "True" or prev.get(FAILED, {}).get("status") == "True"
@@ -122,9 +88,8 @@ def derive_findings(view: RunView, previous: Sequence[Mapping], now: datetime, o
 
 
 def _deleted(view: RunView) -> Finding:
-    """The outcome of a run whose root object was deleted before it ended: a serving kind's run
-    (``view.serving``) ends there (``Completed``/``Deleted``: it never ends otherwise); any other
-    run failed (``Failed``/``Deleted``, with its root pod failure when there is one)."""
+    """A serving kind's run ends when its root is deleted (``Completed``/``Deleted``); any other run
+    deleted before it ended failed (``Failed``/``Deleted``)."""
     if view.serving:
         return Finding(COMPLETED, "True", "Deleted", "the serving workload was deleted: its run ends with it")
     return Finding(FAILED, "True", "Deleted", "the run's object was deleted before it finished"
@@ -147,8 +112,8 @@ _REASON_BAD = re.compile(r"[^A-Za-z0-9_]")
 
 
 def condition_reason(value: Any) -> str:
-    """A reason usable in a ``metav1.Condition`` (pattern ``^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$``):
-    external reasons (KubeRay, pod termination) are CamelCased and stripped of other characters."""
+    """A reason matching ``metav1.Condition``'s pattern ``^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$``:
+    external reasons (KubeRay, pod termination) CamelCased, other characters stripped."""
     words = [w for w in re.split(r"[^A-Za-z0-9_]+", str(value or "")) if w]
     out = "".join(w[:1].upper() + w[1:] for w in words) if len(words) > 1 else (words[0] if words else "")
     out = _REASON_BAD.sub("", out).lstrip("0123456789_")
@@ -161,15 +126,10 @@ def _slot(t: str) -> str:
 
 def merge_conditions(previous: Sequence[Mapping], findings: Sequence[Finding],
                      now: datetime) -> tuple[list[dict], list[dict]]:
-    """Merge findings into the previous conditions, Kubernetes style.
-
-    Returns ``(conditions, transitions)``: ``conditions`` has one entry per slot in
-    ``ALL_TYPES`` order (``Completed`` or ``Failed`` in the fifth); ``transitions`` the entries
-    whose ``(type, status, reason)`` changed (what the evidence timeline records).
-    ``lastTransitionTime`` changes only when the status changes (metav1.Condition rule): it is the
-    finding's ``since`` (the source's own time, never later than ``now``) or ``now``. A slot
-    without a finding keeps its previous entry; a slot never seen gets a placeholder.
-    """
+    """``(conditions, transitions)``: one condition per slot (``Completed`` or ``Failed`` in the
+    fifth), and those whose ``(type, status, reason)`` changed (the evidence timeline).
+    ``lastTransitionTime`` is the finding's ``since`` (the source's time, never later than ``now``)
+    or ``now``. A slot without a finding keeps its previous entry."""
     prev_by_slot = {_slot(t): c for t, c in by_type(previous).items()}
     found = {_slot(f.type): f for f in findings}
     now_s = format_time(now)
@@ -203,5 +163,4 @@ def merge_conditions(previous: Sequence[Mapping], findings: Sequence[Finding],
 
 def derive(view: RunView, previous: Sequence[Mapping], now: datetime,
            options: DeriveOptions) -> tuple[list[dict], list[dict]]:
-    """Conditions and transitions for one run: :func:`derive_findings` then :func:`merge_conditions`."""
     return merge_conditions(previous, derive_findings(view, previous, now, options), now)
