@@ -24,7 +24,6 @@ A failed audit (API error, a bug) is logged and counted and tried again at the n
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
@@ -51,7 +50,7 @@ from taugate.policy_report import (
 from taugate.settings import Settings
 from taugate.snapshot import ClusterState, build_state
 from taugate.state_objects import STATE_RESOURCES, trim, usable_objects
-from taugate.workqueue import WorkQueue
+from taugate.workqueue import WorkQueue, cancel
 
 log = logging.getLogger("taugate.audit")
 
@@ -228,10 +227,7 @@ class AuditLoop:
 
     async def stop(self) -> None:
         task, self.task = self.task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel(task)
 
     def register(self, registry: kopf.OperatorRegistry) -> None:
         """Start the loop with kopf (and the metrics server, when a port is set); stop it at exit."""

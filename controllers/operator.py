@@ -30,7 +30,6 @@ chart installs the CRDs first; restart after installing Kueue later).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import re
@@ -51,7 +50,7 @@ from taugate.controllers.taugrid.workspace import reconcile_workspace
 from taugate.kube import Kube, KubeError
 from taugate.models import TauWorkspace
 from taugate.settings import Settings
-from taugate.workqueue import WorkQueue
+from taugate.workqueue import WorkQueue, cancel
 
 log = logging.getLogger("taugate.operator")
 
@@ -243,10 +242,7 @@ class Controller:
     async def stop(self) -> None:
         """Cancel the worker (a reconcile running in its thread finishes on its own)."""
         task, self.task = self.task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel(task)
 
 
 def relevant(kind: str, body: dict) -> Any:

@@ -56,3 +56,11 @@ class WorkQueue:
             del self._due[key]
             await handle(key)
             self.processed += 1
+
+
+async def cancel(task: asyncio.Task[None] | None) -> None:
+    """Cancel a worker task and wait until it ended (a handler's thread finishes on its own)."""
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

@@ -36,12 +36,6 @@ class _Counting:
     def __init__(self, engine: PolicyEngine):
         self.engine, self.calls = engine, 0
 
-    def check_for_changes(self) -> bool:
-        """Reload the policy set if its files changed (``PolicyStore.check_for_changes``); True
-        when a new set became active."""
-        store = getattr(self.engine, "store", None)
-        return bool(store.check_for_changes()) if store is not None else False
-
     @property
     def digest(self) -> str:
         return self.engine.digest

@@ -54,7 +54,6 @@ also handed in by the CLI: webhook never imports certs or controllers).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -76,7 +75,7 @@ from taugate.webhook.metrics import AdmissionMetrics
 from taugate.webhook.policy.sets import PolicyUnavailable
 from taugate.webhook.providers import StateProvider, TLSSource
 from taugate.webhook.routes import ROUTED_KINDS, ROUTES, Route
-from taugate.workqueue import WorkQueue
+from taugate.workqueue import WorkQueue, cancel
 
 log = logging.getLogger("taugate.webhook")
 
@@ -532,9 +531,7 @@ class AdmissionServer:
         checks.add(CHECKS_KEY, self.check_interval)
         task = asyncio.create_task(checks.run(tick), name="taugate-checks")
         yield
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await cancel(task)
         provider_stop = getattr(self.provider, "stop", None)
         if callable(provider_stop):
             await provider_stop()

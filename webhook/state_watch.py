@@ -49,7 +49,7 @@ from taugate.state_objects import (
     usable_objects,
 )
 from taugate.webhook.scale import ObjectUnreadable
-from taugate.workqueue import WorkQueue
+from taugate.workqueue import WorkQueue, cancel
 
 log = logging.getLogger("taugate.state_watch")
 REBUILD_KEY = "rebuild"
@@ -170,11 +170,8 @@ class WatchStateProvider:
         for resp in list(self._responses.values()):
             with contextlib.suppress(Exception):  # already closed
                 resp.shutdown()
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        task, self._task = self._task, None
+        await cancel(task)
         threads, self._threads = self._threads, []
 
         def join_all() -> None:
