@@ -2,8 +2,7 @@
 ``embedded``, ``store``, ``opa``) named in one place, plus ``RecordingEngine`` and ``explain``.
 Enforcement is per policy, as Gatekeeper's ``enforcementAction``. The generated aggregate module
 names every policy's rules statically (about twice as fast in regorus as iterating
-``data.taugate.policies[name]``); a regorus engine panics when used from another thread, so the
-embedded backend keeps one per thread, rebuilt when the set's digest changes.
+``data.taugate.policies[name]``).
 """
 
 from __future__ import annotations
