@@ -28,7 +28,6 @@ from taugate.webhook.policy_tests import (
     run_policy_tests,
 )
 
-# --------------------------------------------------------------------------- commands
 
 def _cmd_test(args: argparse.Namespace) -> int:
     root = Path(args.dir) if args.dir else default_policy_dir()
