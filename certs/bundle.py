@@ -1,28 +1,9 @@
-"""A webhook's certificate set as plain bytes, and the pure steps of its life: create, publish a
-new CA, switch the serving certificate, trim the bundle, re-issue the serving certificate.
-
-The same set lives in a directory (``certs.store``) or in a Kubernetes Secret (``certs.kube``);
-both keep the five items under the names a ``kubernetes.io/tls`` Secret uses:
-
-- ``ca.crt``: the trust bundle (what webhook configurations carry as ``caBundle``): one CA, two
-  from a rotation's publish step until the next rotation or a trim;
-- ``ca.key``: the key of the CA that signed ``tls.crt`` (its certificate is the bundle entry with
-  that public key);
-- ``tls.crt`` / ``tls.key``: the serving certificate and its key;
-- ``ca-next.key``: during a rotation only, the key of the new CA already in ``ca.crt``.
-
-CA rotation (the order Kubernetes webhook CA rotation needs, since kube-apiserver verifies with
-the ``caBundle`` of the webhook configuration, which lags behind the stored set):
-
-1. ``publish``: a new CA joins the bundle next to the current one; the serving certificate is
-   unchanged, so both old and new bundles verify it;
-2. wait until every client has the new bundle;
-3. ``switch``: a serving certificate from the new CA, for the same host names, replaces the old;
-   the new CA becomes the issuer;
-4. the old CA stays in the bundle (harmless) until the next ``publish`` drops it, or ``trim``.
-
-Every function here is pure (bytes in, bytes out; the clock only through ``now``) and raises
-``CertError`` with a one-line reason naming the item (through ``where``).
+"""A webhook's certificate set as bytes, under a ``kubernetes.io/tls`` Secret's names (``ca.crt``
+the ``caBundle``, ``ca.key``, ``tls.crt``, ``tls.key``, ``ca-next.key`` mid-rotation), and the pure
+steps of its life. A CA rotates in the order the API server needs, since it verifies with the
+configurations' ``caBundle``, which lags the stored set: ``publish`` adds the new CA (the serving
+certificate verifies under both), every client takes the new bundle, then ``switch`` issues the
+serving certificate from it; the old CA stays until the next ``publish`` or ``trim``.
 """
 
 from __future__ import annotations
@@ -77,7 +58,7 @@ class CertSet:
 
     @classmethod
     def from_items(cls, items: dict[str, bytes | None], where: Callable[[str], str] = str) -> CertSet:
-        """From item name -> bytes; ``CertError`` naming the first missing required item."""
+        """``CertError`` names the first missing required item."""
         def required(name: str) -> bytes:
             value = items.get(name)
             if not value:
@@ -101,7 +82,7 @@ class CertStatus:
 
     @property
     def hosts(self) -> list[str]:
-        """The serving certificate's SANs (DNS names and IP addresses as text, in order)."""
+        """The serving certificate's SANs, as text, in order."""
         return serving_hosts(self.serving)
 
     @property
@@ -111,7 +92,7 @@ class CertStatus:
 
 
 def serving_hosts(cert: x509.Certificate) -> list[str]:
-    """The DNS names and IP addresses of a certificate's SubjectAlternativeName, in order."""
+    """The SubjectAlternativeName's DNS names and IP addresses, in order."""
     try:
         san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     except x509.ExtensionNotFound:
@@ -144,9 +125,9 @@ def _find(bundle, key) -> x509.Certificate | None:
 
 
 def check(cs: CertSet, where: Callable[[str], str] = str) -> CertStatus:
-    """Parse and cross-check a set: ``ca.key`` has its certificate in ``ca.crt``, ``tls.key``
-    belongs to ``tls.crt``, and ``tls.crt`` was signed by that CA (or by the pending one, mid
-    rotation). ``CertError`` names the item (``where(item)``) and the problem."""
+    """Cross-check: ``ca.key`` has its certificate in ``ca.crt``, ``tls.key`` belongs to
+    ``tls.crt``, and that CA (or the pending one, mid rotation) signed ``tls.crt``. ``CertError``
+    names the item (``where(item)``) and the problem."""
     bundle = _certs(cs.ca_bundle, CA_BUNDLE, where)
     issuer = _find(bundle, _key(cs.ca_key, CA_KEY, where))
     if issuer is None:
@@ -167,11 +148,8 @@ def check(cs: CertSet, where: Callable[[str], str] = str) -> CertStatus:
 def create(*, service: str, namespace: str, extra_hosts: tuple[str, ...] = LOCAL_HOSTS,
            ca_days: int = DEFAULT_CA_DAYS, days: int = DEFAULT_SERVING_DAYS,
            now: _dt.datetime | None = None) -> CertSet:
-    """A new CA and a serving certificate for Service ``service`` in ``namespace``
-    (``service_dns_names`` plus ``extra_hosts``).
-
-    Raises ``CertError`` before generating anything when the names are not valid Kubernetes
-    names or the periods are out of range or ``days`` exceeds ``ca_days`` (``check_validity``)."""
+    """A new CA and a serving certificate for ``service_dns_names`` plus ``extra_hosts``. Raises
+    ``CertError`` before generating anything for invalid names or periods (``check_validity``)."""
     check_validity(ca_days=ca_days, days=days)
     hosts = [*service_dns_names(service, namespace), *extra_hosts]
     ca = generate_ca(days=ca_days, now=now)
@@ -181,8 +159,8 @@ def create(*, service: str, namespace: str, extra_hosts: tuple[str, ...] = LOCAL
 
 def publish(cs: CertSet, *, ca_days: int = DEFAULT_CA_DAYS, now: _dt.datetime | None = None,
             where: Callable[[str], str] = str) -> CertSet:
-    """Rotation step 1: a new CA next to the current issuer (``ca.crt`` = issuer + new; older
-    CAs are dropped); ``tls.*`` unchanged. A set with a rotation pending is returned as is."""
+    """Rotation step 1: ``ca.crt`` = issuer + a new CA (older CAs dropped); ``tls.*`` unchanged.
+    A set with a rotation pending is returned as is."""
     st = check(cs, where)
     if st.pending is not None:
         return cs
@@ -213,9 +191,8 @@ def trim(cs: CertSet, where: Callable[[str], str] = str) -> CertSet:
 
 def reissue(cs: CertSet, hosts: list[str], *, days: int = DEFAULT_SERVING_DAYS, now: _dt.datetime | None = None,
             where: Callable[[str], str] = str) -> CertSet:
-    """A new serving certificate for ``hosts`` from the current issuer (no trust change: the
-    bundle already holds that CA). Used when the serving certificate, not the CA, is due, or the
-    Service name changed."""
+    """A new serving certificate from the current issuer (no trust change): when the serving
+    certificate, not the CA, is due, or the Service name changed."""
     st = check(cs, where)
     serving = generate_serving(KeyPair(bundle_pem([st.issuer]), cs.ca_key), hosts, days=days, now=now)
     return replace(cs, tls_crt=serving.cert_pem, tls_key=serving.key_pem)

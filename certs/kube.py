@@ -1,26 +1,9 @@
-"""Kubernetes I/O for the webhook's certificates: the TLS Secret and the webhook
-configurations' ``caBundle`` (``taugate certs sync``, run by the Helm chart's hook Jobs and its
-renewal CronJob).
-
-One idempotent ``sync`` per run, each run making at most one trust change:
-
-- no Secret: create a CA and a serving certificate for the Service (type ``kubernetes.io/tls``;
-  keys ``ca.crt``, ``tls.crt``, ``tls.key`` as cert-manager writes them, plus ``ca.key``);
-- a rotation is pending and its CA was published at least ``switch_after`` ago (annotation
-  ``tau.azure.com/ca-published-at``): switch the serving certificate to the new CA;
-- the CA expires within ``renew_before``: publish a new CA next to it (``certs.bundle.publish``);
-  the switch comes in a later run, once kubelet has synced the Secret into the webhook pods and
-  the apiserver has the new ``caBundle`` (kubelet syncs Secret volumes within about a minute);
-- the serving certificate expires within ``renew_before``, or does not name the Service: issue a
-  new one from the current CA (no trust change);
-- then, always: every webhook of the named Mutating/ValidatingWebhookConfigurations gets
-  ``clientConfig.caBundle`` = the Secret's ``ca.crt`` (a JSONPatch per configuration, guarded by
-  a ``test`` of each webhook's name). A configuration that does not exist yet (pre-install) is
-  reported and skipped.
-
-The decision is the pure ``plan``; ``sync`` does the reads and writes through
-``taugate.kube.Kube``. The Secret is updated with a JSON merge patch carrying its
-``resourceVersion``, so a concurrent writer makes it fail (HTTP 409) instead of losing an update.
+"""The webhook's certificates in the cluster: the TLS Secret and the configurations' ``caBundle``
+(``taugate certs sync``, run by the chart's hook Jobs and renewal CronJob). One idempotent step per
+run, with at most one trust change: a new CA is published ``renew_before`` its expiry and served
+only ``switch_after`` later (``tau.azure.com/ca-published-at``), once kubelet has synced the Secret
+(within about a minute) and the API server has the new ``caBundle``. The Secret is merge-patched
+with its ``resourceVersion``, so a concurrent writer fails (409) instead of losing an update.
 """
 
 from __future__ import annotations
@@ -73,10 +56,12 @@ def plan(current: CertSet | None, *, published_at: _dt.datetime | None, service:
          days: int = DEFAULT_SERVING_DAYS, renew_before: _dt.timedelta = DEFAULT_RENEW_BEFORE,
          switch_after: _dt.timedelta = DEFAULT_SWITCH_AFTER, now: _dt.datetime | None = None,
          where=str) -> Plan:
-    """Decide one sync step (pure; see the module docstring for the rules, in order).
-    New CAs and serving certificates are valid ``days`` days. ``CertError`` (naming the item
-    through ``where``) when ``current`` is unusable: a broken Secret is never silently replaced,
-    since replacing the CA breaks every client that trusts it."""
+    """Decide one sync step (pure). The rules, in order: no set: create one; a rotation pending
+    for ``switch_after``: switch; the CA due within ``renew_before``: publish; the serving
+    certificate due or not naming the Service: reissue (then ``sync`` always sets every webhook's
+    ``caBundle``). New certificates are valid ``days`` days. ``CertError`` (naming the item through
+    ``where``) when ``current`` is unusable: a broken Secret is never silently replaced, since
+    replacing the CA breaks every client that trusts it."""
     now = now or _now()
     hosts = service_dns_names(service, namespace)
     if current is None:
@@ -134,7 +119,7 @@ def sync(kube: Kube, *, secret: str, namespace: str, service: str,
          days: int = DEFAULT_SERVING_DAYS, renew_before: _dt.timedelta = DEFAULT_RENEW_BEFORE,
          switch_after: _dt.timedelta = DEFAULT_SWITCH_AFTER, mutating: str | None = None,
          validating: str | None = None, now: _dt.datetime | None = None) -> SyncResult:
-    """One sync run against the API server behind ``kube`` (see the module docstring).
+    """One sync run against the API server behind ``kube``.
 
     Raises ``CertError`` when the Secret holds an unusable set (nothing is written), and
     ``taugate.kube.KubeError`` for API errors (403, 409 on a concurrent create or update, ...)."""

@@ -1,17 +1,8 @@
-"""Certificate authority and serving certificates for the admission webhook (pure: bytes in, bytes out).
-
-Keys are EC P-256 (ECDSA with SHA-256): 0.3 ms to generate here, against 82 ms for RSA-2048.
-Certificates follow what the kube-apiserver (Go ``crypto/x509``) and Python's ``ssl`` in strict
-mode require of a webhook's serving chain:
-
-- the CA: ``BasicConstraints(ca=True, path_length=0)`` critical, ``KeyUsage`` keyCertSign + cRLSign
-  critical, a SubjectKeyIdentifier;
-- the serving certificate: ``BasicConstraints(ca=False)``, ``KeyUsage`` digitalSignature critical,
-  ``ExtendedKeyUsage`` serverAuth, an AuthorityKeyIdentifier, and the host names in
-  ``SubjectAlternativeName`` (Go ignores the Common Name since Go 1.15, so the SANs are what the
-  apiserver checks against the webhook Service's DNS name ``SVC.NS.svc``).
-
-All validity periods start 5 minutes in the past to tolerate clock skew between nodes.
+"""CA and serving certificates for the webhook (pure: bytes in, bytes out). Keys are EC P-256
+(0.3 ms to generate, 82 ms for RSA-2048). Extensions are what Go ``crypto/x509`` (the apiserver)
+and Python's strict ``ssl`` require: a critical ``path_length=0`` CA with keyCertSign + cRLSign;
+a serving certificate with serverAuth and its host names as SANs (Go ignores the Common Name since
+Go 1.15). Validity starts 5 minutes back, for clock skew between nodes.
 """
 
 from __future__ import annotations
@@ -62,18 +53,17 @@ class KeyPair:
 
 
 def check_days(days: int, what: str = "validity") -> None:
-    """Raise ``CertError`` unless ``days`` is a whole number from 1 to ``MAX_DAYS`` (36500);
-    ``what`` names the value in the message (e.g. ``"--days"``)."""
+    """Raise ``CertError`` unless ``days`` is a whole number from 1 to ``MAX_DAYS``; ``what``
+    names the value in the message (``"--days"``)."""
     if isinstance(days, bool) or not isinstance(days, int) or not 1 <= days <= MAX_DAYS:
         raise CertError(f"{what} {days!r}: must be a whole number of days from 1 to {MAX_DAYS}")
 
 
 def check_validity(*, ca_days: int, days: int, ca_what: str = "CA validity",
                    what: str = "serving certificate validity") -> None:
-    """Raise ``CertError`` unless both periods are within 1..``MAX_DAYS`` days and the serving
-    certificate's ``days`` do not exceed the CA's ``ca_days`` (a certificate cannot usefully
-    outlive the CA that signed it: clients stop trusting it when the CA expires).
-    ``ca_what``/``what`` name the values in the message (e.g. ``"--ca-days"``, ``"--days"``)."""
+    """Raise ``CertError`` unless both periods are within 1..``MAX_DAYS`` days and ``days`` do not
+    exceed ``ca_days`` (clients stop trusting a certificate when its CA expires). ``ca_what`` and
+    ``what`` name the values in the message (``"--ca-days"``, ``"--days"``)."""
     check_days(ca_days, ca_what)
     check_days(days, what)
     if days > ca_days:
@@ -82,9 +72,8 @@ def check_validity(*, ca_days: int, days: int, ca_what: str = "CA validity",
 
 
 def name_problem(name: str, kind: str = "Namespace") -> str | None:
-    """Why ``name`` is not a valid Kubernetes ``kind`` name (``"Service"``: DNS-1035 label;
-    anything else: DNS-1123 label, as for a Namespace), or None when it is valid.
-    Rule: k8s.io/apimachinery ``IsDNS1035Label`` / ``IsDNS1123Label``."""
+    """Why ``name`` is not a valid ``kind`` name (``"Service"``: DNS-1035 label, anything else
+    DNS-1123), or None. Rule: k8s.io/apimachinery ``IsDNS1035Label`` / ``IsDNS1123Label``."""
     if not isinstance(name, str) or not name:
         return f"a {kind} name is required"
     service = kind == "Service"
@@ -98,12 +87,11 @@ def name_problem(name: str, kind: str = "Namespace") -> str | None:
 
 
 def service_dns_names(service: str, namespace: str) -> list[str]:
-    """The DNS names under which Kubernetes reaches Service ``service`` in ``namespace``:
-    ``svc``, ``svc.ns``, ``svc.ns.svc``, ``svc.ns.svc.cluster.local`` (Kubernetes DNS for
+    """``svc``, ``svc.ns``, ``svc.ns.svc``, ``svc.ns.svc.cluster.local`` (Kubernetes DNS for
     Services; the apiserver calls a webhook at ``https://SVC.NS.svc:PORT/PATH``).
 
-    Raises ``CertError`` when ``service`` is not a valid Service name (DNS-1035 label) or
-    ``namespace`` not a valid Namespace name (DNS-1123 label): Kubernetes could never reach it."""
+    Raises ``CertError`` when ``service`` is not a DNS-1035 label or ``namespace`` not a DNS-1123
+    label: Kubernetes could never reach it."""
     for name, kind in ((service, "Service"), (namespace, "Namespace")):
         problem = name_problem(name, kind)
         if problem:
@@ -127,10 +115,8 @@ def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
 
 def generate_ca(common_name: str = "taugate-ca", *, days: int = DEFAULT_CA_DAYS,
                 now: _dt.datetime | None = None) -> KeyPair:
-    """A new self-signed CA valid for ``days`` days from ``now`` (UTC; default the clock).
-
-    The Common Name gets the issue time appended (``taugate-ca@2026-11-29T10:00:00Z``), so that
-    successive CAs in one bundle are told apart by name as well as by key."""
+    """A self-signed CA valid ``days`` days from ``now`` (UTC). The Common Name gets the issue
+    time appended (``taugate-ca@2026-11-29T10:00:00Z``), so CAs in one bundle differ by name too."""
     check_days(days, "CA validity")
     now = now or _now()
     key = _new_key()
@@ -157,13 +143,11 @@ def generate_ca(common_name: str = "taugate-ca", *, days: int = DEFAULT_CA_DAYS,
 
 def generate_serving(ca: KeyPair, hosts: list[str] | tuple[str, ...], *, days: int = DEFAULT_SERVING_DAYS,
                      now: _dt.datetime | None = None) -> KeyPair:
-    """A serving certificate for ``hosts`` (DNS names and/or IP addresses, first one is the
-    Common Name) signed by ``ca``, valid ``days`` days but never beyond the CA's own expiry
-    (a rotation issues from a CA that has already used part of its life; to refuse a request
-    for more days than the CA has, callers check ``check_validity`` first).
-
-    Raises ``CertError`` when ``hosts`` is empty, ``days`` is outside 1..``MAX_DAYS``, or ``ca``
-    is not a usable CA key pair."""
+    """Signed by ``ca`` for ``hosts`` (DNS names and/or IP addresses; the first is the Common
+    Name), valid ``days`` days but never beyond the CA's own expiry (a rotation issues from a CA
+    that has used part of its life; callers refuse more days than the CA has with
+    ``check_validity`` first). Raises ``CertError`` for no hosts, ``days`` outside
+    1..``MAX_DAYS``, or an unusable ``ca``."""
     hosts = [h for h in hosts if h]
     if not hosts:
         raise CertError("a serving certificate needs at least one host name")
@@ -204,8 +188,7 @@ def generate_serving(ca: KeyPair, hosts: list[str] | tuple[str, ...], *, days: i
 
 
 def load_certificates(pem: bytes) -> list[x509.Certificate]:
-    """Every certificate in a PEM bundle, in order; ``CertError`` when there is none or the
-    PEM is damaged."""
+    """In order; ``CertError`` when there is none or the PEM is damaged."""
     try:
         certs = x509.load_pem_x509_certificates(pem)
     except ValueError as e:
@@ -242,7 +225,7 @@ def issued_by(cert: x509.Certificate, ca: x509.Certificate) -> bool:
 
 
 def fingerprint(cert: x509.Certificate) -> str:
-    """The SHA-256 fingerprint of a certificate, lowercase hex."""
+    """SHA-256, lowercase hex."""
     return cert.fingerprint(hashes.SHA256()).hex()
 
 

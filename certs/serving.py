@@ -1,16 +1,8 @@
-"""TLS for the webhook server: an ``ssl.SSLContext`` whose certificate follows the files.
-
-``ServingTLS`` loads ``tls.crt``/``tls.key`` from a directory into a server ``SSLContext`` and,
-on ``check()``, reloads them into the *same live context* when they changed (by ``os.stat``
-identity, then content), so the server never restarts: new TLS handshakes use the new
-certificate, open connections keep theirs. A pair that does not belong together (a rotation
-half-written, a Secret volume mid-update) or does not parse is ignored until the next check; the
-previous certificate keeps serving. The pair is verified in memory and loaded from a private
-snapshot of exactly those bytes, so what is loaded is what was verified.
-
-``serving_tls(cert_dir, service=, namespace=)`` is what ``taugate serve`` gets through the CLI's
-wiring: with a directory, it serves the files there; without one, it generates a CA and a
-serving certificate in a new private temporary directory (removed by ``close()``).
+"""TLS for the webhook server: ``ServingTLS`` reloads ``tls.crt``/``tls.key`` into the *same live*
+``SSLContext`` when they change, so the server never restarts (new handshakes use the new
+certificate). A pair that does not belong together or parse (a rotation half-written, a Secret
+volume mid-update) is ignored until the next check; the pair is verified in memory and loaded from
+a private snapshot of exactly those bytes, so what is loaded is what was verified.
 """
 
 from __future__ import annotations

@@ -1,14 +1,7 @@
-"""The certificate directory: atomic writes, generation and CA rotation on files.
-
-A certificate directory holds the items of ``certs.bundle`` under their names (``ca.crt``,
-``ca.key``, ``tls.crt``, ``tls.key``, and ``ca-next.key`` during a rotation): the names of a
-``kubernetes.io/tls`` Secret, so the directory can be a mounted Secret volume. The rotation steps
-and why they come in that order are in ``certs.bundle``.
-
-Every file is written atomically (temporary file in the same directory, ``fsync``, ``rename``,
-then ``fsync`` of the directory) and in a crash-safe order; keys are mode 0600. A reader sees the
-old or the new file, never a partial one. Operations on one directory are serialised with
-``flock`` on ``.lock``. Servers pick up a new certificate without a restart (``certs.serving``).
+"""The certificate directory: the ``certs.bundle`` items under a ``kubernetes.io/tls`` Secret's
+names, so it can be a mounted Secret volume. Every file is written atomically (temporary file,
+``fsync``, ``rename``, ``fsync`` of the directory) in a crash-safe order, keys mode 0600; one
+directory's operations are serialised with ``flock`` on ``.lock``.
 """
 
 from __future__ import annotations
@@ -83,13 +76,13 @@ def _check_dir(directory: str | Path, *, create: bool) -> Path:
 
 @dataclass(frozen=True)
 class CertDirStatus(CertStatus):
-    """A checked certificate directory: ``certs.bundle.CertStatus`` plus its ``directory``."""
+    """``certs.bundle.CertStatus`` plus its ``directory``."""
 
     directory: Path = Path(".")
 
 
 def read_set(directory: str | Path) -> CertSet:
-    """The certificate set stored in ``directory`` (``CertError`` naming a missing file)."""
+    """``CertError`` names a missing file."""
     d = Path(directory)
     if not d.is_dir():
         raise CertError(f"{d}: is not a directory" if d.exists() else f"{d}: no such directory")
@@ -126,8 +119,7 @@ def write_set(directory: Path, new: CertSet, old: CertSet | None = None) -> None
 
 
 def inspect(directory: str | Path) -> CertDirStatus:
-    """Read and cross-check a certificate directory (no writes); ``CertError`` names the file
-    (see ``certs.bundle.check``)."""
+    """Read and cross-check (no writes); ``CertError`` names the file."""
     d = Path(directory)
     st = check(read_set(d), lambda n: str(d / n))
     return CertDirStatus(st.bundle, st.issuer, st.serving, st.pending, directory=d)
@@ -146,14 +138,13 @@ def _step(directory: str | Path, fn: Callable[[CertSet, Callable[[str], str]], C
 def generate(directory: str | Path, *, service: str, namespace: str, extra_hosts: tuple[str, ...] = LOCAL_HOSTS,
              ca_days: int = DEFAULT_CA_DAYS, days: int = DEFAULT_SERVING_DAYS, force: bool = False,
              now: _dt.datetime | None = None) -> CertDirStatus:
-    """Create a CA and a serving certificate for Service ``service`` in ``namespace`` in
-    ``directory`` (created mode 0700 if missing). SANs: ``service_dns_names`` plus
-    ``extra_hosts`` (localhost and 127.0.0.1 by default, for local serving).
+    """A CA and a serving certificate in ``directory`` (created mode 0700 if missing); SANs:
+    ``service_dns_names`` plus ``extra_hosts`` (localhost and 127.0.0.1 by default).
 
     Refuses (``CertError``) to overwrite an existing ``ca.crt`` or ``tls.crt`` unless ``force``:
     replacing a CA in place breaks every client that trusts it (use ``rotate``). Invalid names or
-    periods (``certs.pki.check_validity``, ``service_dns_names``) are refused before anything is
-    created; a directory this call created is removed again when it fails."""
+    periods are refused before anything is created; a directory this call created is removed
+    again when it fails."""
     check_validity(ca_days=ca_days, days=days)
     service_dns_names(service, namespace)
     created = not Path(directory).exists()

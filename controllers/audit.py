@@ -1,24 +1,6 @@
-"""The operator's background audit: every governed workload in the workspace namespaces judged by
-the current policy set, written as PolicyReports (ARCHITECTURE.md section 4).
-
-When: at start, every ``AuditOptions.interval_seconds`` (default 300 s), and as soon as the
-policy set changes (its digest is checked every ``poll_seconds``; the policy store reloads the
-files itself). What (``AuditLoop.run_once``, in a worker thread):
-
-1. read the cluster state (TauCluster, TauWorkspaces, Nodes, Kueue objects) and build the
-   ``ClusterState`` admission uses (``taugate.snapshot.build_state``);
-2. list every governed kind (``taugate.policy_report.workload_resources``, from the registry) in
-   each workspace namespace, ``page_size`` objects per request (``Kube.list_pages``: limit and
-   continue, as Gatekeeper's audit pages with ``--audit-chunk-size``);
-3. judge them (an ``Auditor``: the webhook's ``PolicyAuditor``, given by the CLI, since the
-   controllers never import the webhook) and build the reports (``build_reports``);
-4. write only what changed: a namespace report is created when missing and merge-patched when
-   ``report_changed`` says its content differs; taugate's reports of namespaces with no
-   workload left are deleted (so results of deleted workloads disappear); the
-   ClusterPolicyReport likewise;
-5. set the Prometheus gauges (``AuditMetrics``) from the audit.
-
-A failed audit (API error, a bug) is logged and counted and tried again at the next interval.
+"""The operator's background audit (ARCHITECTURE.md section 4): every governed workload in the
+workspace namespaces judged by the current policy set, written as PolicyReports, only what changed.
+A failed audit (API error, a bug) is logged, counted and tried again at the next interval.
 """
 
 from __future__ import annotations
@@ -57,10 +39,9 @@ log = logging.getLogger("taugate.audit")
 
 @dataclass
 class AuditOptions:
-    """How the background audit runs: ``auditor`` judges the workloads; ``interval_seconds``
-    between audits; ``poll_seconds`` between checks of the policy set's digest; ``page_size``
-    objects per list request; ``metrics_port``: serve the metrics on this port (None: not
-    served; the registry is ``AuditLoop.metrics.registry`` either way)."""
+    """``auditor`` judges the workloads (the webhook's ``PolicyAuditor``, given by the CLI);
+    ``metrics_port``: serve the metrics on this port (None: not served; the registry is
+    ``AuditLoop.metrics.registry`` either way)."""
 
     auditor: Auditor
     interval_seconds: float = 300.0
@@ -70,15 +51,8 @@ class AuditOptions:
 
 
 class AuditMetrics:
-    """The audit's Prometheus metrics, in their own registry:
-
-    - ``taugate_audit_violations{policy,action}``: violations the last audit found, per policy
-      and enforcement action (a policy's series drops to 0 when its violations are fixed);
-    - ``taugate_audit_workloads``: workloads the last audit judged;
-    - ``taugate_audit_runs_total{outcome}``: audits run (``ok``, ``failed``);
-    - ``taugate_audit_report_writes_total{verb}``: reports created, patched, deleted;
-    - ``taugate_audit_last_run_timestamp_seconds`` and ``taugate_audit_duration_seconds`` (of the last audit).
-    """
+    """The audit's Prometheus metrics (docs/metrics.md), in their own registry; a policy's
+    ``taugate_audit_violations`` series drops to 0 when its violations are fixed."""
 
     def __init__(self, registry: CollectorRegistry | None = None):
         self.registry = registry or CollectorRegistry()
@@ -109,9 +83,9 @@ class AuditMetrics:
 
 
 def read_cluster(kube: Any, settings: Settings, *, page_size: int = 500) -> tuple[ClusterState, list[dict]]:
-    """The cluster state and every governed workload in the workspace namespaces (paged).
-    A resource the cluster does not serve (HTTP 404: its operator is not installed) has no
-    workloads. Raises ``KubeError``."""
+    """The cluster state and every governed workload in the workspace namespaces, paged as
+    Gatekeeper's audit pages with ``--audit-chunk-size``. A resource the cluster does not serve
+    (HTTP 404: its operator is not installed) has no workloads. Raises ``KubeError``."""
     state_objects: list[dict] = []
     for res in STATE_RESOURCES:
         try:
@@ -133,8 +107,9 @@ def read_cluster(kube: Any, settings: Settings, *, page_size: int = 500) -> tupl
 
 
 def write_reports(kube: Any, reports: Reports) -> dict[str, int]:
-    """Bring the stored reports to ``reports``, writing only what differs; returns the writes by
-    verb. Only taugate's own reports (named ``REPORT_NAME``, labelled as taugate's) are touched."""
+    """Write only what differs; returns the writes by verb. Only taugate's own reports (named
+    ``REPORT_NAME``, labelled as taugate's) are touched; those of namespaces with no workload left
+    are deleted."""
     writes = {"create": 0, "patch": 0, "delete": 0, "none": 0}
     mine = {labels.MANAGED_BY: labels.MANAGED_BY_VALUE}
     stored = {str(namespace_of(r) or ""): r for r in kube.list(POLICY_REPORTS, labels=mine)
@@ -165,8 +140,8 @@ AUDIT_KEY = "audit"
 
 @dataclass
 class AuditLoop:
-    """The audit's worker: ``run_once`` (synchronous, one audit), ``run`` (the loop, on the
-    event loop, audits in a thread) and ``register`` (start and stop it with kopf)."""
+    """``run_once`` (synchronous, one audit), ``run`` (the loop, on the event loop, audits in a
+    thread) and ``register`` (start and stop it with kopf)."""
 
     kube: Any
     settings: Settings

@@ -1,9 +1,6 @@
-"""Small pure helpers the reconcile modules share: conditions and patches over plain dicts.
-
-Conditions follow ``metav1.Condition`` (type, status, reason, message, lastTransitionTime,
-observedGeneration). ``lastTransitionTime`` only moves when a condition's status changes
-(Kubernetes API conventions), which is what lets an unchanged object reconcile to an identical
-status and so to no write at all.
+"""Conditions (``metav1.Condition``) and patches over plain dicts, for the reconcile modules.
+``lastTransitionTime`` moves only when a condition's status changes (Kubernetes API conventions),
+so an unchanged object reconciles to an identical status and no write at all.
 """
 
 from __future__ import annotations

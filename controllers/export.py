@@ -1,11 +1,6 @@
-"""``taugate snapshot export``: the live cluster state written as the snapshot file that
-``taugate admit --cluster`` and ``taugate serve --cluster`` read (``taugate.snapshot`` format).
-
-The export lists the TauCluster, TauWorkspaces, Nodes, LocalQueues, ClusterQueues and
-ResourceFlavors once, drops server bookkeeping (managedFields, uid, resourceVersion,
-creationTimestamp, generation, ownerReferences, kopf annotations) and trims Nodes to what
-admission reads, leaves out what admission could not use (``taugate.state_objects.usable_objects``), and
-checks that the result loads with ``taugate.snapshot.build_state`` before anything is written.
+"""``taugate snapshot export``: the live cluster state as the snapshot file ``--cluster`` reads,
+server bookkeeping dropped and Nodes trimmed, checked with ``taugate.snapshot.build_state`` before
+anything is written.
 """
 
 from __future__ import annotations

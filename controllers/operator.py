@@ -1,30 +1,9 @@
-"""The taugate operator: one kopf process running the TauCluster, TauWorkspace and
-TauQuotaRequest controllers.
-
-Shape (level-triggered, like controller-runtime): kopf watches the resources and its ``on.event``
-handlers only enqueue keys (``("cluster", "", "cluster")``, ``("workspace", ns, name)``,
-``("quota", ns, name)``) into one deduplicating, debounced ``WorkQueue``. A single worker takes
-the keys one at a time and runs the module's reconcile function (read, pure plan, write what
-differs) in a thread through the official ``kubernetes`` client (``taugate.kube.Kube``).
-A failed reconcile is retried with exponential backoff (1 s doubling to 60 s); every key is also
-re-queued every ``resync_seconds`` to repair drift nobody announced. Because reconciles are
-idempotent (an unchanged object writes nothing), their own status writes settle after one no-op
-pass.
-
-What wakes what: the TauCluster, Nodes, LocalQueues, ClusterQueues and ResourceFlavors wake the
-TauCluster; the TauCluster wakes every workspace (its default queue may change); a LocalQueue
-or a Namespace (its labels and annotations: an admin's adoption opt-in) wakes the workspaces
-that target that namespace; a ClusterQueue wakes every workspace and quota request;
-TauWorkspaces and TauQuotaRequests (in the system namespace only) wake themselves. An event
-wakes anything only when it changes what the controllers read (``relevant``): status writes
-(the controllers' own included), node heartbeats and Kueue usage updates wake nobody.
-
-With ``OperatorOptions.audit`` the same process runs the background audit (``controllers/audit.py``:
-PolicyReports of every governed workload, on an interval and when the policy set changes).
-
-kopf runs with only ``on.event`` handlers, so it never patches the objects itself (no kopf
-annotations, no kopf finalizers); peering is off (run one replica), CRD scanning is off (the
-chart installs the CRDs first; restart after installing Kueue later).
+"""The operator: one kopf process whose ``on.event`` handlers only enqueue keys into one
+``WorkQueue``; one worker reconciles them (level-triggered, like controller-runtime), retrying with
+backoff (1 s doubling to 60 s) and resyncing every key. An event wakes anything only when it
+changes what the controllers read (``relevant``). kopf never patches the objects (no kopf
+annotations or finalizers); peering is off (one replica), CRD scanning too (restart after
+installing Kueue).
 """
 
 from __future__ import annotations
@@ -57,12 +36,10 @@ log = logging.getLogger("taugate.operator")
 
 class RoutineAtDebug(logging.Filter):
     """kopf's ``Handler '<id>' succeeded.`` line (kopf ``_core/actions/execution.py``
-    ``execute_handler_once``, at INFO on the ``kopf.objects`` logger) at DEBUG instead: the operator's
-    ``on.event`` handlers run for every watch event, a Node heartbeat included, so at INFO a busy
-    cluster logged one line per heartbeat (1,273 lines in 11 minutes with 10 kwok nodes). What a
-    handler decides is logged by taugate's own loggers; kopf's failures and retries stay at their
-    levels. A record kept is rewritten to DEBUG, so a handler at DEBUG (``--log-level debug``) still
-    shows it."""
+    ``execute_handler_once``, INFO on ``kopf.objects``) at DEBUG: the handlers run for every watch
+    event, a Node heartbeat included (1,273 lines in 11 minutes with 10 kwok nodes at INFO).
+    kopf's failures and retries keep their levels; a record kept is rewritten to DEBUG, so
+    ``--log-level debug`` still shows it."""
 
     ROUTINE = re.compile(r"^(Handler|Timer|Daemon|Activity) '[^']*' succeeded\.$")
 
@@ -75,8 +52,7 @@ class RoutineAtDebug(logging.Filter):
 
 ROUTINE_AT_DEBUG = RoutineAtDebug()
 KOPF_HANDLER_LOGGERS = ("kopf.objects",)
-"""The kopf loggers whose routine lines ``RoutineAtDebug`` demotes (``kopf.objects``: kopf's
-``ObjectLogger`` of every resource handler)."""
+"""``kopf.objects``: kopf's ``ObjectLogger`` of every resource handler."""
 
 
 def quiet_routine_handler_lines() -> None:
@@ -92,11 +68,9 @@ RESYNC_KEY: Key = ("resync", "", "")
 
 @dataclass
 class OperatorOptions:
-    """How the operator runs.
-
-    ``resync_seconds``: every key is reconciled at least this often; ``debounce_seconds``: how
-    long a new key waits for more events before it runs; ``max_backoff_seconds``: the cap of the
-    retry delay; ``liveness_endpoint``: kopf's health endpoint (e.g. ``http://0.0.0.0:8080/healthz``);
+    """``resync_seconds``: every key is reconciled at least this often; ``debounce_seconds``: how
+    long a new key waits for more events; ``max_backoff_seconds``: the retry delay's cap;
+    ``liveness_endpoint``: kopf's health endpoint (e.g. ``http://0.0.0.0:8080/healthz``);
     ``test_mode``: kopf settings for tests (short batching, no Kubernetes events posted).
     """
 
@@ -127,14 +101,12 @@ class Controller:
     seen: dict[tuple[str, str, str], str] = field(default_factory=dict)  # what each watched object last meant
     audit: Any = None  # the controllers.audit.AuditLoop, when the audit runs
 
-    # -- event fan-out (called by kopf handlers on the event loop) ---------------------------
     def enqueue(self, key: Key) -> None:
         self.queue.add(key, self.options.debounce_seconds)
 
     def changed(self, kind: str, event_type: str | None, body: dict) -> bool:
-        """Did this event change what the controllers read of the object (``relevant``)? Status
-        writes (our own included), node heartbeats and Kueue usage updates do not, so they wake
-        nobody; the periodic resync still repairs anything missed."""
+        """Did this event change what the controllers read (``relevant``)? Status writes, node
+        heartbeats and Kueue usage updates do not; the resync repairs anything missed."""
         key = (kind, R.namespace_of(body) or "", R.name_of(body))
         if event_type == "DELETED":
             self.seen.pop(key, None)
@@ -179,8 +151,8 @@ class Controller:
         self.workspaces_of(R.namespace_of(body) or "")
 
     def workspaces_of(self, namespace: str) -> None:
-        """Wake the workspaces that target ``namespace`` (its LocalQueue changed, or a platform
-        admin annotated it for adoption, ``tau_admission.adoption_refusal``)."""
+        """Wake the workspaces that target ``namespace`` (its LocalQueue changed, or an admin
+        annotated it for adoption, ``tau_admission.adoption_refusal``)."""
         for (wns, wname), target in list(self.workspaces.items()):
             if target == namespace:
                 self.enqueue(("workspace", wns, wname))
@@ -191,16 +163,15 @@ class Controller:
         self.all_quota_requests()
 
     def resync(self) -> None:
-        """Queue every known key (periodic drift repair)."""
+        """Queue every known key (drift repair)."""
         self.queue.add(CLUSTER_KEY, 0)
         for ns, name in list(self.workspaces):
             self.queue.add(("workspace", ns, name), 0)
         for ns, name in list(self.quota_requests):
             self.queue.add(("quota", ns, name), 0)
 
-    # -- the worker ---------------------------------------------------------------------------
     def reconcile(self, key: Key) -> Any:
-        """Run one reconcile synchronously (in a worker thread)."""
+        """One reconcile, synchronously (in a worker thread)."""
         kind, ns, name = key
         if kind == "cluster":
             return reconcile_cluster(self.kube, self.settings, name=name)
@@ -240,15 +211,15 @@ class Controller:
         await self.queue.run(self.handle)
 
     async def stop(self) -> None:
-        """Cancel the worker (a reconcile running in its thread finishes on its own)."""
+        """A reconcile running in its thread finishes on its own."""
         task, self.task = self.task, None
         await cancel(task)
 
 
 def relevant(kind: str, body: dict) -> Any:
-    """The part of a watched object the controllers read (pure): for Nodes the labels,
-    allocatable GPUs, condition types/statuses and ``unschedulable`` (not heartbeats); for
-    Kueue objects and taugate's kinds everything but ``status`` and server bookkeeping."""
+    """What the controllers read of a watched object: for Nodes the labels, allocatable GPUs,
+    condition types/statuses and ``unschedulable`` (not heartbeats); for Kueue objects and
+    taugate's kinds everything but ``status`` and server bookkeeping."""
     meta = body.get("metadata") or {}
     if kind == "Node":
         status = body.get("status") or {}
@@ -261,9 +232,8 @@ def relevant(kind: str, body: dict) -> Any:
 
 
 def connection_info(cfg: kubernetes.client.Configuration) -> kopf.ConnectionInfo:
-    """kopf's credentials from the same client ``Configuration`` the controllers use (server, CA,
-    client certificate, bearer token; the token is refreshed first when the configuration can,
-    as the in-cluster service account token rotates)."""
+    """kopf's credentials from the controllers' ``Configuration``; the token is refreshed first
+    when the configuration can (the in-cluster service account token rotates)."""
     hook = getattr(cfg, "refresh_api_key_hook", None)
     if callable(hook):
         hook(cfg)
@@ -277,7 +247,7 @@ def connection_info(cfg: kubernetes.client.Configuration) -> kopf.ConnectionInfo
 
 
 def build_registry(ctl: Controller, cfg: kubernetes.client.Configuration) -> kopf.OperatorRegistry:
-    """The kopf registry: login, settings, and the ``on.event`` handlers that feed ``ctl``."""
+    """Login, settings, and the ``on.event`` handlers that feed ``ctl``."""
     registry = kopf.OperatorRegistry()
     _register_lifecycle(registry, ctl, cfg)
     _register_events(registry, ctl)
@@ -287,7 +257,7 @@ def build_registry(ctl: Controller, cfg: kubernetes.client.Configuration) -> kop
 
 def _register_lifecycle(registry: kopf.OperatorRegistry, ctl: Controller,
                         cfg: kubernetes.client.Configuration) -> None:
-    """Login with ``cfg``, kopf's settings, and the reconcile worker started and stopped with kopf."""
+    """Login with ``cfg``, kopf's settings, and the worker started and stopped with kopf."""
     opts = ctl.options
 
     @kopf.on.login(registry=registry)
@@ -321,8 +291,7 @@ def _register_lifecycle(registry: kopf.OperatorRegistry, ctl: Controller,
 
 
 def _register_events(registry: kopf.OperatorRegistry, ctl: Controller) -> None:
-    """The ``on.event`` handlers of taugate's own kinds: each change that matters enqueues the
-    reconcile it needs."""
+    """The ``on.event`` handlers of taugate's own kinds."""
     system_ns = ctl.settings.system_namespace
 
     def in_system_namespace(namespace: str | None, **_: Any) -> bool:
@@ -391,9 +360,8 @@ async def run_operator(cfg: kubernetes.client.Configuration, settings: Settings 
                        controller_hook: Callable[[Controller], None] | None = None) -> None:
     """Run the operator until ``stop_flag`` is set (or the task is cancelled).
 
-    ``cfg`` is the client configuration for both the controllers and kopf; ``ready_flag`` is set
-    once kopf has started; ``controller_hook`` receives the ``Controller`` (tests read its
-    counters)."""
+    ``ready_flag`` is set once kopf has started; ``controller_hook`` receives the ``Controller``
+    (tests read its counters)."""
     settings = settings or Settings()
     options = options or OperatorOptions()
     quiet_routine_handler_lines()
@@ -403,17 +371,17 @@ async def run_operator(cfg: kubernetes.client.Configuration, settings: Settings 
         controller_hook(ctl)
     registry = build_registry(ctl, cfg)
     recorder = None
-    if options.recorder is not None:  # the run recorder (controllers/recorder/watch.py), same process
+    if options.recorder is not None:
         from taugate.controllers.recorder.watch import Recorder
         recorder = Recorder.create(options.recorder, settings, cfg)
         recorder.register(registry)
-    if options.audit is not None:  # the background audit (controllers/audit.py), its own API client
+    if options.audit is not None:  # its own API client
         from taugate.controllers.audit import AuditLoop
         ctl.audit = AuditLoop(Kube.from_configuration(cfg), settings, options.audit)
         ctl.audit.register(registry)
     try:
-        # The reconcile worker starts and stops inside kopf's lifecycle (on.startup/on.cleanup
-        # in build_registry), so kopf does not wait on it as a hung task at exit.
+        # Inside kopf's lifecycle (on.startup/on.cleanup in build_registry), so kopf does not wait
+        # on the worker as a hung task at exit.
         await kopf.operator(registry=registry, standalone=True, clusterwide=True, stop_flag=stop_flag,
                             ready_flag=ready_flag, liveness_endpoint=options.liveness_endpoint)
     finally:

@@ -1,9 +1,6 @@
-"""The Kubernetes resources the controllers read and write, and the write actions they plan.
-
-Pure data: the reconcile modules (``taucluster``, ``tauworkspace``, ``tauquotarequest``) return
-lists of ``Action`` and never touch the API; ``taugate.kube`` executes them. ``Resource``, the
-metadata accessors and the resources a ClusterState is built from live in the core
-(``taugate.kubeaccess``, ``taugate.state_objects``), shared with the webhook's state watch.
+"""The Kubernetes resources the controllers read and write, and the write actions they plan (pure
+data): the reconcile modules return ``Action`` lists and never touch the API; ``taugrid/execute.py``
+applies them.
 """
 
 from __future__ import annotations

@@ -1,24 +1,9 @@
-"""A workload's GPU demand in its cluster: what its pod templates ask through Dynamic Resource
-Allocation, and how they reach devices without asking (``taugate.devices``), folded into the
-templates admission decides with, or refused.
-
-``govern`` runs on every workload of a workspace before anything else decides (a CPU-only Pod
-with ``NVIDIA_VISIBLE_DEVICES`` is not left alone): each template gets the GPUs of its claim
-templates and DRA extended resources of GPU DeviceClasses (``PodTemplate.dra_gpus``, added to
-``gpus_per_pod``, so profiles, placement, validation and policies count them like
-``nvidia.com/gpu``), and every way past that model is a ``Violation``:
-
-- a claim template or claim that does not exist, a DeviceClass that does not exist;
-- GPUs through DRA while ``Settings.dra_gpu_workloads`` is ``deny`` (Kueue's DRA support off);
-- GPUs in a ResourceClaim (not a template): Kueue leaves such a workload inadmissible (kueue v0.17
-  ``pkg/controller/core/workload_controller.go``: "DynamicResourceAllocation feature does not support
-  use of resource claims");
-- what Kueue cannot count on a GPU request (``devices.claim_devices``);
-- device access without a request, unless ``Settings.device_access`` is ``govern``
-  (then the template is a GPU template: ``PodTemplate.device_access``);
-- a template that asks for no GPU but tolerates the taints of GPU nodes or selects them
-  (``devices.gpu_node_problems``): on a GPU node the container runtime hands it GPUs no request
-  counts (a CUDA image's own ``NVIDIA_VISIBLE_DEVICES=all``).
+"""A workload's GPU demand in its cluster (ARCHITECTURE.md section 2, docs/gpu-paths.md): DRA GPUs
+and governed device access folded into the templates, every way past that model a ``Violation``.
+``govern`` runs before anything else decides (a CPU-only Pod with ``NVIDIA_VISIBLE_DEVICES`` is not
+left alone). GPUs in a ResourceClaim (not a template) are refused: Kueue leaves such a workload
+inadmissible (kueue v0.17 ``pkg/controller/core/workload_controller.go``: "DynamicResourceAllocation
+feature does not support use of resource claims").
 """
 
 from __future__ import annotations
@@ -49,8 +34,12 @@ _WAY = ("ask for whole GPUs as nvidia.com/gpu in resources.limits (docs/gpu-path
 
 def govern(templates: list[PodTemplate], namespace: str, state: ClusterState,
            settings: Settings) -> tuple[list[PodTemplate], list[Violation]]:
-    """``templates`` with their DRA GPUs and governed device access folded in, and the violations
-    (see the module docstring). Templates with nothing of either are returned as they are."""
+    """``templates`` with their DRA GPUs (``PodTemplate.dra_gpus``) and governed device access
+    folded in, and the violations: a missing claim, claim template or DeviceClass; DRA GPUs while
+    ``Settings.dra_gpu_workloads`` is ``deny``; GPUs in a ResourceClaim; what Kueue cannot count
+    (``devices.claim_devices``); device access without a request unless ``Settings.device_access``
+    is ``govern``; a template without GPUs that reaches GPU nodes (``devices.gpu_node_problems``).
+    Templates with nothing of either are returned as they are."""
     out: list[PodTemplate] = []
     found: list[Violation] = []
     for t in templates:

@@ -1,9 +1,6 @@
-"""Files that are never half-written, and never read whole when they are too large: the one
-atomic write every part uses (certificates, evidence records, exported snapshots) and the one
-bounded read every file the CLI, the webhook and the operator read goes through
-(``read_limited``: manifests, snapshots, policies, evidence records, keys, certificates, a run's
-metrics and artifact index). A file over its limit (or endless, ``/dev/zero``) is refused in one
-line naming it and the limit (``InputError``; the commands exit 2), never read into memory."""
+"""The one atomic write every part uses and the one bounded read every file goes through
+(``read_limited``): a file over its limit (or endless, ``/dev/zero``) is refused in one line naming
+it and the limit (``InputError``; the commands exit 2), never read into memory."""
 
 from __future__ import annotations
 

@@ -1,17 +1,7 @@
-"""Kubernetes API I/O for the controllers, the webhook's state watch and ``taugate snapshot export``.
-
-Everything that talks to the API server goes through ``Kube``, a thin layer over the official
-``kubernetes`` client's ``ApiClient`` (its configuration, authentication, TLS and connection
-pool) that reads and writes objects as plain JSON dicts, exactly as the API serves them (camelCase,
-the same shape ``taugate.snapshot.build_state`` and the pure reconcile functions take). Writes
+"""Kubernetes API I/O: ``Kube`` reads and writes plain JSON dicts as the API serves them, over the
+``kubernetes`` client's ``ApiClient`` (configuration, authentication, TLS, connection pool). Writes
 are JSON merge patches (RFC 7386), never PUT, so a field another controller owns is left alone.
-
-Errors (``taugate.kubeaccess``, shared with the webhook's state watch): ``KubeError`` carries the
-HTTP status and a one-line message (the API's ``Status.message``); ``KubeUnreachable`` (a
-``KubeError`` with status 0) says the server was not reached, in the one form every command prints:
-``cannot reach the Kubernetes API at URL: reason``. ``check_reachable``
-is the commands' quick preflight (one ``GET /version``, no retries, a short timeout), so a wrong
-or unreachable server fails in one line before anything starts (kopf would retry for a minute).
+``check_reachable`` is the commands' one-line preflight (kopf would retry for a minute).
 """
 
 from __future__ import annotations
@@ -54,11 +44,9 @@ APPLY_PATCH = "application/apply-patch+yaml"
 
 def load_configuration(*, in_cluster: bool | None = False, kubeconfig: str | None = None,
                        context: str | None = None) -> kubernetes.client.Configuration:
-    """A client ``Configuration``: the pod's service account (``in_cluster``), else the kubeconfig
-    file (``kubeconfig`` or ``$KUBECONFIG`` or ``~/.kube/config``) and ``context``. ``in_cluster=None``
-    chooses: the kubeconfig when one is named or exists, else the service account inside a pod.
-
-    Raises ``KubeConfigError`` with one line naming the source and the problem."""
+    """The pod's service account (``in_cluster``), else the kubeconfig (``kubeconfig``,
+    ``$KUBECONFIG`` or ``~/.kube/config``) and ``context``; ``in_cluster=None`` picks the
+    kubeconfig when one is named or exists. Raises ``KubeConfigError`` naming source and problem."""
     cfg = kubernetes.client.Configuration()
     if not in_cluster:
         # The kubernetes client reads $KUBECONFIG once, at import; read it now, and name the file
@@ -128,12 +116,11 @@ PREFLIGHT_TIMEOUT = 5.0
 
 
 def check_reachable(cfg: kubernetes.client.Configuration, timeout: float = PREFLIGHT_TIMEOUT) -> Obj:
-    """The commands' preflight: one ``GET /version`` with ``timeout`` seconds (connect and read)
-    and no retries; returns the server's version document (``{"gitVersion": ...}``, or ``{}``).
+    """One ``GET /version`` with ``timeout`` seconds and no retries; the version document or ``{}``.
 
-    Raises ``KubeUnreachable`` when the server is not reached, and ``KubeError`` (status 401)
-    when it rejects the credentials. Any other answer means the server is there: ``/version``
-    is readable by every client (Kubernetes RBAC: ``system:public-info-viewer``)."""
+    Raises ``KubeUnreachable`` when the server is not reached, ``KubeError`` (401) when it rejects
+    the credentials; any other answer means the server is there (``/version`` is readable by every
+    client: Kubernetes RBAC ``system:public-info-viewer``)."""
     probe = copy.deepcopy(cfg)
     probe.retries = 0
     kube = Kube.from_configuration(probe, request_timeout=(timeout, timeout))
@@ -191,14 +178,13 @@ class WatchFeed(Protocol):
 
 
 DryRun = tuple[Obj, list[str]]
-"""What a server-side dry run answers: the object the API server would store, and its warnings."""
+"""The object the API server would store, and its warnings."""
 
 
 class Kube:
     """Plain-dict CRUD and watch over ``kubernetes.client.ApiClient``.
 
-    ``request_timeout``: (connect, read) seconds for ordinary requests. ``writes`` counts the
-    write requests sent (create, patch, delete), for logs and tests.
+    ``request_timeout``: (connect, read) seconds. ``writes`` counts create, patch and delete requests.
     """
 
     def __init__(self, api_client: ApiClient, *, request_timeout: tuple[float, float] = (5.0, 30.0)):
@@ -214,7 +200,6 @@ class Kube:
     def close(self) -> None:
         self.api.close()
 
-    # -- transport -------------------------------------------------------------------------
     def _call(self, method: str, path: str, *, query: list[tuple[str, Any]] | None = None,
               body: Any = None, content_type: str = "application/json",
               timeout: tuple[float, float] | None = None, whole_message: bool = False,
@@ -260,9 +245,8 @@ class Kube:
         with self._lock:
             self.writes += 1
 
-    # -- CRUD --------------------------------------------------------------------------------
     def get(self, res: Resource, name: str, namespace: str | None = None) -> Obj | None:
-        """The object, or None when it does not exist (HTTP 404)."""
+        """None when the object does not exist (HTTP 404)."""
         try:
             obj = self._json("GET", res.path(namespace, name))
         except KubeError as e:
@@ -272,18 +256,16 @@ class Kube:
         return obj if isinstance(obj, dict) else None
 
     def list_with_version(self, res: Resource, namespace: str | None = None) -> tuple[list[Obj], str | None]:
-        """Every object of ``res`` (in ``namespace``, or all) and the list's resourceVersion."""
+        """The objects and the list's resourceVersion."""
         data = self._json("GET", res.path(namespace)) or {}
         items = [dict(i, apiVersion=i.get("apiVersion") or res.api_version, kind=i.get("kind") or res.kind)
                  for i in data.get("items") or [] if isinstance(i, dict)]
         return items, (data.get("metadata") or {}).get("resourceVersion")
 
     def list_pages(self, res: Resource, namespace: str | None = None, *, limit: int = 500) -> Iterator[list[Obj]]:
-        """Every object of ``res`` (in ``namespace``, or all), ``limit`` at a time: the API's
-        chunked list (``limit`` and the ``continue`` token, apimachinery ``ListOptions``), as
-        Gatekeeper's audit pages its lists (``--audit-chunk-size``), so a large namespace never
-        arrives in one response. Raises ``KubeError`` (``WatchExpired`` on HTTP 410 when the
-        token expired: list again)."""
+        """The API's chunked list (``limit`` and ``continue``, apimachinery ``ListOptions``), as
+        Gatekeeper's audit pages its lists (``--audit-chunk-size``). Raises ``WatchExpired`` on
+        HTTP 410 when the token expired (list again)."""
         token: str | None = None
         while True:
             query: list[tuple[str, Any]] = [("limit", limit)] + ([("continue", token)] if token else [])
@@ -296,9 +278,8 @@ class Kube:
 
     def list(self, res: Resource, namespace: str | None = None,
              labels: dict[str, str] | None = None) -> list[Obj]:
-        """Every object of ``res`` (in ``namespace``, or all namespaces), optionally only those
-        carrying every label in ``labels`` (filtered here too, so a server that ignores
-        ``labelSelector`` gives the same answer)."""
+        """``labels`` are filtered here too, so a server that ignores ``labelSelector`` gives the
+        same answer."""
         if labels:
             sel = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
             data = self._json("GET", res.path(namespace), query=[("labelSelector", sel)]) or {}
@@ -314,8 +295,8 @@ class Kube:
         return items
 
     def create(self, res: Resource, obj: Obj, *, exist_ok: bool = True) -> Obj | None:
-        """Create ``obj``. With ``exist_ok``, an object that already exists (HTTP 409) is not an
-        error: the current object is returned instead (a later reconcile reconciles it)."""
+        """With ``exist_ok``, an existing object (HTTP 409) is no error: it is returned instead
+        (a later reconcile reconciles it)."""
         ns = (obj.get("metadata") or {}).get("namespace") if res.namespaced else None
         body = dict(obj, apiVersion=res.api_version, kind=res.kind)
         self._count_write()
@@ -328,30 +309,28 @@ class Kube:
 
     def patch(self, res: Resource, name: str, body: Obj, namespace: str | None = None,
               subresource: str | None = None) -> Obj | None:
-        """JSON merge patch (RFC 7386) of one object (or its ``status`` subresource)."""
+        """JSON merge patch (RFC 7386)."""
         self._count_write()
         return self._json("PATCH", res.path(namespace, name, subresource), body=body, content_type=MERGE_PATCH)
 
     def json_patch(self, res: Resource, name: str, ops: Sequence[Obj], namespace: str | None = None) -> Obj | None:
-        """JSON patch (RFC 6902) of one object: ``ops`` applied in order, all or none (a failed
-        ``test`` op makes the API answer 422 and change nothing)."""
+        """JSON patch (RFC 6902): all ``ops`` or none (a failed ``test`` op is a 422 that changes
+        nothing)."""
         self._count_write()
         return self._json("PATCH", res.path(namespace, name), body=ops, content_type=JSON_PATCH)
 
     def pod_log(self, namespace: str, name: str, *, container: str | None = None, tail_lines: int) -> str:
-        """The last ``tail_lines`` lines of a pod's log (``container``, or its only or default one)."""
+        """The last ``tail_lines`` lines (``container``, or the pod's only or default one)."""
         query: list[tuple[str, Any]] = [("tailLines", tail_lines)] + ([("container", container)] if container else [])
         resp = self._call("GET", f"/api/v1/namespaces/{namespace}/pods/{name}/log", query=query,
                           timeout=(self.request_timeout[0], 15.0), accept="text/plain, application/json")
         return resp.read().decode("utf-8", "replace")
 
     def dry_run(self, res: Resource, obj: Obj, *, field_manager: str = "taugate-admit") -> DryRun:
-        """What the API server would store for ``obj`` and the warnings it would send, stored
-        nowhere: a server-side dry run (``dryRun=All``: authentication, RBAC, every admission
-        webhook and policy run, apimachinery ``DryRun``), as ``kubectl apply --server-side
-        --force-conflicts --dry-run=server`` sends a named object (server-side apply: a create or an
-        update of the stored one) and ``kubectl create --dry-run=server`` one with only a
-        ``generateName``. Raises ``KubeError`` (a denial: HTTP 403 or 422 with its message)."""
+        """A server-side dry run (``dryRun=All``: authentication, RBAC, every admission webhook and
+        policy run, apimachinery ``DryRun``), as ``kubectl apply --server-side --force-conflicts
+        --dry-run=server`` sends a named object and ``kubectl create --dry-run=server`` one with
+        only a ``generateName``. Raises ``KubeError`` (a denial: HTTP 403 or 422 with its message)."""
         meta = obj.get("metadata") or {}
         ns = meta.get("namespace") if res.namespaced else None
         body = dict(obj, apiVersion=res.api_version, kind=res.kind)
@@ -365,7 +344,7 @@ class Kube:
         return (data if isinstance(data, dict) else {}), warnings_of(resp.getheaders().get_all("Warning") or [])
 
     def delete(self, res: Resource, name: str, namespace: str | None = None) -> bool:
-        """Delete one object (background propagation); False when it was already gone."""
+        """Background propagation; False when the object was already gone."""
         self._count_write()
         try:
             self._json("DELETE", res.path(namespace, name),
@@ -376,7 +355,6 @@ class Kube:
             raise
         return True
 
-    # -- watch -------------------------------------------------------------------------------
     def follow(self, res: Resource, feed: WatchFeed, stopping: threading.Event, *, timeout_seconds: int = 300,
                optional: bool = False) -> None:
         """Keep ``feed`` current with ``res`` (all namespaces) until ``stopping`` is set: list, then
@@ -422,9 +400,9 @@ class Kube:
 
     def watch(self, res: Resource, *, resource_version: str | None = None, timeout_seconds: int = 300,
               on_open: Callable[[Any], None] | None = None) -> Iterator[Obj]:
-        """Watch events (``{"type": ADDED|MODIFIED|DELETED|BOOKMARK, "object": {...}}``) of ``res``
-        in all namespaces, from ``resource_version``, until the server ends the watch after
-        ``timeout_seconds`` (the iterator then ends normally).
+        """Watch events (``{"type": ADDED|MODIFIED|DELETED|BOOKMARK, "object": ...}``) of ``res``
+        in all namespaces until the server ends the watch after ``timeout_seconds`` (the iterator
+        then ends normally).
 
         ``on_open(response)`` receives the streaming urllib3 response, so another thread can end
         the watch at once with ``response.shutdown()``. Raises ``WatchExpired`` on HTTP 410 (also

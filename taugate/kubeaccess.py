@@ -1,8 +1,6 @@
-"""Kubernetes API access shared by every part that talks to the API server (webhook, controllers,
-certs): REST resources (``Resource``), object metadata accessors, the API errors (``KubeError``
-and its kinds), and connection problems explained in one line, so every command names a missing
-kubeconfig and an unreachable API server the same way. The HTTP client itself is
-``taugate.kube.Kube``; the webhook's state watch takes it through a protocol.
+"""Kubernetes API access shared by every part: ``Resource``, metadata accessors, the API errors
+(``KubeError`` and its kinds), and connection problems in one line, so every command names a
+missing kubeconfig and an unreachable API server the same way. The client is ``taugate.kube.Kube``.
 """
 
 from __future__ import annotations

@@ -1,15 +1,7 @@
-"""How the long-running commands log: ``taugate serve`` and ``taugate operator``.
-
-One handler on the root logger, writing to standard error, at ``--log-level``
-(``TAUGATE_LOG_LEVEL``; ``info`` by default) in ``--log-format`` (``TAUGATE_LOG_FORMAT``):
-``json`` (the default, one JSON object a line, as a log pipeline reads it) or ``text`` (for a
-person at a terminal). The flag wins over the variable; the chart sets the variables from its
-``logging.level`` and ``logging.format`` values.
-
-A JSON line holds ``time`` (ISO 8601, UTC), ``level``, ``logger`` and ``message``, and every field a caller passes in
-``extra=`` (the webhook's decision lines: ``decision``, ``kind``, ``namespace``, ``name``, ``user``,
-``operation``, ``policies``...). The formatter is python-json-logger's (a dependency of kopf already),
-so this module only chooses the fields.
+"""How ``taugate serve`` and ``taugate operator`` log: one standard-error handler on the root logger,
+``--log-level``/``--log-format`` over ``TAUGATE_LOG_LEVEL``/``TAUGATE_LOG_FORMAT`` (the chart's
+``logging.*`` values); a ``json`` line carries every ``extra=`` field, through python-json-logger
+(a dependency of kopf already).
 """
 
 from __future__ import annotations

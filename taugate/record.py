@@ -1,24 +1,7 @@
-"""The admission record (annotation ``tau.azure.com/admission``): signed by the webhook, verified
-by the recorder (pure functions over plain data).
-
-The mutating webhook writes, on CREATE, what it decided (workspace, workload profile,
-profile-set hash, queue, policy digest) for the recorder, which keeps it as the run's evidence.
-A user could write that annotation too, so the record is bound to the object it was made for and
-signed with a key only the webhook and the operator hold (``TAUGATE_ADMISSION_KEY``, which the
-chart fills from a Secret):
-
-- ``object``: ``{"namespace", "kind", "name"}`` of the object the webhook admitted, or
-  ``{"namespace", "kind", "generateName"}`` when the name was still to be generated (the API
-  server sets ``metadata.name`` and ``uid`` only after mutating admission:
-  k8s.io/apiserver ``pkg/registry/rest/create.go`` ``BeforeCreate`` runs inside the storage
-  call, after the admission chain of ``handlers/create.go``);
-- ``runId``: the run-id the webhook put on the object;
-- ``signature``: ``hmac-sha256:<hex>`` of the canonical JSON (sorted keys, no spaces) of every
-  other field (RFC 2104 HMAC with SHA-256).
-
-A record copied to another object fails its binding; a record edited, or written by anyone
-without the key, fails its signature. The object's ``uid`` cannot be in the record; the
-recorder binds a run to the first root object's uid instead (``controllers/recorder/watch.py``).
+"""The admission record (annotation ``tau.azure.com/admission``, ARCHITECTURE.md section 4): what
+the webhook decided on CREATE, bound to the object and its run-id and signed (``hmac-sha256:<hex>``,
+RFC 2104, over the canonical JSON) with ``TAUGATE_ADMISSION_KEY``, since any user may write the
+annotation. It cannot hold the object's ``uid``; the recorder binds a run to the first root's uid.
 """
 
 from __future__ import annotations
@@ -47,9 +30,11 @@ def _mac(record: dict[str, Any], key: bytes) -> str:
 
 
 def binding_of(obj: dict[str, Any], namespace: str | None = None) -> dict[str, str]:
-    """The ``object`` binding of ``obj`` as the webhook sees it at CREATE: namespace (``namespace``
-    when the object names none, as the API server fills it from the request), kind, and name or,
-    without one, generateName."""
+    """``{"namespace", "kind", "name"}``, or ``generateName`` for a name still to be generated: the
+    API server sets ``metadata.name`` and ``uid`` only after mutating admission (k8s.io/apiserver
+    ``pkg/registry/rest/create.go`` ``BeforeCreate`` runs inside the storage call, after the
+    admission chain of ``handlers/create.go``). ``namespace`` fills an object that names none, as
+    the API server fills it from the request."""
     meta = as_dict(obj.get("metadata"))
     out = {"namespace": str(meta.get("namespace") or namespace or ""), "kind": str(obj.get("kind") or "")}
     if isinstance(meta.get("name"), str) and meta["name"]:
@@ -73,17 +58,15 @@ def sign(record: dict[str, Any], obj: dict[str, Any], key: bytes | None,
 
 @dataclass(frozen=True)
 class RecordCheck:
-    """The outcome of ``verify``: ``trusted`` when the record is signed with the key and bound to
-    the object; otherwise ``reason`` says why not, in one line."""
+    """``trusted`` when signed with the key and bound to the object; otherwise ``reason`` says why
+    not, in one line."""
 
     trusted: bool
     reason: str = ""
 
 
 def verify(record: Any, obj: dict[str, Any], key: bytes | None) -> RecordCheck:
-    """Check an admission record (the parsed annotation) against the object that carries it.
-
-    Trusted only when a ``key`` is given, the signature matches, and the binding is ``obj``'s:
+    """Trusted only when a ``key`` is given, the signature matches, and the binding is ``obj``'s:
     same namespace and kind, same name (or, for a record made before the name was generated, a
     name that starts with the recorded ``generateName``, or no name yet and the same
     ``generateName``: the object still in admission), and the run-id label of ``obj``. ``obj``

@@ -1,15 +1,7 @@
-"""Workload kinds taugate does not manage, that a workspace may still use to run GPU pods.
-
-A bare ReplicaSet, a DaemonSet or a ReplicationController makes pods from a pod template with no
-queue, no placement and no run-id, as does another operator's controller creating Pods directly
-(a Pod whose controller is of a kind neither here nor in ``taugate.kinds``). The objects of this
-table are judged when they are created, so their pods are not judged again (they are children,
-``taugate.webhook.mutation.is_child``). The platform setting ``Settings.unmanaged_gpu_workloads``
-decides what happens to one that asks for GPUs in a workspace: ``deny`` (the default; the message
-names the managed kinds) or ``warn`` (admitted with an AdmissionReview warning); a CPU-only one
-always passes. ``UNMANAGED_KINDS`` is the one table of these kinds: the webhook's rules
-(``taugate.webhook.routes``, hence the chart's) and the decision
-(``taugate.webhook.ungoverned``) derive from it.
+"""Workload kinds taugate does not manage that a workspace may still use to run GPU pods (a bare
+ReplicaSet, a DaemonSet, a ReplicationController): the one table the webhook's rules and
+``webhook.ungoverned`` derive from. Their objects are judged when created, so their pods are
+children, not judged again.
 
 Upstream rules followed here: Kubernetes ``apps/v1`` ``ReplicaSetSpec``/``DaemonSetSpec`` and
 core ``v1`` ``ReplicationControllerSpec`` (``spec.template``; ``spec.replicas`` default 1); a

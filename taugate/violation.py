@@ -1,10 +1,6 @@
-"""One broken rule, the one type every check in taugate reports (structure, built-in rules,
-Rego policies, taugate's own kinds).
-
-A ``Violation`` always says where (``field``, a Kubernetes field path rendered by
-``taugate.fieldpath.field_path``, e.g.
-``spec.rayClusterSpec.workerGroupSpecs[0].template.spec.containers[0].resources.limits["nvidia.com/gpu"]``),
-what was asked, what is allowed and how to fix it, and which rule (``policy``) found it.
+"""One broken rule, the one type every check reports: where (``field``, a Kubernetes field path,
+``taugate.fieldpath.field_path``), what was asked, what is allowed, how to fix it, and which rule
+(``policy``).
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
-"""The mutating route of taugate's own kinds (``/mutate-tau``): a TauQuotaRequest's reviewer.
-
-A platform admin approves or rejects a TauQuotaRequest with an annotation
-(``kubectl annotate tauquotarequest NAME tau.azure.com/approved=true``). Who did it is not theirs
-to say: this route writes the requesting user, as the API server authenticated them, into
-``tau.azure.com/reviewed-by`` whenever an approval annotation is added, changed or removed
-(``taugate.tau_admission.reviewer_to_record``), the way kube-apiserver records who approved a
-CertificateSigningRequest from the request's user instead of from the object. The validating route
-(``/validate-tau``) then refuses a ``reviewed-by`` naming anyone else, so the record holds even if
-this route was skipped, and the TauQuotaRequest controller copies it into ``status.reviewedBy``.
+"""``/mutate-tau``: a TauQuotaRequest's reviewer is the requesting user as the API server
+authenticated them, written into ``tau.azure.com/reviewed-by`` whenever an approval annotation is
+added, changed or removed, as kube-apiserver records who approved a CertificateSigningRequest from
+the request's user, not the object. ``/validate-tau`` refuses a ``reviewed-by`` naming anyone else,
+so the record holds even if this route was skipped.
 """
 
 from __future__ import annotations

@@ -1,16 +1,7 @@
-"""The audit: every governed workload judged by the policy set as admission would judge it now
-(ARCHITECTURE.md section 3), for ``taugate policy audit``, ``taugate policy what-if`` and the
-operator's background audit (``taugate.controllers.audit``, given a ``PolicyAuditor`` by the CLI).
-
-An existing object is judged as it is stored: no mutation runs (it was mutated when it was
-admitted), it is validated as if it were created now (``review.judge``: resolution, the built-in
-rules and every policy of the library under its enforcement action, ``dryrun`` included), and no
-UPDATE excuse applies, since nothing is being changed. This is the rule of Gatekeeper's audit,
-which evaluates the objects stored in the cluster against the constraints in force
-(open-policy-agent/gatekeeper ``pkg/audit/manager.go``, ``auditResources``), and of Kyverno's
-background scan (``pkg/background``). The result per workload is a
-``taugate.policy_report.WorkloadAudit``; ``taugate.policy_report.build_reports`` makes the
-PolicyReports.
+"""The audit's pure core (ARCHITECTURE.md section 3, "Audit and PolicyReports"): a stored workload
+judged as a CREATE now, with no mutation and no UPDATE excuse, under every enforcement action: the
+rule of Gatekeeper's audit (open-policy-agent/gatekeeper ``pkg/audit/manager.go``,
+``auditResources``) and of Kyverno's background scan (``pkg/background``).
 """
 
 from __future__ import annotations
@@ -50,13 +41,10 @@ class _Counting:
 
 
 class PolicyAuditor:
-    """Judges stored workloads with ``engine`` (a ``PolicyEngine``: its active set, reloaded when
-    the files change) and ``settings``.
-
-    ``digest`` is the active policy set's digest (the operator audits again when it changes);
-    ``policies()`` names the set's policies; ``audit(objects, state)`` returns one
-    ``WorkloadAudit`` per object admission would validate (a registered workload kind, top-level,
-    in a workspace of ``state``), in the order given; other objects are left out."""
+    """Judges stored workloads with ``engine`` (its active set) and ``settings``. ``digest`` is the
+    active set's digest (the operator audits again when it changes); ``audit`` gives one
+    ``WorkloadAudit`` per object admission would validate (a registered kind, top-level, in a
+    workspace of ``state``), in the order given."""
 
     def __init__(self, engine: PolicyEngine, settings: Settings | None = None):
         self.engine = engine
@@ -64,17 +52,15 @@ class PolicyAuditor:
 
     @classmethod
     def load(cls, policy_dir: str | Path, settings: Settings | None = None) -> PolicyAuditor:
-        """The auditor of the policy folder ``policy_dir`` (its ``enforcement.yaml``), embedded
-        engine (``check_for_changes`` reloads it when its files change, as the webhook does).
-        Raises ``PolicyError`` (one line) when the set does not load."""
+        """The embedded engine of ``policy_dir`` (its ``enforcement.yaml``), reloaded by
+        ``check_for_changes`` as the webhook reloads. Raises ``PolicyError`` (one line)."""
         from taugate.webhook.engines import load_policy_engine
 
         engine = load_policy_engine(policy_dir)
         return cls(engine, settings)
 
     def check_for_changes(self) -> bool:
-        """Reload the policy set if its files changed (``PolicyStore.check_for_changes``); True
-        when a new set became active."""
+        """Reload the policy set if its files changed; True when a new set became active."""
         store = getattr(self.engine, "store", None)
         return bool(store.check_for_changes()) if store is not None else False
 

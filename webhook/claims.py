@@ -1,16 +1,9 @@
-"""ResourceClaims and ResourceClaimTemplates written in a workspace, judged as the GPU requests
-they are (a claim for 64 GPUs is a GPU request): ``verdict``; and the debug containers added to a
-workspace Pod (its ``ephemeralcontainers`` subresource), judged for device access: ``debug_verdict``.
-
-A claim template asking for GPUs (a DeviceClass of ``Settings.gpu_device_classes``) is allowed only
-as Kueue can count it (``taugate.devices.claim_devices``), while DRA GPU workloads are queued
-(``Settings.dra_gpu_workloads``), and for no more GPUs than one pod of the workspace's profiles
-may hold. A ResourceClaim asking for GPUs is refused (Kueue does not count a ResourceClaim's
-devices), except one that kube-controller-manager's resource-claim controller or kube-scheduler
-(KEP-5004 extended resources) makes for a pod: a claim with a Pod as its controller, created by
-one of them. A request naming a DeviceClass that does not exist is refused too. Only a CREATE is
-judged: a claim's and a template's spec are immutable (k8s.io/api resource/v1), and the scheduler
-and the resource-claim controller update claims (finalizers, allocation) as they work. Pure.
+"""ResourceClaims and ResourceClaimTemplates written in a workspace, judged as the GPU requests they
+are (``verdict``), and debug containers added to a workspace Pod, judged for device access
+(``debug_verdict``). A ResourceClaim asking for GPUs is refused (Kueue does not count its devices)
+unless kube-controller-manager's resource-claim controller or kube-scheduler (KEP-5004 extended
+resources) made it for a Pod. Only a CREATE is judged: the specs are immutable (k8s.io/api
+resource/v1). Pure.
 """
 
 from __future__ import annotations

@@ -1,21 +1,9 @@
-"""Connection limits of the admission server: sockets, TLS handshakes, request heads, bytes.
-
-Bounded resources (each limit is a ``Settings`` field, counted in ``/metrics``):
-
-- Bytes in flight: a body over ``inline_limit`` reserves its ``Content-Length`` (the body limit
-  when it has none) from ``max_bytes_in_flight`` before it is read, and gives it back when its
-  decision is done (even one abandoned at the deadline, whose thread still runs). A body that
-  does not fit waits, unread (TCP flow control holds it in the client), until the deadline, then
-  gets HTTP 429 with the reason and ``Retry-After``. Small bodies skip the budget (nothing on the
-  hot path but a comparison): they are bounded by the connection limit times 64 KiB.
-- Connections: at most ``max_connections`` accepted sockets (TLS handshakes in progress
-  included, counted at ``accept()``); at the limit the longest-idle connection (no request in
-  flight) is closed to make room, and a new connection is closed at once when every connection
-  is busy. ``header_timeout_seconds`` bounds the TLS
-  handshake and a request head from its first byte (slowloris); ``idle_timeout_seconds`` a
-  connection with no request in flight. Bodies are bounded by the deadline (above).
-- A client that disconnects mid-request is one log line (``client ... disconnected``), never a
-  traceback.
+"""Connection limits of the admission server (each a ``Settings`` field, counted in ``/metrics``).
+A body over ``inline_limit`` reserves its size from ``max_bytes_in_flight`` before it is read
+(unread, TCP flow control holds it) and gets 429 with ``Retry-After`` at the deadline; small
+bodies skip the budget (bounded by the connection limit times 64 KiB). At ``max_connections`` the
+longest-idle connection is closed to make room; ``header_timeout_seconds`` bounds the TLS
+handshake and a request head (slowloris).
 """
 
 from __future__ import annotations
@@ -37,9 +25,8 @@ log = logging.getLogger("taugate.webhook")
 class ByteBudget:
     """A budget of ``limit`` bytes shared by the requests in flight (event loop thread only).
 
-    ``acquire(n, deadline)`` waits, first come first served, until ``n`` bytes (at most
-    ``limit``) fit, and returns False when the loop time ``deadline`` passes first;
-    ``release(n)`` gives them back and wakes the waiters that now fit. ``used`` is the bytes held."""
+    ``acquire(n, deadline)`` waits, first come first served, and returns False when the loop time
+    ``deadline`` passes first; ``release(n)`` wakes the waiters that now fit."""
 
     def __init__(self, limit: int):
         self.limit = int(limit)
@@ -88,8 +75,7 @@ class ByteBudget:
 
 
 class ConnectionGuard:
-    """Counts the server's connections and enforces ``max_connections`` and the header timeout
-    (see the module docstring), at two points:
+    """Enforces ``max_connections`` and the header timeout at two points:
 
     - at ``accept()`` (``ListeningSocket``), before the TLS handshake: ``sockets`` counts the
       accepted sockets still open (asyncio allocates a 256 KiB TLS read buffer for each, so
@@ -97,9 +83,8 @@ class ConnectionGuard:
     - after the handshake (``GuardedHandler``): ``open`` holds the HTTP connections, the
       candidates for eviction (and the limit itself under uvloop, whose accept is native).
 
-    At the limit the longest-idle HTTP connection is closed to make room (``evicted``); when
-    none is idle the new connection is closed at once (``refused``). ``closed`` counts by
-    reason, ``header_timeout`` included; ``on_close(reason)`` is called for each."""
+    At the limit the longest-idle connection is closed (``evicted``); when none is idle the new
+    one is (``refused``). ``closed`` counts by reason; ``on_close(reason)`` is called for each."""
 
     def __init__(self, max_connections: int, header_timeout: float):
         self.max_connections = max_connections
@@ -112,7 +97,7 @@ class ConnectionGuard:
         self.on_close: Callable[[str], None] = lambda reason: None
 
     def accepted(self) -> bool:
-        """A socket was accepted; False when it must be closed (at the limit, none idle)."""
+        """False when the socket must be closed (at the limit, none idle)."""
         if self.sockets >= self.max_connections and not self._make_room():
             return False
         self.sockets += 1
@@ -136,8 +121,7 @@ class ConnectionGuard:
 
     def _make_room(self) -> bool:
         """Close the connection idle longest (no request in flight); False (counted as
-        ``refused``) when every connection is busy. Scans the open connections only at the
-        limit."""
+        ``refused``) when every connection is busy. Scans only at the limit."""
         victim, since = None, float("inf")
         for h in self.open:
             if h.idle and h.idle_since < since:
@@ -164,7 +148,7 @@ class ConnectionGuard:
 
 
 class AcceptedSocket(socket.socket):
-    """An accepted socket that tells its ``ConnectionGuard`` when it is closed."""
+    """Tells its ``ConnectionGuard`` when it is closed."""
 
     __slots__ = ("_guard",)
     _guard: ConnectionGuard | None
@@ -202,9 +186,9 @@ class ListeningSocket(socket.socket):
 
 
 class GuardedHandler(RequestHandler):
-    """aiohttp's per-connection protocol with taugate's limits: registration with the
-    ``ConnectionGuard`` and a header timeout (armed when bytes of a request head arrive, checked
-    once when it fires: a few attribute reads per received chunk)."""
+    """aiohttp's per-connection protocol, registered with the ``ConnectionGuard``, with a header
+    timeout (armed when bytes of a request head arrive, checked once when it fires: a few
+    attribute reads per received chunk)."""
 
     __slots__ = ("_guard", "_head_timer", "_head_mark", "idle_since")
 
@@ -253,8 +237,7 @@ class GuardedHandler(RequestHandler):
 
 
 class GuardedSite(web.SockSite):
-    """``web.SockSite`` whose connections are ``GuardedHandler`` and whose TLS handshake is
-    bounded by the guard's header timeout."""
+    """Connections are ``GuardedHandler``; the TLS handshake is bounded by the header timeout."""
 
     __slots__ = ("_guard",)
 
@@ -278,9 +261,9 @@ class GuardedSite(web.SockSite):
 
 
 def listen_socket(host: str, port: int) -> socket.socket:
-    """A bound, listening TCP socket for ``host``:``port`` (port 0 picks a free one).
-    Raises ``OSError`` (an address in use, or a host that is not an address or a resolvable
-    name, e.g. ``999.1.1.1``) with ``host:port`` in its ``strerror``."""
+    """A bound, listening TCP socket (port 0 picks a free one). Raises ``OSError`` (an address in
+    use, or a host that is no address or resolvable name, e.g. ``999.1.1.1``) with ``host:port``
+    in its ``strerror``."""
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except (socket.gaierror, UnicodeError) as e:  # UnicodeError: a name IDNA cannot encode

@@ -1,9 +1,5 @@
-"""Admission decisions as plain data: what ``review.mutate``/``review.validate`` return and
-what the server and the CLI render.
-
-A ``Decision`` is immutable once built (a frozen dataclass: derive another with
-``dataclasses.replace``); its ``Violation``s are ``taugate.violation.Violation``, the one type
-every check reports.
+"""Admission decisions as plain data: what ``review.mutate``/``review.validate`` return and the
+server and the CLI render. A ``Decision`` is frozen: derive another with ``dataclasses.replace``.
 """
 
 from __future__ import annotations

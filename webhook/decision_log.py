@@ -1,23 +1,7 @@
-"""The webhook's decision log: every denial, warning and dry-run hit, once, as one structured line.
-
-Where each is logged (so no outcome is logged twice although the API server calls ``/mutate`` and
-``/validate`` for the same request, and ``/mutate`` again when another webhook changed the object,
-``reinvocationPolicy: IfNeeded``):
-
-- a denial: by the webhook that denied. The API server stops at the first denial (k8s.io/apiserver
-  pkg/admission/plugin/webhook/mutating/dispatcher.go and validating/dispatcher.go return the first
-  webhook's rejection), so one request has at most one denying answer;
-- a warning: by the webhook whose answer carries it. ``/mutate`` warns about what it set or restored
-  (``webhook.mutation`` ``restore_warnings``, ``template_warnings``, the profile a workspace default
-  picked), ``/validate`` about the policies in ``warn``; the two sets never overlap, and a reinvoked
-  ``/mutate`` sees its own output, which it no longer changes, so it warns nothing again;
-- a dry-run hit: by ``/validate``, the only webhook that evaluates the policies.
-
-A line holds ``decision`` (``denied``, ``warned``, ``dryrun``), the webhook ``path``, the request's
-``uid``, ``operation``, ``object`` (``kind``, ``namespace``, ``name``, or ``generateName`` before the
-API server gives a name), ``user``, ``dry_run`` (a server-side dry run, ``kubectl --dry-run=server``), ``policies``
-(the rules named, ``[policy]`` of each result; ``taugate`` for what mutation set) and ``problems`` (the
-lines kubectl shows). Policy set activations are logged by ``webhook.policy.store``.
+"""The webhook's decision log: every denial, warning and dry-run hit, once, as one structured line
+(ARCHITECTURE.md section 2), from the webhook that answered: the API server stops at the first
+denial (k8s.io/apiserver pkg/admission/plugin/webhook/mutating/dispatcher.go and
+validating/dispatcher.go), and a reinvoked ``/mutate`` sees its own output, so warns nothing again.
 """
 
 from __future__ import annotations

@@ -1,30 +1,9 @@
-"""Kubernetes Events on the workload for what taugate said about an UPDATE, off the request path.
-
-kubectl prints an admission Warning once, to whoever ran the command; a controller's edit (Kueue,
-KubeRay, a pipeline) shows it to nobody. So, as Kyverno's event generator does for existing
-resources (kyverno pkg/event/controller.go: a bounded queue and a background sender that drops
-what does not fit, counted) and as Kueue reports on its workloads, taugate also writes an
-``events.k8s.io/v1`` Event on the workload (``kubectl describe`` and ``kubectl get events`` show it):
-
-- for an UPDATE of an existing workload (the ``oldObject`` names its uid) that is not a server-side
-  dry run: what ``/mutate`` restored or set again (reason ``Restored``), the policy warnings of
-  ``/validate`` (``PolicyWarning``) and a denied update (``PolicyViolation``), one Event per answer,
-  type ``Warning``, from the webhook that answered (so once, as ``webhook.decision_log`` logs it);
-- not for a CREATE: the object does not exist while it is admitted (no uid to point at, and it may
-  never be stored), and the Warning reached its author, as Kyverno emits only for existing resources.
-
-The Event is built as client-go's ``tools/events`` recorder builds one (k8s.io/client-go
-tools/events/event_recorder.go ``makeEvent``: name ``<object>.<unix nanoseconds in hex>``,
-``eventTime``, ``reportingController``, ``reportingInstance``, ``action``, ``reason``, ``regarding``,
-``note``) within the API server's rules for an events.k8s.io/v1 create (k8s.io/kubernetes
-pkg/apis/core/validation/events.go ``ValidateEventCreate``: a note of at most 1024 characters, a
-reporting instance of at most 128).
-
-``EventSender.offer`` only builds the Event and puts it in a bounded queue (never waits: a full
-queue drops it and counts ``taugate_events_dropped_total``); one background thread writes them at
-most ``EVENTS_PER_SECOND`` a second through an ``EventWriter`` (the API client the CLI wires), and
-counts ``taugate_events_total{result}``. A write that fails is logged and counted, never retried:
-an Event is a courtesy, the admission answer already said it.
+"""Kubernetes Events on a workload for what taugate said about its UPDATE (ARCHITECTURE.md section
+2), off the request path: a bounded queue and a background sender that drops what does not fit, as
+Kyverno's event generator (kyverno pkg/event/controller.go). An Event is built as client-go's
+recorder builds one (k8s.io/client-go tools/events/event_recorder.go ``makeEvent``) within the API
+server's rules (k8s.io/kubernetes pkg/apis/core/validation/events.go ``ValidateEventCreate``: a note
+of at most 1024 characters, a reporting instance of at most 128). A failed write is never retried.
 """
 
 from __future__ import annotations
@@ -108,7 +87,7 @@ def event_for(path: str, req: dict, decision: Decision, *, instance: str, now: d
 
 
 class EventSender:
-    """The bounded queue and the background thread that writes Events (module docstring)."""
+    """The bounded queue and the background thread that writes Events."""
 
     def __init__(self, writer: EventWriter, *, instance: str | None = None, queue_size: int = QUEUE_SIZE,
                  per_second: float = EVENTS_PER_SECOND):

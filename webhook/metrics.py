@@ -18,25 +18,8 @@ LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.00075, 0.001, 0.0015, 0.002, 0.003
 
 
 class AdmissionMetrics:
-    """The server's Prometheus metrics, in their own registry (``registry``):
-
-    - ``taugate_admission_requests_total{webhook,kind,operation,decision}``: decision is
-      ``allowed`` | ``patched`` | ``denied`` | ``deadline`` | ``unavailable`` | ``error`` |
-      ``invalid`` (HTTP 400) | ``too_large`` (HTTP 413) | ``timeout`` (HTTP 408) | ``busy``
-      (HTTP 429, no room in the bytes-in-flight budget) | ``disconnected`` (the client left) |
-      ``policy_unavailable`` (HTTP 503, the policy backend could not answer);
-    - ``taugate_admission_duration_seconds{webhook}``: wall time from the request's arrival to
-      the answer, sub-millisecond buckets;
-    - ``taugate_admission_deadline_exceeded_total{webhook}``: deadline answers;
-    - ``taugate_admission_violations_total{webhook,policy,action}``: violations found, by
-      enforcement action (``deny`` and the log-only ``dryrun``);
-    - ``taugate_policy_runtime_failures_total{webhook,policy}``: a policy failed at run time on a
-      request (only that policy; its enforcement action decided);
-    - ``taugate_state_age_seconds``: age of the cluster state (from the provider);
-    - ``taugate_certificate_reloads_total``: serving certificates loaded without restart;
-    - ``taugate_connections_open``, ``taugate_connections_closed_total{reason}`` (``evicted``,
-      ``refused``, ``header_timeout``) and ``taugate_bytes_in_flight`` (bytes of large bodies
-      held): set by the server with ``watch()``.
+    """The server's Prometheus metrics (docs/metrics.md), in their own registry (``registry``); the
+    connection and bytes-in-flight gauges are set with ``watch()``.
     """
 
     def __init__(self, age: Callable[[], float], registry: CollectorRegistry | None = None):
@@ -70,7 +53,7 @@ class AdmissionMetrics:
         guard.on_close = lambda reason: children[reason].inc()
 
     def answered(self, path: str, kind: str, operation: str, decision: str, seconds: float) -> None:
-        """Count one answered review and observe its duration (seconds): ``AnswerCounts.add``."""
+        """Count one answered review and observe its duration (seconds)."""
         self.answers.add(path, kind, operation, decision, seconds)
 
 

@@ -1,36 +1,7 @@
-"""What a pod template in a workspace may not say about its own scheduling (issue 27): its pod
-priority is the workload profile's, never a system-critical class, and it never names a node.
-
-- ``spec.priorityClassName``: the pod's PriorityClass is the scheduler's preemption order and,
-  for a workload without a ``kueue.x-k8s.io/priority-class`` label, Kueue's queueing priority too
-  (kueue v0.17 ``pkg/controller/jobframework/reconciler.go`` ``ExtractPriority`` ->
-  ``pkg/util/priority/priority.go`` ``GetPriorityFromPriorityClass``, from the pod sets'
-  ``priorityClassName``). It belongs to the profile (``priorities.podPriorityClassName``):
-  mutation sets it on every pod template of a governed workload on CREATE where it is missing
-  (``mutation.edit_create``), and a template naming another class is refused
-  (``priority_violations``), like every other disagreement with the profile (ARCHITECTURE.md
-  section 1: the object is refused, never silently changed).
-- A class with the ``system-`` prefix (``system-node-critical``, ``system-cluster-critical``;
-  Kubernetes reserves the prefix: ``pkg/apis/scheduling/types.go`` ``SystemPriorityClassPrefix``,
-  ``validation.ValidatePriorityClass``) makes the kubelet evict other pods for it and outranks
-  every workload; ``spec.nodeName`` binds the pod without the scheduler, so without the
-  placement's taints and Kueue's scheduling gates (a gated pod is never bound by the scheduler,
-  KEP-3521; a pod with a node name is not scheduled at all). Both are refused on every pod
-  template of every workload in a workspace, governed or not (a CPU-only Deployment, a
-  DaemonSet, a bare Pod: ``bypass_violations``), on CREATE and on an UPDATE that sets or changes
-  them; an UPDATE that leaves a stored value as it was is not refused by this rule (the API
-  server makes a Pod's node name and class immutable, so a bound Pod's later updates, the
-  garbage collector's and Kueue's, keep working).
-
-Kueue's scheduling gates (``kueue.x-k8s.io/admission``, the pod integration's hold until the
-Workload is admitted, kueue v0.17 ``pkg/controller/jobs/pod/constants``; ``kueue.x-k8s.io/topology``,
-topology-aware scheduling's, ``pkg/controller/tas/topology_ungater.go``) are Kueue's to remove: a
-Pod UPDATE in a workspace that removes one, by anyone but Kueue and the other trusted controllers,
-is refused (``gate_removals``). Kubernetes lets any user who may update a Pod remove a gate
-(KEP-3521), and Kueue's pod webhook does not check it (``pod_webhook.go`` ``ValidateUpdate``), so
-without this a researcher's ``kubectl patch`` would start a queued pod outside the quota.
-
-Pure: pod templates (``taugate.pods.PodTemplate``) in, ``Violation``s out.
+"""What a pod template in a workspace may not say about its own scheduling (ARCHITECTURE.md
+section 2, "Pod priority and node"): a class other than the profile's, a ``system-`` class, a
+``nodeName``; and a Pod UPDATE may not remove Kueue's scheduling gates (``gate_removals``).
+Pure: pod templates in, ``Violation``s out.
 """
 
 from __future__ import annotations
@@ -76,8 +47,11 @@ def _stored(old: Callable[[], list[PodTemplate]] | None, path: Path, key: str) -
 
 def bypass_violations(templates: list[PodTemplate], old: Callable[[], list[PodTemplate]] | None,
                       what: str = "workload") -> list[Violation]:
-    """A ``system-`` PriorityClass or a ``nodeName`` on any of ``templates``, unless the stored
-    object's template at the same path (``old()``, on UPDATE) had the same value."""
+    """A ``system-`` PriorityClass (``pkg/apis/scheduling/types.go`` ``SystemPriorityClassPrefix``,
+    ``validation.ValidatePriorityClass``: the kubelet evicts other pods for it) or a ``nodeName``
+    (no scheduler, so no taints and no scheduling gates: a gated pod is never bound, KEP-3521), unless
+    the stored template at the same path (``old()``, on UPDATE) had the same value: the API server
+    makes both immutable on a Pod, so a bound Pod's later updates keep working."""
     out: list[Violation] = []
     for t in templates:
         spec, at = _spec_of(t)
@@ -98,8 +72,11 @@ def bypass_violations(templates: list[PodTemplate], old: Callable[[], list[PodTe
 
 
 def priority_violations(templates: list[PodTemplate], profile: WorkloadProfile) -> list[Violation]:
-    """A ``priorityClassName`` other than the profile's ``priorities.podPriorityClassName`` on
-    any of ``templates`` (a ``system-`` class is ``bypass_violations``' to report)."""
+    """A ``priorityClassName`` other than the profile's ``priorities.podPriorityClassName`` (a
+    ``system-`` class is ``bypass_violations``' to report). The class is also Kueue's queueing
+    priority without a ``kueue.x-k8s.io/priority-class`` label (kueue v0.17
+    ``pkg/controller/jobframework/reconciler.go`` ``ExtractPriority`` ->
+    ``pkg/util/priority/priority.go`` ``GetPriorityFromPriorityClass``)."""
     allowed = profile.priorities.pod_priority_class_name
     out: list[Violation] = []
     for t in templates:
@@ -146,8 +123,13 @@ def _gates(pod: object) -> list[str]:
 
 
 def gate_removals(request: dict, old: dict | None, state: ClusterState, settings: Settings) -> list[Violation]:
-    """Kueue's scheduling gates an UPDATE of a Pod in a workspace removes, unless Kueue (or another
-    of ``settings.controller_users``) or taugate itself makes it (see the module docstring)."""
+    """Kueue's scheduling gates (``kueue.x-k8s.io/admission``, the pod integration's hold until the
+    Workload is admitted, kueue v0.17 ``pkg/controller/jobs/pod/constants``; ``kueue.x-k8s.io/topology``,
+    ``pkg/controller/tas/topology_ungater.go``) that an UPDATE of a Pod in a workspace removes,
+    unless Kueue (or another of ``settings.controller_users``) or taugate makes it. Kubernetes lets
+    anyone who may update a Pod remove a gate (KEP-3521) and Kueue's pod webhook does not check it
+    (``pod_webhook.go`` ``ValidateUpdate``): a ``kubectl patch`` would start a queued pod outside
+    the quota."""
     gvk = request.get("kind") or {}
     user = (request.get("userInfo") or {}).get("username")
     if (request.get("operation") != "UPDATE" or request.get("subResource") or gvk.get("group")

@@ -1,29 +1,9 @@
-"""A change of replicas through the ``scale`` subresource, judged exactly as the UPDATE of the
-parent's replicas field (issue 27).
-
-``kubectl scale`` and an HorizontalPodAutoscaler do not update a Deployment: they update its
-``scale`` subresource, an ``autoscaling/v1`` ``Scale`` (``spec.replicas`` and little else). The
-AdmissionReview then carries ``kind: autoscaling/v1 Scale``, ``resource`` the parent's resource
-(``apps/v1 deployments``), ``subResource: scale``, and the new and the stored Scale as
-``object`` and ``oldObject``; it does not carry the parent. Both Scales are built from the stored
-parent and carry its name, uid and resourceVersion (Kubernetes ``pkg/registry/apps/deployment/
-storage/storage.go`` ``scaleFromDeployment``; apiextensions-apiserver ``pkg/registry/customresource/
-etcd.go`` ``scaleFromCustomResource`` for a CRD's ``subresources.scale``), and the API server runs
-validating admission inside its update, on the object it is about to change (``ScaleREST.Update``
--> ``GuaranteedUpdate``): on a conflict it re-reads and asks again.
-
-So the validating webhook reads the stored parent (``read``: the one API call of a decision,
-wired by the server from its ``StateProvider``), checks it is the object the Scale was built from
-(same uid and resourceVersion; otherwise it changed in between and the request is denied with
-409, retry), sets the new replicas at the kind's ``scale_path`` (``WorkloadKind.scale_path``, the
-``specReplicasPath``) and decides that UPDATE with ``review.validate``: the same resolution,
-built-in rules, policies and UPDATE excuse as a ``kubectl patch`` of the field. It fails closed:
-without a reader (``taugate serve --cluster``: a snapshot holds no workloads), or when the parent
-cannot be read, the scale is denied, naming why and the fix (change the field on the object).
-
-Outside this module's case (no ``scale`` subresource, a kind without one, not a workspace,
-taugate's own service account) the decision is ``review.validate``'s or an allow, and nothing is
-read.
+"""A change of replicas through the ``scale`` subresource, judged as the UPDATE of the parent's
+replicas (ARCHITECTURE.md section 2). The review carries only the new and stored Scales, both built
+from the stored parent with its uid and resourceVersion (Kubernetes
+``pkg/registry/apps/deployment/storage/storage.go`` ``scaleFromDeployment``; apiextensions-apiserver
+``pkg/registry/customresource/etcd.go`` ``scaleFromCustomResource``), and validating admission runs
+inside the update (``ScaleREST.Update`` -> ``GuaranteedUpdate``: on a conflict it re-reads and asks again).
 """
 
 from __future__ import annotations
@@ -51,14 +31,12 @@ _SCALABLE: dict[tuple[str, str], WorkloadKind] = {(k.group, k.resource): k for k
 
 
 class ObjectUnreadable(Exception):
-    """The stored object could not be read (the API is unreachable, or forbids it); the message is
-    one line."""
+    """The API is unreachable or forbids the read; the message is one line."""
 
 
 def is_scale(request: dict) -> bool:
-    """Is ``request`` a change through the ``scale`` subresource (the only subresource the
-    workload rules name, ``webhook.routes.SCALE_RULES``)? Such a decision reads the API, so the
-    server never makes it on its event loop."""
+    """A change through the ``scale`` subresource (the only one the workload rules name,
+    ``webhook.routes.SCALE_RULES``); its decision reads the API, so never on the event loop."""
     return request.get("subResource") == SUBRESOURCE
 
 
@@ -97,9 +75,10 @@ def _scaled(parent: dict, path: tuple[str | int, ...], replicas: int) -> dict | 
 
 def validate(request: dict, state: ClusterState, settings: Settings, engine: review.Engine | None = None,
              read: Reader | None = None) -> Decision:
-    """The validating workload webhook's answer: ``review.validate``'s, and for a ``scale``
-    request of a governed kind in a workspace the answer for the UPDATE of the stored parent's
-    replicas (the module docstring says how); ``read`` reads the parent."""
+    """``review.validate``'s answer, and for a ``scale`` of a governed kind in a workspace the answer
+    for the UPDATE of the stored parent's replicas: the parent ``read`` must be the object the Scale
+    was built from (same uid and resourceVersion, else 409: retry). Fails closed: without a reader
+    (a snapshot holds no workloads) or a readable parent the scale is denied, naming the fix."""
     if not is_scale(request):
         return review.validate(request, state, settings, engine)
     res = as_dict(request.get("resource"))

@@ -1,54 +1,8 @@
-"""The admission HTTPS server (aiohttp only): size limit, deadline, JSON, metrics, probes.
-
-Every decision is made by ``webhook.review`` (pure); this module only moves bytes:
-
-- ``POST`` on each path of ``webhook.routes.ROUTES`` (``/mutate``, ``/validate``, ``/mutate-tau``,
-  ``/validate-tau``) takes an AdmissionReview (admission.k8s.io/v1) and answers one: ``uid``
-  echoed, ``patch``/``patchType`` only when something changes, ``warnings`` when any.
-- A body that is not an AdmissionReview is HTTP 400 ``{"error": REASON}``; a body over
-  ``settings.max_body_bytes`` (8 MiB, the apiserver's own request limit is 3 MiB per object) is
-  HTTP 413 ``{"error": REASON}``.
-- Deadline: ``settings.admission_deadline_seconds`` (2 s, below the webhook configurations'
-  ``timeoutSeconds: 3``), counted from the request's arrival. Past it the answer is still a
-  valid AdmissionReview: denied, status code 504, a message saying why (fail closed, counted in
-  ``taugate_admission_deadline_exceeded_total``). The body must be read and parsed for that (the
-  answer needs the uid), so reading may overrun the deadline by ``READ_GRACE_SECONDS``; a body
-  not received by then is HTTP 408.
-- The event loop never waits on decision work: a light body is parsed and decided inline (~1 ms of
-  CPU); a heavy one is parsed, then decided, in a thread pool (the policy engine keeps one regorus
-  engine per thread, so it is thread-safe through its own interface), which is what lets the
-  deadline answer while the work is still running. An inline decision cannot be interrupted, so
-  it is bounded by the work the body can ask for (``_heavy``): at most ``inline_limit`` bytes as
-  read (decoded: a compressed body's ``Content-Length`` counts its encoded bytes, ``_body_size``;
-  64 KiB, a RayJob with managedFields is ~5-20 KiB) and at most ``inline_objects`` JSON objects
-  (512; the decision's work grows with the objects a review holds, containers above all: 1,000
-  one-line containers fit in 64 KiB and took ~40 ms to decide, while the largest real workloads
-  of the test data hold ~110 objects and k8s.io/api's every-field Job fixture 359).
-- Not ready (no cluster state yet, or no policy library when one is required): reviews are
-  denied with code 503, and ``/readyz`` is 503 so the Service sends no traffic.
-- Errors decide the status: a body that is not an AdmissionReview is HTTP 400 with the reason
-  (``review.ReviewError``); a policy backend that is down or later than its timeout
-  (``PolicyUnavailable``, an OPA server) is HTTP 503: nothing was decided, so the webhook
-  configuration's ``failurePolicy`` decides (the API server treats a non-200 answer as a failed
-  call: k8s.io/apiserver pkg/admission/plugin/webhook/validating/dispatcher.go ``callHook``). Its
-  body is a ``metav1.Status`` whose ``message`` gives the reason: client-go decodes a Status from
-  an error answer (k8s.io/client-go rest/request.go ``Result.Error``), so the reason reaches the
-  user in the API server's "failed calling webhook" error; a bug is a valid AdmissionReview denied with code 500, its
-  traceback logged (``_settle``: the only broad ``except`` on this path).
-- A ``remote`` policy engine (OPA) is never called on the event loop: with it every decision
-  runs in the thread pool (``REMOTE_ENGINE_WORKERS`` threads).
-- A ``scale`` request reads its stored parent from the API (``webhook.scale``, through the state
-  provider's ``read_object``), so it is always decided in the thread pool, by the deadline.
-- ``/healthz`` (process alive), ``/readyz`` (with the policy store's ``PolicySetCurrent`` condition), ``/metrics``
-  (Prometheus text format).
-
-Bounded resources (connections, bytes in flight, timeouts): ``webhook/connections.py``.
-Metrics: ``webhook/metrics.py``.
-
-The server reads cluster state through a ``StateProvider`` (``SnapshotStateProvider`` for a
-snapshot file; the in-cluster watch-based provider lives in ``controllers`` and is handed in by
-the CLI), and takes its ``ssl.SSLContext`` from a ``TLSSource`` (``certs.serving.ServingTLS``,
-also handed in by the CLI: webhook never imports certs or controllers).
+"""The admission HTTPS server (aiohttp): size limit, deadline, JSON, metrics, probes. It only moves
+bytes; ``webhook.review`` decides. A light body is decided on the event loop, a heavy one
+(``_heavy``), a scale and every review of a ``remote`` engine in the thread pool, so the deadline
+answers (denied, 504) while work still runs; an inline decision is bounded by ``_heavy`` instead.
+Bounded resources: ``webhook/connections.py``.
 """
 
 from __future__ import annotations
@@ -114,7 +68,7 @@ _DECIDERS: dict[str, Callable[[dict, ClusterState, Settings, Any, scale.Reader |
     "mutate.resources.tau.azure.com": lambda req, st, s, e, _: approval.mutate(req),
     "validate.resources.tau.azure.com": lambda req, st, s, e, _: review.validate_tau(req, st, s),
 }
-if set(_DECIDERS) != {r.name for r in ROUTES}:  # the route table and the server must agree
+if set(_DECIDERS) != {r.name for r in ROUTES}:
     raise RuntimeError(f"webhook.server has deciders for {sorted(_DECIDERS)} but ROUTES names "
                        f"{sorted(r.name for r in ROUTES)}")
 
@@ -132,7 +86,7 @@ class _Settled:
 
 @dataclass
 class _Reply:
-    """An HTTP answer: ``body`` as JSON (or already serialised in ``payload``) and the labels."""
+    """An HTTP answer: ``body`` as JSON (or already serialised in ``payload``)."""
 
     status: int
     body: dict
@@ -144,9 +98,8 @@ class _Reply:
 
 
 def _body_size(request: web.Request) -> int | None:
-    """The body's size in bytes as the server will read it: its ``Content-Length``, or None when
-    that does not say (no header, a chunked body, or a ``Content-Encoding`` aiohttp decodes: the
-    header then counts the encoded bytes)."""
+    """The body's size as the server will read it, or None when ``Content-Length`` does not say
+    (absent, chunked, or a ``Content-Encoding`` aiohttp decodes: it counts the encoded bytes)."""
     if request.headers.get("Content-Encoding", "identity").lower() not in ("identity", ""):
         return None
     return request.content_length
@@ -158,7 +111,7 @@ def _label_kind(req: dict) -> str:
 
 
 def _where(req: dict) -> str:
-    """``namespace/name`` of a request for log lines (``generateName*`` before a name exists)."""
+    """``namespace/name`` for log lines (``generateName*`` before a name exists)."""
     name = req.get("name")
     if not name:
         meta = (req.get("object") or {}).get("metadata") if isinstance(req.get("object"), dict) else None
@@ -177,17 +130,10 @@ CHECKS_KEY = "checks"
 class AdmissionServer:
     """The aiohttp application serving the admission webhooks.
 
-    ``provider``: a ``StateProvider``; ``engine``: the policy engine (``webhook.policy``), or
-    None; ``policies_required``: when True (the default) the server is not ready and denies
-    with 503 until an engine is set. ``checks``: extra callables run every ``check_interval``
-    seconds in a worker thread (a policy library reload, for example). ``registry``: where the
-    admission metrics live (a new one by default); ``/metrics`` also exposes
-    ``extra_registries`` (the process-wide default registry: process metrics and the policy
-    engine's reload counters). ``inline_limit``: body size in bytes, ``inline_objects``: JSON
-    objects in the body, above which parsing and deciding move to the thread pool of
-    ``executor_workers`` threads (``_heavy``). ``events``: a ``webhook.events.EventSender`` that
-    writes Kubernetes Events on updated workloads, or None. Build the aiohttp app with
-    ``app()``; run it over HTTPS with ``webhook.lifecycle.start()`` or ``serve_forever()`` (one app per server).
+    ``policies_required``: not ready, denying with 503, until an engine is set. ``checks``: run
+    every ``check_interval`` seconds in a worker thread. ``extra_registries`` are exposed on
+    ``/metrics`` too (process metrics, the policy reload counters). ``inline_limit`` (bytes) and
+    ``inline_objects`` (JSON objects) bound what is decided on the event loop (``_heavy``).
     """
 
     def __init__(self, provider: StateProvider, settings: Settings | None = None, engine: Any = None, *,
@@ -196,7 +142,7 @@ class AdmissionServer:
                  checks: tuple[Callable[[], Any], ...] = (), check_interval: float = 1.0,
                  extra_registries: tuple[CollectorRegistry, ...] = (REGISTRY,), events: Any = None):
         self.provider = provider
-        self.events = events  # webhook.events.EventSender, or None: Events on updated workloads
+        self.events = events
         self.settings = settings or Settings()
         self.engine = engine
         if getattr(engine, "remote", False):  # each decision waits on the policy backend (at most opa_timeout_seconds)
@@ -215,19 +161,16 @@ class AdmissionServer:
         self.guard = ConnectionGuard(self.settings.max_connections, self.settings.header_timeout_seconds)
         self.metrics.watch(self.guard, self.budget)
 
-    # --- state -------------------------------------------------------------------------------
-
     def _state_age(self) -> float:
         return float(self.provider.age_seconds())
 
     @property
     def remote(self) -> bool:
-        """The policy engine waits on I/O (an OPA server): decisions then run in the thread pool."""
+        """The engine waits on I/O (an OPA server): decisions run in the thread pool."""
         return bool(getattr(self.engine, "remote", False))
 
     def unable_reasons(self) -> list[str]:
-        """Why reviews cannot be decided now (no cluster state, no policy library); empty when
-        they can. Reviews are then denied with 503."""
+        """Why reviews are denied with 503 now (no cluster state, no policy library)."""
         reasons = []
         if not self.provider.ready or self.provider.state is None:
             reasons.append("no cluster state yet")
@@ -236,19 +179,18 @@ class AdmissionServer:
         return reasons
 
     def not_ready_reasons(self) -> list[str]:
-        """Why ``/readyz`` is 503 (empty when ready): ``unable_reasons``, or shutting down (while
-        draining, reviews that still arrive are decided normally)."""
+        """Why ``/readyz`` is 503: ``unable_reasons``, or draining (reviews still arriving are
+        decided normally)."""
         return (["shutting down"] if self.draining else []) + self.unable_reasons()
 
-    # --- the admission path --------------------------------------------------------------------
-
     def _settle(self, route: Route, rev: dict, decide: Callable[[], Decision]) -> _Settled:
-        """Decide (``decide()``) and render one review; runs on the loop or in a worker thread.
+        """Decide and render one review, on the loop or in a worker thread.
 
-        The policy backend's ``PolicyUnavailable`` settles with no decision (HTTP 503, a ``metav1.Status``
-        naming the reason; the webhook's ``failurePolicy`` decides). Any other exception is a bug: its traceback is
-        logged and the answer is still a valid AdmissionReview, denied with code 500 (the one
-        broad ``except`` of the admission path)."""
+        ``PolicyUnavailable`` settles with no decision: HTTP 503 with a ``metav1.Status`` naming
+        the reason, so the webhook's ``failurePolicy`` decides (a non-200 answer is a failed call:
+        k8s.io/apiserver pkg/admission/plugin/webhook/validating/dispatcher.go ``callHook``; client-go
+        decodes the Status, k8s.io/client-go rest/request.go ``Result.Error``, so the reason reaches
+        the user). Any other exception is a bug: logged, and denied with code 500."""
         req = rev["request"]
         try:
             decision = decide()
@@ -260,7 +202,7 @@ class AdmissionServer:
                                    "reason": "ServiceUnavailable", "code": 503,
                                    "message": f"taugate's policy backend could not answer ({e.reason}); nothing was "
                                               f"decided, so the webhook's failurePolicy applies"})
-        except Exception as e:  # a bug: fail closed with a valid answer, log the traceback
+        except Exception as e:  # a bug: fail closed with a valid answer
             log.exception("internal error deciding %s uid=%s", route.path, req.get("uid"))
             reason = (f"taugate could not decide because of an internal error ({type(e).__name__}); the request "
                       f"is denied; see the taugate webhook log")
@@ -279,7 +221,7 @@ class AdmissionServer:
         return Decision.deny([], code=503, reason=f"taugate is not ready ({'; '.join(reasons)}); retry shortly")
 
     def _answer(self, route: Route, rev: dict, settled: _Settled, label: str | None = None) -> _Reply:
-        """The HTTP reply for a settled review, with its metrics and log lines (event loop)."""
+        """The HTTP reply, with its metrics and log lines (event loop)."""
         req = rev["request"]
         kind, operation = _label_kind(req), _label_operation(req)
         decision = settled.decision
@@ -328,7 +270,7 @@ class AdmissionServer:
                 self.budget.release(held[0])
 
     async def _read(self, request: web.Request, deadline: float) -> bytes | _Reply:
-        """The request body, or the reply for a body that is too large, too slow or cut off."""
+        """The body, or the reply for one too large (413), too slow (408) or cut off."""
         limit = self.settings.max_body_bytes
         # Reading may run past the deadline (by up to READ_GRACE_SECONDS): without the body there
         # is no uid, and without a uid no valid answer, not even the deadline's. A body already
@@ -352,13 +294,9 @@ class AdmissionServer:
 
     async def _decide_body(self, route: Route, request: web.Request, deadline: float,
                            loop: asyncio.AbstractEventLoop, held: list[int] | None) -> _Reply:
-        """Read, parse and decide one body (only the parsed review is kept). A light body (not
-        ``_heavy``) is parsed and, with a local engine, decided on the event loop; a heavy one is
-        parsed, then decided, in the thread pool, and so is every decision of a ``remote`` engine
-        (it waits on I/O). The
-        parse always completes (its uid is needed for any valid answer, even the deadline's); a
-        threaded decision is abandoned at the deadline (the thread finishes it, then gives the
-        ``held`` bytes back; its result is dropped)."""
+        """The parse always completes (its uid is needed for any valid answer, even the
+        deadline's); a threaded decision is abandoned at the deadline (the thread finishes it,
+        then gives the ``held`` bytes back; its result is dropped)."""
         body = await self._read(request, deadline)
         if isinstance(body, _Reply):
             return body
@@ -371,17 +309,16 @@ class AdmissionServer:
                 else review.parse_review(body)
         except review.ReviewError as e:
             return _Reply(400, {"error": str(e)}, "invalid")
-        del body  # the parsed review is what is kept from here on
+        del body
         return await self._decide_parsed(route, rev, deadline, loop, held)
 
     def _reader(self) -> scale.Reader | None:
-        """How a decision reads a stored object (the parent of a ``scale`` request): the state
-        provider's ``read_object`` (the watch-based provider has one; a snapshot has none)."""
+        """The state provider's ``read_object`` (a scale's parent), or None (a snapshot has none)."""
         return getattr(self.provider, "read_object", None)
 
     async def _decide_parsed(self, route: Route, rev: dict, deadline: float, loop: asyncio.AbstractEventLoop,
                              held: list[int] | None) -> _Reply:
-        """Decide a parsed review in the thread pool, answering by the deadline."""
+        """Decide in the thread pool, answering by the deadline."""
         state = self._state_or_reply(route, rev)
         if isinstance(state, _Reply):
             return state
@@ -404,16 +341,14 @@ class AdmissionServer:
         return self._answer(route, rev, settled)
 
     def _heavy(self, body: bytes) -> bool:
-        """True when ``body`` is decided in the thread pool, not on the event loop: more than
-        ``inline_limit`` bytes or more than ``inline_objects`` JSON objects (its ``{`` bytes: one
-        pass in C, ~5 us for 64 KiB; a ``{`` inside a string only counts too many, which is safe),
-        or naming DRA claims (``CLAIM_MARK``: its decision may read one from the API server)."""
+        """True when ``body`` goes to the thread pool: more than ``inline_limit`` bytes, more than
+        ``inline_objects`` ``{`` bytes (one pass in C, ~5 us for 64 KiB; a ``{`` inside a string
+        only over-counts, which is safe), or naming DRA claims (``CLAIM_MARK``)."""
         return len(body) > self.inline_limit or CLAIM_MARK in body or body.count(b"{") > self.inline_objects
 
     def _state_or_reply(self, route: Route, rev: dict) -> ClusterState | _Reply:
-        """The cluster state to decide ``rev`` with (read once: the decision uses the state the
-        readiness check saw), or the answer denying it with 503 when reviews cannot be decided now
-        (``unable_reasons``)."""
+        """The state to decide ``rev`` with (read once: the one the readiness check saw), or the
+        503 denial when reviews cannot be decided now."""
         state = self.provider.state
         reasons = self.unable_reasons() or ([] if state is not None else ["no cluster state yet"])
         if reasons or state is None:
@@ -422,10 +357,9 @@ class AdmissionServer:
         return state
 
     def _decide_now(self, route: Route, body: bytes, late: bool = False) -> _Reply | dict:
-        """Parse and decide a small body on the event loop (a local engine): no timer, no thread,
-        nothing that waits. ``late``: the deadline passed while the body arrived (the review is
-        still parsed, for its uid, and answered with the deadline's denial). A review whose
-        decision reads the API (``scale.is_scale``) is returned parsed, for the thread pool."""
+        """Parse and decide a small body on the event loop: no timer, no thread. ``late``: the
+        deadline passed while the body arrived (parsed only for its uid). A review whose decision
+        reads the API (``scale.is_scale``) is returned parsed, for the thread pool."""
         try:
             rev = review.parse_review(body)
         except review.ReviewError as e:
@@ -453,9 +387,8 @@ class AdmissionServer:
             size = _body_size(request)
             if size is not None and size <= self.inline_limit and size <= self.settings.max_body_bytes \
                     and not self.remote and request.content.is_eof():
-                # The hot path: a light body already received whole, decided at once (_admit's
-                # limits and deadline cannot apply to it); a heavy one goes to the thread pool
-                # through _admit (aiohttp keeps the body read).
+                # A light body already received whole is decided at once; a heavy one goes to the
+                # thread pool through _admit (aiohttp keeps the body read).
                 body = await request.read()
                 now = await self._admit(route, request) if self._heavy(body) else self._decide_now(route, body)
                 if isinstance(now, _Reply):
@@ -474,8 +407,6 @@ class AdmissionServer:
         handle.__name__ = f"admit_{route.path.strip('/').replace('-', '_')}"
         return handle
 
-    # --- probes and metrics ----------------------------------------------------------------------
-
     async def _healthz(self, request: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
 
@@ -492,8 +423,6 @@ class AdmissionServer:
         body = b"".join(generate_latest(r) for r in registries)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
-    # --- background checks -----------------------------------------------------------------------
-
     def check_tls(self) -> bool:
         """Reload the serving certificate if its files changed (event loop thread only)."""
         if self.tls is None:
@@ -504,8 +433,8 @@ class AdmissionServer:
         return changed
 
     async def run_checks(self) -> None:
-        """One round of background checks: the certificate (on the loop), then the provider's
-        and the extra ``checks`` (in a worker thread). Errors are logged, never raised."""
+        """The certificate (on the loop), then the provider's and the extra ``checks`` (in a worker
+        thread). Errors are logged, never raised."""
         try:
             self.check_tls()
         except Exception:
@@ -538,7 +467,7 @@ class AdmissionServer:
         self.executor.shutdown(wait=False, cancel_futures=True)
 
     def app(self) -> web.Application:
-        """The aiohttp application: one POST route per ``ROUTES`` entry, plus the probes."""
+        """One POST route per ``ROUTES`` entry, plus the probes."""
         app = web.Application(client_max_size=self.settings.max_body_bytes)
         for route in ROUTES:
             app.router.add_post(route.path, self._handler(route))

@@ -1,26 +1,9 @@
-"""Live cluster state for the webhook: a ``ClusterState`` kept current from API watches.
-
-``WatchStateProvider`` lists and then watches the TauCluster, TauWorkspaces, Nodes, LocalQueues,
-ClusterQueues, ResourceFlavors, WorkloadPriorityClasses and the DRA DeviceClasses,
-ResourceClaimTemplates and ResourceClaims (none where the cluster does not serve
-``resource.k8s.io/v1``; one thread per kind, through an ``ApiReader``: the CLI wires
-``taugate.kube.Kube``, since the webhook never imports the controllers), keeps
-the objects in memory and rebuilds the immutable ``ClusterState`` with
-``taugate.snapshot.build_state`` in a worker thread when they change (debounced), so admission
-reads ``provider.state`` with no API call per request. It satisfies the webhook server's
-``StateProvider`` protocol (``taugate.webhook.providers``): ``state``, ``ready``, ``age_seconds()``,
-``async start()``, ``async stop()``.
-
-- ``ready`` turns True once every kind has been listed and the first state built; until then
-  ``state`` is None (``/readyz`` stays false).
-- ``age_seconds()``: 0 while every kind is current (listed, and its watch not broken since);
-  otherwise seconds since the first watch that is down lost its connection (so an API outage
-  shows as a growing age); ``inf`` before the first full sync.
-- Fail closed: a TauCluster whose ``status.workloadProfiles.profileSetHash`` does not match its
-  spec makes ``build_state`` report ``profile_set_problem`` (admission then denies); an invalid
-  TauCluster is left out (no profile set: fail closed); an invalid TauWorkspace, or the younger
-  of two workspaces targeting one namespace, is left out and logged (``skipped``).
-- Each kind is followed by ``taugate.kube.Kube.follow`` (resume, relist on 410 Gone, backoff).
+"""Live cluster state for the webhook: ``WatchStateProvider`` follows every kind the state is
+built from, one thread each (``Kube.follow``; the DRA kinds only where ``resource.k8s.io/v1`` is
+served), and rebuilds the immutable ``ClusterState`` when they change (debounced), so admission
+makes no API call per request. Fail closed: an invalid TauCluster or a stale ``profileSetHash``
+leaves no usable profile set; an invalid TauWorkspace, or the younger of two targeting one
+namespace, is left out and logged.
 """
 
 from __future__ import annotations
@@ -59,8 +42,8 @@ READ_CLAIM_SECONDS = 1.0
 (``WatchStateProvider.read_claim``); half the admission deadline."""
 
 class ApiReader(Protocol):
-    """What the watch needs of an API client (``taugate.kube.Kube``): ``follow`` a resource and
-    ``get`` one object. Both raise ``taugate.kubeaccess.KubeError``."""
+    """What the watch needs of an API client: ``follow`` and ``get``, both raising
+    ``taugate.kubeaccess.KubeError``."""
 
     def follow(self, res: Resource, feed: WatchFeed, stopping: threading.Event, *, timeout_seconds: int = 300,
                optional: bool = False) -> None: ...
@@ -91,11 +74,9 @@ class _Feed:
 
 
 class WatchStateProvider:
-    """A ``ClusterState`` kept current from watches (see the module docstring).
-
-    ``kube``: an ``ApiReader`` such as ``taugate.kube.Kube`` (shared by the watch threads);
-    ``debounce_seconds``: how long to gather changes before a rebuild; ``watch_timeout_seconds``:
-    the server-side watch timeout (the watch is then resumed from the last resourceVersion).
+    """``kube`` is shared by the watch threads; ``debounce_seconds``: how long changes gather
+    before a rebuild; ``watch_timeout_seconds``: the server-side watch timeout (the watch then
+    resumes from the last resourceVersion).
     """
 
     def __init__(self, kube: ApiReader, settings: Settings | None = None, *, debounce_seconds: float = 0.2,
@@ -122,7 +103,6 @@ class WatchStateProvider:
         self._read: dict[tuple[str, str, str], dict | None] = {}
         self._reader = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="taugate-read-claim")
 
-    # -- the StateProvider protocol --------------------------------------------------------
     @property
     def state(self) -> ClusterState | None:
         """The current ``ClusterState`` (None before the first full sync)."""
@@ -135,16 +115,15 @@ class WatchStateProvider:
 
     def age_seconds(self) -> float:
         """0 while every watch is connected; else seconds since the first one that is down
-        dropped; ``inf`` before the first full sync."""
+        dropped (an API outage shows as a growing age); ``inf`` before the first full sync."""
         if not self.ready:
             return math.inf
         down = [t for t in self._down_since.values() if t is not None]
         return max(0.0, time.monotonic() - min(down)) if down else 0.0
 
     def read_object(self, res: Resource, namespace: str, name: str) -> dict | None:
-        """One stored object, read from the API now (a quorum read), or None when it does not
-        exist: the parent of a ``scale`` request (``webhook.scale``). Raises ``ObjectUnreadable``
-        with the API's reason (unreachable, forbidden)."""
+        """One stored object read from the API now (a quorum read; a ``scale``'s parent), or None
+        when it does not exist. Raises ``ObjectUnreadable`` with the API's reason."""
         try:
             return self.kube.get(res, name, namespace)
         except KubeError as e:
@@ -191,13 +170,13 @@ class WatchStateProvider:
         return True
 
     def objects(self) -> list[dict]:
-        """A copy of every object currently known, in ``resources`` order (snapshot order)."""
+        """A copy of every object known, in ``resources`` order (snapshot order)."""
         out: list[dict] = []
         for res in self.resources:
             out.extend(v for _, v in sorted(self._store[res].items()))
         return out
 
-    # -- watch threads ---------------------------------------------------------------------
+    # watch threads
     def _post(self, fn: Any, *args: Any) -> None:
         loop = self._loop
         if loop is not None and not loop.is_closed():
@@ -208,7 +187,7 @@ class WatchStateProvider:
         self.kube.follow(res, _Feed(self, res), self._stopping, timeout_seconds=self.watch_timeout_seconds,
                          optional=res in DRA_RESOURCES)  # resource.k8s.io/v1 is served from Kubernetes 1.34
 
-    # -- on the event loop -----------------------------------------------------------------
+    # on the event loop
     def _connected(self, res: Resource) -> None:
         self._down_since[res] = None
 
@@ -241,11 +220,9 @@ class WatchStateProvider:
 
     def read_claim(self, kind: str, namespace: str, name: str) -> dict | None:
         """The claim spec of a ResourceClaimTemplate (``kind`` "template") or ResourceClaim the
-        state does not hold, read from the API server (``ClusterState.claim_spec``): one created a
-        moment ago may not have reached the watch yet. Called from a decision thread (the server
-        decides a review that names claims off the event loop); at most ``READ_CLAIM_SECONDS``,
-        then None (the workload is refused, saying the claim is not known). What was read is kept
-        until the next rebuild, which holds it from the watch."""
+        watch has not delivered yet (created a moment ago), read from the API server. Called from a
+        decision thread; at most ``READ_CLAIM_SECONDS``, then None (the workload is refused as
+        naming an unknown claim). What was read is kept until the next rebuild."""
         key = (kind, namespace, name)
         if key in self._read:
             return self._read[key]

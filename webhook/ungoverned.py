@@ -1,20 +1,7 @@
-"""GPU workloads of kinds taugate does not manage, in a workspace: refused or warned.
-
-Two cases reach here (``taugate.unmanaged`` holds the table and says why):
-
-- an object of an ``UNMANAGED_KINDS`` kind (a bare ReplicaSet, a DaemonSet, a
-  ReplicationController) whose pod template asks for GPUs, unless it is a governed workload's
-  child (a Deployment's ReplicaSet, created by a trusted controller: ``mutation.is_child``);
-- a Pod whose controller is of a kind taugate does not manage (``unmanaged_pod``): neither a
-  workload kind (``taugate.kinds``) nor an unmanaged kind of the table, whose pods are children
-  of an object judged when it was created.
-
-``Settings.unmanaged_gpu_workloads`` decides: ``deny`` (HTTP 403 naming the managed kinds and the
-fix) or ``warn`` (allowed with an AdmissionReview warning). Only a CREATE, or an UPDATE that adds
-GPUs to an object that had none, is judged: an UPDATE never fails for an object admitted before
-(the garbage collector, a scale, a status writer). A CPU-only object always passes, and nothing
-outside a workspace is looked at. Pure: the request, the cluster state and the settings in, a
-``Decision`` or None (not this module's case) out.
+"""GPU workloads of kinds taugate does not manage, in a workspace (``taugate.unmanaged`` holds the
+table and says why): refused or warned by ``Settings.unmanaged_gpu_workloads``. Only a CREATE, or
+an UPDATE that adds GPUs to an object that had none, is judged, so an UPDATE never fails for an
+object admitted before (the garbage collector, a scale, a status writer).
 """
 
 from __future__ import annotations
@@ -49,14 +36,10 @@ def unmanaged_pod(request: dict, obj: dict, settings: Settings) -> dict | None:
 
 def left_alone(request: dict, obj: dict, kind: WorkloadKind, templates: list[PodTemplate], child: bool,
                settings: Settings) -> bool:
-    """True when admission passes ``obj`` (a well-formed object of workload kind ``kind``, pod
-    templates ``templates``, ``child`` per ``mutation.is_child``) unchanged and unjudged:
-
-    - a CPU-only object of a kind governed only when it asks for GPUs (``kind.governs``: a
-      notebook Pod, a dashboard Deployment), unless the stored object was admitted by taugate
-      (its run-id is restored on UPDATE like any other);
-    - a Pod whose controller is of a kind taugate does not manage (``unmanaged_pod``): ``verdict``
-      judges it instead, by ``Settings.unmanaged_gpu_workloads``."""
+    """True when admission passes ``obj`` unchanged and unjudged: a CPU-only object of a kind
+    governed only when it asks for GPUs, unless taugate admitted the stored object (its run-id is
+    restored on UPDATE like any other); or a Pod whose controller is of a kind taugate does not
+    manage (``verdict`` judges it instead)."""
     if child:
         return False
     if not kind.governs(templates) and not _admitted(request.get("oldObject")):
@@ -109,9 +92,8 @@ def _judged(request: dict, templates: list[PodTemplate], old_templates: list[Pod
 
 
 def verdict(request: dict, state: ClusterState, settings: Settings) -> Decision | None:
-    """The validating webhook's answer for an unmanaged GPU workload in a workspace
-    (``Settings.unmanaged_gpu_workloads``: ``deny`` or ``warn``), or None when ``request`` is
-    not one (then the usual validation decides)."""
+    """The answer for an unmanaged GPU workload in a workspace (``deny``: 403 naming the managed
+    kinds and the fix; ``warn``: allowed with a warning), or None when ``request`` is not one."""
     if request.get("subResource") or request.get("operation") not in ("CREATE", "UPDATE"):
         return None
     obj, old = request.get("object"), request.get("oldObject")

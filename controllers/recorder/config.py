@@ -1,9 +1,5 @@
-"""Configuration of the recorder and its file-system probe (no Kubernetes, no kopf imports).
-
-``RecorderConfig`` reads environment variables prefixed ``TAUGATE_RECORDER_`` (pydantic-settings),
-e.g. ``TAUGATE_RECORDER_EVIDENCE_ROOT=/workspace/evidence``; the operator and the CLI may
-override fields. ``FilesystemProbe`` is the file-system implementation of the ``RunProbe``
-interface: it reads a run's metrics JSONL and lists its output path.
+"""Configuration of the recorder (``TAUGATE_RECORDER_*`` variables, pydantic-settings) and its
+file-system probe, ``FilesystemProbe`` (no Kubernetes, no kopf imports).
 """
 
 from __future__ import annotations
@@ -25,9 +21,7 @@ from taugate.files import MAX_WORKLOAD_FILE_BYTES, read_limited
 
 
 class RecorderConfig(BaseSettings):
-    """Recorder settings.
-
-    - ``evidence_root``: directory holding one evidence directory per run-id (a local path, or the
+    """- ``evidence_root``: directory holding one evidence directory per run-id (a local path, or the
       workspace volume in a cluster).
     - ``data_root``: where the workspaces' data volumes are visible to the operator; a run's
       data path is ``data_root / run_path`` with ``{namespace}``, ``{run_id}`` and ``{workspace}``
@@ -92,10 +86,9 @@ class RunProbe(Protocol):
 
 
 class FilesystemProbe:
-    """``RunProbe`` over a directory tree (``RecorderConfig.data_root``).
-
-    SHA-256 of artifact files is computed only when asked (``with_hashes``, at the end of a run)
-    and cached by (path, size, mtime), so a large checkpoint is hashed once.
+    """``RunProbe`` over ``RecorderConfig.data_root``. Artifact hashes are computed only when asked
+    (``with_hashes``, at the end of a run) and cached by (path, size, mtime), so a large checkpoint
+    is hashed once.
     """
 
     MAX_FILES = 1000
@@ -106,7 +99,7 @@ class FilesystemProbe:
         self._metrics: dict[str, tuple[int, int, int, float | None]] = {}  # path -> inode, offset, records, step
 
     def run_dir(self, namespace: str, run_id: str, workspace: str | None = None) -> Path | None:
-        """The run's data path (None without a data root or when the template leaves the root)."""
+        """None without a data root or when the template leaves the root."""
         if self.config.data_root is None:
             return None
         rel = self.config.run_path.format(namespace=namespace, run_id=run_id, workspace=workspace or namespace)
@@ -122,11 +115,10 @@ class FilesystemProbe:
         return str(d / self.config.metrics_file) if d else ""
 
     def metrics(self, namespace: str, run_id: str, workspace: str | None = None) -> ProgressSample | None:
-        """Records and largest step of the run's metrics JSONL, read incrementally: only the
-        complete lines appended since the last call are parsed (a file that shrank or was
-        replaced is read again from the start), at most ``MAX_WORKLOAD_FILE_BYTES`` a call (the
-        rest on the next call; a piece of a line longer than that is skipped, it is no metrics
-        record). Anything but a regular file (a FIFO, ``/dev/zero``) is not read."""
+        """Read incrementally: only complete lines appended since the last call are parsed (a
+        file that shrank or was replaced is read again), at most ``MAX_WORKLOAD_FILE_BYTES`` a call
+        (a piece of a line longer than that is skipped: no metrics record). Anything but a regular
+        file (a FIFO, ``/dev/zero``) is not read."""
         d = self.run_dir(namespace, run_id, workspace)
         if d is None:
             return None
@@ -173,8 +165,7 @@ class FilesystemProbe:
     def artifacts(self, namespace: str, run_id: str, workspace: str | None = None, *,
                   with_hashes: bool = False) -> ArtifactListing | None:
         """The artifact index (first of ``index_files`` that parses) and the files under the
-        output path (hidden files, e.g. a writer's temporary file, are skipped; at most
-        ``MAX_FILES``)."""
+        output path (hidden ones, e.g. a writer's temporary file, skipped)."""
         d = self.run_dir(namespace, run_id, workspace)
         if d is None:
             return None
@@ -202,7 +193,7 @@ class FilesystemProbe:
         return None
 
     def _files(self, out: Path, with_hashes: bool) -> list[dict]:
-        """The files under ``out`` (sorted walk; hidden files skipped; at most ``MAX_FILES``)."""
+        """Sorted walk; hidden files skipped; at most ``MAX_FILES``."""
         files: list[dict] = []
         for dirpath, dirnames, filenames in os.walk(out):
             dirnames.sort()

@@ -1,46 +1,9 @@
-"""The run recorder: watches taugate-managed runs and keeps one TauRun and one evidence record per run.
-
-A run is a namespace and a run-id (``recorder.objects.RunKey``): the indices, the runs held and
-the work queue are keyed by both, so a run-id label copied into another namespace makes another
-run there, which never touches the first one's TauRun (it lives in the first one's namespace);
-the evidence directory of a run-id belongs to the namespace that recorded it first, and a run of
-another namespace under the same run-id writes nothing (``recorder.reconcile``). After a restart
-the indices are rebuilt with the same keys, so the same holds.
-
-Runs in the operator process (kopf). It watches, read-only:
-
-- the runs' roots: objects of every registered workload kind (``taugate.kinds.KINDS``: RayJob,
-  RayCluster, Job, JobSet, LeaderWorkerSet, PyTorchJob, RayService, and any kind added there)
-  with the ``tau.azure.com/run-id`` label that no governed controller owns
-  (``recorder.objects.is_member_child``: a JobSet's Jobs, KubeRay's submitter Job, a
-  RayService's RayClusters, an LWS's StatefulSets are members of their owner's run, not runs);
-- Kueue Workloads, matched to a run through the ``kueue.x-k8s.io/job-uid`` label or their owner
-  reference (never by rebuilding Kueue's name hash): the root's, else its members' (Kueue's pod
-  integration owns a serving workload's Workloads by its pods);
-- the members: objects of the registered kinds and ReplicaSets with the run-id label whose
-  controller is governed, and Pods with the run-id label (their termination records are kept as
-  soon as they are seen, so a failure reason survives the pod's deletion); a child or pod joins
-  its run only through its controller ownerReference chain to the run's root object, and a run
-  is bound to its first root object's uid (``controllers/recorder/run/membership.py``), so a copied
-  run-id label joins nothing;
-- Nodes (conditions only, for ``GPUHealthy``).
-
-The root object's admission record (``tau.azure.com/admission``) is kept as evidence only when
-it verifies (``taugate.record``: signed with ``TAUGATE_ADMISSION_KEY``, bound to that object);
-otherwise the evidence says why it is not trusted, and the workspace, profile and queue come from
-the labels the webhook pins.
-
-and writes only two things: the ``TauRun`` (namespace of the run, named by run-id) and the
-evidence directory (``recorder/evidence/records.py``). Every decision is ``recorder/run/merge.py``
-(with the other ``recorder/run/`` modules) over the observed objects; the recorder is the I/O
-around it: this module (construction, kopf wiring, lifecycle, observation, the worker),
-``objects`` (pure readers of the watched objects), ``index`` (what is held per run, the
-snapshot), ``reconcile`` (the reconcile step) and ``writer`` (TauRuns).
-
-One worker (a ``taugate.workqueue.WorkQueue``) reconciles runs one at a time (events queue a run, a poll queues every
-active run every ``poll_seconds`` for metrics, artifacts and the stall clock). The previous
-conditions come from the evidence record, so after a restart nothing already recorded is
-recorded again.
+"""The recorder's I/O around ``recorder/run/``: kopf wiring, lifecycle, observation, the worker.
+It watches, read-only, every registered kind's roots and members with the run-id label,
+ReplicaSets, Pods, Kueue Workloads and Nodes, and writes only TauRuns and the evidence directory.
+Kueue Workloads join a run by ``kueue.x-k8s.io/job-uid`` or their owner reference, never by
+rebuilding Kueue's name hash. Previous conditions come from the evidence, so a restart records
+nothing twice.
 """
 
 from __future__ import annotations
@@ -93,8 +56,7 @@ log = logging.getLogger("taugate.recorder")
 POLL = ("poll", "")  # the queue key that marks every active run
 
 _Watch = tuple[str, tuple[str, ...], dict[str, Any], Callable[..., Any], Callable[[str | None, dict], None]]
-"""One watch of the recorder: kopf index id, resource (group, [version,] plural), kopf filters,
-the indexer and the observer its events go to."""
+"""kopf index id, resource (group, [version,] plural), kopf filters, the indexer and the observer."""
 
 
 def _now() -> datetime:
@@ -104,16 +66,12 @@ def _now() -> datetime:
 
 
 class Recorder:
-    """The recorder: kopf indices hold the watched objects, events mark runs dirty, one worker
-    reconciles dirty runs one at a time.
+    """kopf indices hold the watched objects, events mark runs dirty, one worker reconciles them
+    one at a time.
 
     kopf fills every index from its initial listing before it calls any event handler, so the
     first reconcile after a (re)start already sees every pod, Workload and owner of the run; a
-    partial view cannot produce a spurious transition.
-
-    ``kube`` (a ``taugate.kube.Kube``) writes TauRuns and reads pod logs; ``signer`` signs evidence
-    (see :meth:`create`); ``probe`` reads the run's data
-    path (default: :class:`FilesystemProbe`); ``clock`` returns the current aware datetime.
+    partial view cannot produce a spurious transition. ``clock`` returns an aware datetime.
     """
 
     def __init__(self, config: RecorderConfig, settings: Settings, kube: Kube,
@@ -132,13 +90,10 @@ class Recorder:
         self._task: asyncio.Task | None = None
         self.errors: list[str] = []
 
-    # -- construction ------------------------------------------------------------------------
     @classmethod
     def create(cls, config: RecorderConfig, settings: Settings, cfg: Any) -> Recorder:
-        """A recorder with its own API client for ``cfg`` and the configured signing key.
-
-        Raises EvidenceError when no usable signing key is configured (the operator then fails to
-        start rather than record unsigned evidence)."""
+        """Raises EvidenceError when no usable signing key is configured (the operator then fails
+        to start rather than record unsigned evidence)."""
         kube = Kube.from_configuration(cfg)
         try:
             signer = cls.load_signer(config, kube)
@@ -153,9 +108,9 @@ class Recorder:
 
     @staticmethod
     def load_signer(config: RecorderConfig, kube: Kube | None = None) -> Signer:
-        """The signing key: ``signing_key_file``, else the Secret ``signing_key_secret``
-        (``namespace/name[/key]``, key default ``ed25519.pem``). Raises EvidenceError if neither
-        is configured or the key is unusable."""
+        """``signing_key_file``, else the Secret ``signing_key_secret`` (``namespace/name[/key]``,
+        key default ``ed25519.pem``). Raises EvidenceError if neither is configured or the key is
+        unusable."""
         if config.signing_key_file is not None:
             return Signer.from_file(config.signing_key_file)
         if config.signing_key_secret and kube is not None:
@@ -176,13 +131,10 @@ class Recorder:
             return Signer.from_pem(base64.b64decode(data), f"Secret {ns}/{name}[{key}]")
         raise EvidenceError("no evidence signing key: set signing_key_file or signing_key_secret")
 
-    # -- kopf wiring -------------------------------------------------------------------------
     def register(self, registry: Any) -> None:
-        """Add the recorder's handlers to a kopf ``OperatorRegistry``: indices and ``on.event``
-        handlers for every registered kind's roots and members, ReplicaSets and Pods (run-id label
-        present), Kueue Workloads and Nodes, plus
-        startup/cleanup activities that start and stop the worker. Nothing here writes to the
-        watched objects (no kopf annotations or finalizers)."""
+        """Add the recorder's indices, ``on.event`` handlers and the activities that start and stop
+        the worker to a kopf ``OperatorRegistry``. Nothing here writes to the watched objects (no
+        kopf annotations or finalizers)."""
         import kopf
 
         present = {labels.RUN_ID: kopf.PRESENT}
@@ -204,9 +156,8 @@ class Recorder:
         def by_node_name(body: Any, **_: Any) -> dict:
             return {name_of(dict(body)): trim_node(dict(body))}
 
-        # every registered kind: its roots (no governed controller) and its members (a governed
-        # controller); a Pod's members are IX_PODS. No version for Kueue: kopf watches the
-        # preferred one (v1beta2 or v1beta1; the status fields read here are the same in both)
+        # A Pod's members are IX_PODS. No version for Kueue: kopf watches the preferred one
+        # (v1beta2 or v1beta1; the status fields read here are the same in both).
         roots: list[_Watch] = [(root_index(k), gvr(k), {"labels": present, "when": root}, by_run_id,
                                 self.observe_owner) for k in KINDS]
         children: list[_Watch] = [(child_index(k.resource), gvr(k), {"labels": present, "when": child}, by_run_id,
@@ -239,23 +190,22 @@ class Recorder:
         async def _stop(**_: Any) -> None:
             await self.stop()
 
-    # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
         """Start the worker on the running event loop (it also marks every active run each
-        ``poll_seconds``, for metrics, artifacts and the stall clock)."""
+        ``poll_seconds``)."""
         self.queue.add(POLL, self.config.poll_seconds)
         self._task = asyncio.create_task(self.queue.run(self._handle), name="recorder-worker")
 
     async def stop(self) -> None:
-        """Stop the worker; a reconcile in progress finishes first (its thread cannot be
-        interrupted, and a second recorder must never write the same record at once)."""
+        """A reconcile in progress finishes first (its thread cannot be interrupted, and a second
+        recorder must never write the same record at once)."""
         self.queue.stop()
         task, self._task = self._task, None
         if task is not None:
             with contextlib.suppress(TimeoutError, asyncio.CancelledError, Exception):
                 await asyncio.wait_for(task, timeout=30)
 
-    # -- observation (called from watch handlers on the event loop; cheap, no I/O) ---------------
+    # called from watch handlers on the event loop: cheap, no I/O
     def _entry(self, key: RunKey) -> RunEntry:
         e = self.runs.get(key)
         if e is None:
@@ -263,12 +213,11 @@ class Recorder:
         return e
 
     def mark(self, key: RunKey) -> None:
-        """Queue a run (its namespace and run-id) for reconciling."""
+        """Queue a run for reconciling."""
         self.queue.add(key)
 
     def observe_owner(self, event_type: str | None, obj: dict) -> None:
-        """An event of a root: an object of a registered kind that no governed controller owns and
-        taugate governs (``recorder.objects.is_root``; ``event_type`` ``None``/ADDED/MODIFIED/DELETED)."""
+        """An event of a root (``recorder.objects.is_root``)."""
         key = run_key(obj)
         if key is None or not is_root(obj):
             return
@@ -279,9 +228,8 @@ class Recorder:
         self.mark(key)
 
     def observe_child(self, event_type: str | None, obj: dict) -> None:
-        """An event of a member candidate (an object of a registered kind, or a ReplicaSet, whose
-        controller is governed): its run is marked (membership is decided on reconcile, from the
-        ownerReference chain)."""
+        """A member candidate (a registered kind or a ReplicaSet whose controller is governed):
+        its run is marked; membership is decided on reconcile, from the ownerReference chain."""
         key = run_key(obj)
         if key is not None:
             self._entry(key)
@@ -296,15 +244,15 @@ class Recorder:
             self.by_uid.setdefault(uid, key)
 
     def observe_workload(self, event_type: str | None, obj: dict) -> None:
-        """A Kueue Workload event: the run of its owner (known once the owner was seen) is marked."""
+        """The run of the Workload's owner (known once the owner was seen) is marked."""
         uid = workload_owner_uid(obj)
         key = self.by_uid.get(uid or "")
         if key is not None:
             self.mark(key)
 
     def observe_pod(self, event_type: str | None, obj: dict) -> None:
-        """A Pod event: its termination records are kept at once (a DELETED event carries the
-        pod's last state, so a failure is never lost to the pod's deletion)."""
+        """Termination records are kept at once (a DELETED event carries the pod's last state, so
+        a failure is never lost to the pod's deletion)."""
         key = run_key(obj)
         if key is None:
             return
@@ -331,10 +279,9 @@ class Recorder:
                 self.mark(key)
 
     def snapshot(self, e: RunEntry) -> Snapshot:
-        """The run's objects from kopf's indices (call on the event loop; ``take_snapshot``)."""
+        """The run's objects from kopf's indices (on the event loop; ``take_snapshot``)."""
         return take_snapshot(self.indices, e)
 
-    # -- the worker ----------------------------------------------------------------------------
     async def _handle(self, key: Any) -> None:
         if key == POLL:
             for run, e in list(self.runs.items()):
@@ -350,8 +297,7 @@ class Recorder:
             log.exception("recorder: %s", msg)
 
     async def reconcile(self, key: RunKey) -> None:
-        """Re-derive one run (``(namespace, run-id)``), append what changed to its evidence,
-        update its TauRun."""
+        """Re-derive one run, append what changed to its evidence, update its TauRun."""
         e = self.runs.get(key)
         if e is None or e.final:
             return

@@ -1,23 +1,8 @@
-"""TauCluster controller: the singleton ``cluster`` resolves its workload profiles into status.
-
-Desired state (``plan_cluster``, pure, over plain dicts):
-
-- every profile of ``spec.workloadProfiles`` resolved with ``taugate.profiles.resolve_profile``
-  (its LocalQueue, ClusterQueue and ResourceFlavors exist and agree; its GPU class is on some
-  node; its Kueue WorkloadPriorityClass exists) into ``status.workloadProfiles.profiles`` with
-  conditions, and ``profileSetHash`` =
-  ``taugate.profiles.profile_set_hash`` (the hash the admission webhook checks, so a stale status
-  fails closed there);
-- ``status.gpuInventory``: ``taugate.snapshot.summarise_gpu_classes`` over the Nodes;
-- node label rules (``spec.nodes.labelRules``; TauGrid's ``match.vmSizes`` on
-  ``node.kubernetes.io/instance-type`` plus taugate's ``gpuProducts`` on GPU Feature
-  Discovery's ``nvidia.com/gpu.product``): in ``managementMode: Reconcile`` the missing labels
-  are patched onto the nodes; in ``Observe`` they are only counted as drift;
-- ``status.phase`` Ready / Degraded and conditions ``Ready``, ``ProfilesResolved``,
-  ``NodeLabelsApplied``.
-
-Apply step (``reconcile_cluster``): read the TauCluster, Nodes and Kueue objects through
-``taugate.kube.Kube``, plan, then write only what differs (nothing for an unchanged cluster).
+"""TauCluster controller: the singleton ``cluster``'s profiles resolved into status with
+``profileSetHash`` (the hash admission checks, so a stale status fails closed there), its GPU
+inventory, and its node label rules (TauGrid's ``match.vmSizes`` on ``node.kubernetes.io/instance-type``,
+taugate's ``gpuProducts`` on GPU Feature Discovery's ``nvidia.com/gpu.product``): patched onto the
+nodes in ``managementMode: Reconcile``, only counted as drift in ``Observe``.
 """
 
 from __future__ import annotations

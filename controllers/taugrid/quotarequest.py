@@ -1,21 +1,9 @@
-"""TauQuotaRequest controller: phase from the platform's approval annotations; optional Apply.
-
-Desired state (``plan_quota_request``, pure, over plain dicts):
-
-- ``status.phase`` from the platform-owned annotations (only admins may set them: the validating
-  webhook, ``taugate.tau_admission``, and RBAC enforce it): ``tau.azure.com/rejected: "true"`` →
-  Rejected (rejection wins), else ``tau.azure.com/approved: "true"`` → Approved, else
-  PendingApproval; ``tau.azure.com/reviewed-by`` becomes ``status.reviewedBy`` (and
-  ``approvedBy`` for an approval); ``status.decision`` says it in a sentence.
-- ``spec.mutationMode: Apply`` (taugate extension; TauGrid only has ``ReportOnly``) on an
-  approved request, when the TauCluster's ``managementMode`` is ``Reconcile`` (the cluster lets
-  taugate change what it manages): the ClusterQueue behind the workspace's LocalQueue gets
-  ``nominalQuota`` = ``spec.requested`` for the flavor and resource, if that is a raise (quota is
-  never lowered), once; ``status.quotaChange`` records ClusterQueue, flavor, resource, before
-  and after. The flavor is ``spec.flavor``, else the only flavor of the ClusterQueue covering
-  ``spec.resource``; a ``spec.resource`` that names a flavor of the ClusterQueue (TauGrid's
-  ``resource: h200`` style) means ``nvidia.com/gpu`` on that flavor.
-- condition ``QuotaApplied`` says what Apply did or why it did not.
+"""TauQuotaRequest controller: ``status.phase`` from the platform-owned approval annotations
+(rejection wins) and, with ``spec.mutationMode: Apply`` (taugate's; TauGrid has only
+``ReportOnly``) under a TauCluster in ``managementMode: Reconcile``, the ClusterQueue's
+``nominalQuota`` raised to ``spec.requested`` once, never lowered (docs/quotas.md). A
+``spec.resource`` naming a flavor of the ClusterQueue (TauGrid's ``resource: h200``) means
+``nvidia.com/gpu`` on that flavor.
 """
 
 from __future__ import annotations

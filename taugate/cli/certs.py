@@ -1,25 +1,7 @@
-"""``taugate certs``: create and rotate the webhook's CA and serving certificate in a directory.
-
-- ``taugate certs generate --dir DIR --service NAME --namespace NS`` writes ``ca.crt``, ``ca.key``,
-  ``tls.crt``, ``tls.key`` (EC P-256; SANs NAME, NAME.NS, NAME.NS.svc, NAME.NS.svc.cluster.local,
-  localhost, 127.0.0.1).
-- ``taugate certs rotate --dir DIR`` publishes a new CA next to the old one, waits ``--wait``
-  seconds, then switches the serving certificate (``--step`` runs one step; see ``certs.store``).
-- ``taugate certs show --dir DIR`` prints what the directory holds.
-- ``taugate certs sync --secret NAME --namespace NS --service SVC [--mutating-webhook-configuration
-  NAME] [--validating-webhook-configuration NAME]`` keeps the certificates in a Kubernetes Secret
-  and the CA in the webhook configurations' ``caBundle`` (one idempotent step per run, see
-  ``certs.kube``); the Helm chart's hook Jobs and renewal CronJob run it.
-
-Validity periods (``--days``, ``--ca-days``, ``--if-expiring-within``, ``--renew-before-days``)
-are whole days from 1 to 36500, and a serving certificate may not be asked to outlive its CA
-(``--days`` <= ``--ca-days``); ``--service`` must be a valid Kubernetes Service name (DNS-1035
-label) and ``--namespace`` a valid Namespace name (DNS-1123 label). These are checked before
-anything is written.
-
-Exit codes: 0 done (or nothing due), 1 an API call failed or the API server was not reached
-(``cannot reach the Kubernetes API at URL: reason``, after one quick ``GET /version``), 2 bad input
-(one line on stderr naming the option, the file or the Secret key, and the problem).
+"""``taugate certs generate|rotate|show|sync``: the webhook's CA and serving certificate in a
+directory (``certs.store``), or in a Secret and the configurations' ``caBundle`` (``certs.kube``).
+Periods and names are checked before anything is written. Exit codes: 0 done (or nothing due), 1 an
+API call failed or the server was not reached, 2 bad input (one line on stderr).
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""The controllers' subcommands: ``taugate operator``, ``taugate snapshot export``, ``taugate crds``.
-
-``add_commands(subparsers)`` registers them (``taugate.cli`` calls it); each handler is
-``func(args) -> exit code``: 0 success, 1 a check failed or the API failed, 2 bad input (one line
-on stderr naming the file or source and the problem). Commands that talk to the API first make
-one quick call (``taugate.kube.check_reachable``), so an unreachable server is one line
-(``taugate: cannot reach the Kubernetes API at URL: reason``) and exit 1, in every command.
+"""``taugate operator``, ``taugate snapshot export``, ``taugate crds``. Exit codes: 0 success, 1 a
+check or the API failed, 2 bad input. Commands that talk to the API first make one quick call
+(``taugate.kube.check_reachable``), so an unreachable server is one line and exit 1.
 """
 
 from __future__ import annotations

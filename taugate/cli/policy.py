@@ -1,25 +1,8 @@
-"""``taugate policy test`` and ``taugate policy eval``: the policy library's own tools.
-
-``taugate policy test [DIR]`` works like ``opa test`` plus Gatekeeper's ``gator verify``: it
-loads the policy set (a parse or compile error fails with file, line and reason), runs every
-``test_`` rule, then admits every sample (``<policy>/samples/example_allowed*.yaml`` and
-``example_disallowed*.yaml``) through ``webhook.review.admit`` — mutation then validation,
-the webhook's own code path — against ``<policy>/samples/cluster.yaml`` if present, else the
-``--cluster`` snapshot (default ``DIR/../examples/cluster.yaml``, or, for a policy folder with no
-``examples/`` beside it, the repository's ``examples/cluster.yaml`` shipped next to the package;
-the report names the snapshot used), in the sample's ``metadata.namespace``. A disallowed sample
-passes when that policy reports it (a denial, a
-warning or a dry-run result, whatever its enforcement); an allowed sample passes when that
-policy reports nothing. Exit 0 when everything passed, 1 on any failure, 2 for bad
-command-line input.
-
-``taugate policy eval -f OBJECT --cluster SNAPSHOT [-n NS]`` admits one object and shows the
-input document the policies saw and each policy's result. Exit 0 allowed, 1 denied (also when the
-reader of its output stops early, e.g. ``| head``), 2 bad input
-(one line on stderr: a missing or broken file, a file without exactly one object, or an object
-of a kind taugate does not evaluate: only RayJob, RayCluster and batch/v1 Job are).
-
-The lead's ``taugate/cli/admit.py`` calls ``add_commands(subparsers)``.
+"""``taugate policy test`` (like ``opa test`` plus Gatekeeper's ``gator verify``: the ``test_``
+rules, then every sample admitted through ``webhook.review.admit``, the webhook's own path) and
+``taugate policy eval`` (one object: the input document and each policy's result). A disallowed
+sample passes when its policy reports it under any enforcement, an allowed one when it reports
+nothing. Exit 0 passed or allowed, 1 a failure or denied, 2 bad input.
 """
 
 from __future__ import annotations
@@ -45,7 +28,6 @@ from taugate.webhook.policy_tests import (
     run_policy_tests,
 )
 
-# --------------------------------------------------------------------------- commands
 
 def _cmd_test(args: argparse.Namespace) -> int:
     root = Path(args.dir) if args.dir else default_policy_dir()

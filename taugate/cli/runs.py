@@ -1,23 +1,7 @@
-"""CLI of the recorder: ``taugate status RUN`` and ``taugate evidence show|verify|keygen``.
-
-``add_commands(subparsers)`` registers them (the composition root, ``taugate/cli/__init__.py``, calls it
-through ``taugate.cli``). ``kubectl tau status RUN`` is the same command through the
-``kubectl-tau`` plugin entry point.
-
-- ``taugate status RUN [-n NAMESPACE] [--kubeconfig F] [--context C] [--evidence-root DIR]
-  [-o text|json]``: the six states in order, the release lines, the stage a stuck run is in, the
-  reason and what to check next. ``RUN`` is a run-id or the name of the run's RayJob/Job. Reads
-  the TauRun from the cluster, or the evidence record when ``--evidence-root`` is given.
-- ``taugate evidence show RUN [--evidence-root DIR] [--json]``: the evidence record, verified
-  first; a record that does not verify is still shown, under a first line
-  ``WARNING: this evidence record does not verify: <reason>``, and the exit code is 1.
-- ``taugate evidence verify RUN [--evidence-root DIR] [--public-key PEM]``: the hash chain of
-  ``events.jsonl`` and the Ed25519 signature of ``evidence.json``; exit 1 and the first bad
-  line when anything was edited.
-- ``taugate evidence keygen --out KEY.pem [--public-out PUB.pem]``: a new Ed25519 signing key.
-
-Exit codes: 0 success, 1 a check failed (a record that exists but is tampered, corrupt or
-incomplete), 2 bad input (one line on stderr: no such record, no kubeconfig, bad arguments).
+"""The recorder's commands: ``taugate status RUN`` (``RUN`` a run-id or the name of its RayJob or
+Job; also ``kubectl tau status``) and ``taugate evidence show|verify|keygen``. Exit codes: 0
+success, 1 a check failed (a record that exists but is tampered, corrupt or incomplete), 2 bad
+input (one line on stderr).
 """
 
 from __future__ import annotations
@@ -93,9 +77,6 @@ def add_commands(subparsers: Any) -> None:
     key.set_defaults(func=cmd_evidence_keygen)
     ev.set_defaults(func=lambda args: (ev.print_help(sys.stderr), 2)[1])
 
-
-# --------------------------------------------------------------------------------------------
-# status
 
 
 def _load_kube(args: argparse.Namespace) -> Any:
@@ -229,7 +210,7 @@ def _src(src: Any) -> str:
 
 
 def render_status(run: dict) -> str:
-    """A TauRun as the text ``taugate status`` prints (pure)."""
+    """A TauRun as ``taugate status`` prints it (pure)."""
     meta, spec, status = _d(run.get("metadata")), _d(run.get("spec")), _d(run.get("status"))
     conds = [c for c in _l(status.get("conditions")) if isinstance(c, dict)]
     by = {_s(c.get("type")): c for c in conds}
@@ -300,9 +281,6 @@ def cmd_status(args: argparse.Namespace) -> int:
         sys.stdout.write((warning + "\n" if warning else "") + render_status(run))
     return 1 if warning else 0
 
-
-# --------------------------------------------------------------------------------------------
-# evidence
 
 
 def _root(args: argparse.Namespace) -> Path:

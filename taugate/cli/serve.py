@@ -10,10 +10,6 @@ pass ``--host 0.0.0.0``. ``--policy-backend opa --opa-url http://127.0.0.1:8181`
 policies on an OPA server (the chart's sidecar; ``TAUGATE_POLICY_BACKEND``, ``TAUGATE_OPA_URL`` and
 ``TAUGATE_OPA_TIMEOUT_SECONDS`` set the same; see ``webhook/policy/opa.py``).
 
-TLS comes from ``certs.serving.serving_tls``; with ``--in-cluster`` the cluster state from a
-watch-based ``StateProvider`` (``cli.clients.watch_state_provider``), started and stopped with the
-server.
-
 Exit codes: 0 after a clean shutdown (SIGTERM/SIGINT), 2 on bad input (one line on stderr
 naming the file and the problem, e.g. a broken snapshot or certificate, a port in use).
 """
@@ -56,9 +52,8 @@ class _Unusable(Exception):
 
 
 def _settings(args: argparse.Namespace) -> Settings:
-    """The settings (environment) with the ``--deadline``, ``--policy-backend`` and ``--opa-url``
-    flags over them. Raises ``_Unusable`` naming the flag or setting that is invalid, an OPA
-    backend without a URL, or an admission key too short to sign with."""
+    """The environment's settings under the flags. Raises ``_Unusable`` naming the invalid flag or
+    setting, an OPA backend without a URL, or an admission key too short to sign with."""
     try:
         settings = Settings()
         overrides = {k: v for k, v in (("admission_deadline_seconds", args.deadline),
@@ -129,8 +124,8 @@ def _tls(args: argparse.Namespace) -> _ServingTLS:
 
 
 def _event_sender(provider: StateProvider) -> Any:
-    """With ``--in-cluster``, the sender of Events on updated workloads (``webhook.events``), writing
-    through the watch-based provider's API client; None for a snapshot (no cluster to write to)."""
+    """With ``--in-cluster``, the Event sender (``webhook.events``) over the provider's API client;
+    None for a snapshot (no cluster to write to)."""
     writer = getattr(provider, "kube", None)
     if writer is None or not callable(getattr(writer, "create", None)):
         return None
@@ -169,7 +164,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         settings = _settings(args)
         provider = _state_provider(args, settings)
         engine = opened["engine"] = _policy_engine(args, settings)
-        # Hot reload of the policy library (a changed set is activated only if it passes its tests).
+        # A changed policy set is activated only if it passes its tests.
         store = getattr(engine, "store", None)
         checks = tuple(fn for fn in (getattr(store, "check_for_changes", None),) if callable(fn))
         tls = opened["tls"] = _tls(args)

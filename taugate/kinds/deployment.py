@@ -1,10 +1,5 @@
 """Kubernetes ``apps/v1`` Deployment: one pod template, ``spec.replicas`` serving pods.
 
-A Deployment is governed only when its pod template asks for GPUs (``governs``): a CPU-only
-Deployment (a dashboard, a notebook server) passes admission unchanged. Its ReplicaSets and their
-pods are children: they inherit the run-id the template carries and nothing else
-(``taugate.webhook.mutation.is_child``).
-
 Upstream rules followed here:
 
 - Kueue's Deployment integration (kueue v0.17 ``pkg/controller/jobs/deployment/deployment_webhook.go``

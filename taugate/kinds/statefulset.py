@@ -1,10 +1,6 @@
 """Kubernetes ``apps/v1`` StatefulSet: one pod template, ``spec.replicas`` pods queued as one pod
 group.
 
-A StatefulSet is governed only when its pod template asks for GPUs (``governs``, shared with
-``Deployment``): a CPU-only StatefulSet passes admission unchanged. Its pods are children: they
-inherit the run-id the template carries and nothing else (``taugate.webhook.mutation.is_child``).
-
 Upstream rules followed here:
 
 - Kueue's StatefulSet integration (kueue v0.17 ``pkg/controller/jobs/statefulset/statefulset_webhook.go``

@@ -1,9 +1,6 @@
-"""The embedded policy backend: regorus (``gordon-to-regorus``) in process.
-
-A regorus engine is *unsendable* (it panics when used from another thread), so
-``EmbeddedPolicyEngine`` keeps one engine per thread in a ``threading.local``, rebuilt when the
-active set's digest changes. ``run_rego_tests``/``check_policy_set`` run a set's own ``test_``
-rules (the reload gate of ``webhook.policy.store``).
+"""The embedded policy backend: regorus in process. A regorus engine is *unsendable* (it panics
+when used from another thread), so ``EmbeddedPolicyEngine`` keeps one per thread, rebuilt when the
+active set's digest changes. ``check_policy_set`` is the reload gate's first step.
 """
 
 from __future__ import annotations
@@ -153,8 +150,8 @@ class EmbeddedPolicyEngine:
         return local.engine
 
     def raw_results(self, input: dict, ps: PolicySet | None = None) -> tuple[PolicySet, list]:
-        """The set used and the raw ``results`` list for one input (remembered, see the class);
-        the list is shared with the cache: read it, never change it."""
+        """The set used and the raw ``results`` (remembered, see the class); the list is shared
+        with the cache: read it, never change it."""
         ps = ps or self.store.current
         text = orjson.dumps(input)
         key = (ps.digest, text) if ps.deterministic and self.cache_size > 0 else None

@@ -1,44 +1,8 @@
-"""The Rego policy engine behind one interface (ARCHITECTURE.md section 3).
-
-What the rest of taugate calls::
-
-    engine = load_policy_engine("policies/")            # webhook/engines.py; PolicyError if the set cannot load
-    violations = engine.evaluate(input_document)        # list[webhook.decision.Violation]
-    engine.digest                                       # sha256 of the active set's sources
-    engine.store.check_for_changes()                    # hot reload, polled by the process's WorkQueue
-
-Policy library layout (``policies/README.md`` is the author's guide): one folder per policy,
-``<name>/policy.rego`` in package ``taugate.policies.<name with "_" for "-">`` defining
-``deny contains v`` and/or ``warn contains v`` with ``v = {"msg", "field", "policy"}``,
-``<name>/policy_test.rego`` (``test_`` rules), ``<name>/samples/``; shared helpers in ``lib/``.
-Files ending in ``_test.rego`` are tests: loaded to check a set, never to serve it.
-The engine adds one generated module, ``data.taugate.aggregate.results``, that names every
-policy's ``deny``/``warn`` rule statically, so one engine query per admission request
-evaluates every policy at once (a static reference is about twice as fast in regorus as
-iterating ``data.taugate.policies[name]``).
-
-Enforcement: a policy's ``deny`` results deny and its ``warn`` results warn, unless the
-enforcement configuration (``policies/enforcement.yaml`` by default: a mapping
-``policy-name: deny | warn | dryrun``) names the policy, in which case every result of that
-policy gets the configured action (Gatekeeper's ``enforcementAction``, per policy).
-
-Backends: ``embedded`` evaluates in process with regorus (``gordon-to-regorus``). A regorus
-engine is *unsendable* (it panics when used from another thread), so every thread keeps its
-own engine in a ``threading.local``, rebuilt when the active set's digest changes.
-``opa`` pushes the same modules to an OPA server over its REST API (aiohttp, never on the
-server's event loop) and asks it for the same ``data.taugate.aggregate.results`` document
-(``webhook/policy/opa.py``).
-
-Where each part lives: ``webhook/policy/sets.py`` (reading a folder into a ``PolicySet``, the
-errors, the ``PolicyEngine`` interface), ``webhook/policy/embedded.py`` (the embedded backend
-and the Rego test runner), ``webhook/policy/store.py`` (the active set and its reload),
-``webhook/policy/opa.py`` (the OPA-server backend); this module names them in one place and
-adds ``RecordingEngine`` and ``explain``.
-
-Reload: a ``PolicyStore`` polls the files; a changed set becomes active only after it parses,
-compiles and passes every ``test_`` rule of its own tests. Otherwise the error is logged,
-``taugate_policy_reload_failures_total`` counts it, ``taugate_policy_set_broken`` is 1 and
-the previous set keeps serving.
+"""The Rego policy engine behind one interface (ARCHITECTURE.md section 3): the parts (``sets``,
+``embedded``, ``store``, ``opa``) named in one place, plus ``RecordingEngine`` and ``explain``.
+Enforcement is per policy, as Gatekeeper's ``enforcementAction``. The generated aggregate module
+names every policy's rules statically (about twice as fast in regorus as iterating
+``data.taugate.policies[name]``).
 """
 
 from __future__ import annotations
@@ -74,9 +38,8 @@ from taugate.webhook.policy.store import PolicyStore
 
 
 class RecordingEngine:
-    """Wraps a ``PolicyEngine`` and keeps every input it evaluated and what came back (for
-    ``taugate policy eval``, the sample runner and benchmarks: the input is exactly the one
-    admission built). ``inputs[i]`` pairs with ``results[i]``."""
+    """Keeps every input a ``PolicyEngine`` evaluated and what came back (``taugate policy
+    eval``, the sample runner, benchmarks): ``inputs[i]`` pairs with ``results[i]``."""
 
     def __init__(self, engine: PolicyEngine):
         self.engine = engine
@@ -103,9 +66,8 @@ class RecordingEngine:
 
 
 def explain(engine: PolicyEngine, input: dict) -> tuple[dict[str, list[Violation]], dict[str, str]]:
-    """Every policy of the engine's active set with its results for ``input`` (an empty list
-    for a policy that passed), and the policies that failed at run time on it with the engine's
-    one-line reason, for ``taugate policy eval``."""
+    """Every policy of the active set with its results for ``input`` (empty for a pass), and the
+    policies that failed at run time on it with the engine's one-line reason."""
     store: PolicyStore | None = getattr(engine, "store", None)
     out: dict[str, list[Violation]] = {name: [] for name in sorted(store.current.policies.values())} if store else {}
     try:

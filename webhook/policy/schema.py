@@ -1,6 +1,6 @@
 """Every ``input.`` reference of a policy set checked against the input's JSON Schema
 (``policies/input.schema.json``), so a rule on a path the input never has is an error naming the
-file and line instead of a rule that silently never fires (issue 29 item 1).
+file and line instead of a rule that silently never fires.
 
 The references come from the engine's own parse of each module (regorus ``get_ast_as_json``): a
 chain of ``.field`` and ``[...]`` steps rooted at ``input``, read up to its first step that is not a

@@ -1,12 +1,7 @@
-"""The active policy set of one folder, reloaded when its files change (``PolicyStore``).
-
-A changed set becomes active only after it passes the store's ``gate`` (the webhook's is
-``webhook.policy_tests.reload_gate``: everything ``taugate policy test`` checks; without one,
-it must parse, compile and pass its own ``test_`` rules, ``webhook.policy.embedded.check_policy_set``)
-and every activation hook (the OPA backend pushes there). Otherwise the error is logged,
-``taugate_policy_reload_failures_total`` counts it, ``taugate_policy_set_broken`` is 1, the
-``PolicySetCurrent`` condition (``/readyz``) is False with the reason, and the previous set keeps
-serving.
+"""The active policy set of one folder, reloaded when its files change (ARCHITECTURE.md section 3):
+a changed set becomes active only after the store's ``gate`` (else ``check_policy_set``) and every
+activation hook (the OPA backend pushes there) accept it; otherwise the previous set keeps serving
+and ``PolicySetCurrent`` (``/readyz``) is False with the reason.
 """
 
 from __future__ import annotations
@@ -68,15 +63,10 @@ def set_change(old: PolicySet, new: PolicySet) -> dict[str, list[str]]:
 
 
 class PolicyStore:
-    """The active policy set of one folder, reloaded when its files change.
-
-    ``current`` is the active ``PolicySet`` (read it once per request: it is immutable).
-    ``check_for_changes()`` reloads if any ``.rego`` file or the enforcement file changed;
-    a new set is activated only after ``check_policy_set`` accepts it and every activation
-    hook (``add_activation_hook``; the OPA backend pushes there) succeeded. On failure the
-    old set keeps serving, ``last_error`` holds the one-line reason, the failure is logged
-    and counted. Whoever runs the store polls ``check_for_changes`` on its own loop (the webhook's
-    checks, the operator's audit), in a worker thread: compiling never blocks an event loop.
+    """``current`` is the active ``PolicySet`` (read it once per request: it is immutable). On a
+    failed reload the old set keeps serving, ``last_error`` holds the one-line reason, the failure
+    is logged and counted. Whoever runs the store polls ``check_for_changes`` in a worker thread:
+    compiling never blocks an event loop.
     """
 
     def __init__(self, policy_dir: str | Path, enforcement: dict[str, str] | str | Path | None = None, *,
@@ -188,8 +178,8 @@ class PolicyStore:
         return False
 
     def check_for_changes(self) -> bool:
-        """Reload when any policy file's mtime/size changed since the last look (cheap: stat
-        only). Returns True when a new set became active."""
+        """Reload when any policy file's mtime/size changed (cheap: stat only). True when a new set
+        became active."""
         if _fingerprint(self.policy_dir, self._enforcement_path) == self._fp:
             return False
         return self.reload()

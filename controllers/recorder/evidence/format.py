@@ -26,10 +26,6 @@ class EvidenceError(Exception):
     """A record cannot be read or written (missing, unreadable, or not a run-id)."""
 
 
-# --------------------------------------------------------------------------------------------
-# canonical bytes and hashes
-
-
 def canonical_line(obj: Any) -> bytes:
     """One event as its canonical line (no newline): sorted keys, no spaces, UTF-8."""
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
@@ -43,10 +39,6 @@ def canonical_document(obj: Any) -> bytes:
 def sha256_hex(data: bytes) -> str:
     """SHA-256 of ``data`` as 64 lowercase hex characters."""
     return hashlib.sha256(data).hexdigest()
-
-
-# --------------------------------------------------------------------------------------------
-# atomic file writes
 
 
 def atomic_write(path: Path, data: bytes) -> None:

@@ -20,8 +20,6 @@ def _read_key_file(path: str | os.PathLike, what: str) -> bytes:
     except InputError as e:
         raise EvidenceError(f"cannot read {what}: {e}") from None
 
-# --------------------------------------------------------------------------------------------
-# keys
 
 
 class Signer:

@@ -64,10 +64,6 @@ def check_chain(raw: bytes) -> tuple[list[str], list[dict], str]:
     return [], events, head
 
 
-# --------------------------------------------------------------------------------------------
-# the fold
-
-
 def _data(ev: Mapping) -> dict:
     """An event's ``data`` object ({} when it is not one)."""
     data = ev.get("data")

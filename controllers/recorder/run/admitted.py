@@ -11,9 +11,6 @@ from taugate.controllers.recorder.run.values import ADMITTED, Finding, source_of
 from taugate.kinds import KIND_NAMES, kind_for, kind_of
 from taugate.outcome import conditions_of, is_true
 
-# --------------------------------------------------------------------------------------------
-# Kueue workloads
-
 
 def workload_owner_uid(workload: Mapping) -> str | None:
     """The UID of the job a Kueue Workload belongs to: the ``kueue.x-k8s.io/job-uid`` label,

@@ -29,9 +29,6 @@ from taugate.controllers.recorder.run.values import (
 )
 from taugate.outcome import conditions_of, is_true
 
-# --------------------------------------------------------------------------------------------
-# pod terminations (failure evidence)
-
 
 def pod_terminations(pod: Mapping) -> list[dict]:
     """Failure records of one pod, from its container statuses and pod-level status.
@@ -102,9 +99,6 @@ def describe_failure(f: Mapping) -> str:
     msg = f": {f['message']}" if f.get("message") else ""
     return f"{where}: {f.get('reason')}{code}{when}{msg}"
 
-
-# --------------------------------------------------------------------------------------------
-# outcome, artifacts, releases
 
 
 def derive_outcome(owner: Mapping | None, failures: Sequence[Mapping]) -> Finding | None:

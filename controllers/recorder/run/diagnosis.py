@@ -20,9 +20,6 @@ from taugate.controllers.recorder.run.values import (
 )
 from taugate.kinds import KINDS
 
-# --------------------------------------------------------------------------------------------
-# summaries for people
-
 
 def phase(conditions: Sequence[Mapping]) -> str:
     """One word for the run: ``Failed``, ``Succeeded``, ``Running``, ``Scheduling``, ``Queued``."""

@@ -1,8 +1,6 @@
-"""Which objects belong to a run (pure functions over plain API dicts).
-
-A run-id is a label, and anyone who can create a workload can write a label: a client may choose
-the run-id of another run (taugate keeps a valid client-chosen run-id on CREATE, as TauGrid's
-CLI sets its own). So the recorder does not take the label's word for membership:
+"""Which objects belong to a run (pure). A run-id is a label anyone who can create a workload may
+write (taugate keeps a valid client-chosen one on CREATE, as TauGrid's CLI sets its own), so the
+recorder does not take the label's word for membership:
 
 - a run is bound to one root object (an object of a registered workload kind no governed
   controller owns), the first one seen: the uid in the run's evidence, else the oldest root
@@ -50,11 +48,9 @@ def _created(obj: Mapping[str, Any]) -> tuple[str, str]:
 
 
 def choose_owner(roots: Iterable[Mapping[str, Any]], bound_uid: str | None) -> tuple[dict | None, list[dict]]:
-    """The run's root object and the intruders: ``roots`` are the objects of registered kinds no
-    governed controller owns carrying the run-id. With ``bound_uid`` (the run is already bound)
-    the root is the one with that uid (None when it is gone: the run's owner was deleted);
-    otherwise the oldest (creationTimestamp, then
-    uid). Every other root is an intruder."""
+    """The run's root and the intruders, among ``roots`` (the objects of registered kinds no
+    governed controller owns carrying the run-id): the one with ``bound_uid`` when the run is bound
+    (None when it is gone: the owner was deleted), else the oldest (creationTimestamp, then uid)."""
     ordered = sorted((dict(r) for r in roots), key=_created)
     if bound_uid is None:
         return (ordered[0], ordered[1:]) if ordered else (None, [])

@@ -19,9 +19,6 @@ from taugate.controllers.recorder.run.values import (
     parse_time,
 )
 
-# --------------------------------------------------------------------------------------------
-# progress
-
 
 def parse_metrics_jsonl(text: str, step_keys: Sequence[str] = ("step", "global_step", "iteration", "epoch"),
                         ) -> tuple[int, float | None]:

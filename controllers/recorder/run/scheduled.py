@@ -8,9 +8,6 @@ from collections.abc import Mapping, Sequence
 from taugate.controllers.recorder.run.values import SCHEDULED, Finding, node_name, pod_name, source_of
 from taugate.outcome import conditions_of
 
-# --------------------------------------------------------------------------------------------
-# pods and nodes
-
 
 def derive_scheduled(pods: Sequence[Mapping], expected: int | None, *, admitted: bool,
                      terminal: bool) -> Finding | None:

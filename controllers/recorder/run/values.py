@@ -1,6 +1,5 @@
-"""The vocabulary of a run's conditions: the condition types, time formats, the value types the
-derivations exchange and small readers of API objects (dicts as the API server returns them).
-"""
+"""The vocabulary of a run's conditions: condition types, time formats, the value types the
+derivations exchange and small readers of API objects."""
 
 from __future__ import annotations
 
@@ -36,9 +35,6 @@ FAILURE_RANK = {"OOMKilled": 0, "Evicted": 1, "ContainerCannotRun": 2, "Deadline
                  "StartError": 4, "Error": 5}
 
 
-# --------------------------------------------------------------------------------------------
-# time helpers
-
 
 def parse_time(value: Any) -> datetime | None:
     """An RFC 3339 timestamp as Kubernetes writes it (``2024-05-01T10:00:00Z``) -> aware UTC
@@ -62,9 +58,6 @@ def format_micro(dt: datetime) -> str:
     return dt.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-# --------------------------------------------------------------------------------------------
-# value types
-
 
 @dataclass(frozen=True)
 class Finding:
@@ -87,11 +80,11 @@ class Finding:
 class ProgressState:
     """What the recorder knows about a run's training progress.
 
-    - ``source``: where the metrics came from (``{"kind": "File", "path": ...}`` or a Pod log).
+    - ``source``: ``{"kind": "File", "path": ...}`` or a Pod log.
     - ``records``: metric records (JSONL lines, or matching log lines) seen so far.
     - ``step``: the largest step seen (``None`` if the records carry none).
-    - ``last_advance``: RFC 3339 time the recorder last saw ``records`` or ``step`` grow.
-    - ``first_advance``: RFC 3339 time of the first record seen.
+    - ``last_advance``: RFC 3339 time ``records`` or ``step`` last grew; ``first_advance``: of the
+      first record.
     """
 
     source: dict
@@ -131,11 +124,8 @@ class ProgressSample:
 
 @dataclass(frozen=True)
 class ArtifactListing:
-    """What the artifact probe found under the run's output path.
-
-    ``root`` is the output path; ``index`` the parsed artifact index (None when there is none);
-    ``files`` a list of ``{"path": relative path, "size": bytes, "sha256": hex}``.
-    """
+    """What the artifact probe found under the run's output path (``root``); ``index`` the parsed
+    artifact index or None; ``files`` ``{"path": relative, "size": bytes, "sha256": hex}``."""
 
     root: str
     index: dict | None = None
@@ -144,18 +134,15 @@ class ArtifactListing:
 
 @dataclass
 class RunView:
-    """Everything observed about one run at one moment (plain data).
+    """Everything observed about one run at one moment.
 
-    - ``owner``: the run's root object, of any kind of ``taugate.kinds`` (None once deleted).
-    - ``workloads``: the Kueue Workloads of the owner (by ``kueue.x-k8s.io/job-uid`` label or
-      owner reference).
+    - ``owner``: the run's root object (None once deleted).
+    - ``workloads``: the owner's Kueue Workloads (``kueue.x-k8s.io/job-uid`` label or owner reference).
     - ``pods``: live pods carrying the run-id label; ``nodes``: Node objects by name.
-    - ``failures``: termination records captured so far (see :func:`pod_terminations`).
-    - ``progress``: the progress state; ``artifacts``: the latest artifact listing.
+    - ``failures``: termination records captured so far (:func:`pod_terminations`).
     - ``owner_deleted``: the owner was seen before and is gone now (deleted before it finished:
       the run ends as ``Failed``/``Deleted``; ``Completed``/``Deleted`` when ``serving``).
-    - ``serving``: the root is of a kind that never ends on its own
-      (``run.outcome.SERVING_KINDS``: a Deployment, StatefulSet, LeaderWorkerSet, RayService).
+    - ``serving``: the root's kind never ends on its own (``run.outcome.SERVING_KINDS``).
     """
 
     run_id: str
@@ -175,9 +162,7 @@ class RunView:
 
 @dataclass(frozen=True)
 class DeriveOptions:
-    """Tunables of the derivation.
-
-    - ``gpu_health_conditions``: NPD condition types that mark a GPU node unhealthy when True.
+    """- ``gpu_health_conditions``: NPD condition types that mark a GPU node unhealthy when True.
     - ``stall_after``: seconds without progress before ``Progressing=False/Stalled``.
     """
 
@@ -185,12 +170,9 @@ class DeriveOptions:
     stall_after: float = 600.0
 
 
-# --------------------------------------------------------------------------------------------
-# small readers
-
 
 def object_ref(obj: Mapping) -> dict:
-    """``{"apiVersion", "kind", "name", "namespace", "uid"}`` of an object (missing keys left out)."""
+    """``{"apiVersion", "kind", "name", "namespace", "uid"}`` (missing keys left out)."""
     meta = metadata_of(obj)
     ref = {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "name": meta.get("name"),
            "namespace": meta.get("namespace"), "uid": meta.get("uid")}
@@ -198,7 +180,7 @@ def object_ref(obj: Mapping) -> dict:
 
 
 def source_of(obj: Mapping, kind: str | None = None) -> dict:
-    """The ``source`` of a condition: kind, name, namespace of ``obj`` (no apiVersion/uid)."""
+    """The ``source`` of a condition: kind, name, namespace (no apiVersion/uid)."""
     meta = metadata_of(obj)
     src = {"kind": kind or obj.get("kind"), "name": meta.get("name"), "namespace": meta.get("namespace")}
     return {k: v for k, v in src.items() if v}
