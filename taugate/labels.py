@@ -43,6 +43,7 @@ CA_PUBLISHED_AT = "tau.azure.com/ca-published-at"
 # Annotation on taugate's PolicyReports (taugate/policy_report.py): the digest of the policy set
 # that produced the results, as ``taugate policy eval`` prints it.
 POLICY_DIGEST = "tau.azure.com/policy-digest"
+RESULTS_LEFT_OUT = "tau.azure.com/results-left-out"  # on a PolicyReport: results beyond its limit, counted
 
 # Resource names.
 GPU_RESOURCE = "nvidia.com/gpu"

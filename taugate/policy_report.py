@@ -26,7 +26,6 @@ API_VERSION = f"{GROUP}/{VERSION}"
 SOURCE = "taugate"
 REPORT_NAME = "taugate-policy-audit"
 
-REPORT_TRUNCATED = "tau.azure.com/results-left-out"
 """Annotation: how many results past ``MAX_RESULTS`` a report counts but does not list."""
 
 MAX_RESULTS = 1000
@@ -130,7 +129,7 @@ def _metadata(namespace: str | None, digest: str, left_out: int) -> dict[str, An
     if namespace is not None:
         meta["namespace"] = namespace
     if left_out:
-        meta["annotations"][REPORT_TRUNCATED] = str(left_out)
+        meta["annotations"][labels.RESULTS_LEFT_OUT] = str(left_out)
     return meta
 
 
@@ -207,8 +206,8 @@ def merge_patch(current: dict[str, Any], desired: dict[str, Any]) -> dict[str, A
     ``results`` whole (a merge patch replaces arrays), the truncation annotation removed when
     ``desired`` lists every result."""
     annotations: dict[str, Any] = dict(desired["metadata"].get("annotations") or {})
-    if REPORT_TRUNCATED in ((current.get("metadata") or {}).get("annotations") or {}):
-        annotations.setdefault(REPORT_TRUNCATED, None)
+    if labels.RESULTS_LEFT_OUT in ((current.get("metadata") or {}).get("annotations") or {}):
+        annotations.setdefault(labels.RESULTS_LEFT_OUT, None)
     body: dict[str, Any] = {"metadata": {"labels": desired["metadata"]["labels"], "annotations": annotations}}
     for key in ("scope", "summary", "results"):
         if key in desired:
@@ -229,7 +228,7 @@ def report_changed(current: dict[str, Any] | None, desired: dict[str, Any]) -> b
         want = want_meta.get(part) or {}
         if any(have.get(k) != v for k, v in want.items()):
             return True
-        if part == "annotations" and REPORT_TRUNCATED in have and REPORT_TRUNCATED not in want:
+        if part == "annotations" and labels.RESULTS_LEFT_OUT in have and labels.RESULTS_LEFT_OUT not in want:
             return True
     return False
 

@@ -22,7 +22,9 @@ def _cel(value: str) -> str:
 
 
 def _label(obj: str, key: str) -> str:
-    return f"(has({obj}.metadata.labels) && {_cel(key)} in {obj}.metadata.labels ? {obj}.metadata.labels[{_cel(key)}] : '')"
+    """CEL: the value of label ``key`` of ``obj`` (``object``, ``oldObject``, ``namespaceObject``), or ''."""
+    labels_ = f"{obj}.metadata.labels"
+    return f"(has({labels_}) && {_cel(key)} in {labels_} ? {labels_}[{_cel(key)}] : '')"
 
 
 def _exempt_child(settings: Settings) -> str:

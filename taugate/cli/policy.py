@@ -139,6 +139,16 @@ def _render_eval(decision: Decision, doc: dict | None, per_policy: dict[str, lis
     return "\n".join(lines)
 
 
+def _cmd_render_cel(args: argparse.Namespace) -> int:
+    """``policy render-cel``: the policy and its binding as YAML documents (``kubectl apply -f -``)."""
+    import yaml
+
+    from taugate.webhook import backstop
+
+    sys.stdout.write(yaml.safe_dump_all(backstop.documents(Settings()), sort_keys=False, width=120))
+    return 0
+
+
 def add_commands(subparsers: Any) -> None:
     """Register ``policy test``, ``policy eval``, and ``policy audit`` and ``policy what-if``
     (``taugate/cli/audit.py``) on the ``taugate`` parser's subparsers."""
@@ -160,6 +170,10 @@ def add_commands(subparsers: Any) -> None:
     e.add_argument("--enforcement", help="enforcement file (default: POLICIES/enforcement.yaml)")
     e.add_argument("-o", "--output", choices=("text", "json"), default="text")
     e.set_defaults(func=_cmd_eval)
+
+    c = sub.add_parser("render-cel", help="print the ValidatingAdmissionPolicy that keeps taugate's core rule in "
+                                          "the API server (the chart installs it)")
+    c.set_defaults(func=_cmd_render_cel)
 
     from taugate.cli.audit import add_audit_commands
 

@@ -13,7 +13,6 @@ from taugate import labels
 from taugate.policy_report import (
     MAX_RESULTS,
     REPORT_NAME,
-    REPORT_TRUNCATED,
     WorkloadAudit,
     build_reports,
     merge_patch,
@@ -135,7 +134,7 @@ def test_a_namespace_with_more_results_than_a_report_holds_lists_the_first_and_c
     report = build_reports(many, digest="d").namespaced["vision"]
     assert len(report["results"]) == MAX_RESULTS
     assert report["summary"]["fail"] == MAX_RESULTS + 5
-    assert report["metadata"]["annotations"][REPORT_TRUNCATED] == "5"
+    assert report["metadata"]["annotations"][labels.RESULTS_LEFT_OUT] == "5"
 
 
 def test_a_stored_report_with_the_same_content_needs_no_write():
@@ -152,7 +151,7 @@ def test_a_changed_result_a_new_policy_digest_or_a_missing_report_needs_a_write(
     assert report_changed(before, build_reports([audit("a", NINE, HEAD)], digest="d").namespaced["vision"])
     assert report_changed(before, build_reports([audit("a", NINE)], digest="e").namespaced["vision"])
     truncated = {**before, "metadata": {**before["metadata"], "annotations": {
-        **before["metadata"]["annotations"], REPORT_TRUNCATED: "3"}}}
+        **before["metadata"]["annotations"], labels.RESULTS_LEFT_OUT: "3"}}}
     assert report_changed(truncated, before)
 
 
@@ -178,7 +177,8 @@ def test_what_if_names_what_a_proposed_set_enforces_newly_and_what_it_stops_enfo
 
 def test_a_merge_patch_replaces_the_results_and_drops_a_truncation_note_no_longer_true():
     desired = build_reports([audit("a", NINE)], digest="d").namespaced["vision"]
-    stored = {**desired, "results": [], "metadata": {**desired["metadata"], "annotations": {REPORT_TRUNCATED: "3"}}}
+    stored = {**desired, "results": [],
+              "metadata": {**desired["metadata"], "annotations": {labels.RESULTS_LEFT_OUT: "3"}}}
     patch = merge_patch(stored, desired)
     assert patch["results"] == desired["results"] and patch["summary"] == desired["summary"]
-    assert patch["metadata"]["annotations"] == {labels.POLICY_DIGEST: "d", REPORT_TRUNCATED: None}
+    assert patch["metadata"]["annotations"] == {labels.POLICY_DIGEST: "d", labels.RESULTS_LEFT_OUT: None}
