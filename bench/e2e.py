@@ -390,9 +390,7 @@ def start(workdir: Path, configs: tuple[str, ...]) -> Bench:
         b.taugate = e2e_platform.install(cp, workdir / "taugate")
         ca = (b.taugate.cert_dir / "ca.crt").read_bytes()
         b.configurations["none"] = []
-        # taugate is its webhook configurations and its admission policy's binding (the peers run without it)
-        b.configurations["taugate"] = e2e_platform.webhook_configurations(
-            b.taugate.objects, b.taugate.webhook_port, ca) + e2e_platform.admission_policy_bindings(b.taugate.objects)
+        b.configurations["taugate"] = e2e_platform.webhook_configurations(b.taugate.objects, b.taugate.webhook_port, ca)
         b.started_s["taugate"] = time.monotonic() - t0
         if "taugate-opa" in configs:
             t0 = time.monotonic()
@@ -403,8 +401,7 @@ def start(workdir: Path, configs: tuple[str, ...]) -> Bench:
             b.taugate_opa.workdir.mkdir(parents=True, exist_ok=True)
             b.taugate_opa.start_webhook()
             b.configurations["taugate-opa"] = e2e_platform.webhook_configurations(
-                b.taugate_opa.objects, b.taugate_opa.webhook_port, ca) + e2e_platform.admission_policy_bindings(
-                b.taugate_opa.objects)
+                b.taugate_opa.objects, b.taugate_opa.webhook_port, ca)
             b.started_s["taugate-opa + OPA"] = time.monotonic() - t0
         if "gatekeeper" in configs:
             t0 = time.monotonic()

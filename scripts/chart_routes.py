@@ -1,6 +1,5 @@
 #!/usr/bin/env python3
-"""Write the Helm chart's copy of the webhook routes (``charts/taugate/files/routes.json``) and of
-the admission policy (``charts/taugate/files/admission-policy.json``, from ``webhook/backstop.py``).
+"""Write the Helm chart's copy of the webhook routes: ``charts/taugate/files/routes.json``.
 
 ``webhook/routes.py`` (``ROUTES``) is the single source of the webhook's HTTPS paths and of the
 rules in the Mutating/ValidatingWebhookConfigurations; the chart cannot import Python, so this
@@ -34,7 +33,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 OUTPUT = ROOT / "charts" / "taugate" / "files" / "routes.json"
-POLICY_OUTPUT = ROOT / "charts" / "taugate" / "files" / "admission-policy.json"
 
 # API groups whose objects live in the platform's system namespace, not in workspaces.
 PLATFORM_GROUPS = frozenset({"tau.azure.com"})
@@ -84,36 +82,23 @@ def render() -> str:
     return json.dumps(routes_document(), indent=2) + "\n"
 
 
-def render_policy() -> str:
-    """The exact text of ``admission-policy.json``: ``{"generatedFrom", "documents": [policy, binding]}``."""
-    sys.path.insert(0, str(ROOT))
-    try:
-        from taugate.settings import Settings
-        from taugate.webhook.backstop import TRUSTED_CONTROLLERS, documents
-    finally:
-        sys.path.pop(0)
-    return json.dumps({"generatedFrom": "webhook/backstop.py by scripts/chart_routes.py; do not edit",
-                       "documents": documents(Settings(), trusted=TRUSTED_CONTROLLERS)}, indent=2) + "\n"
-
-
 def main(argv: list[str] | None = None) -> int:
-    """Write (or with ``--check`` compare) the chart's generated files; exit 1 when one is stale."""
+    """Write (or with ``--check`` compare) the chart's routes file; exit 1 when it is stale."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="do not write; exit 1 if a file is out of date")
+    parser.add_argument("--check", action="store_true", help="do not write; exit 1 if the file is out of date")
     args = parser.parse_args(argv)
-    stale = 0
-    for output, text in ((OUTPUT, render()), (POLICY_OUTPUT, render_policy())):
-        current = output.read_text() if output.exists() else None
-        if current == text:
-            continue
-        if args.check:
-            print(f"{output.relative_to(ROOT)} is out of date: run python scripts/chart_routes.py", file=sys.stderr)
-            stale = 1
-            continue
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(text)
-        print(f"wrote {output.relative_to(ROOT)}")
-    return stale
+    text = render()
+    current = OUTPUT.read_text() if OUTPUT.exists() else None
+    if args.check:
+        if current != text:
+            print(f"{OUTPUT.relative_to(ROOT)} is out of date: run python scripts/chart_routes.py", file=sys.stderr)
+            return 1
+        return 0
+    if current != text:
+        OUTPUT.parent.mkdir(parents=True, exist_ok=True)
+        OUTPUT.write_text(text)
+        print(f"wrote {OUTPUT.relative_to(ROOT)}")
+    return 0
 
 
 if __name__ == "__main__":

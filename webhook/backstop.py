@@ -27,54 +27,28 @@ def _label(obj: str, key: str) -> str:
     return f"(has({labels_}) && {_cel(key)} in {labels_} ? {labels_}[{_cel(key)}] : '')"
 
 
-TRUSTED_CONTROLLERS = "TRUSTED_CONTROLLERS"
-"""Where the chart writes the CEL list of ``webhook.trustedControllers`` (``trusted`` of ``policy``)."""
-
-
-def trusted_list(settings: Settings) -> str:
-    """CEL: the list of ``Settings.controller_users``."""
-    return "[" + ", ".join(_cel(u) for u in settings.controller_users) + "]"
-
-
-def _exempt_child(trusted: str) -> str:
+def _exempt_child(settings: Settings) -> str:
     """A trusted controller writing an object it controls (KubeRay's RayCluster of a RayJob, the
     Job controller's Pods): taugate's webhook judges those as children of an admitted run."""
-    return (f"request.userInfo.username in {trusted} && has(object.metadata.ownerReferences) && "
+    users = "[" + ", ".join(_cel(u) for u in settings.controller_users) + "]"
+    return (f"request.userInfo.username in {users} && has(object.metadata.ownerReferences) && "
             "object.metadata.ownerReferences.exists(r, has(r.controller) && r.controller)")
 
 
-class Expr(str):
-    """A CEL expression among the parts of a message (``_message``); any other part is text."""
-
-
-def _message(*parts: str) -> str:
-    """CEL: the concatenation of ``parts``, text quoted as CEL string literals."""
-    return " + ".join(p if isinstance(p, Expr) else _cel(p) for p in parts)
-
-
-def policy(settings: Settings | None = None, *, trusted: str | None = None) -> dict[str, Any]:
-    """The ValidatingAdmissionPolicy (``admissionregistration.k8s.io/v1``); ``trusted`` is the CEL
-    list of trusted controllers (default: ``trusted_list(settings)``)."""
+def policy(settings: Settings | None = None) -> dict[str, Any]:
+    """The ValidatingAdmissionPolicy (``admissionregistration.k8s.io/v1``)."""
     settings = settings or Settings()
     rules = [{"apiGroups": [group], "apiVersions": [version], "resources": list(resources),
               "operations": ["CREATE", "UPDATE"]}
              for (group, version), resources in resources_by_group_version().items()]
-    run_id, queue, workspace = (Expr(_label("object", labels.RUN_ID)), Expr(_label("object", labels.KUEUE_QUEUE_NAME)),
-                                Expr(_label("object", labels.WORKSPACE)))
-    old_run_id, old_queue = Expr(_label("oldObject", labels.RUN_ID)), Expr(_label("oldObject", labels.KUEUE_QUEUE_NAME))
-    ns_queue = Expr(_label("namespaceObject", labels.KUEUE_QUEUE_NAME))
-    ns_workspace = Expr(_label("namespaceObject", labels.WORKSPACE))
-    kind = Expr("request.kind.kind")
-    name = Expr("(has(object.metadata.name) ? object.metadata.name : object.metadata.generateName + '*')")
-    namespace = Expr("request.namespace")
-    unavailable = ("; taugate's admission webhook may be unavailable: create it again once taugate answers, "
+    run_id, queue, workspace = (_label("object", labels.RUN_ID), _label("object", labels.KUEUE_QUEUE_NAME),
+                                _label("object", labels.WORKSPACE))
+    ns_queue, ns_workspace = _label("namespaceObject", labels.KUEUE_QUEUE_NAME), _label("namespaceObject",
+                                                                                         labels.WORKSPACE)
+    what = ("request.kind.kind + ' ' + (has(object.metadata.name) ? object.metadata.name : "
+            "object.metadata.generateName + '*')")
+    unavailable = ("taugate's admission webhook may be unavailable: create it again once taugate answers, "
                    "or ask the platform team (docs/runbook.md)")
-    record = f"{_cel(labels.ADMISSION_RECORD)} in object.metadata.annotations"
-
-    def rule(when: str, check: str, *message: str) -> dict[str, str]:
-        return {"expression": f"request.operation != {_cel(when)} || ({check})",
-                "messageExpression": _message(*message, unavailable), "reason": "Forbidden"}
-
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicy",
@@ -86,27 +60,36 @@ def policy(settings: Settings | None = None, *, trusted: str | None = None) -> d
                 "namespaceSelector": {"matchExpressions": [{"key": labels.WORKSPACE, "operator": "Exists"}]},
             },
             "matchConditions": [
-                {"name": "not-a-trusted-controllers-child",
-                 "expression": f"!({_exempt_child(trusted or trusted_list(settings))})"},
+                {"name": "not-a-trusted-controllers-child", "expression": f"!({_exempt_child(settings)})"},
                 {"name": "created-or-admitted-before",  # an object from before taugate governed is not judged
-                 "expression": f"request.operation == 'CREATE' || {old_run_id} != ''"},
+                 "expression": f"request.operation == 'CREATE' || {_label('oldObject', labels.RUN_ID)} != ''"},
             ],
             "validations": [
-                rule("CREATE", f"{run_id}.matches({_cel(RUN_ID_PATTERN)}) && has(object.metadata.annotations) && "
-                               f"{record}",
-                     "taugate has not admitted ", kind, " ", name, " in workspace namespace ", namespace,
-                     f": it has no {labels.RUN_ID} label and {labels.ADMISSION_RECORD} record, which taugate adds "
-                     "to every workload it admits"),
-                rule("CREATE", f"{ns_queue} != '' && {queue} == {ns_queue}",
-                     kind, " ", name, " is not queued in its workspace's LocalQueue: metadata.labels[\"",
-                     labels.KUEUE_QUEUE_NAME, "\"] is \"", queue, "\"; allowed: \"", ns_queue,
-                     "\" (the label of namespace ", namespace, ")"),
-                rule("CREATE", f"{workspace} == {ns_workspace}",
-                     kind, " ", name, f" has {labels.WORKSPACE}=\"", workspace, "\" in namespace ", namespace,
-                     " of workspace \"", ns_workspace, "\""),
-                rule("UPDATE", f"{run_id} == {old_run_id} && ({old_queue} == '' || {queue} == {old_queue})",
-                     "this update of ", kind, " ", name, f" changes or removes its {labels.RUN_ID} or "
-                     f"{labels.KUEUE_QUEUE_NAME} label, which an admitted workload keeps"),
+                {"expression": f"request.operation != 'CREATE' || ({run_id}.matches({_cel(RUN_ID_PATTERN)}) && "
+                               f"has(object.metadata.annotations) && "
+                               f"{_cel(labels.ADMISSION_RECORD)} in object.metadata.annotations)",
+                 "messageExpression": f"'taugate has not admitted ' + {what} + ' in workspace namespace ' + "
+                                      f"request.namespace + ': it has no {labels.RUN_ID} label and "
+                                      f"{labels.ADMISSION_RECORD} record, which taugate adds to every workload "
+                                      f"it admits; {unavailable}'",
+                 "reason": "Forbidden"},
+                {"expression": f"request.operation != 'CREATE' || ({queue} == {ns_queue} && {ns_queue} != '')",
+                 "messageExpression": f"{what} + ' is not queued in its workspace\\'s LocalQueue: "
+                                      f"metadata.labels[\"{labels.KUEUE_QUEUE_NAME}\"] is \"' + {queue} + "
+                                      f"'\"; allowed: \"' + {ns_queue} + '\" (the label of namespace ' + "
+                                      f"request.namespace + '); {unavailable}'",
+                 "reason": "Forbidden"},
+                {"expression": f"request.operation != 'CREATE' || {workspace} == {ns_workspace}",
+                 "messageExpression": f"{what} + ' names workspace \"' + {workspace} + '\" in namespace ' + "
+                                      f"request.namespace + ' of workspace \"' + {ns_workspace} + '\"; {unavailable}'",
+                 "reason": "Forbidden"},
+                {"expression": f"request.operation != 'UPDATE' || ({run_id} == {_label('oldObject', labels.RUN_ID)} "
+                               f"&& ({_label('oldObject', labels.KUEUE_QUEUE_NAME)} == '' || "
+                               f"{queue} == {_label('oldObject', labels.KUEUE_QUEUE_NAME)}))",
+                 "messageExpression": f"'this update of ' + {what} + ' changes or removes its {labels.RUN_ID} or "
+                                      f"{labels.KUEUE_QUEUE_NAME} label, which an admitted workload keeps; "
+                                      f"{unavailable}'",
+                 "reason": "Forbidden"},
             ],
         },
     }
@@ -119,6 +102,6 @@ def binding() -> dict[str, Any]:
             "spec": {"policyName": NAME, "validationActions": ["Deny"]}}
 
 
-def documents(settings: Settings | None = None, *, trusted: str | None = None) -> list[dict[str, Any]]:
+def documents(settings: Settings | None = None) -> list[dict[str, Any]]:
     """The policy and its binding."""
-    return [policy(settings, trusted=trusted), binding()]
+    return [policy(settings), binding()]

@@ -120,12 +120,6 @@ def webhook_configurations(objects: list[dict], port: int, ca_pem: bytes) -> lis
     return out
 
 
-def admission_policy_bindings(objects: list[dict]) -> list[dict]:
-    """The rendered ValidatingAdmissionPolicyBindings: what switches the chart's admission policy
-    (webhook/backstop.py) on and off; the policy alone judges nothing."""
-    return [copy.deepcopy(o) for o in objects if o.get("kind") == "ValidatingAdmissionPolicyBinding"]
-
-
 def _container(objects: list[dict], deployment: str) -> dict:
     dep = chart_helpers.one(objects, "Deployment", deployment)
     return dep["spec"]["template"]["spec"]["containers"][0]
