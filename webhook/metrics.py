@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import bisect
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
-from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
-from prometheus_client.utils import floatToGoString
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from taugate.webhook.connections import ByteBudget, ConnectionGuard
 from taugate.webhook.routes import ROUTES
@@ -25,7 +22,10 @@ class AdmissionMetrics:
     def __init__(self, age: Callable[[], float], registry: CollectorRegistry | None = None):
         self.registry = registry or CollectorRegistry()
         r = self.registry
-        self.answers = AnswerCounts(r)
+        self.requests = Counter("taugate_admission_requests", "AdmissionReviews answered",
+                                ("webhook", "kind", "operation", "decision"), registry=r)
+        self.duration = Histogram("taugate_admission_duration_seconds", "Time to answer an AdmissionReview",
+                                  ("webhook",), buckets=LATENCY_BUCKETS, registry=r)
         self.deadline = Counter("taugate_admission_deadline_exceeded", "Reviews answered by the deadline",
                                 ("webhook",), registry=r)
         self.violations = Counter("taugate_admission_violations", "Policy violations found",
@@ -38,6 +38,7 @@ class AdmissionMetrics:
         self.cert_reloads = Counter("taugate_certificate_reloads", "Serving certificates reloaded", registry=r)
         for route in ROUTES:  # every series exists from the start, at 0
             self.deadline.labels(route.path)
+            self.duration.labels(route.path)
         self.connections_open = Gauge("taugate_connections_open", "Open HTTPS connections", registry=r)
         self.bytes_in_flight = Gauge("taugate_bytes_in_flight", "Bytes of large request bodies being handled",
                                      registry=r)
@@ -54,45 +55,5 @@ class AdmissionMetrics:
 
     def answered(self, path: str, kind: str, operation: str, decision: str, seconds: float) -> None:
         """Count one answered review and observe its duration (seconds)."""
-        self.answers.add(path, kind, operation, decision, seconds)
-
-
-class AnswerCounts:
-    """``taugate_admission_requests_total{webhook,kind,operation,decision}`` and
-    ``taugate_admission_duration_seconds{webhook}`` (``LATENCY_BUCKETS``), kept as plain numbers
-    and turned into metric families when scraped (a prometheus_client custom collector, registered
-    in ``registry``). Every answer updates them, on the event loop only (the server's handler), so
-    no lock is taken: a ``Counter`` and a ``Histogram`` take three locks and scan the buckets one by
-    one per answer. The series are bounded as the labels are (``server.KNOWN_KINDS`` x operations
-    x decisions x routes); every route's histogram exists from the start, at 0."""
-
-    def __init__(self, registry: CollectorRegistry):
-        self.counts: dict[tuple[str, str, str, str], int] = {}
-        self.buckets: dict[str, list[int]] = {route.path: [0] * (len(LATENCY_BUCKETS) + 1) for route in ROUTES}
-        self.sums: dict[str, float] = {route.path: 0.0 for route in ROUTES}
-        registry.register(self)
-
-    def add(self, path: str, kind: str, operation: str, decision: str, seconds: float) -> None:
-        """One answer on ``path`` that took ``seconds``."""
-        key = (path, kind, operation, decision)
-        self.counts[key] = self.counts.get(key, 0) + 1
-        self.buckets[path][bisect.bisect_left(LATENCY_BUCKETS, seconds)] += 1
-        self.sums[path] += seconds
-
-    def collect(self) -> Iterator[Metric]:
-        """The two metric families, as prometheus_client's ``Counter`` and ``Histogram`` expose
-        them (cumulative ``le`` buckets ending at ``+Inf``, ``_sum`` and ``_count``)."""
-        requests = CounterMetricFamily("taugate_admission_requests", "AdmissionReviews answered",
-                                       labels=("webhook", "kind", "operation", "decision"))
-        for key, n in sorted(self.counts.items()):
-            requests.add_metric(key, n)
-        yield requests
-        duration = HistogramMetricFamily("taugate_admission_duration_seconds", "Time to answer an AdmissionReview",
-                                         labels=("webhook",))
-        for path, counts in self.buckets.items():
-            total, cumulative = 0, []
-            for bound, n in zip((*LATENCY_BUCKETS, float("inf")), counts, strict=True):
-                total += n
-                cumulative.append((floatToGoString(bound), total))
-            duration.add_metric([path], cumulative, self.sums[path])
-        yield duration
+        self.requests.labels(path, kind, operation, decision).inc()
+        self.duration.labels(path).observe(seconds)
