@@ -31,9 +31,6 @@ class WorkQueue:
     def __len__(self) -> int:
         return len(self._due)
 
-    def __contains__(self, key: Hashable) -> bool:
-        return key in self._due
-
     def stop(self) -> None:
         """End ``run`` once the key in hand (if any) is handled."""
         self._stopping = True
@@ -41,21 +38,21 @@ class WorkQueue:
             self._wake.set()
 
     async def run(self, handle: Callable[[Hashable], Awaitable[None]]) -> None:
-        self._stopping = False
         self._wake = asyncio.Event()
-        while not self._stopping:
-            self._wake.clear()
-            now = time.monotonic()
-            ready = min(((t, str(k), k) for k, t in self._due.items() if t <= now), default=None)
-            if ready is None:
-                timeout = (min(self._due.values()) - now) if self._due else None
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), timeout)
-                continue
-            key = ready[2]
-            del self._due[key]
-            await handle(key)
-            self.processed += 1
+        try:
+            while not self._stopping:
+                self._wake.clear()
+                key, due = min(self._due.items(), key=lambda item: item[1], default=(None, None))
+                wait = None if due is None else due - time.monotonic()
+                if wait is None or wait > 0:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._wake.wait(), wait)
+                    continue
+                del self._due[key]
+                await handle(key)
+                self.processed += 1
+        finally:
+            self._stopping = False  # a stop() before or during this run ends it, not the next one
 
 
 async def cancel(task: asyncio.Task[None] | None) -> None:
