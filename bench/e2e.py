@@ -70,6 +70,7 @@ sys.path.insert(0, str(REPO))
 # E402 below: these imports need the checkout on sys.path (the script runs as `python bench/e2e.py`).
 from bench import admission_metrics as am  # noqa: E402
 from bench import gatekeeper  # noqa: E402
+from taugate import admission_policy  # noqa: E402
 from tests.e2e import platform as e2e_platform  # noqa: E402
 from tests.e2e.controlplane import LOOPBACK, ControlPlane, Process, build, free_port, start_process  # noqa: E402
 from tests.e2e.stack import Stack  # noqa: E402
@@ -84,8 +85,14 @@ BENCH_LABEL = {"taugate-bench": "e2e"}
 TAUGATE_WEBHOOKS = ("mutate.workloads.tau.azure.com", "validate.workloads.tau.azure.com",
                     "validate.resources.tau.azure.com")
 GATEKEEPER_WEBHOOK = "validation.gatekeeper.sh"
+# A GPU Job taugate did not admit: refused by taugate's admission policy while its binding is in force.
+GPU_PROBE = {"apiVersion": "batch/v1", "kind": "Job",
+             "metadata": {"name": "bench-gpu-probe", "namespace": NAMESPACE,
+                          "labels": {"kueue.x-k8s.io/queue-name": QUEUE}},
+             "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [
+                 {"name": "c", "image": "busybox", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}}}
 # A Job whose container requests no cpu or memory: requests-required denies it (taugate's policy and
-# its Gatekeeper translation), so a dry run of it shows which validating webhook is in force.
+# its Gatekeeper translation), so a dry run of it shows which webhook is in force.
 DENY_PROBE = {"apiVersion": "batch/v1", "kind": "Job",
               "metadata": {"name": "bench-probe", "namespace": NAMESPACE,
                            "labels": {"kueue.x-k8s.io/queue-name": QUEUE}},
@@ -251,18 +258,24 @@ class Bench:
             time.sleep(0.5)
 
     def _in_force(self, config: str) -> bool:
-        """A dry run of ``DENY_PROBE`` is denied by the configuration's validating webhook (allowed
-        with none), and, for the two taugate configurations, reached the right ``taugate serve``."""
+        """A dry run of ``DENY_PROBE`` is denied by the configuration's webhook (taugate's one workload
+        call, Gatekeeper's validating webhook; allowed with none), and, for the two taugate
+        configurations, reached the right ``taugate serve``."""
         servers = (("taugate", self.taugate), ("taugate-opa", self.taugate_opa))
         before = {k: _taugate_reviews(p) for k, p in servers if p}
         r = self.cp.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", input=json.dumps(DENY_PROBE),
                             check=False)
         err = r.stderr
+        if config in ("none", "gatekeeper"):  # taugate's admission policy binding gone, too
+            gpu = self.cp.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-",
+                                  input=json.dumps(GPU_PROBE), check=False)
+            if admission_policy.NAME in gpu.stderr:
+                return False
         if config == "none":
             return r.returncode == 0
         if config == "gatekeeper":
             return r.returncode != 0 and GATEKEEPER_WEBHOOK in err and "requests-required" in err
-        if r.returncode == 0 or "validate.workloads.tau.azure.com" not in err:
+        if r.returncode == 0 or "mutate.workloads.tau.azure.com" not in err:  # the one workload call
             return False
         after = {k: _taugate_reviews(p) for k, p in servers if p}
         other = "taugate-opa" if config == "taugate" else "taugate"
@@ -388,9 +401,16 @@ def start(workdir: Path, configs: tuple[str, ...]) -> Bench:
         b.started_s["control plane + Kueue"] = time.monotonic() - t0
         t0 = time.monotonic()
         b.taugate = e2e_platform.install(cp, workdir / "taugate")
+        # The operator made the workspaces and installed the admission policy; stopped now, since it
+        # would put back the policy's binding the bench takes away for the other configurations.
+        assert b.taugate.operator is not None
+        b.taugate.operator.stop()
+        b.taugate.operator = None
         ca = (b.taugate.cert_dir / "ca.crt").read_bytes()
         b.configurations["none"] = []
-        b.configurations["taugate"] = e2e_platform.webhook_configurations(b.taugate.objects, b.taugate.webhook_port, ca)
+        # taugate is its webhook configurations and its admission policy's binding (the peers run without it)
+        b.configurations["taugate"] = e2e_platform.webhook_configurations(
+            b.taugate.objects, b.taugate.webhook_port, ca) + [admission_policy.binding()]
         b.started_s["taugate"] = time.monotonic() - t0
         if "taugate-opa" in configs:
             t0 = time.monotonic()
@@ -401,7 +421,7 @@ def start(workdir: Path, configs: tuple[str, ...]) -> Bench:
             b.taugate_opa.workdir.mkdir(parents=True, exist_ok=True)
             b.taugate_opa.start_webhook()
             b.configurations["taugate-opa"] = e2e_platform.webhook_configurations(
-                b.taugate_opa.objects, b.taugate_opa.webhook_port, ca)
+                b.taugate_opa.objects, b.taugate_opa.webhook_port, ca) + [admission_policy.binding()]
             b.started_s["taugate-opa + OPA"] = time.monotonic() - t0
         if "gatekeeper" in configs:
             t0 = time.monotonic()

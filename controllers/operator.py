@@ -21,12 +21,14 @@ import kopf
 import kubernetes.client
 from pydantic import ValidationError
 
-from taugate import labels
+from taugate import admission_policy, labels
 from taugate.controllers import resources as R
+from taugate.controllers.admission_policy import reconcile_admission_policy
 from taugate.controllers.taugrid.cluster import reconcile_cluster
 from taugate.controllers.taugrid.quotarequest import reconcile_quota_request
 from taugate.controllers.taugrid.workspace import reconcile_workspace
 from taugate.kube import Kube, KubeError
+from taugate.kubeaccess import VALIDATING_ADMISSION_POLICIES, VALIDATING_ADMISSION_POLICY_BINDINGS
 from taugate.models import TauWorkspace
 from taugate.settings import Settings
 from taugate.workqueue import WorkQueue, cancel
@@ -64,6 +66,7 @@ def quiet_routine_handler_lines() -> None:
 Key = tuple[str, str, str]
 CLUSTER_KEY: Key = ("cluster", "", R.CLUSTER_NAME)
 RESYNC_KEY: Key = ("resync", "", "")
+POLICY_KEY: Key = ("admission-policy", "", admission_policy.NAME)
 
 
 @dataclass
@@ -165,6 +168,7 @@ class Controller:
     def resync(self) -> None:
         """Queue every known key (drift repair)."""
         self.queue.add(CLUSTER_KEY, 0)
+        self.queue.add(POLICY_KEY, 0)
         for ns, name in list(self.workspaces):
             self.queue.add(("workspace", ns, name), 0)
         for ns, name in list(self.quota_requests):
@@ -179,6 +183,8 @@ class Controller:
             return reconcile_workspace(self.kube, self.settings, ns, name)
         if kind == "quota":
             return reconcile_quota_request(self.kube, self.settings, ns, name)
+        if kind == "admission-policy":
+            return reconcile_admission_policy(self.kube, self.settings)
         raise ValueError(f"unknown key {key!r}")
 
     async def handle(self, key: Hashable) -> None:
@@ -207,6 +213,7 @@ class Controller:
 
     async def run(self) -> None:
         """The worker, resyncing every ``resync_seconds`` (until cancelled)."""
+        self.queue.add(POLICY_KEY, 0)
         self.queue.add(RESYNC_KEY, self.options.resync_seconds)
         await self.queue.run(self.handle)
 
@@ -309,6 +316,21 @@ def _register_events(registry: kopf.OperatorRegistry, ctl: Controller) -> None:
     def _workspace(type: str | None, body: kopf.Body, **_: Any) -> None:
         if ctl.changed("TauWorkspace", type, dict(body)):
             ctl.on_workspace(type, dict(body))
+
+    def ours(name: str | None, **_: Any) -> bool:
+        return name == admission_policy.NAME
+
+    @kopf.on.event(VALIDATING_ADMISSION_POLICIES.group, VALIDATING_ADMISSION_POLICIES.version,
+                   VALIDATING_ADMISSION_POLICIES.plural, registry=registry, when=ours)
+    def _admission_policy(type: str | None, body: kopf.Body, **_: Any) -> None:  # put back when edited
+        if ctl.changed("ValidatingAdmissionPolicy", type, dict(body)):
+            ctl.enqueue(POLICY_KEY)
+
+    @kopf.on.event(VALIDATING_ADMISSION_POLICY_BINDINGS.group, VALIDATING_ADMISSION_POLICY_BINDINGS.version,
+                   VALIDATING_ADMISSION_POLICY_BINDINGS.plural, registry=registry, when=ours)
+    def _admission_policy_binding(type: str | None, body: kopf.Body, **_: Any) -> None:
+        if ctl.changed("ValidatingAdmissionPolicyBinding", type, dict(body)):
+            ctl.enqueue(POLICY_KEY)
 
     @kopf.on.event(R.TAU_QUOTA_REQUESTS.group, R.TAU_QUOTA_REQUESTS.version, R.TAU_QUOTA_REQUESTS.plural,
                    registry=registry, when=in_system_namespace)

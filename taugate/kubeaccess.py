@@ -133,3 +133,8 @@ def kubeconfig_problem(spec: str, origin: str | None = None) -> str | None:
         except InputError as e:
             return f"{label}: the kubeconfig file cannot be read: {str(e).removeprefix(p + ': ')}"
     return None
+VALIDATING_ADMISSION_POLICIES = Resource("admissionregistration.k8s.io", "v1", "validatingadmissionpolicies",
+                                         "ValidatingAdmissionPolicy", False)
+VALIDATING_ADMISSION_POLICY_BINDINGS = Resource("admissionregistration.k8s.io", "v1",
+                                                "validatingadmissionpolicybindings",
+                                                "ValidatingAdmissionPolicyBinding", False)

@@ -58,6 +58,8 @@ class Settings(BaseSettings):
     - ``log_level``, ``log_format``: plain text here; ``taugate.logs`` checks them first.
     - ``dra_gpu_workloads`` ``queue``: only when Kueue runs with its DRA support and maps these
       DeviceClasses onto the queues' GPU resource (docs/gpu-paths.md).
+    - ``admission_policy``: the operator installs and keeps the ValidatingAdmissionPolicy of
+      ``taugate/admission_policy.py`` (False: it removes its own).
     """
 
     model_config = SettingsConfigDict(env_prefix="TAUGATE_")
@@ -106,6 +108,7 @@ class Settings(BaseSettings):
     gpu_device_classes: tuple[str, ...] = DEFAULT_GPU_DEVICE_CLASSES
     dra_gpu_workloads: Literal["deny", "queue"] = "deny"
     device_access: Literal["deny", "govern"] = "deny"
+    admission_policy: bool = True
     log_level: str = "info"
     log_format: str = "json"
 

@@ -45,6 +45,7 @@ class Decision:
     code: int = 200
     reason: str = ""
     policy_failures: list[str] = field(default_factory=list)
+    said_before: bool = False  # a reinvocation's answer: its warnings and dry-run hits were logged the first time
 
     @property
     def message(self) -> str:

@@ -1,7 +1,8 @@
 """The webhook's decision log: every denial, warning and dry-run hit, once, as one structured line
 (ARCHITECTURE.md section 2), from the webhook that answered: the API server stops at the first
 denial (k8s.io/apiserver pkg/admission/plugin/webhook/mutating/dispatcher.go and
-validating/dispatcher.go), and a reinvoked ``/mutate`` sees its own output, so warns nothing again.
+validating/dispatcher.go), and a reinvoked ``/mutate`` sees its own output (``Decision.said_before``:
+nothing to change and the record taugate signed for it), so logs no warning or dry-run hit again.
 """
 
 from __future__ import annotations
@@ -64,8 +65,8 @@ def log_decision(path: str, req: dict, decision: Decision) -> int:
     if not decision.allowed:
         problems = [v.render() for v in decision.violations] or [decision.reason]
         write(logging.INFO, "denied", [v.policy for v in decision.violations] or ["taugate"], problems)
-    if decision.warnings:
+    if decision.warnings and not decision.said_before:
         write(logging.INFO, "warned", [_rule(w) for w in decision.warnings], list(decision.warnings))
-    if decision.dryrun:
+    if decision.dryrun and not decision.said_before:
         write(logging.INFO, "dryrun", [v.policy for v in decision.dryrun], [v.render() for v in decision.dryrun])
     return lines

@@ -9,10 +9,10 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import jsonpatch
 import orjson
 
 from taugate import demand, labels
+from taugate import record as admission_record
 from taugate.access import as_dict, metadata_of
 from taugate.kinds import WorkloadKind, kind_for
 from taugate.models import TauWorkspace
@@ -426,11 +426,40 @@ def request_for(obj: dict, *, namespace: str | None, operation: str = "CREATE", 
             "object": obj, "oldObject": old, "dryRun": dry_run}
 
 
+def decide(request: dict, state: ClusterState, settings: Settings, engine: Engine | None = None, *,
+           in_place: bool = False) -> Decision:
+    """The workload webhook's one answer (``/mutate``): ``mutate``, then ``validate`` of the
+    mutated object, so a create costs the API server one call; the patch is the mutation's,
+    warnings come from both. What must hold of the final object, after any later mutating webhook,
+    the API server's own policy keeps (``taugate.admission_policy``)."""
+    m = mutate(request, state, settings, engine, in_place=in_place)
+    if not m.allowed:
+        return m
+    final = m.object if isinstance(m.object, dict) else request.get("object")
+    v = validate({**request, "object": final}, state, settings, engine)
+    return dataclasses.replace(v, patch=m.patch if v.allowed else None, object=final,
+                               warnings=list(dict.fromkeys(m.warnings + v.warnings)),
+                               said_before=m.patch is None and _signed_for(request, final, settings))
+
+
+def _signed_for(request: dict, obj: Any, settings: Settings) -> bool:
+    """A CREATE of ``obj`` carrying the admission record taugate signed for it: our own output,
+    seen again on reinvocation."""
+    if request.get("operation") != "CREATE" or not isinstance(obj, dict):
+        return False
+    meta = as_dict(obj.get("metadata"))
+    found = admission_record.decode(as_dict(meta.get("annotations")).get(labels.ADMISSION_RECORD))
+    here = {**obj, "metadata": {**meta, "namespace": meta.get("namespace") or request.get("namespace")}}
+    key = settings.admission_key_bytes()
+    if key is None:  # nothing can be verified (``taugate serve`` without a key): its presence is what there is
+        return found is not None
+    return found is not None and admission_record.verify(found, here, key).trusted
+
+
 def admit(obj: dict, *, state: ClusterState, settings: Settings, engine: Engine | None = None,
           namespace: str | None = None, operation: str = "CREATE", user_info: dict | None = None,
           old: dict | None = None) -> Decision:
-    """``obj`` through mutation, then validation of the mutated object, as the API server would
-    call the two webhooks; ``patch`` is the mutating webhook's, warnings come from both."""
+    """``obj`` as the API server would have taugate decide it (``decide``)."""
     ns = namespace or metadata_of(obj).get("namespace")
     try:
         obj = mutation.deep_copy(obj)
@@ -438,10 +467,5 @@ def admit(obj: dict, *, state: ClusterState, settings: Settings, engine: Engine 
         return _unrepresentable(obj)
     if ns and isinstance(obj.get("metadata"), dict):
         obj["metadata"].setdefault("namespace", ns)
-    request = request_for(obj, namespace=ns, operation=operation, user_info=user_info, old=old)
-    m = mutate(request, state, settings, engine)
-    if not m.allowed:
-        return m
-    final = jsonpatch.apply_patch(obj, m.patch) if m.patch else obj
-    v = validate({**request, "object": final}, state, settings, engine)
-    return dataclasses.replace(v, patch=m.patch, object=final, warnings=list(dict.fromkeys(m.warnings + v.warnings)))
+    return decide(request_for(obj, namespace=ns, operation=operation, user_info=user_info, old=old), state, settings,
+                  engine)

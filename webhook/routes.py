@@ -88,7 +88,7 @@ ROUTED_KINDS = KIND_NAMES | TAU_KINDS | frozenset(u.kind for u in UNMANAGED_KIND
 
 ROUTES: tuple[Route, ...] = (
     Route("mutate.workloads.tau.azure.com", "/mutate", "mutating", WORKLOAD_RULES),
-    Route("validate.workloads.tau.azure.com", "/validate", "validating", WORKLOAD_RULES + SCALE_RULES + CLAIM_RULES),
+    Route("validate.workloads.tau.azure.com", "/validate", "validating", SCALE_RULES + CLAIM_RULES),
     Route("mutate.resources.tau.azure.com", "/mutate-tau", "mutating", APPROVAL_RULES),
     Route("validate.resources.tau.azure.com", "/validate-tau", "validating", TAU_RULES),
 )

@@ -63,7 +63,7 @@ JSON = "application/json"
 
 _DECIDERS: dict[str, Callable[[dict, ClusterState, Settings, Any, scale.Reader | None], Decision]] = {
     # The server parsed the review for this one answer: mutation may edit it in place.
-    "mutate.workloads.tau.azure.com": lambda req, st, s, e, _: review.mutate(req, st, s, e, in_place=True),
+    "mutate.workloads.tau.azure.com": lambda req, st, s, e, _: review.decide(req, st, s, e, in_place=True),
     "validate.workloads.tau.azure.com": lambda req, st, s, e, read: scale.validate(req, st, s, e, read),
     "mutate.resources.tau.azure.com": lambda req, st, s, e, _: approval.mutate(req),
     "validate.resources.tau.azure.com": lambda req, st, s, e, _: review.validate_tau(req, st, s),

@@ -143,9 +143,9 @@ def _cmd_render_cel(args: argparse.Namespace) -> int:
     """``policy render-cel``: the policy and its binding as YAML documents (``kubectl apply -f -``)."""
     import yaml
 
-    from taugate.webhook import backstop
+    from taugate import admission_policy
 
-    sys.stdout.write(yaml.safe_dump_all(backstop.documents(Settings()), sort_keys=False, width=120))
+    sys.stdout.write(yaml.safe_dump_all(admission_policy.documents(Settings()), sort_keys=False, width=120))
     return 0
 
 
@@ -171,8 +171,9 @@ def add_commands(subparsers: Any) -> None:
     e.add_argument("-o", "--output", choices=("text", "json"), default="text")
     e.set_defaults(func=_cmd_eval)
 
-    c = sub.add_parser("render-cel", help="print the ValidatingAdmissionPolicy that keeps taugate's core rule in "
-                                          "the API server (the chart installs it)")
+    c = sub.add_parser("render-cel", help="print the ValidatingAdmissionPolicy and binding that keep taugate's core "
+                                          "rule in the API server, from TAUGATE_* settings (the operator installs "
+                                          "them)")
     c.set_defaults(func=_cmd_render_cel)
 
     from taugate.cli.audit import add_audit_commands

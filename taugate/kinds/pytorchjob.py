@@ -80,6 +80,10 @@ class PyTorchJob(WorkloadKind):
     ``worker``) pod templates, ``replica_pods`` each; suspended at ``spec.runPolicy.suspend``."""
 
     group, version, resource, kind = "kubeflow.org", "v1", "pytorchjobs", "PyTorchJob"
+    cel_pod_specs = ("(has(object.spec) && has(object.spec.pytorchReplicaSpecs) ? object.spec.pytorchReplicaSpecs"
+                     ".filter(k, has(object.spec.pytorchReplicaSpecs[k].template) && "
+                     "has(object.spec.pytorchReplicaSpecs[k].template.spec))"
+                     ".map(k, object.spec.pytorchReplicaSpecs[k].template.spec) : [])")
     spec_model = PyTorchJobSpec
     suspend_path = ("spec", "runPolicy", "suspend")
     scale_path = ("spec", "pytorchReplicaSpecs", "Worker", "replicas")

@@ -26,6 +26,7 @@ from taugate.kinds.base import Override
 from taugate.kinds.raycluster import (
     EmbeddedRayCluster,
     RayClusterSpec,
+    cel_cluster_specs,
     check_autoscaling,
     check_worker_groups,
     cluster_templates,
@@ -217,6 +218,7 @@ class RayJob(EmbeddedRayCluster):
 
     group, version, resource, kind = "ray.io", "v1", "rayjobs", "RayJob"
     cluster_key = "rayClusterSpec"
+    cel_pod_specs = cel_cluster_specs("spec", "rayClusterSpec")  # not the submitter: unqueued beside clusterSelector
     spec_model = RayJobSpec
     upstream = ("ray-operator v1.5 controllers/ray/utils/validation.go ValidateRayJobSpec, "
                 "controllers/ray/common/job.go GetSubmitterTemplate; kueue v0.17 pkg/controller/jobs/rayjob")

@@ -1,7 +1,8 @@
-"""Failure modes as docs/runbook.md describes them, on the real API server: taugate down with
-``failurePolicy: Fail`` blocks workloads in workspaces only, with the documented message, and the
-runbook's one command restores creation; a certificate rotation while creates go on fails none of
-them; the chart's uninstall path leaves no webhook configuration behind."""
+"""Failure modes as docs/runbook.md describes them, on the real API server: with taugate down (its
+workload route's ``failurePolicy: Ignore``), the API server's own policy refuses a GPU workload in a
+workspace with the documented message while CPU workloads and other namespaces go on, and deleting
+the configurations changes nothing of that; a certificate rotation while creates go on fails none
+of them; the chart's uninstall path leaves no webhook configuration behind."""
 
 from __future__ import annotations
 
@@ -31,33 +32,34 @@ def _job(namespace: str, name: str) -> str:
     return json.dumps(obj)
 
 
-def test_with_taugate_down_a_workspace_rayjob_fails_as_the_runbook_says_and_everything_else_goes_through(platform):
+def test_with_taugate_down_a_workspace_rayjob_is_refused_as_the_runbook_says_and_everything_else_goes_through(
+        platform):
     cp = platform.cp
     cp.kubectl("create", "namespace", "not-a-workspace")
     platform.stop_webhook()
     try:
-        out = cp.kubectl("apply", "-f", "-", input=json.dumps(into_workspace(EXAMPLE, name="while-down")), check=False)
-        assert out.returncode != 0
-        assert 'failed calling webhook "mutate.workloads.tau.azure.com"' in out.stderr, out.stderr
-        assert "connect: connection refused" in out.stderr
-        # Nothing outside workspaces waits for taugate: kube-system and any other namespace.
-        cp.kubectl("apply", "-f", "-", input=_job("kube-system", "while-down"))
-        cp.kubectl("apply", "-f", "-", input=_job("not-a-workspace", "while-down"))
-        # The runbook's one command restores creation at once (then the chart is reinstalled).
-        cp.kubectl("delete", "mutatingwebhookconfiguration/taugate", "validatingwebhookconfiguration/taugate")
-        cp.kubectl("apply", "-f", "-", input=_job(WORKSPACE, "while-down"))
-        unmanaged = cp.get_json("job", "while-down", "-n", WORKSPACE)
-        assert RUN_ID not in (unmanaged["metadata"].get("labels") or {})
-        # ... and the runbook's query finds what was admitted while taugate was off.
+        for deleted in (False, True):  # the configurations in place, then deleted (the runbook's last resort)
+            if deleted:
+                cp.kubectl("delete", "mutatingwebhookconfiguration/taugate", "validatingwebhookconfiguration/taugate")
+            out = cp.kubectl("apply", "-f", "-", input=json.dumps(into_workspace(EXAMPLE, name="while-down")),
+                             check=False)
+            assert out.returncode != 0
+            assert "ValidatingAdmissionPolicy 'taugate-admitted-workloads'" in out.stderr, out.stderr
+            assert f"taugate has not admitted RayJob while-down in workspace namespace {WORKSPACE}" in out.stderr
+            assert "taugate's admission webhook may be unavailable" in out.stderr
+            # A CPU workload in the workspace, kube-system and any other namespace go on.
+            for namespace in ("kube-system", "not-a-workspace", WORKSPACE):
+                cp.kubectl("apply", "-f", "-", input=_job(namespace, f"while-down-{int(deleted)}"))
+        # ... so the runbook's query finds only CPU workloads admitted while taugate was off.
         found = cp.kubectl("get", "rayjobs,rayclusters,jobs", "-n", WORKSPACE, "-l", f"!{RUN_ID}", "-o",
                            "name").stdout.split()
-        assert "job.batch/while-down" in found
+        assert sorted(found) == ["job.batch/while-down-0", "job.batch/while-down-1"]
     finally:
         platform.start_webhook()
         cp.apply_objects(webhook_configurations(platform.objects, platform.webhook_port,
                                                 (platform.cert_dir / "ca.crt").read_bytes()), "--server-side",
                          "--field-manager=helm", "--force-conflicts")
-        cp.kubectl("delete", "job", "while-down", "-n", WORKSPACE, "--ignore-not-found")
+        cp.kubectl("delete", "job", "while-down-0", "while-down-1", "-n", WORKSPACE, "--ignore-not-found")
 
     def mutated_again() -> bool:
         probe = json.dumps(into_workspace(EXAMPLE, name="back"))
@@ -70,9 +72,10 @@ def test_with_taugate_down_a_workspace_rayjob_fails_as_the_runbook_says_and_ever
 
 def test_with_the_opa_backend_down_the_api_server_applies_the_failure_policy(platform, opa_server):
     """The chart's ``webhook.opa`` args against a real OPA server: while OPA serves, taugate
-    decides with it; once OPA is down, /validate answers HTTP 503 and the API server applies
-    ``failurePolicy: Fail`` (k8s.io/apiserver validating/dispatcher.go ``callHook``: a failed
-    call), with taugate's reason in its error (the 503 body is a ``metav1.Status``)."""
+    decides with it; once OPA is down, /mutate answers HTTP 503 (nothing decided) and the API
+    server applies the workload route's ``failurePolicy: Ignore`` (k8s.io/apiserver
+    mutating/dispatcher.go ``callAttrMutatingHook``: a failed call), then its own policy, which
+    refuses the GPU RayJob: nothing is admitted unchecked."""
     cp = platform.cp
     default_objects = platform.objects
     platform.stop_webhook()
@@ -88,9 +91,11 @@ def test_with_the_opa_backend_down_the_api_server_applies_the_failure_policy(pla
         opa_server.stop()
         out = cp.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-",
                          input=json.dumps(into_workspace(EXAMPLE, name="opa-down")), check=False)
+        # taugate answers HTTP 503 (nothing decided); the workload route's failurePolicy is Ignore, so the
+        # API server goes on to its own policy, which refuses a GPU workload taugate did not admit.
         assert out.returncode != 0
-        assert 'failed calling webhook "validate.workloads.tau.azure.com"' in out.stderr, out.stderr
-        assert "policy backend could not answer" in out.stderr and opa_server.url in out.stderr, out.stderr
+        assert "ValidatingAdmissionPolicy 'taugate-admitted-workloads'" in out.stderr, out.stderr
+        assert "taugate has not admitted RayJob opa-down" in out.stderr, out.stderr
     finally:
         platform.stop_webhook()
         platform.objects = default_objects

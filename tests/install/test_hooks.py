@@ -20,6 +20,7 @@ from cryptography import x509
 from cryptography.x509.verification import PolicyBuilder, Store
 from kubernetes.client.exceptions import ApiException
 
+from taugate import admission_policy
 from taugate.webhook.routes import ROUTES
 from tests.install.chart import NAMESPACE, hook_events, one, pod_spec
 from tests.kubedouble import KubeDouble
@@ -108,7 +109,7 @@ def test_the_certificate_hook_gives_the_api_server_a_ca_that_verifies_the_webhoo
     assert kueue.webhooks[0].client_config.ca_bundle is None
 
 
-def test_the_pre_delete_hook_removes_taugates_configurations_and_secret_only(default_objects, cluster):
+def test_the_pre_delete_hook_removes_taugates_configurations_secret_and_admission_policy_only(default_objects, cluster):
     kubeconfig, adm, core = cluster
     job = one(default_objects, "Job", "taugate-cleanup")
     assert hook_events(job) == {"pre-delete"}
@@ -119,8 +120,14 @@ def test_the_pre_delete_hook_removes_taugates_configurations_and_secret_only(def
                                               "metadata": {"name": "taugate-webhook-tls", "namespace": NAMESPACE},
                                               "data": {"tls.crt": "", "tls.key": ""}})
 
+    for doc in admission_policy.documents():  # the operator's
+        (adm.create_validating_admission_policy if doc["kind"] == "ValidatingAdmissionPolicy"
+         else adm.create_validating_admission_policy_binding)(doc)
+
     done = _run(job, kubeconfig)
     assert done.returncode == 0, done.stderr
+    assert _gone(lambda: adm.read_validating_admission_policy(admission_policy.NAME))
+    assert _gone(lambda: adm.read_validating_admission_policy_binding(admission_policy.NAME))
     assert _gone(lambda: adm.read_mutating_webhook_configuration("taugate"))
     assert _gone(lambda: adm.read_validating_webhook_configuration("taugate"))
     assert _gone(lambda: core.read_namespaced_secret("taugate-webhook-tls", NAMESPACE))
@@ -128,4 +135,4 @@ def test_the_pre_delete_hook_removes_taugates_configurations_and_secret_only(def
 
     again = _run(job, kubeconfig)  # a retried or repeated uninstall finds nothing left: still success
     assert again.returncode == 0, again.stderr
-    assert again.stdout.count("already gone") == 3
+    assert again.stdout.count("already gone") == 5

@@ -74,7 +74,7 @@ def test_the_rendered_configurations_agree_with_routes(default_objects):
             (list(r.api_groups), list(r.api_versions), list(r.resources), list(r.operations)) for r in route.rules]
 
 
-def test_the_workload_webhooks_intercept_every_registered_kind_and_unmanaged_kind_and_only_those(default_objects):
+def test_one_call_decides_every_managed_and_unmanaged_kind_and_the_other_only_scales_claims_and_debug(default_objects):
     webhooks = _webhooks(default_objects)
     scalable = {(k.group, k.version, f"{k.resource}/scale") for k in KINDS if k.scale_path}
     for route in ("/mutate", "/validate"):
@@ -86,9 +86,10 @@ def test_the_workload_webhooks_intercept_every_registered_kind_and_unmanaged_kin
             {(u.group, u.version, u.resource) for u in UNMANAGED_KINDS}
         claims = {("resource.k8s.io", "v1", "resourceclaims"), ("resource.k8s.io", "v1", "resourceclaimtemplates"),
                   ("", "v1", DEBUG_SUBRESOURCE)}
-        # the validating webhook also judges kubectl scale / an HPA on every kind with a scale subresource,
-        # DRA claims when created and kubectl debug's containers (webhook/claims.py)
-        assert rules == (objects_ | scalable | claims if route == "/validate" else objects_), name
+        # one call per create or update (/mutate decides both); the validating webhook judges only what has
+        # no object to mutate: kubectl scale / an HPA on every kind with a scale subresource, DRA claims
+        # when created and kubectl debug's containers (webhook/claims.py)
+        assert rules == (scalable | claims if route == "/validate" else objects_), name
         for r in w["rules"]:
             scales = ["/scale" in res for res in r["resources"]]
             assert all(scales) or not any(scales), (name, r)
@@ -113,8 +114,14 @@ def test_rules_name_only_workload_kinds_and_tau_kinds_and_no_subresource_but_sca
 
 
 def test_the_admission_settings_are_the_documented_defaults(default_objects):
+    with pytest.raises(Exception, match="admissionPolicy.enabled is false"):
+        objects({"admissionPolicy": {"enabled": False}})
+    assert objects({"admissionPolicy": {"enabled": False}, "webhook": {"failurePolicyOverrides": {"mutate": "Fail"}}})
+    assert objects({"admissionPolicy": {"enabled": False}, "webhook": {"failurePolicy": "Ignore"}})  # the last resort
     for _name, (kind, w) in _webhooks(default_objects).items():
-        assert w["sideEffects"] == "None" and w["timeoutSeconds"] == 3 and w["failurePolicy"] == "Fail"
+        assert w["sideEffects"] == "None" and w["timeoutSeconds"] == 3
+        # the workload route is Ignore: the API server's own policy keeps the core rule while it is down
+        assert w["failurePolicy"] == ("Ignore" if w["name"] == "mutate.workloads.tau.azure.com" else "Fail")
         assert w["admissionReviewVersions"] == ["v1"] and w["matchPolicy"] == "Equivalent"
         assert "caBundle" not in w["clientConfig"]  # filled by `taugate certs` or cert-manager, never by Helm
         if kind == "MutatingWebhookConfiguration":

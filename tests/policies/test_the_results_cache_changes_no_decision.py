@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import shutil
 
+import orjson
 import pytest
 
 from taugate.webhook import review
@@ -120,6 +121,22 @@ def test_the_cache_holds_at_most_its_size_and_zero_turns_it_off(example_state, s
     off.evaluate(doc)
     off.evaluate(doc)
     assert (off.cache_hits, off.cache_misses, len(off._cache)) == (0, 0, 0)
+
+
+def test_the_cache_holds_at_most_its_bytes_and_never_a_large_input(example_state, settings):
+    """Each create has its own run-id, so a run of large objects is a run of distinct inputs: the
+    cache's memory is bounded by bytes, not only by entries."""
+    doc = image_classifier_input(example_state, settings, workers=4, gpus=4)
+    size = len(orjson.dumps(doc))
+    engine = EmbeddedPolicyEngine(PolicyStore(POLICIES), cache_size=100, cache_bytes=8 * size + 64)
+    for n in range(20):
+        engine.evaluate({**doc, "object": {**doc["object"], "totalGpus": n}})
+    assert 1 <= len(engine._cache) <= 8
+    assert sum(len(text) for _, text in engine._cache) <= engine.cache_bytes
+    large = {**doc, "object": {**doc["object"], "annotations": {"notes": "x" * engine.cache_bytes}}}
+    before = len(engine._cache)
+    engine.evaluate(large)
+    assert len(engine._cache) == before and all(len(text) < engine.cache_bytes for _, text in engine._cache)
 
 
 def test_a_changed_policy_set_is_never_answered_from_the_old_sets_results(policy_copy, example_state, settings):

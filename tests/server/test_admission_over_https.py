@@ -94,21 +94,24 @@ async def test_apiserver_requests_outside_workspaces_are_allowed_untouched(gate,
         assert resp["allowed"] and "patch" not in resp, (route.path, resp)
 
 
-async def test_a_minimal_job_create_moved_into_a_workspace_is_mutated_then_validated(gate):
+async def test_a_minimal_job_create_moved_into_a_workspace_is_decided_in_one_call(gate):
     request = json.loads((APISERVER_REQUESTS / "job-create-minimal.json").read_text())
     request["namespace"] = "vision"
     job = request["object"]
+    # The captured Job sets no cpu/memory requests: the one workload webhook says so, per field.
     r = await gate.post("/mutate", admission_review(request))
     resp = check_response(r.body, request["uid"])
+    assert not resp["allowed"] and resp["status"]["code"] == 403
+    assert "[requests-required] spec.template.spec.containers[0].resources.requests.cpu" in resp["status"]["message"]
+    for c in job["spec"]["template"]["spec"]["containers"]:
+        c.setdefault("resources", {})["requests"] = {"cpu": "1", "memory": "1Gi"}
+    r = await gate.post("/mutate", admission_review(request))
+    resp = check_response(r.body, request["uid"])
+    assert resp["allowed"], resp
     mutated = apply(job, resp)
     assert mutated["metadata"]["labels"][labels.KUEUE_QUEUE_NAME] == "vision-queue"
     assert mutated["spec"]["suspend"] is True
     assert RUN_ID.match(mutated["spec"]["template"]["metadata"]["labels"][labels.RUN_ID])
-    # The captured Job sets no cpu/memory requests: the validating webhook says so, per field.
-    r = await gate.post("/validate", admission_review({**request, "object": mutated}))
-    resp = check_response(r.body, request["uid"])
-    assert not resp["allowed"] and resp["status"]["code"] == 403
-    assert "[requests-required] spec.template.spec.containers[0].resources.requests.cpu" in resp["status"]["message"]
 
 
 async def test_a_rayjob_with_generate_name_and_no_labels_gets_a_patch_that_yields_a_valid_queued_rayjob(gate, rayjob):

@@ -27,7 +27,7 @@ from tests.waiting import until
 
 
 def chart_memory_limit_mib() -> float:
-    """The webhook container's memory limit in the chart's values (``512Mi``), in MiB."""
+    """The webhook container's memory limit in the chart's values (``768Mi``), in MiB."""
     values = yaml.safe_load((REPO / "charts/taugate/values.yaml").read_text())
     limit = values["webhook"]["resources"]["limits"]["memory"]
     assert limit.endswith("Mi"), limit

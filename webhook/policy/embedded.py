@@ -113,6 +113,12 @@ def check_policy_set(ps: PolicySet) -> None:
 DEFAULT_RESULTS_CACHE = 1024
 """How many evaluations ``EmbeddedPolicyEngine`` remembers by default (each entry is one whole
 input's bytes and its results)."""
+LARGE_INPUT_BYTES = 2**20
+"""An input above this many bytes is dropped from its thread's regorus engine once evaluated."""
+DEFAULT_RESULTS_CACHE_BYTES = 32 * 2**20
+"""The most input bytes the results cache holds (an entry is its input's bytes): 32 MiB, so a run of
+large distinct objects (each create has its own run-id) never grows the webhook past its memory
+limit; an input above an eighth of it (4 MiB) is never remembered."""
 
 
 class EmbeddedPolicyEngine:
@@ -120,7 +126,8 @@ class EmbeddedPolicyEngine:
 
     ``evaluate`` serialises the whole input with orjson and evaluates
     ``data.taugate.aggregate.results`` once. The results are remembered by the policy set's digest
-    and the input's exact bytes, least recently used first out, ``cache_size`` entries (0: none;
+    and the input's exact bytes, least recently used first out, ``cache_size`` entries and
+    ``cache_bytes`` input bytes (an input over an eighth of them is not remembered; 0: none;
     never for a set that calls a non-deterministic built-in, ``PolicySet.deterministic``): equal
     bytes are an equal input, and a policy reads nothing but its input and the set, so a hit is
     the answer evaluation would give (``tests/policies/test_the_results_cache_changes_no_decision.py``
@@ -129,10 +136,13 @@ class EmbeddedPolicyEngine:
 
     remote = False
 
-    def __init__(self, store: ActiveSet, cache_size: int = DEFAULT_RESULTS_CACHE):
+    def __init__(self, store: ActiveSet, cache_size: int = DEFAULT_RESULTS_CACHE,
+                 cache_bytes: int = DEFAULT_RESULTS_CACHE_BYTES):
         self.store = store
         self._local = threading.local()
         self.cache_size = cache_size
+        self.cache_bytes = cache_bytes
+        self._cached_bytes = 0
         self._cache: OrderedDict[tuple[str, bytes], list] = OrderedDict()
         self._cache_lock = threading.Lock()
         self.cache_hits = 0
@@ -154,7 +164,8 @@ class EmbeddedPolicyEngine:
         with the cache: read it, never change it."""
         ps = ps or self.store.current
         text = orjson.dumps(input)
-        key = (ps.digest, text) if ps.deterministic and self.cache_size > 0 else None
+        key = (ps.digest, text) if ps.deterministic and self.cache_size > 0 and \
+            len(text) <= self.cache_bytes // 8 else None
         if key is not None:
             with self._cache_lock:
                 hit = self._cache.get(key)
@@ -166,6 +177,8 @@ class EmbeddedPolicyEngine:
         try:
             engine.set_input_json(text.decode())
             raw = engine.eval_rule(RESULTS_RULE) or []
+            if len(text) > LARGE_INPUT_BYTES:  # the thread's engine would keep it until its next review
+                engine.set_input_json("{}")
         except BaseException as e:
             if isinstance(e, (KeyboardInterrupt, SystemExit)):
                 raise
@@ -173,9 +186,12 @@ class EmbeddedPolicyEngine:
         if key is not None:
             with self._cache_lock:
                 self.cache_misses += 1
+                if key not in self._cache:
+                    self._cached_bytes += len(text)
                 self._cache[key] = raw
-                while len(self._cache) > self.cache_size:
-                    self._cache.popitem(last=False)
+                while len(self._cache) > self.cache_size or self._cached_bytes > self.cache_bytes:
+                    (_, old), _ = self._cache.popitem(last=False)
+                    self._cached_bytes -= len(old)
         return ps, raw
 
     def evaluate(self, input: dict) -> list[Violation]:

@@ -123,6 +123,8 @@ app.kubernetes.io/component: {{ .component }}
   value: {{ .Values.gpu.draWorkloads | default "deny" | quote }}
 - name: TAUGATE_DEVICE_ACCESS
   value: {{ .Values.gpu.deviceAccess | default "deny" | quote }}
+- name: TAUGATE_ADMISSION_POLICY
+  value: {{ .Values.admissionPolicy.enabled | quote }}
 - name: TAUGATE_RAY_SHUTDOWN_AFTER_JOB_FINISHES
   value: {{ .Values.ray.shutdownAfterJobFinishes | default "set" | quote }}
 - name: TAUGATE_ADMIN_GROUPS
@@ -160,6 +162,9 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 {{- $keys := list -}}
 {{- range (include "taugate.routes" . | fromJsonArray) -}}{{- $keys = append $keys .key -}}{{- end -}}
+{{- if and (eq (include "taugate.failurePolicy" (dict "root" . "key" "mutate")) "Ignore") (not .Values.admissionPolicy.enabled) (ne .Values.webhook.failurePolicy "Ignore") -}}
+{{- fail "the workload route's failurePolicy is Ignore (webhook.failurePolicyOverrides.mutate) while admissionPolicy.enabled is false: with taugate's webhook down, GPU workloads would be admitted unqueued; turn admissionPolicy on, set webhook.failurePolicyOverrides.mutate: Fail, or, knowingly (docs/runbook.md, last resort), webhook.failurePolicy: Ignore" -}}
+{{- end -}}
 {{- range $k, $v := .Values.webhook.failurePolicyOverrides -}}
 {{- if not (has $k $keys) -}}
 {{- fail (printf "webhook.failurePolicyOverrides names route %q; the routes are %s" $k (join ", " $keys)) -}}

@@ -1,0 +1,101 @@
+"""The API server's own policy (taugate/admission_policy.py, installed by the operator under the
+chart's RBAC) on kube-apiserver, with taugate's webhook stopped and its configurations in place
+(the workload route's failurePolicy is Ignore): a GPU workload taugate did not admit, a copy moved
+to another queue, a hand-edited placement and an edit that drops the run-id are refused, each with
+its message; what taugate admitted keeps working (Kueue's unsuspend, the Job controller's pods), a
+CPU workload goes on, namespaces that are not workspaces are not judged. Deleted by hand, the
+policy is put back by the operator."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import yaml
+
+from tests.e2e.workloads import GPU_CLASS_SELECTOR, QUEUE, RUN_ID, WORKSPACE, into_workspace
+from tests.paths import REPO
+
+EXAMPLE = yaml.safe_load((REPO / "examples" / "rayjob-image-classifier.yaml").read_text())
+POLICY = "ValidatingAdmissionPolicy 'taugate-admitted-workloads' with binding 'taugate-admitted-workloads' denied"
+GPU_JOB = yaml.safe_load((REPO / "policies" / "gpu-per-pod-fits-node" / "samples" /
+                          "example_allowed_job_single_gpu.yaml").read_text())
+CPU_JOB = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "plain"},
+           "spec": {"suspend": True, "template": {"spec": {"restartPolicy": "Never", "containers": [
+               {"name": "c", "image": "busybox", "resources": {"requests": {"cpu": "10m"}}}]}}}}
+
+
+def _stored(cp) -> dict | None:
+    out = cp.kubectl("get", "validatingadmissionpolicy", "taugate-admitted-workloads", "-o", "json", check=False)
+    return json.loads(out.stdout) if out.returncode == 0 else None
+
+
+def _refused(cp, *args: str, input: str | None = None) -> str:
+    out = cp.kubectl(*args, input=input, check=False)
+    assert out.returncode != 0, out.stdout
+    assert POLICY in out.stderr, out.stderr
+    assert "taugate's admission webhook may be unavailable" in out.stderr
+    return out.stderr
+
+
+def test_with_taugate_down_the_api_server_refuses_what_taugate_did_not_admit_and_the_rest_goes_on(platform):
+    cp = platform.cp
+    rendered = list(yaml.safe_load_all(subprocess.run([sys.executable, "-m", "taugate.cli", "policy", "render-cel"],
+                                                      capture_output=True, text=True, check=True, cwd=REPO).stdout))
+    stored = platform.wait_for("the operator to install the policy", lambda: _stored(cp), 60)
+    # render-cel runs here with default settings; the operator with the chart's (its own service account)
+    for part in ("validations", "variables", "paramKind"):  # the API server adds defaults to the others
+        assert stored["spec"][part] == rendered[0]["spec"][part], part
+    assert "system:serviceaccount:taugate-system:taugate-operator" in stored["spec"]["matchConditions"][0]["expression"]
+    cp.kubectl("apply", "-f", "-", input=json.dumps(into_workspace(GPU_JOB, name="admitted-before")))
+    admitted = cp.get_json("job", "admitted-before", "-n", WORKSPACE)
+    assert admitted["metadata"]["labels"][RUN_ID] and admitted["spec"]["suspend"] is True  # queued
+    cp.kubectl("create", "namespace", "no-workspace-here")
+    platform.stop_webhook()
+    try:
+        err = _refused(cp, "apply", "-f", "-", input=json.dumps(into_workspace(EXAMPLE, name="while-down")))
+        assert f"taugate has not admitted RayJob while-down in workspace namespace {WORKSPACE}: it asks for GPUs " \
+               f"but has no {RUN_ID} label" in err
+        # A copy of the admitted Job (its run-id and record too) moved to another LocalQueue.
+        copy = {"apiVersion": "batch/v1", "kind": "Job",
+                "metadata": {"name": "admitted-before-2", "namespace": WORKSPACE,
+                             "labels": {**admitted["metadata"]["labels"], QUEUE: "nlp-queue"},
+                             "annotations": admitted["metadata"]["annotations"]},
+                "spec": {k: v for k, v in admitted["spec"].items() if k != "selector"}}
+        copy["spec"]["template"]["metadata"]["labels"] = {RUN_ID: admitted["metadata"]["labels"][RUN_ID]}
+        err = _refused(cp, "create", "-f", "-", input=json.dumps(copy))
+        assert "taugate has not admitted Job admitted-before-2" in err  # the record names another Job
+        # The admitted Job moved to another LocalQueue (the API server prints the first failed rule).
+        err = _refused(cp, "label", "job", "admitted-before", "-n", WORKSPACE, f"{QUEUE}=nlp-queue", "--overwrite")
+        assert f"this update of Job admitted-before changes or removes its {RUN_ID} or {QUEUE} label" in err
+        # A hand edit of the placement, and one that drops the run-id, are refused.
+        err = _refused(cp, "patch", "job", "admitted-before", "-n", WORKSPACE, "--type=json", "-p", json.dumps(
+            [{"op": "remove", "path": "/spec/template/spec/nodeSelector/" + GPU_CLASS_SELECTOR.replace("/", "~1")}]))
+        assert "Job admitted-before is not placed as workload profile" in err
+        err = _refused(cp, "label", "job", "admitted-before", "-n", WORKSPACE, f"{RUN_ID}-")
+        assert f"this update of Job admitted-before changes or removes its {RUN_ID}" in err
+        # An edit that keeps them passes, and so does Kueue-style unsuspend; the Job controller,
+        # a trusted controller, creates the admitted Job's pods.
+        cp.kubectl("label", "job", "admitted-before", "-n", WORKSPACE, "note=kept")
+        cp.kubectl("patch", "job", "admitted-before", "-n", WORKSPACE, "--type=merge", "-p",
+                   json.dumps({"spec": {"suspend": False}}))
+        pods = platform.wait_for("the Job controller to create the pods", lambda: cp.get_json(
+            "pods", "-n", WORKSPACE, "-l", "job-name=admitted-before")["items"], 60)
+        assert pods[0]["metadata"]["labels"][RUN_ID] == admitted["metadata"]["labels"][RUN_ID]
+        # A CPU workload goes on (no GPUs: nothing to queue), and outside workspaces nothing is judged.
+        cp.kubectl("apply", "-f", "-", input=json.dumps(into_workspace(CPU_JOB, name="cpu-while-down")))
+        cp.kubectl("apply", "-f", "-", input=json.dumps(into_workspace(EXAMPLE, namespace="no-workspace-here",
+                                                                       name="not-judged")))
+        # Deleted by hand, the policy comes back: the operator keeps it.
+        cp.kubectl("delete", "validatingadmissionpolicy", "taugate-admitted-workloads")
+        platform.wait_for("the operator to put the policy back", lambda: _stored(cp), 60)
+    finally:
+        platform.start_webhook()
+        for name in ("admitted-before", "cpu-while-down"):
+            cp.kubectl("delete", "job", name, "-n", WORKSPACE, "--ignore-not-found", "--cascade=foreground")
+        cp.kubectl("delete", "namespace", "no-workspace-here", "--wait=false")
+    # taugate answers again: the same RayJob is admitted.
+    created = json.loads(cp.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-",
+                                    input=json.dumps(into_workspace(EXAMPLE, name="back"))).stdout)
+    assert created["metadata"]["labels"][QUEUE] == "vision-queue"
