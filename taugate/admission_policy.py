@@ -1,26 +1,30 @@
 """The ValidatingAdmissionPolicy that keeps taugate's core invariant inside the API server (CEL,
 ValidatingAdmissionPolicy GA in Kubernetes 1.30, KEP-3488): in a workspace namespace, a workload
-that asks for GPU device resources is created only as taugate admits it (run-id, admission record
-bound to it, the namespace's workspace and LocalQueue, the node selector of its workload profile),
-and no pod template reaches devices unasked; an update keeps what taugate gave. It sees the object
-after every mutating webhook and holds while taugate's webhook is down (ARCHITECTURE.md section 2,
-"What runs where"). The operator installs and keeps it (``taugate/controllers/admission_policy.py``).
+that asks for GPUs is created only as taugate admits it (run-id, admission record bound to it, the
+namespace's workspace and LocalQueue, the node selector and GPU bound of its workload profile), no
+pod template reaches devices unasked, GPUs are not added to an object created without them, and an
+update keeps what taugate gave. It sees the object after every mutating webhook and holds while
+taugate's webhook is down (ARCHITECTURE.md section 2, "What runs where"). The operator installs and
+keeps it (``taugate/controllers/admission_policy.py``).
 
 Every rule is a subset of what taugate's webhook decides, so it never refuses what taugate admits:
-GPUs are what a container requests or limits by name (``nvidia.com/gpu`` and
-``taugate.devices.device_resources``), not DRA claims (a claim's GPUs need the ResourceClaim, which
-CEL cannot read; claims are judged by the validating webhook, which fails closed). The profiles
-come from the TauCluster as the policy's parameter, so a profile edit needs no new policy.
+GPUs are what a container requests or limits by name (``nvidia.com/gpu``,
+``taugate.devices.device_resources``, a GPU DeviceClass's extended resource), not DRA claims (a
+claim's GPUs need the ResourceClaim, which CEL cannot read; claims are judged by the validating
+webhook, which fails closed). The profiles come from the TauCluster as the policy's parameter, so a
+profile edit needs no new policy.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from taugate import devices, labels
 from taugate.kinds import KINDS
 from taugate.settings import Settings
+from taugate.unmanaged import RELAY_OWNER_KINDS, UNMANAGED_KINDS
 
 NAME = "taugate-admitted-workloads"
 RUN_ID_PATTERN = f"^[0-9a-f]{{{labels.RUN_ID_LENGTH}}}$"
@@ -56,9 +60,11 @@ def _message(*parts: str) -> str:
 
 
 def _gpu_resource(k: str, settings: Settings) -> str:
-    """CEL: resource name ``k`` is a GPU device resource (``taugate.devices``, with the platform's own)."""
+    """CEL: resource name ``k`` is a GPU device resource (``taugate.devices``, with the platform's own),
+    or the extended resource of a GPU DeviceClass (``devices.DRA_CLASS_PREFIX``, KEP-5004)."""
     named = tuple(dict.fromkeys((*devices.DEFAULT_DEVICE_RESOURCES, *settings.gpu_device_resources)))
-    exact = [labels.GPU_RESOURCE] + [r for r in named if not r.endswith("*")]
+    exact = ([labels.GPU_RESOURCE] + [r for r in named if not r.endswith("*")] +
+             [devices.DRA_CLASS_PREFIX + c for c in settings.gpu_device_classes])
     prefixes = [r[:-1] for r in named if r.endswith("*")]
     return " || ".join([f"{k} in {_list(exact)}"] + [f"{k}.startsWith({_cel(p)})" for p in prefixes])
 
@@ -82,34 +88,95 @@ _NO_DEVICES = "^[\\t\\n\\v\\f\\r ]*(?i:void|none)?[\\t\\n\\v\\f\\r ]*$"
 
 def _device_access(s: str) -> str:
     """CEL: pod spec ``s`` reaches devices without a request (``taugate.devices.access_problems``:
-    a device variable, a privileged container, a hostPath of device nodes)."""
+    a device variable, a privileged container, a hostPath of device nodes or not in normal form)."""
     env = (f"has(c.env) && c.env.exists(e, e.name in {_list(devices.DEVICE_VARIABLES)} && (has(e.valueFrom) || "
            f"(has(e.value) && !e.value.matches({_cel(_NO_DEVICES)}))))")
     privileged = "has(c.securityContext) && has(c.securityContext.privileged) && c.securityContext.privileged"
-    paths = " || ".join(["v.hostPath.path in ['/', '/dev', '/dev/']"] +
+    paths = " || ".join(["v.hostPath.path in ['/', '/dev', '/dev/']",
+                         f"v.hostPath.path.matches({_cel(devices.NOT_NORMAL_PATH)})"] +
                         [f"v.hostPath.path.startsWith({_cel(p)})" for p in devices.DEVICE_PATHS])
     return (f"{_containers(s)}.exists(c, ({env}) || ({privileged})) || "
             f"(has({s}.volumes) && {s}.volumes.exists(v, has(v.hostPath) && ({paths})))")
 
 
-def _pod_specs() -> str:
-    """CEL: the pod specs of ``object``, by kind (``WorkloadKind.cel_pod_specs``)."""
+def _cdi(t: str) -> str:
+    """CEL: pod template ``t`` carries a CDI device annotation (``devices.CDI_ANNOTATION_PREFIX``)."""
+    notes = f"{t}.metadata.annotations"
+    return (f"has({t}.metadata) && has({notes}) && "
+            f"{notes}.exists(k, k.startsWith({_cel(devices.CDI_ANNOTATION_PREFIX)}))")
+
+
+def _is_kind(group: str, kind: str) -> str:
+    return f"(request.kind.group == {_cel(group)} && request.kind.kind == {_cel(kind)})"
+
+
+def _judged_kinds() -> list[tuple[str, str, str, str, str]]:
+    """``(group, version, resource, kind, CEL templates)`` of every kind the policy judges: the
+    workload kinds, then the unmanaged ones (``taugate.unmanaged``)."""
+    return ([(k.group, k.version, k.resource, k.kind, k.cel_pod_templates) for k in KINDS if k.cel_pod_templates] +
+            [(u.group, u.version, u.resource, u.kind, u.cel_pod_templates) for u in UNMANAGED_KINDS])
+
+
+_OBJECT = re.compile(r"\bobject\b")
+
+
+def _pod_templates(root: str) -> str:
+    """CEL: the pod templates of ``root`` (``object`` or ``oldObject``), by kind."""
     out = "[]"
-    for k in reversed([k for k in KINDS if k.cel_pod_specs]):
-        out = (f"request.kind.group == {_cel(k.group)} && request.kind.kind == {_cel(k.kind)} ? "
-               f"{k.cel_pod_specs} : {out}")
+    for group, _, _, kind, templates in reversed(_judged_kinds()):
+        out = f"{_is_kind(group, kind)} ? {_OBJECT.sub(root, templates)} : {out}"
     return out
+
+
+def _owner_kind(r: str) -> str:
+    """CEL: ownerReference ``r`` names a workload kind or a relay kind (``webhook.mutation.controller_owner``)."""
+    owners = sorted({(k.group, k.kind) for k in KINDS} | RELAY_OWNER_KINDS)
+    return " || ".join(f"({r}.kind == {_cel(kind)} && " +
+                       (f"{r}.apiVersion.startsWith({_cel(group + '/')}))" if group else f"{r}.apiVersion == 'v1')")
+                       for group, kind in owners)
+
+
+def _controller(obj: str, also: str = "true") -> str:
+    """CEL: ``obj`` has a controller ownerReference ``r`` of a workload or relay kind for which
+    ``also`` (over ``r``) holds."""
+    return (f"has({obj}.metadata.ownerReferences) && {obj}.metadata.ownerReferences.exists(r, "
+            f"has(r.controller) && r.controller && ({_owner_kind('r')}) && ({also}))")
 
 
 def _judged_users(settings: Settings) -> str:
     """CEL matchCondition: not taugate's operator, and not a trusted controller's update or child
     (KubeRay's RayCluster of a RayJob, the Job controller's Pods, Kueue's unsuspend): the webhook
     judges those as children or trusts them (``webhook.mutation.is_child``)."""
-    child = ("has(object.metadata.ownerReferences) && "
-             "object.metadata.ownerReferences.exists(r, has(r.controller) && r.controller)")
     return (f"request.userInfo.username != {_cel(settings.service_account)} && "
             f"!(request.userInfo.username in {_list(settings.controller_users)} && "
-            f"(request.operation == 'UPDATE' || ({child})))")
+            f"(request.operation == 'UPDATE' || ({_controller('object')})))")
+
+
+def _child_update() -> str:
+    """CEL: an UPDATE of a child (``webhook.mutation.is_child``): the stored object has the same
+    controller owner of a workload or relay kind and no workspace label (the webhook restores it on
+    a top-level workload, so it cannot be shed)."""
+    same = ("oldObject.metadata.ownerReferences.exists(o, has(o.controller) && o.controller && has(o.uid) && "
+            "has(r.uid) && o.uid == r.uid)")
+    return (f"request.operation == 'UPDATE' && has(oldObject.metadata.ownerReferences) && "
+            f"!(has(oldObject.metadata.labels) && {_cel(labels.WORKSPACE)} in oldObject.metadata.labels) && "
+            f"{_controller('object', same)}")
+
+
+def _gpu_limits(s: str) -> str:
+    """CEL: every container of pod spec ``s`` asks at most ``variables.gpusPerWorker`` nvidia.com/gpu,
+    where the quantity is a plain integer (any other form is the webhook's to count)."""
+    def fits(part: str) -> str:
+        q = f"c.resources.{part}[{_cel(labels.GPU_RESOURCE)}]"
+        return (f"!(has(c.resources) && has(c.resources.{part}) && {_cel(labels.GPU_RESOURCE)} in c.resources.{part}) "
+                f"|| !string({q}).matches('^[0-9]+$') || int(string({q})) <= variables.gpusPerWorker")
+    return f"{_containers(s)}.all(c, ({fits('limits')}) && ({fits('requests')}))"
+
+
+def _asks_whole_gpus(s: str) -> str:
+    return (f"{_containers(s)}.exists(c, has(c.resources) && ((has(c.resources.limits) && "
+            f"{_cel(labels.GPU_RESOURCE)} in c.resources.limits) || (has(c.resources.requests) && "
+            f"{_cel(labels.GPU_RESOURCE)} in c.resources.requests)))")
 
 
 def policy(settings: Settings | None = None) -> dict[str, Any]:
@@ -117,21 +184,20 @@ def policy(settings: Settings | None = None) -> dict[str, Any]:
     TauCluster ``cluster``."""
     settings = settings or Settings()
     groups: dict[tuple[str, str], list[str]] = {}
-    for k in KINDS:
-        if k.cel_pod_specs:
-            groups.setdefault((k.group, k.version), []).append(k.resource)
+    for group, version, resource, _, _ in _judged_kinds():
+        groups.setdefault((group, version), []).append(resource)
     rules = [{"apiGroups": [g], "apiVersions": [v], "resources": r, "operations": ["CREATE", "UPDATE"]}
              for (g, v), r in groups.items()]
     run_id, queue, workspace, profile = (Expr(_label("object", key)) for key in (
         labels.RUN_ID, labels.KUEUE_QUEUE_NAME, labels.WORKSPACE, labels.WORKLOAD_PROFILE))
-    old_run_id, old_queue = Expr(_label("oldObject", labels.RUN_ID)), Expr(_label("oldObject", labels.KUEUE_QUEUE_NAME))
+    old_run_id, old_queue, old_profile = (Expr(_label("oldObject", key)) for key in (
+        labels.RUN_ID, labels.KUEUE_QUEUE_NAME, labels.WORKLOAD_PROFILE))
     record, old_record = Expr(_annotation("object", labels.ADMISSION_RECORD)), \
         Expr(_annotation("oldObject", labels.ADMISSION_RECORD))
     ns_queue, ns_workspace = (Expr(_label("namespaceObject", key))
                               for key in (labels.KUEUE_QUEUE_NAME, labels.WORKSPACE))
     kind, namespace = Expr("request.kind.kind"), Expr("request.namespace")
     name = Expr("(has(object.metadata.name) ? object.metadata.name : object.metadata.generateName)")
-    gpu = "variables.gpuSpecs.size() > 0"
     # The record is JSON with sorted keys and no spaces (taugate/record.py encode): CEL cannot parse
     # it or check its HMAC (the recorder does), but can check what it is bound to.
     bound = (f"{record}.contains('\"kind\":\"' + request.kind.kind + '\"') && "
@@ -143,6 +209,7 @@ def policy(settings: Settings | None = None) -> dict[str, Any]:
     one = "variables.profile.size() == 1"
     selector = f"{one} && has(variables.profile[0].nodeSelector) ? variables.profile[0].nodeSelector : {{}}"
     gpu_class = f"{one} && has(variables.profile[0].gpuClass) ? variables.profile[0].gpuClass : ''"
+    per_worker = f"{one} && has(variables.profile[0].gpusPerWorker) ? variables.profile[0].gpusPerWorker : 0"
     placed = (f"variables.gpuSpecs.all(s, variables.selector.all(k, has(s.nodeSelector) && k in s.nodeSelector && "
               f"s.nodeSelector[k] == variables.selector[k]) && (variables.gpuClass == '' || (has(s.nodeSelector) && "
               f"{_cel(settings.gpu_class_label)} in s.nodeSelector && "
@@ -153,41 +220,63 @@ def policy(settings: Settings | None = None) -> dict[str, Any]:
                 "reason": "Forbidden"}
 
     create, update = "request.operation == 'CREATE'", "request.operation == 'UPDATE'"
-    validations = [
-        rule(f"{create} && {gpu}", f"{run_id}.matches({_cel(RUN_ID_PATTERN)}) && {bound}",
+    managed, gpu = "variables.managed", "variables.gpuSpecs.size() > 0"
+    asks = _asks_gpus("s", settings)
+    # What taugate decided at admission is judged again only where the pod templates change: an
+    # update of labels, a finalizer or a status (the garbage collector, kubectl label) after a
+    # profile changed in the TauCluster is not refused for it.
+    changed = f"{update} && {old_run_id} != '' && variables.specs != variables.oldSpecs"
+    placing = f"{managed} && {gpu} && ({create} || ({changed}))"
+    validations = []
+    if settings.device_access == "deny":
+        validations.append(rule(f"{create} && {managed}",
+                                "!variables.specs.exists(s, " + _device_access("s") + ") && "
+                                "!variables.templates.exists(t, " + _cdi("t") + ")",
+                                kind, " ", name, " reaches GPUs without asking for them (a device variable such "
+                                "as NVIDIA_VISIBLE_DEVICES, a privileged container, a hostPath of /dev or not in "
+                                "normal form, or a cdi.k8s.io/ annotation), which taugate refuses in a workspace"))
+    validations += [
+        rule(f"{create} && {managed}", "!variables.specs.exists(s, (has(s.nodeName) && s.nodeName != '') || "
+                                       "(has(s.priorityClassName) && s.priorityClassName.startsWith('system-')))",
+             kind, " ", name, " names a nodeName or a system- priorityClassName in a pod template, which bypass the "
+             "scheduler, the profile's placement and Kueue (taugate refuses both in a workspace)"),
+        rule(f"{create} && {managed} && {gpu}", f"{run_id}.matches({_cel(RUN_ID_PATTERN)}) && {bound}",
              "taugate has not admitted ", kind, " ", name, " in workspace namespace ", namespace,
              f": it asks for GPUs but has no {labels.RUN_ID} label and {labels.ADMISSION_RECORD} record made for "
              "it, which taugate adds to every GPU workload it admits"),
-        rule(f"{create} && {gpu}", f"{ns_queue} != '' && {queue} == {ns_queue}",
+        rule(f"{create} && {managed} && {gpu}", f"{ns_queue} != '' && {queue} == {ns_queue}",
              kind, " ", name, " asks for GPUs but is not queued in its workspace's LocalQueue: metadata.labels[\"",
              labels.KUEUE_QUEUE_NAME, "\"] is \"", queue, "\"; allowed: \"", ns_queue, "\" (the label of namespace ",
              namespace, ")"),
-        rule(f"{create} && {gpu}", f"{workspace} == {ns_workspace}",
+        rule(f"{create} && {managed} && {gpu}", f"{workspace} == {ns_workspace}",
              kind, " ", name, f" has {labels.WORKSPACE}=\"", workspace, "\" in namespace ", namespace,
              " of workspace \"", ns_workspace, "\""),
-        rule(gpu, "variables.profile.size() == 1",
+        rule(placing, one,
              kind, " ", name, " asks for GPUs under workload profile \"", profile,
              "\" (label ", labels.WORKLOAD_PROFILE, "), which TauCluster cluster does not have"),
-        rule(gpu, placed,
+        rule(f"{placing} && {one}", "!variables.gpuSpecs.exists(s, " + _asks_whole_gpus("s") + ") || "
+             "(variables.gpusPerWorker > 0 && variables.gpuSpecs.all(s, " + _gpu_limits("s") + "))",
+             kind, " ", name, " asks for more nvidia.com/gpu per container than workload profile \"", profile,
+             "\" gives a worker (gpusPerWorker ", Expr("string(variables.gpusPerWorker)"), ")"),
+        rule(f"{placing} && {one}", placed,
              kind, " ", name, " is not placed as workload profile \"", profile, "\" says: every pod template that "
              "asks for GPUs needs the profile's nodeSelector and ", settings.gpu_class_label, "=\"",
              Expr("variables.gpuClass"), "\" in spec.nodeSelector (kubectl get taucluster cluster -o yaml)"),
-        rule(f"{update} && {old_run_id} != ''",
-             f"{run_id} == {old_run_id} && {record} == {old_record} && ({old_queue} == '' || {queue} == {old_queue})",
-             "this update of ", kind, " ", name, f" changes or removes its {labels.RUN_ID} or "
-             f"{labels.KUEUE_QUEUE_NAME} label or its {labels.ADMISSION_RECORD} record, which an admitted workload "
-             "keeps"),
+        rule(f"{update} && {managed} && {old_run_id} != ''",
+             f"{run_id} == {old_run_id} && {record} == {old_record} && ({old_queue} == '' || {queue} == {old_queue}) "
+             f"&& ({old_profile} == '' || {profile} == {old_profile})",
+             "this update of ", kind, " ", name, f" changes or removes its {labels.RUN_ID}, "
+             f"{labels.KUEUE_QUEUE_NAME} or {labels.WORKLOAD_PROFILE} label or its {labels.ADMISSION_RECORD} "
+             "record, which an admitted workload keeps"),
+        rule(f"{update} && {managed} && {old_run_id} == '' && {gpu}", "variables.oldGpuSpecs.size() > 0",
+             "this update gives GPUs to ", kind, " ", name, ", which was created without any, so with no queue, "
+             "placement or run-id; fix: delete it and create it again with the GPUs (kubectl replace --force -f FILE)"),
     ]
-    validations.insert(0, rule(create, "!variables.specs.exists(s, (has(s.nodeName) && s.nodeName != '') || "
-                                       "(has(s.priorityClassName) && s.priorityClassName.startsWith('system-')))",
-                               kind, " ", name, " names a nodeName or a system- priorityClassName in a pod template, "
-                               "which bypass the scheduler, the profile's placement and Kueue (taugate refuses both "
-                               "in a workspace)"))
-    if settings.device_access == "deny":
-        validations.insert(0, rule(create, "!variables.specs.exists(s, " + _device_access("s") + ")",
-                                   kind, " ", name, " reaches GPUs without asking for them (a device variable such "
-                                   "as NVIDIA_VISIBLE_DEVICES, a privileged container or a hostPath of /dev), which "
-                                   "taugate refuses in a workspace"))
+    if settings.unmanaged_gpu_workloads == "deny":
+        validations.append(rule(f"!{managed} && {gpu}", f"{update} && variables.oldGpuSpecs.size() > 0",
+                                kind, " ", name, " asks for GPUs but taugate does not manage that kind: its pods "
+                                "would skip the workspace's queue, placement and run-id; fix: run it as one of the "
+                                "managed kinds (a Deployment, not a bare ReplicaSet)"))
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicy",
@@ -201,16 +290,21 @@ def policy(settings: Settings | None = None) -> dict[str, Any]:
             },
             "matchConditions": [
                 {"name": "judged-user", "expression": _judged_users(settings)},
-                {"name": "created-or-admitted-before",  # an object from before taugate governed is not judged
-                 "expression": f"{create} || {old_run_id} != ''"},
+                {"name": "not-a-child-update", "expression": f"!({_child_update()})"},
             ],
             "variables": [
-                {"name": "specs", "expression": _pod_specs()},
-                {"name": "gpuSpecs", "expression": "variables.specs.filter(s, " + _asks_gpus("s", settings) + ")"},
+                {"name": "managed", "expression": "!(" + " || ".join(_is_kind(u.group, u.kind)
+                                                                    for u in UNMANAGED_KINDS) + ")"},
+                {"name": "templates", "expression": _pod_templates("object")},
+                {"name": "specs", "expression": "variables.templates.map(t, t.spec)"},
+                {"name": "gpuSpecs", "expression": f"variables.specs.filter(s, {asks})"},
+                {"name": "oldSpecs", "expression": f"{update} ? ({_pod_templates('oldObject')}).map(t, t.spec) : []"},
+                {"name": "oldGpuSpecs", "expression": f"variables.oldSpecs.filter(s, {asks})"},
                 {"name": "profile", "expression": "has(params.spec.workloadProfiles) ? "
                                                   f"params.spec.workloadProfiles.filter(p, p.name == {profile}) : []"},
                 {"name": "selector", "expression": selector},
                 {"name": "gpuClass", "expression": gpu_class},
+                {"name": "gpusPerWorker", "expression": per_worker},
             ],
             "validations": validations,
         },

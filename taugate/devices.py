@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import posixpath
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -179,11 +180,24 @@ CDI_ANNOTATION_PREFIX = "cdi.k8s.io/"
 _LISTS = ("containers", "initContainers", "ephemeralContainers")
 
 
+NOT_NORMAL_PATH = r"//|/\.\.?(/|$)"
+"""A hostPath with an empty, ``.`` or ``..`` step: refused as it is written (its device nodes could
+hide behind it, and the API server's own policy, in CEL, cannot normalise a path to see)."""
+_NOT_NORMAL = re.compile(NOT_NORMAL_PATH)
+
+SPACE = " \t\n\v\f\r"
+"""What is trimmed from a device variable's value: ASCII whitespace only, as the API server's
+policy trims it (RE2 ``\\s``), so both read every value alike."""
+
+
+def _normal(path: str) -> str:
+    return "/" + posixpath.normpath(path).lstrip("/")
+
+
 def _device_path(path: Any) -> bool:
     if not isinstance(path, str) or not path.startswith("/"):
         return False
-    norm = posixpath.normpath(path)
-    norm = "/" + norm.lstrip("/")
+    norm = _normal(path)
     return norm in ("/", "/dev") or any(norm == p or norm.startswith(p) for p in DEVICE_PATHS)
 
 
@@ -199,7 +213,7 @@ def access_problems(pod_spec: dict[str, Any], annotations: Any = None) -> list[t
                 if not isinstance(e, dict) or e.get("name") not in DEVICE_VARIABLES:
                     continue
                 value = e.get("value")
-                if "valueFrom" not in e and (value is None or str(value).strip().lower() in _NO_DEVICES):
+                if "valueFrom" not in e and (value is None or str(value).strip(SPACE).lower() in _NO_DEVICES):
                     continue
                 shown = json.dumps(value) if "valueFrom" not in e else "from valueFrom"
                 out.append(((lst, i, "env", j), f"container {name} sets {e['name']}={shown}, which makes the "
@@ -210,8 +224,13 @@ def access_problems(pod_spec: dict[str, Any], annotations: Any = None) -> list[t
                             "sees every device of its node, every GPU included"))
     for i, v in enumerate(as_list(pod_spec.get("volumes"))):
         host = v.get("hostPath") if isinstance(v, dict) else None
-        if isinstance(host, dict) and _device_path(host.get("path")):
-            out.append((("volumes", i, "hostPath", "path"), f"mounts the host's {host.get('path')} (GPU device "
+        path = host.get("path") if isinstance(host, dict) else None
+        if isinstance(path, str) and _NOT_NORMAL.search(path):
+            out.append((("volumes", i, "hostPath", "path"), f"mounts the host's {json.dumps(path)}, a path with an "
+                        f"empty, . or .. step, which can hide GPU device nodes; write it as "
+                        f"{json.dumps(_normal(path))}"))
+        elif _device_path(path):
+            out.append((("volumes", i, "hostPath", "path"), f"mounts the host's {path} (GPU device "
                         "nodes), which hands the pod GPUs that no request counts"))
     if isinstance(annotations, dict):
         for key in sorted(k for k in annotations if isinstance(k, str) and k.startswith(CDI_ANNOTATION_PREFIX)):

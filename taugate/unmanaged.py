@@ -13,8 +13,9 @@ such a ReplicaSet is told from a bare one.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
+from taugate.kinds.base import cel_templates
 from taugate.pods import PodTemplate, replicated_template
 
 
@@ -31,6 +32,8 @@ class UnmanagedKind:
     resource: str
     kind: str
     parent: tuple[str, str] | None = None
+    cel_pod_templates: ClassVar[str] = cel_templates("spec", "template")
+    """CEL: ``spec.template``'s pod spec, for the API server's own policy (``taugate/admission_policy.py``)."""
 
     def pod_templates(self, obj: dict[str, Any]) -> list[PodTemplate]:
         """``spec.template`` (role ``replica``) with ``spec.replicas`` pods (default 1; a

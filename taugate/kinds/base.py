@@ -42,10 +42,11 @@ class Override(NamedTuple):
         return f"taugate set spec.{self.key}: {json.dumps(self.value)} (it was {self.was}): {self.why}"
 
 
-def cel_template_specs(*path: str, each: str = "") -> str:
-    """CEL: the pod spec of the pod template at ``object.<path>`` (a list of one, or empty when a
-    step is missing); with ``each``, ``object.<path>`` is a list whose items hold the template at
-    ``<each>``. Every step is tested with ``has`` (a missing key is an error in CEL)."""
+def cel_templates(*path: str, each: str = "", keyed: bool = False) -> str:
+    """CEL: the pod template at ``object.<path>`` (a list of one, or empty when a step or its
+    ``spec`` is missing); with ``each``, ``object.<path>`` is a list (``keyed``: a map) whose items
+    hold the template at ``<each>``. Every step is tested with ``has`` (a missing key is an error
+    in CEL)."""
     def chain(root: str, steps: tuple[str, ...]) -> tuple[str, str]:
         tests, at = [], root
         for step in steps:
@@ -54,11 +55,11 @@ def cel_template_specs(*path: str, each: str = "") -> str:
         return " && ".join(tests), at
 
     if not each:
-        test, at = chain("object", (*path, "spec"))
-        return f"({test} ? [{at}] : [])"
+        test, at = chain("object", path)
+        return f"({test} && has({at}.spec) ? [{at}] : [])"
     test, at = chain("object", path)
-    inner, spec = chain("x", (*each.split("."), "spec"))
-    return f"({test} ? {at}.filter(x, {inner}).map(x, {spec}) : [])"
+    inner, template = chain(f"{at}[x]" if keyed else "x", tuple(each.split(".")))
+    return f"({test} ? {at}.filter(x, {inner} && has({template}.spec)).map(x, {template}) : [])"
 
 
 class WorkloadKind:
@@ -77,7 +78,8 @@ class WorkloadKind:
     - ``serving``: never ends on its own, so its run ends when the object is deleted;
     - ``run_children``: ``(group, version, resource)`` of intermediate objects of no registered
       kind that the recorder follows as run members (a Deployment's ReplicaSets);
-    - ``cel_pod_specs``: a CEL expression over ``object`` giving the list of its pod specs, for the
+    - ``cel_pod_templates``: a CEL expression over ``object`` giving the list of its pod templates
+      (each with ``spec``, and ``metadata`` when it has one), for the
       API server's own policy (``taugate/admission_policy.py``); None: that policy does not judge the kind.
     """
 
@@ -94,7 +96,7 @@ class WorkloadKind:
     templates_from_spec: ClassVar[bool] = True
     serving: ClassVar[bool] = False
     run_children: ClassVar[tuple[tuple[str, str, str], ...]] = ()
-    cel_pod_specs: ClassVar[str | None] = None
+    cel_pod_templates: ClassVar[str | None] = None
 
     @property
     def api_version(self) -> str:

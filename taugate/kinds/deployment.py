@@ -22,7 +22,7 @@ from typing import Any, Required
 from typing_extensions import TypedDict
 
 from taugate import labels
-from taugate.kinds.base import WorkloadKind, cel_template_specs
+from taugate.kinds.base import WorkloadKind, cel_templates
 from taugate.outcome import Outcome, conditions_of, is_true, serving_outcome
 from taugate.pods import PodTemplate, asks_for_gpus, replicated_template
 from taugate.structure import Int32, PodTemplateSpec
@@ -48,7 +48,7 @@ class ReplicatedPods(WorkloadKind):
     ``suspend``."""
 
     group, version = "apps", "v1"
-    cel_pod_specs = cel_template_specs("spec", "template")
+    cel_pod_templates = cel_templates("spec", "template")
     default_lane = "interactive"
     suspend_path = None
     scale_path = ("spec", "replicas")

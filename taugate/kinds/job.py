@@ -22,7 +22,7 @@ from typing_extensions import TypedDict
 
 from taugate.access import as_dict
 from taugate.fieldpath import annotation_field
-from taugate.kinds.base import WorkloadKind, cel_template_specs
+from taugate.kinds.base import WorkloadKind, cel_templates
 from taugate.outcome import Outcome, conditions_of, is_true
 from taugate.pods import PodTemplate, as_int
 from taugate.structure import Int32, PodTemplateSpec
@@ -103,7 +103,7 @@ class Job(WorkloadKind):
     ``job_min_pods``, under Kueue's partial admission)."""
 
     group, version, resource, kind = "batch", "v1", "jobs", "Job"
-    cel_pod_specs = cel_template_specs("spec", "template")
+    cel_pod_templates = cel_templates("spec", "template")
     spec_model = JobSpec
     templates_from_spec = False  # pod_templates reads the kueue.x-k8s.io/job-min-parallelism annotation
     upstream = ("kubernetes v1.37 pkg/apis/batch/validation/validation.go validatePodTemplateUpdate; "

@@ -27,7 +27,7 @@ from typing import Any, Required
 from typing_extensions import TypedDict
 
 from taugate.access import as_dict
-from taugate.kinds.base import WorkloadKind, cel_template_specs
+from taugate.kinds.base import WorkloadKind, cel_templates
 from taugate.kinds.job import JobSpec, job_pods
 from taugate.outcome import Outcome, by_conditions
 from taugate.pods import INT32_MAX, PodTemplate, as_int
@@ -76,7 +76,7 @@ class JobSet(WorkloadKind):
     ``replicated_job_pods`` pods."""
 
     group, version, resource, kind = "jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet"
-    cel_pod_specs = cel_template_specs("spec", "replicatedJobs", each="template.spec.template")
+    cel_pod_templates = cel_templates("spec", "replicatedJobs", each="template.spec.template")
     spec_model = JobSetSpec
     upstream = ("kueue v0.17 pkg/controller/jobs/jobset/jobset_controller.go PodSets, podsCount, jobset_webhook.go "
                 "Default; jobset v0.11.1 pkg/webhooks/jobset_webhook.go ValidateCreate, ValidateUpdate")

@@ -30,7 +30,7 @@ from typing import Any, Required
 from typing_extensions import TypedDict
 
 from taugate.access import as_dict
-from taugate.kinds.base import WorkloadKind, cel_template_specs
+from taugate.kinds.base import WorkloadKind, cel_templates
 from taugate.outcome import Outcome, conditions_of, is_true, serving_outcome
 from taugate.pods import INT32_MAX, PodTemplate, as_int
 from taugate.structure import Int32, PodTemplateSpec, PositiveInt32
@@ -79,8 +79,8 @@ class LeaderWorkerSet(WorkloadKind):
     suspended."""
 
     group, version, resource, kind = "leaderworkerset.x-k8s.io", "v1", "leaderworkersets", "LeaderWorkerSet"
-    cel_pod_specs = (f'{cel_template_specs("spec", "leaderWorkerTemplate", "leaderTemplate")} + '
-                     f'{cel_template_specs("spec", "leaderWorkerTemplate", "workerTemplate")}')
+    cel_pod_templates = (f'{cel_templates("spec", "leaderWorkerTemplate", "leaderTemplate")} + '
+                     f'{cel_templates("spec", "leaderWorkerTemplate", "workerTemplate")}')
     spec_model = LeaderWorkerSetSpec
     default_lane = "serving"
     suspend_path = None

@@ -87,7 +87,7 @@ class Pod(WorkloadKind):
     """Kubernetes core ``v1`` Pod."""
 
     group, version, resource, kind = "", "v1", "pods", "Pod"
-    cel_pod_specs = "(has(object.spec) ? [object.spec] : [])"
+    cel_pod_templates = "(has(object.spec) ? [object] : [])"  # the Pod is its own template
     spec_model = PodSpecWithContainers
     templates_from_spec = False  # pod_templates reads the pod group's annotations
     default_lane = "interactive"

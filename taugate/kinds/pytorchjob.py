@@ -28,7 +28,7 @@ from typing import Any, Required
 from typing_extensions import TypedDict
 
 from taugate.access import as_dict
-from taugate.kinds.base import WorkloadKind
+from taugate.kinds.base import WorkloadKind, cel_templates
 from taugate.outcome import Outcome, by_conditions
 from taugate.pods import PodTemplate, Role, as_int
 from taugate.structure import Int32, PodTemplateSpec
@@ -80,10 +80,7 @@ class PyTorchJob(WorkloadKind):
     ``worker``) pod templates, ``replica_pods`` each; suspended at ``spec.runPolicy.suspend``."""
 
     group, version, resource, kind = "kubeflow.org", "v1", "pytorchjobs", "PyTorchJob"
-    cel_pod_specs = ("(has(object.spec) && has(object.spec.pytorchReplicaSpecs) ? object.spec.pytorchReplicaSpecs"
-                     ".filter(k, has(object.spec.pytorchReplicaSpecs[k].template) && "
-                     "has(object.spec.pytorchReplicaSpecs[k].template.spec))"
-                     ".map(k, object.spec.pytorchReplicaSpecs[k].template.spec) : [])")
+    cel_pod_templates = cel_templates("spec", "pytorchReplicaSpecs", each="template", keyed=True)
     spec_model = PyTorchJobSpec
     suspend_path = ("spec", "runPolicy", "suspend")
     scale_path = ("spec", "pytorchReplicaSpecs", "Worker", "replicas")

@@ -19,7 +19,7 @@ from typing_extensions import TypedDict
 
 from taugate.access import as_dict
 from taugate.fieldpath import Path
-from taugate.kinds.base import WorkloadKind, cel_template_specs
+from taugate.kinds.base import WorkloadKind, cel_templates
 from taugate.outcome import Outcome, conditions_of, is_true
 from taugate.pods import INT32_MAX, PodTemplate, as_int
 from taugate.structure import Int32, PodTemplateSpec, PositiveInt32, StringMap
@@ -72,11 +72,11 @@ def cluster_templates(spec: dict[str, Any], prefix: Path) -> list[PodTemplate]:
     return out
 
 
-def cel_cluster_specs(*path: str) -> str:
-    """CEL (``WorkloadKind.cel_pod_specs``): the head's and the worker groups' pod specs of the
+def cel_cluster_templates(*path: str) -> str:
+    """CEL (``WorkloadKind.cel_pod_templates``): the head's and the worker groups' pod templates of the
     RayCluster spec at ``object.<path>``."""
-    return (f"{cel_template_specs(*path, 'headGroupSpec', 'template')} + "
-            f"{cel_template_specs(*path, 'workerGroupSpecs', each='template')}")
+    return (f"{cel_templates(*path, 'headGroupSpec', 'template')} + "
+            f"{cel_templates(*path, 'workerGroupSpecs', each='template')}")
 
 
 class HeadGroupSpec(TypedDict, total=False):
@@ -164,7 +164,7 @@ class RayCluster(WorkloadKind):
     """KubeRay ``ray.io/v1`` RayCluster."""
 
     group, version, resource, kind = "ray.io", "v1", "rayclusters", "RayCluster"
-    cel_pod_specs = cel_cluster_specs("spec")
+    cel_pod_templates = cel_cluster_templates("spec")
     default_lane = "interactive"
     spec_model = RayClusterSpec
     upstream = ("ray-operator v1.5 controllers/ray/utils/util.go GetWorkerGroupDesiredReplicas; "

@@ -22,17 +22,17 @@ from pydantic_core import PydanticCustomError
 from typing_extensions import TypedDict
 
 from taugate.access import as_dict
-from taugate.kinds.base import Override
+from taugate.kinds.base import Override, cel_templates
 from taugate.kinds.raycluster import (
     EmbeddedRayCluster,
     RayClusterSpec,
-    cel_cluster_specs,
+    cel_cluster_templates,
     check_autoscaling,
     check_worker_groups,
     cluster_templates,
 )
 from taugate.outcome import Outcome
-from taugate.pods import PodTemplate
+from taugate.pods import PodTemplate, asks_for_gpus
 from taugate.structure import PodTemplateSpec, StringMap
 from taugate.violation import Violation
 
@@ -44,9 +44,9 @@ MAX_RAYJOB_GENERATE_NAME = MAX_RAYJOB_NAME - 5
 
 
 def check_rayjob(obj: dict[str, Any], templates: list[PodTemplate], queued: bool,
-                 elastic_jobs: bool = False) -> list[Violation]:
+                 elastic_jobs: bool = False, old: dict[str, Any] | None = None) -> list[Violation]:
     """KubeRay and Kueue rules for a RayJob; ``elastic_jobs``: Kueue's ElasticJobsViaWorkloadSlices
-    gate."""
+    gate; ``old``: the stored RayJob on UPDATE (a GPU submitter it already had is not judged again)."""
     out: list[Violation] = []
     meta = as_dict(obj.get("metadata"))
     spec = as_dict(obj.get("spec"))
@@ -65,11 +65,23 @@ def check_rayjob(obj: dict[str, Any], templates: list[PodTemplate], queued: bool
             "sets clusterSelector together with rayClusterSpec; allowed: one of them (KubeRay), and Kueue "
             "does not queue RayJobs that run on an existing cluster; fix: remove spec.clusterSelector"))
     out += check_rayjob_submission(spec)
+    submitter = next((t for t in templates if t.role == "submitter"), None)
+    if not queued and submitter is not None and asks_for_gpus([submitter]) and not _gpu_submitter(old):
+        out.append(Violation("rayjob-cluster-selector", "spec.submitterPodTemplate",
+            "asks for GPUs in the submitter of a RayJob on an existing cluster (clusterSelector), which Kueue does "
+            "not queue (kueue v0.17 pkg/controller/jobs/rayjob), so they would run outside the workspace's quota; "
+            "allowed: a submitter without GPUs (it only runs `ray job submit`); fix: remove the GPUs from "
+            "spec.submitterPodTemplate, or run the job on its own cluster (spec.rayClusterSpec)"))
     if queued:
         out += check_worker_groups(templates, "spec.rayClusterSpec.workerGroupSpecs")
         out += check_rayjob_shutdown(spec)
         out += check_autoscaling(obj, as_dict(spec.get("rayClusterSpec")), "spec.rayClusterSpec", elastic_jobs)
     return out
+
+
+def _gpu_submitter(old: dict[str, Any] | None) -> bool:
+    template = as_dict(as_dict(old).get("spec")).get("submitterPodTemplate") if old is not None else None
+    return type(template) is dict and asks_for_gpus([PodTemplate.of("submitter", "submitter", (), (), 1, template, {})])
 
 
 def check_rayjob_submission(spec: dict[str, Any]) -> list[Violation]:
@@ -218,7 +230,8 @@ class RayJob(EmbeddedRayCluster):
 
     group, version, resource, kind = "ray.io", "v1", "rayjobs", "RayJob"
     cluster_key = "rayClusterSpec"
-    cel_pod_specs = cel_cluster_specs("spec", "rayClusterSpec")  # not the submitter: unqueued beside clusterSelector
+    cel_pod_templates = (f'{cel_cluster_templates("spec", "rayClusterSpec")} + '
+                         f'{cel_templates("spec", "submitterPodTemplate")}')
     spec_model = RayJobSpec
     upstream = ("ray-operator v1.5 controllers/ray/utils/validation.go ValidateRayJobSpec, "
                 "controllers/ray/common/job.go GetSubmitterTemplate; kueue v0.17 pkg/controller/jobs/rayjob")
@@ -241,7 +254,7 @@ class RayJob(EmbeddedRayCluster):
     def checks(self, obj: dict[str, Any], templates: list[PodTemplate], *, queued: bool, old: dict[str, Any] | None,
                elastic_jobs: bool) -> list[Violation]:
         """KubeRay's and Kueue's RayJob rules (``check_rayjob``)."""
-        return check_rayjob(obj, templates, queued, elastic_jobs)
+        return check_rayjob(obj, templates, queued, elastic_jobs, old)
 
     def create_defaults(self, spec: dict[str, Any], *, queued: bool) -> list[tuple[str, Any]]:
         """KubeRay's default submitter pod template made explicit (``kuberay_default_submitter``)."""

@@ -28,7 +28,7 @@ from taugate.access import as_dict
 from taugate.kinds.raycluster import (
     EmbeddedRayCluster,
     RayClusterSpec,
-    cel_cluster_specs,
+    cel_cluster_templates,
     check_autoscaling,
     check_worker_groups,
     cluster_templates,
@@ -56,7 +56,7 @@ class RayService(EmbeddedRayCluster):
 
     group, version, resource, kind = "ray.io", "v1", "rayservices", "RayService"
     cluster_key = "rayClusterConfig"
-    cel_pod_specs = cel_cluster_specs("spec", "rayClusterConfig")
+    cel_pod_templates = cel_cluster_templates("spec", "rayClusterConfig")
     spec_model = RayServiceSpec
     default_lane = "serving"
     suspend_path = CLUSTER + ("suspend",)

@@ -33,6 +33,7 @@ Upstream rules followed here:
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Annotated, Any, Required
 
@@ -222,10 +223,37 @@ class TrainJobSpecFields(TypedDict, total=False):
 TrainJobSpec = Annotated[TrainJobSpecFields, AfterValidator(_own_patch_whole)]
 
 
+def _cel_own_node_selectors() -> str:
+    """CEL: the node selectors of the ``node`` template in taugate's own runtime patches (a list;
+    mutation writes the profile's placement there, ``MANAGER``)."""
+    spec = "p.trainingRuntimeSpec.template.spec"
+    pod = "j.template.spec.template.spec"
+    own = (f"has(p.manager) && p.manager == {json.dumps(MANAGER)} && has(p.trainingRuntimeSpec) && "
+           f"has(p.trainingRuntimeSpec.template) && has({spec}) && has({spec}.replicatedJobs)")
+    node = (f"has(j.name) && j.name == {json.dumps(NODE)} && has(j.template) && has(j.template.spec) && "
+            f"has(j.template.spec.template) && has({pod}) && has({pod}.nodeSelector)")
+    return (f"object.spec.runtimePatches.filter(p, {own}).map(p, {spec}.replicatedJobs.filter(j, {node})"
+            f".map(j, {pod}.nodeSelector))")
+
+
+def cel_node_template() -> str:
+    """CEL (``WorkloadKind.cel_pod_templates``): the ``node`` pods' template as far as the API server's
+    policy reads it: ``resourcesPerNode`` on the ``node`` container, and the node selector of
+    taugate's own runtime patch (the first one; another manager's patch is the webhook's to judge)."""
+    trainer = "object.spec.trainer"
+    selectors = _cel_own_node_selectors()
+    selector = (f"(has(object.spec.runtimePatches) && {selectors}.exists(l, l.size() > 0) ? "
+                f"{selectors}.filter(l, l.size() > 0)[0][0] : {{}})")
+    return (f"(has(object.spec) && has({trainer}) && has({trainer}.resourcesPerNode) ? "
+            f"[dyn({{'spec': {{'containers': dyn([{{'name': dyn({json.dumps(NODE)}), "
+            f"'resources': dyn({trainer}.resourcesPerNode)}}]), 'nodeSelector': dyn({selector})}}}})] : [])")
+
+
 class TrainJob(WorkloadKind):
     """Kubeflow Trainer TrainJob."""
 
     group, version, resource, kind = "trainer.kubeflow.org", "v1alpha1", "trainjobs", "TrainJob"
+    cel_pod_templates = cel_node_template()
     spec_model = TrainJobSpec
     pod_priority_field = False  # a runtime patch's pod spec has no priorityClassName (the trainer's CRD)
     templates_from_spec = False  # the node template's pod spec is assembled from several fields

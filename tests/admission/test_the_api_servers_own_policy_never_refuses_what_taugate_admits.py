@@ -18,6 +18,7 @@ import yaml
 from taugate import admission_policy, labels
 from taugate.kinds import KINDS, kind_of
 from taugate.settings import Settings
+from taugate.unmanaged import unmanaged_kind_for
 from taugate.webhook.review import admit
 from tests.paths import (
     DATA,
@@ -27,6 +28,7 @@ from tests.paths import (
     KUEUE_EXAMPLES,
     LWS_VLLM_GPU,
     PYTORCH_MNIST_NCCL,
+    TRAINJOB_TORCH_DDP,
 )
 from tests.workload_samples import JOBSET_FINE_TUNE, load, runnable
 
@@ -42,12 +44,22 @@ def _namespace(state, name: str) -> dict:
                                                   labels.KUEUE_QUEUE_NAME: ws.local_queue(state.default_queue)}}}
 
 
+def _stored(value: Any) -> Any:
+    """``value`` without null fields, as the API server hands it to a policy (it prunes a null that
+    no schema marks nullable: a sample's empty ``metadata:``)."""
+    if isinstance(value, dict):
+        return {k: _stored(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_stored(v) for v in value]
+    return value
+
+
 def refusals(state, obj: dict, *, operation: str = "CREATE", old: dict | None = None, user: str = RESEARCHER,
-             settings: Settings | None = None) -> list[str] | None:
+             settings: Settings | None = None, params: dict | None = None) -> list[str] | None:
     """The messages of the validations ``obj`` fails, as the API server prints them; None when the
     policy does not judge the request (its resource rules or matchConditions)."""
     spec = admission_policy.policy(settings)["spec"]
-    kind = kind_of(obj)
+    kind = kind_of(obj) or unmanaged_kind_for(obj["apiVersion"].rpartition("/")[0], obj["kind"])
     if kind is None or not any(kind.group in r["apiGroups"] and kind.resource in r["resources"]
                                for r in spec["matchConstraints"]["resourceRules"]):
         return None
@@ -55,7 +67,8 @@ def refusals(state, obj: dict, *, operation: str = "CREATE", old: dict | None = 
     ctx: dict[str, Any] = {
         "request": {"operation": operation, "kind": {"group": kind.group, "version": kind.version, "kind": kind.kind},
                     "namespace": namespace, "userInfo": {"username": user, "groups": []}},
-        "object": obj, "oldObject": old, "namespaceObject": _namespace(state, namespace), "params": TAU_CLUSTER}
+        "object": _stored(obj), "oldObject": _stored(old), "namespaceObject": _namespace(state, namespace),
+        "params": params or TAU_CLUSTER}
     if not all(cel.compile(c["expression"]).execute(ctx) for c in spec["matchConditions"]):
         return None
     variables: dict[str, Any] = {}
@@ -72,7 +85,8 @@ def _samples() -> Iterator[Any]:
             for i, doc in enumerate(yaml.safe_load_all(path.read_text())):
                 if isinstance(doc, dict) and kind_of(doc) is not None and isinstance(doc.get("spec"), dict):
                     yield pytest.param(doc, id=f"{path.name}#{i}")
-    for path, gpus in ((LWS_VLLM_GPU, 1), (PYTORCH_MNIST_NCCL, 1), (JOBSET_FINE_TUNE, 4), (EXAMPLE_RAYJOB, None)):
+    for path, gpus in ((LWS_VLLM_GPU, 1), (PYTORCH_MNIST_NCCL, 1), (JOBSET_FINE_TUNE, 4), (EXAMPLE_RAYJOB, None),
+                       (TRAINJOB_TORCH_DDP, None)):
         yield pytest.param(runnable(load(path), gpus), id=path.name)
 
 
@@ -99,7 +113,7 @@ def _admitted(doc: dict, state, settings) -> dict | None:
 
 
 def test_the_sample_corpus_holds_every_kind_the_policy_judges_with_gpus():
-    judged = {k.kind for k in KINDS if k.cel_pod_specs}
+    judged = {k.kind for k in KINDS if k.cel_pod_templates}
     assert {p.values[0]["kind"] for p in SAMPLES if _gpu(p.values[0])} >= judged - {"Pod", "Deployment",
                                                                                      "StatefulSet", "RayService"}
     assert len(SAMPLES) >= 40
@@ -171,10 +185,10 @@ def test_a_hand_edited_placement_or_an_update_dropping_the_run_id_is_refused(adm
     unknown = copy.deepcopy(admitted_rayjob)
     unknown["metadata"]["labels"][labels.WORKLOAD_PROFILE] = "made-up"
     assert any('under workload profile "made-up"' in r for r in refusals(state, unknown))
-    # An object stored before taugate governed the namespace (no run-id) is not judged on update.
+    # An object stored before taugate governed the namespace (no run-id) keeps working on update.
     before = yaml.safe_load(EXAMPLE_RAYJOB.read_text())
     before["metadata"]["namespace"] = "vision"
-    assert refusals(state, before, operation="UPDATE", old=before) is None
+    assert refusals(state, before, operation="UPDATE", old=before) == []
 
 
 def test_device_access_without_a_request_is_refused_unless_the_platform_governs_it(state):
@@ -224,3 +238,143 @@ def test_render_cel_prints_the_policy_and_binding_the_operator_installs(capsys):
     docs = [d for d in yaml.safe_load_all(capsys.readouterr().out) if d]
     assert docs == admission_policy.documents(Settings())
     assert docs[1]["spec"]["paramRef"] == {"name": "cluster", "parameterNotFoundAction": "Deny"}
+
+
+GPU_LIMITS = {"limits": {"nvidia.com/gpu": 1}, "requests": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": 1}}
+CPU_ONLY = {"requests": {"cpu": "1", "memory": "1Gi"}}
+
+
+def _deployment(name: str, resources: dict, **meta) -> dict:
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": "vision", **meta},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}}, "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "c", "image": "cuda", "resources": copy.deepcopy(resources)}]}}}}
+
+
+def _webhook_allows(obj: dict, state, settings, **request) -> bool:
+    return admit(copy.deepcopy(obj), state=state, settings=settings, namespace="vision", **request).allowed
+
+
+def test_an_update_giving_gpus_to_an_object_created_without_any_is_refused_as_taugate_refuses_it(state, settings):
+    cpu = _deployment("notebook", CPU_ONLY)
+    stored = admit(copy.deepcopy(cpu), state=state, settings=settings, namespace="vision").object
+    assert labels.RUN_ID not in stored["metadata"].get("labels", {})  # left alone: no GPUs, no run-id
+    gpu = copy.deepcopy(stored)
+    gpu["spec"]["template"]["spec"]["containers"][0]["resources"] = copy.deepcopy(GPU_LIMITS)
+    assert not _webhook_allows(gpu, state, settings, operation="UPDATE", old=stored)
+    assert refusals(state, gpu, operation="UPDATE", old=stored) == [
+        "this update gives GPUs to Deployment notebook, which was created without any, so with no queue, placement "
+        f"or run-id; fix: delete it and create it again with the GPUs (kubectl replace --force -f FILE)"
+        f"{admission_policy.UNAVAILABLE}"]
+    scaled = copy.deepcopy(stored)  # anything else on the CPU object passes
+    scaled["spec"]["replicas"] = 3
+    assert refusals(state, scaled, operation="UPDATE", old=stored) == []
+
+
+def test_an_admitted_workload_keeps_its_profile_and_the_profile_bounds_its_gpus(admitted_rayjob, state, settings):
+    name = admitted_rayjob["metadata"]["name"]
+    profile = admitted_rayjob["metadata"]["labels"][labels.WORKLOAD_PROFILE]
+    to_cpu = copy.deepcopy(admitted_rayjob)  # a CPU profile has no placement to check: the label is pinned
+    to_cpu["metadata"]["labels"][labels.WORKLOAD_PROFILE] = "cpu-small"
+    assert refusals(state, to_cpu, operation="UPDATE", old=admitted_rayjob) == [
+        f"this update of RayJob {name} changes or removes its {labels.RUN_ID}, {labels.KUEUE_QUEUE_NAME} or "
+        f"{labels.WORKLOAD_PROFILE} label or its {labels.ADMISSION_RECORD} record, which an admitted workload keeps"
+        f"{admission_policy.UNAVAILABLE}"]
+    assert any("under workload profile" in r or "gpusPerWorker 0" in r for r in refusals(state, to_cpu))
+    bigger = copy.deepcopy(admitted_rayjob)
+    for g in bigger["spec"]["rayClusterSpec"]["workerGroupSpecs"]:
+        for c in g["template"]["spec"]["containers"]:
+            c["resources"]["limits"]["nvidia.com/gpu"] = 8
+    assert not _webhook_allows(bigger, state, settings, operation="UPDATE", old=admitted_rayjob)
+    for operation, old in (("CREATE", None), ("UPDATE", admitted_rayjob)):
+        assert refusals(state, bigger, operation=operation, old=old) == [
+            f'RayJob {name} asks for more nvidia.com/gpu per container than workload profile "{profile}" gives a '
+            f"worker (gpusPerWorker 1){admission_policy.UNAVAILABLE}"]
+
+
+def test_a_profile_changed_after_admission_refuses_no_update_that_leaves_the_pod_templates_alone(admitted_rayjob,
+                                                                                                 state):
+    moved = copy.deepcopy(TAU_CLUSTER)  # the platform team moves the profile to another GPU class
+    for p in moved["spec"]["workloadProfiles"]:
+        p["gpuClass"] = "a100"
+    labelled = copy.deepcopy(admitted_rayjob)
+    labelled["metadata"]["labels"]["team"] = "vision"
+    deleting = copy.deepcopy(admitted_rayjob)
+    deleting["metadata"].update(deletionTimestamp="2026-12-05T10:00:00Z", finalizers=[])
+    for update in (labelled, deleting):
+        assert refusals(state, update, operation="UPDATE", old=admitted_rayjob, params=moved) == []
+    template = copy.deepcopy(admitted_rayjob)  # a template edit is judged by the profile as it is now
+    template["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]["image"] = "ray:2"
+    assert refusals(state, template, operation="UPDATE", old=admitted_rayjob, params=moved)[0].startswith(
+        f'RayJob {admitted_rayjob["metadata"]["name"]} is not placed as workload profile')
+
+
+def test_anyones_update_of_a_child_is_left_to_its_parent_as_taugate_leaves_it(state, settings):
+    owner = {"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "u-1", "controller": True}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "name": "train-x7k2p", "namespace": "vision", "labels": {labels.RUN_ID: "0" * 24}, "ownerReferences": [owner]},
+        "spec": {"containers": [{"name": "c", "image": "cuda", "resources": copy.deepcopy(GPU_LIMITS)}]}}
+    labelled = copy.deepcopy(pod)
+    labelled["metadata"]["labels"]["debug"] = "true"
+    orphaned = copy.deepcopy(pod)  # the garbage collector orphaning it
+    orphaned["metadata"]["ownerReferences"][0]["controller"] = False
+    assert _webhook_allows(labelled, state, settings, operation="UPDATE", old=pod)
+    assert refusals(state, labelled, operation="UPDATE", old=pod) is None
+    assert refusals(state, orphaned, operation="UPDATE", old=pod) == []
+    cron = copy.deepcopy(pod)  # a Job a CronJob makes is no workload's child: judged when created
+    cron["metadata"]["ownerReferences"] = [{**owner, "apiVersion": "batch/v1", "kind": "CronJob"}]
+    cron["metadata"]["labels"] = {}
+    assert refusals(state, cron, user="system:serviceaccount:kube-system:cronjob-controller")
+
+
+@pytest.mark.parametrize("kind", ["ReplicaSet", "DaemonSet", "ReplicationController"])
+def test_a_gpu_workload_of_an_unmanaged_kind_is_refused_unless_a_deployment_made_it(kind, state, settings):
+    obj = _deployment("bare", GPU_LIMITS)
+    obj.update(kind=kind, apiVersion="v1" if kind == "ReplicationController" else "apps/v1")
+    assert not _webhook_allows(obj, state, settings)
+    assert refusals(state, obj)[0].startswith(f"{kind} bare asks for GPUs but taugate does not manage that kind")
+    cpu = _deployment("bare", CPU_ONLY)
+    cpu.update(kind=kind, apiVersion=obj["apiVersion"])
+    assert refusals(state, cpu) == []
+    assert refusals(state, obj, operation="UPDATE", old=cpu)  # GPUs added later
+    assert refusals(state, settings=Settings(unmanaged_gpu_workloads="warn"), obj=obj) == []
+    if kind == "ReplicaSet":
+        child = copy.deepcopy(obj)
+        child["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "d",
+                                                 "uid": "u-2", "controller": True}]
+        assert refusals(state, child, user="system:serviceaccount:kube-system:deployment-controller") is None
+
+
+def test_every_other_path_to_a_gpu_is_judged_as_taugate_judges_it(state, settings):
+    dra = _deployment("dra", {"limits": {"deviceclass.resource.kubernetes.io/gpu.nvidia.com": 1}})
+    assert not _webhook_allows(dra, state, settings)
+    assert refusals(state, dra)[0].startswith("taugate has not admitted Deployment dra")
+    cdi = _deployment("cdi", CPU_ONLY)
+    cdi["spec"]["template"]["metadata"]["annotations"] = {"cdi.k8s.io/gpu": "nvidia.com/gpu=all"}
+    assert not _webhook_allows(cdi, state, settings)
+    assert refusals(state, cdi)[0].startswith("Deployment cdi reaches GPUs without asking for them")
+    for path in ("//dev/nvidia0", "/dev/./nvidia0", "/tmp/../dev", "/dev/nvidia0"):
+        host = _deployment("host", CPU_ONLY)
+        host["spec"]["template"]["spec"]["volumes"] = [{"name": "d", "hostPath": {"path": path}}]
+        assert not _webhook_allows(host, state, settings), path
+        assert refusals(state, host)[0].startswith("Deployment host reaches GPUs"), path
+    for value, reaches in (("\u00a0none", True), ("\tVoid\n", False), ("all", True)):
+        env = _deployment("env", CPU_ONLY)
+        env["spec"]["template"]["spec"]["containers"][0]["env"] = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": value}]
+        assert _webhook_allows(env, state, settings) is not reaches, value
+        assert bool(refusals(state, env)) is reaches, value
+
+
+def test_a_gpu_submitter_on_an_existing_ray_cluster_is_refused_by_both_as_it_would_run_unqueued(state, settings):
+    selector = {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"name": "on-cluster", "namespace": "vision"},
+                "spec": {"entrypoint": "python x.py", "clusterSelector": {"ray.io/cluster": "shared"},
+                         "submitterPodTemplate": {"spec": {"restartPolicy": "Never", "containers": [
+                             {"name": "ray-job-submitter", "image": "ray", "resources": copy.deepcopy(GPU_LIMITS)}]}}}}
+    assert refusals(state, selector)[0].startswith("taugate has not admitted RayJob on-cluster")
+    refused = admit(copy.deepcopy(selector), state=state, settings=settings, namespace="vision")
+    assert [v.field for v in refused.violations] == ["spec.submitterPodTemplate"], refused.violations
+    assert "Kueue does not queue" in refused.violations[0].message
+    cpu = copy.deepcopy(selector)
+    cpu["spec"]["submitterPodTemplate"]["spec"]["containers"][0]["resources"] = copy.deepcopy(CPU_ONLY)
+    admitted = admit(cpu, state=state, settings=settings, namespace="vision")
+    assert admitted.allowed and refusals(state, admitted.object) == []

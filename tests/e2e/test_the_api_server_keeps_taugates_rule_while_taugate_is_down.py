@@ -1,8 +1,9 @@
 """The API server's own policy (taugate/admission_policy.py, installed by the operator under the
 chart's RBAC) on kube-apiserver, with taugate's webhook stopped and its configurations in place
 (the workload route's failurePolicy is Ignore): a GPU workload taugate did not admit, a copy moved
-to another queue, a hand-edited placement and an edit that drops the run-id are refused, each with
-its message; what taugate admitted keeps working (Kueue's unsuspend, the Job controller's pods), a
+to another queue, a hand-edited placement, an edit that drops the run-id, GPUs given to a CPU
+Deployment and a bare GPU ReplicaSet are refused, each with its message; what taugate admitted keeps
+working (Kueue's unsuspend, the Job controller's pods, a researcher's label on one of them), a
 CPU workload goes on, namespaces that are not workspaces are not judged. Deleted by hand, the
 policy is put back by the operator."""
 
@@ -21,6 +22,13 @@ EXAMPLE = yaml.safe_load((REPO / "examples" / "rayjob-image-classifier.yaml").re
 POLICY = "ValidatingAdmissionPolicy 'taugate-admitted-workloads' with binding 'taugate-admitted-workloads' denied"
 GPU_JOB = yaml.safe_load((REPO / "policies" / "gpu-per-pod-fits-node" / "samples" /
                           "example_allowed_job_single_gpu.yaml").read_text())
+CPU_DEPLOYMENT = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "notebook"},
+                  "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "notebook"}}, "template": {
+                      "metadata": {"labels": {"app": "notebook"}}, "spec": {"containers": [
+                          {"name": "c", "image": "busybox", "resources": {"requests": {"cpu": "10m"}}}]}}}}
+GPU_REPLICASET = {**CPU_DEPLOYMENT, "kind": "ReplicaSet", "metadata": {"name": "bare"}, "spec": {
+    **CPU_DEPLOYMENT["spec"], "template": {**CPU_DEPLOYMENT["spec"]["template"], "spec": {"containers": [
+        {"name": "c", "image": "cuda", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}}}
 CPU_JOB = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "plain"},
            "spec": {"suspend": True, "template": {"spec": {"restartPolicy": "Never", "containers": [
                {"name": "c", "image": "busybox", "resources": {"requests": {"cpu": "10m"}}}]}}}}
@@ -51,6 +59,7 @@ def test_with_taugate_down_the_api_server_refuses_what_taugate_did_not_admit_and
     cp.kubectl("apply", "-f", "-", input=json.dumps(into_workspace(GPU_JOB, name="admitted-before")))
     admitted = cp.get_json("job", "admitted-before", "-n", WORKSPACE)
     assert admitted["metadata"]["labels"][RUN_ID] and admitted["spec"]["suspend"] is True  # queued
+    cp.kubectl("apply", "-f", "-", input=json.dumps(into_workspace(CPU_DEPLOYMENT)))
     cp.kubectl("create", "namespace", "no-workspace-here")
     platform.stop_webhook()
     try:
@@ -68,7 +77,7 @@ def test_with_taugate_down_the_api_server_refuses_what_taugate_did_not_admit_and
         assert "taugate has not admitted Job admitted-before-2" in err  # the record names another Job
         # The admitted Job moved to another LocalQueue (the API server prints the first failed rule).
         err = _refused(cp, "label", "job", "admitted-before", "-n", WORKSPACE, f"{QUEUE}=nlp-queue", "--overwrite")
-        assert f"this update of Job admitted-before changes or removes its {RUN_ID} or {QUEUE} label" in err
+        assert f"this update of Job admitted-before changes or removes its {RUN_ID}, {QUEUE} or" in err
         # A hand edit of the placement, and one that drops the run-id, are refused.
         err = _refused(cp, "patch", "job", "admitted-before", "-n", WORKSPACE, "--type=json", "-p", json.dumps(
             [{"op": "remove", "path": "/spec/template/spec/nodeSelector/" + GPU_CLASS_SELECTOR.replace("/", "~1")}]))
@@ -83,6 +92,13 @@ def test_with_taugate_down_the_api_server_refuses_what_taugate_did_not_admit_and
         pods = platform.wait_for("the Job controller to create the pods", lambda: cp.get_json(
             "pods", "-n", WORKSPACE, "-l", "job-name=admitted-before")["items"], 60)
         assert pods[0]["metadata"]["labels"][RUN_ID] == admitted["metadata"]["labels"][RUN_ID]
+        # A researcher's edit of a child (a label on a pod) is its parent's business: it passes.
+        cp.kubectl("label", "pod", pods[0]["metadata"]["name"], "-n", WORKSPACE, "debug=true")
+        # GPUs given to a CPU Deployment taugate left alone, or asked by a bare ReplicaSet, are refused.
+        err = _refused(cp, "set", "resources", "deployment", "notebook", "-n", WORKSPACE, "--limits=nvidia.com/gpu=1")
+        assert "this update gives GPUs to Deployment notebook, which was created without any" in err
+        err = _refused(cp, "create", "-f", "-", input=json.dumps(into_workspace(GPU_REPLICASET)))
+        assert "ReplicaSet bare asks for GPUs but taugate does not manage that kind" in err
         # A CPU workload goes on (no GPUs: nothing to queue), and outside workspaces nothing is judged.
         cp.kubectl("apply", "-f", "-", input=json.dumps(into_workspace(CPU_JOB, name="cpu-while-down")))
         cp.kubectl("apply", "-f", "-", input=json.dumps(into_workspace(EXAMPLE, namespace="no-workspace-here",
@@ -94,6 +110,7 @@ def test_with_taugate_down_the_api_server_refuses_what_taugate_did_not_admit_and
         platform.start_webhook()
         for name in ("admitted-before", "cpu-while-down"):
             cp.kubectl("delete", "job", name, "-n", WORKSPACE, "--ignore-not-found", "--cascade=foreground")
+        cp.kubectl("delete", "deployment", "notebook", "-n", WORKSPACE, "--ignore-not-found")
         cp.kubectl("delete", "namespace", "no-workspace-here", "--wait=false")
     # taugate answers again: the same RayJob is admitted.
     created = json.loads(cp.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-",

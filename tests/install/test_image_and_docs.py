@@ -150,8 +150,9 @@ def test_every_set_flag_in_the_docs_is_accepted_by_the_chart(expression):
 
 
 def test_the_documented_emergency_switch_relaxes_every_webhook():
-    assert "--set webhook.failurePolicy=Ignore" in DOCS["runbook.md"]
-    relaxed = objects(helm_python.parse_set_string("webhook.failurePolicy=Ignore"))
+    switch = "admissionPolicy.enabled=false,webhook.failurePolicy=Ignore"
+    assert f"--set {switch}" in DOCS["runbook.md"]
+    relaxed = objects(helm_python.parse_set_string(switch))
     policies = {w["failurePolicy"] for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
                 for w in one(relaxed, kind)["webhooks"]}
     assert policies == {"Ignore"}
