@@ -1,14 +1,16 @@
 """The ValidatingAdmissionPolicy that keeps taugate's core invariant inside the API server (CEL,
 ValidatingAdmissionPolicy GA in Kubernetes 1.30, KEP-3488): in a workspace namespace, a workload
 that asks for GPUs is created only as taugate admits it (run-id, admission record bound to it, the
-namespace's workspace and LocalQueue, the node selector and GPU bound of its workload profile), no
-pod template reaches devices unasked, GPUs are not added to an object created without them, and an
-update keeps what taugate gave. It sees the object after every mutating webhook and holds while
-taugate's webhook is down (ARCHITECTURE.md section 2, "What runs where"). The operator installs and
-keeps it (``taugate/controllers/admission_policy.py``).
+namespace's workspace and LocalQueue, the node selector of its workload profile), no pod template
+gains device access unasked, a way onto GPU nodes without GPUs or a way past the scheduler, GPUs
+are not added to an object created without them, and an update keeps what taugate gave. It sees
+the object after every mutating webhook and holds while taugate's webhook is down
+(ARCHITECTURE.md section 2, "What runs where", says what stays in the webhook and why). The
+operator installs and keeps it (``taugate/controllers/admission_policy.py``).
 
-Every rule is a subset of what taugate's webhook decides, so it never refuses what taugate admits:
-GPUs are what a container requests or limits by name (``nvidia.com/gpu``,
+Every rule is a subset of what taugate's webhook decides, so it never refuses what taugate admits
+(but for a toleration or selector of the profiles' GPU nodes where no such node exists yet): GPUs
+are what a container requests or limits by name (``nvidia.com/gpu``,
 ``taugate.devices.device_resources``, a GPU DeviceClass's extended resource), not DRA claims (a
 claim's GPUs need the ResourceClaim, which CEL cannot read; claims are judged by the validating
 webhook, which fails closed). The profiles come from the TauCluster as the policy's parameter, so a
@@ -23,6 +25,7 @@ from typing import Any
 
 from taugate import devices, labels
 from taugate.kinds import KINDS
+from taugate.kinds.trainjob import KIND as TRAINJOB
 from taugate.settings import Settings
 from taugate.unmanaged import RELAY_OWNER_KINDS, UNMANAGED_KINDS
 
@@ -73,10 +76,17 @@ def _containers(s: str) -> str:
     return f"((has({s}.containers) ? {s}.containers : []) + (has({s}.initContainers) ? {s}.initContainers : []))"
 
 
+ZERO = "^[+-]?[0.]+([eE].*|[a-zA-Z]*)$"
+"""A quantity that is zero however it is spelt (``0``, ``0.0``, ``0m``, ``+0``): asks for nothing,
+as the webhook counts it (``taugate.pods``: zero GPUs is a CPU pod)."""
+
+
 def _asks_gpus(s: str, settings: Settings) -> str:
-    """CEL: pod spec ``s`` requests or limits a GPU device resource (a container's or the pod's)."""
+    """CEL: pod spec ``s`` requests or limits more than zero of a GPU device resource (a
+    container's or the pod's)."""
     def in_resources(r: str) -> str:
-        return " || ".join(f"(has({r}.{f}) && {r}.{f}.exists(k, {_gpu_resource('k', settings)}))"
+        return " || ".join(f"(has({r}.{f}) && {r}.{f}.exists(k, ({_gpu_resource('k', settings)}) && "
+                           f"!string({r}.{f}[k]).matches({_cel(ZERO)})))"
                            for f in ("limits", "requests"))
     return (f"{_containers(s)}.exists(c, has(c.resources) && ({in_resources('c.resources')})) || "
             f"(has({s}.resources) && ({in_resources(s + '.resources')}))")
@@ -163,20 +173,28 @@ def _child_update() -> str:
             f"{_controller('object', same)}")
 
 
-def _gpu_limits(s: str) -> str:
-    """CEL: every container of pod spec ``s`` asks at most ``variables.gpusPerWorker`` nvidia.com/gpu,
-    where the quantity is a plain integer (any other form is the webhook's to count)."""
-    def fits(part: str) -> str:
-        q = f"c.resources.{part}[{_cel(labels.GPU_RESOURCE)}]"
-        return (f"!(has(c.resources) && has(c.resources.{part}) && {_cel(labels.GPU_RESOURCE)} in c.resources.{part}) "
-                f"|| !string({q}).matches('^[0-9]+$') || int(string({q})) <= variables.gpusPerWorker")
-    return f"{_containers(s)}.all(c, ({fits('limits')}) && ({fits('requests')}))"
+def _bypass(s: str) -> str:
+    """CEL: pod spec ``s`` names a ``nodeName`` or a ``system-`` priority class (``webhook.pod_rules``)."""
+    return (f"(has({s}.nodeName) && {s}.nodeName != '') || "
+            f"(has({s}.priorityClassName) && {s}.priorityClassName.startsWith('system-'))")
 
 
-def _asks_whole_gpus(s: str) -> str:
-    return (f"{_containers(s)}.exists(c, has(c.resources) && ((has(c.resources.limits) && "
-            f"{_cel(labels.GPU_RESOURCE)} in c.resources.limits) || (has(c.resources.requests) && "
-            f"{_cel(labels.GPU_RESOURCE)} in c.resources.requests)))")
+def _gpu_nodes(s: str, settings: Settings) -> str:
+    """CEL: pod spec ``s`` puts itself on GPU nodes (``devices.gpu_node_problems``, without the node
+    list): a toleration of every taint (no key, ``Exists``) or of a taint key a workload profile
+    tolerates for its GPU pods, or a node selector on the GPU class label naming a profile's GPU
+    class, or on a GPU Feature Discovery label other than ``false``."""
+    keys = ("(has(params.spec.workloadProfiles) ? params.spec.workloadProfiles.filter(p, has(p.tolerations))"
+            ".map(p, p.tolerations.filter(x, has(x.key)).map(x, x.key)) : [])")
+    classes = ("(has(params.spec.workloadProfiles) ? params.spec.workloadProfiles.filter(p, has(p.gpuClass))"
+               ".map(p, p.gpuClass) : [])")
+    label = _cel(settings.gpu_class_label)
+    tolerates = (f"has({s}.tolerations) && {s}.tolerations.exists(x, ((!has(x.key) || x.key == '') && "
+                 f"has(x.operator) && x.operator == 'Exists') || (has(x.key) && {keys}.exists(l, x.key in l)))")
+    selects = (f"has({s}.nodeSelector) && (({label} in {s}.nodeSelector && {s}.nodeSelector[{label}] in {classes}) "
+               f"|| {s}.nodeSelector.exists(k, k in {_list(devices.GPU_NODE_LABELS)} && "
+               f"{s}.nodeSelector[k] != 'false'))")
+    return f"({tolerates}) || ({selects})"
 
 
 def policy(settings: Settings | None = None) -> dict[str, Any]:
@@ -209,37 +227,51 @@ def policy(settings: Settings | None = None) -> dict[str, Any]:
     one = "variables.profile.size() == 1"
     selector = f"{one} && has(variables.profile[0].nodeSelector) ? variables.profile[0].nodeSelector : {{}}"
     gpu_class = f"{one} && has(variables.profile[0].gpuClass) ? variables.profile[0].gpuClass : ''"
-    per_worker = f"{one} && has(variables.profile[0].gpusPerWorker) ? variables.profile[0].gpusPerWorker : 0"
     placed = (f"variables.gpuSpecs.all(s, variables.selector.all(k, has(s.nodeSelector) && k in s.nodeSelector && "
               f"s.nodeSelector[k] == variables.selector[k]) && (variables.gpuClass == '' || (has(s.nodeSelector) && "
               f"{_cel(settings.gpu_class_label)} in s.nodeSelector && "
               f"s.nodeSelector[{_cel(settings.gpu_class_label)}] == variables.gpuClass)))")
+    # What a GPU template's placement and size are made of: judged again on UPDATE only when they
+    # change, so an image, a label or a finalizer after a profile moved in the TauCluster is never
+    # refused for what the stored object already had (as the webhook excuses it).
+    placements = "variables.gpuSpecs.map(s, has(s.nodeSelector) ? s.nodeSelector : {})"
+    sizes = f"variables.gpuSpecs.map(s, {_containers('s')}.map(c, has(c.resources) ? c.resources : {{}}))"
+    reshaped = " || ".join(f"{e} != {e.replace('variables.gpuSpecs', 'variables.oldGpuSpecs')}"
+                           for e in (placements, sizes))
 
     def rule(when: str, check: str, *message: str) -> dict[str, str]:
         return {"expression": f"!({when}) || ({check})", "messageExpression": _message(*message, UNAVAILABLE),
                 "reason": "Forbidden"}
 
+    def new_in(bad: str) -> str:
+        """CEL: ``bad`` (over pod spec ``s``) holds of no template, or, on UPDATE, of a stored one."""
+        return f"!variables.specs.exists(s, {bad}) || variables.oldSpecs.exists(s, {bad})"
+
     create, update = "request.operation == 'CREATE'", "request.operation == 'UPDATE'"
-    managed, gpu = "variables.managed", "variables.gpuSpecs.size() > 0"
+    managed, gpu, judged = "variables.managed", "variables.gpuSpecs.size() > 0", "!variables.childUntouched"
     asks = _asks_gpus("s", settings)
-    # What taugate decided at admission is judged again only where the pod templates change: an
-    # update of labels, a finalizer or a status (the garbage collector, kubectl label) after a
-    # profile changed in the TauCluster is not refused for it.
-    changed = f"{update} && {old_run_id} != '' && variables.specs != variables.oldSpecs"
-    placing = f"{managed} && {gpu} && ({create} || ({changed}))"
+    edited = f"({create} || variables.specs != variables.oldSpecs)"
+    resized = f"{update} && {old_run_id} != '' && ({reshaped})"
+    placing = f"{judged} && {managed} && {gpu} && ({create} || ({resized}))"
+    cdi = _cdi("t")
     validations = []
     if settings.device_access == "deny":
-        validations.append(rule(f"{create} && {managed}",
-                                "!variables.specs.exists(s, " + _device_access("s") + ") && "
-                                "!variables.templates.exists(t, " + _cdi("t") + ")",
-                                kind, " ", name, " reaches GPUs without asking for them (a device variable such "
-                                "as NVIDIA_VISIBLE_DEVICES, a privileged container, a hostPath of /dev or not in "
-                                "normal form, or a cdi.k8s.io/ annotation), which taugate refuses in a workspace"))
+        validations.append(rule(
+            f"{judged} && {edited}",
+            f"({new_in(_device_access('s'))}) && (!variables.templates.exists(t, {cdi}) || "
+            f"({update} && ({_pod_templates('oldObject')}).exists(t, {cdi})))",
+            kind, " ", name, " reaches GPUs without asking for them (a device variable such as NVIDIA_VISIBLE_DEVICES, "
+            "a privileged container, a hostPath of /dev or not in normal form, or a cdi.k8s.io/ annotation), which "
+            "taugate refuses in a workspace"))
+    cpu_on_gpu_nodes = new_in(f"!({asks}) && ({_gpu_nodes('s', settings)})")
     validations += [
-        rule(f"{create} && {managed}", "!variables.specs.exists(s, (has(s.nodeName) && s.nodeName != '') || "
-                                       "(has(s.priorityClassName) && s.priorityClassName.startsWith('system-')))",
+        rule(f"{judged} && {edited}", new_in(_bypass("s")),
              kind, " ", name, " names a nodeName or a system- priorityClassName in a pod template, which bypass the "
              "scheduler, the profile's placement and Kueue (taugate refuses both in a workspace)"),
+        rule(f"{judged} && {edited}", cpu_on_gpu_nodes,
+             kind, " ", name, " has a pod template that asks for no GPU but tolerates the GPU nodes' taints or selects "
+             "GPU nodes (a workload profile's toleration key, a key-less Exists, the GPU class or a GPU Feature "
+             "Discovery label), where a CUDA image's own NVIDIA_VISIBLE_DEVICES reaches GPUs no request counts"),
         rule(f"{create} && {managed} && {gpu}", f"{run_id}.matches({_cel(RUN_ID_PATTERN)}) && {bound}",
              "taugate has not admitted ", kind, " ", name, " in workspace namespace ", namespace,
              f": it asks for GPUs but has no {labels.RUN_ID} label and {labels.ADMISSION_RECORD} record made for "
@@ -251,32 +283,40 @@ def policy(settings: Settings | None = None) -> dict[str, Any]:
         rule(f"{create} && {managed} && {gpu}", f"{workspace} == {ns_workspace}",
              kind, " ", name, f" has {labels.WORKSPACE}=\"", workspace, "\" in namespace ", namespace,
              " of workspace \"", ns_workspace, "\""),
+        rule(f"{create} && {_is_kind(TRAINJOB.group, TRAINJOB.kind)}",
+             "has(object.spec.trainer) && has(object.spec.trainer.numNodes) && "
+             "has(object.spec.trainer.resourcesPerNode)",
+             "TrainJob ", name, " does not state its size (spec.trainer.numNodes and spec.trainer.resourcesPerNode), "
+             "which taugate needs in a workspace to count its GPUs"),
         rule(placing, one,
              kind, " ", name, " asks for GPUs under workload profile \"", profile,
              "\" (label ", labels.WORKLOAD_PROFILE, "), which TauCluster cluster does not have"),
-        rule(f"{placing} && {one}", "!variables.gpuSpecs.exists(s, " + _asks_whole_gpus("s") + ") || "
-             "(variables.gpusPerWorker > 0 && variables.gpuSpecs.all(s, " + _gpu_limits("s") + "))",
-             kind, " ", name, " asks for more nvidia.com/gpu per container than workload profile \"", profile,
-             "\" gives a worker (gpusPerWorker ", Expr("string(variables.gpusPerWorker)"), ")"),
         rule(f"{placing} && {one}", placed,
              kind, " ", name, " is not placed as workload profile \"", profile, "\" says: every pod template that "
              "asks for GPUs needs the profile's nodeSelector and ", settings.gpu_class_label, "=\"",
              Expr("variables.gpuClass"), "\" in spec.nodeSelector (kubectl get taucluster cluster -o yaml)"),
-        rule(f"{update} && {managed} && {old_run_id} != ''",
+        rule(f"{judged} && {update} && {managed} && {old_run_id} != ''",
              f"{run_id} == {old_run_id} && {record} == {old_record} && ({old_queue} == '' || {queue} == {old_queue}) "
              f"&& ({old_profile} == '' || {profile} == {old_profile})",
              "this update of ", kind, " ", name, f" changes or removes its {labels.RUN_ID}, "
              f"{labels.KUEUE_QUEUE_NAME} or {labels.WORKLOAD_PROFILE} label or its {labels.ADMISSION_RECORD} "
              "record, which an admitted workload keeps"),
-        rule(f"{update} && {managed} && {old_run_id} == '' && {gpu}", "variables.oldGpuSpecs.size() > 0",
+        rule(f"{judged} && {update} && {managed} && {old_run_id} == '' && {gpu}", "variables.oldGpuSpecs.size() > 0",
              "this update gives GPUs to ", kind, " ", name, ", which was created without any, so with no queue, "
              "placement or run-id; fix: delete it and create it again with the GPUs (kubectl replace --force -f FILE)"),
+        rule(f"{update} && {_is_kind('', 'Pod')} && has(oldObject.spec.schedulingGates)",
+             "oldObject.spec.schedulingGates.all(g, !g.name.startsWith('kueue.x-k8s.io/') || "
+             "(has(object.spec.schedulingGates) && object.spec.schedulingGates.exists(n, n.name == g.name)))",
+             "this update removes Kueue's scheduling gate from Pod ", name, ", which Kueue lifts when it admits the "
+             "pod (taugate refuses anyone else's removal)"),
     ]
     if settings.unmanaged_gpu_workloads == "deny":
-        validations.append(rule(f"!{managed} && {gpu}", f"{update} && variables.oldGpuSpecs.size() > 0",
+        kept = "variables.oldGpuSpecs.size() > 0 && variables.specs == variables.oldSpecs"
+        validations.append(rule(f"{judged} && !{managed} && {gpu}", f"{update} && {kept}",
                                 kind, " ", name, " asks for GPUs but taugate does not manage that kind: its pods "
                                 "would skip the workspace's queue, placement and run-id; fix: run it as one of the "
                                 "managed kinds (a Deployment, not a bare ReplicaSet)"))
+    untouched = f"({_child_update()}) && variables.specs == variables.oldSpecs"
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicy",
@@ -288,10 +328,7 @@ def policy(settings: Settings | None = None) -> dict[str, Any]:
                 "resourceRules": rules,
                 "namespaceSelector": {"matchExpressions": [{"key": labels.WORKSPACE, "operator": "Exists"}]},
             },
-            "matchConditions": [
-                {"name": "judged-user", "expression": _judged_users(settings)},
-                {"name": "not-a-child-update", "expression": f"!({_child_update()})"},
-            ],
+            "matchConditions": [{"name": "judged-user", "expression": _judged_users(settings)}],
             "variables": [
                 {"name": "managed", "expression": "!(" + " || ".join(_is_kind(u.group, u.kind)
                                                                     for u in UNMANAGED_KINDS) + ")"},
@@ -300,11 +337,14 @@ def policy(settings: Settings | None = None) -> dict[str, Any]:
                 {"name": "gpuSpecs", "expression": f"variables.specs.filter(s, {asks})"},
                 {"name": "oldSpecs", "expression": f"{update} ? ({_pod_templates('oldObject')}).map(t, t.spec) : []"},
                 {"name": "oldGpuSpecs", "expression": f"variables.oldSpecs.filter(s, {asks})"},
+                # An update of a child that leaves its pod templates alone is its parent's business
+                # (a label, the garbage collector orphaning it); one that edits them is judged as a
+                # top-level workload, as the webhook judges it (webhook.mutation.is_child).
+                {"name": "childUntouched", "expression": untouched},
                 {"name": "profile", "expression": "has(params.spec.workloadProfiles) ? "
                                                   f"params.spec.workloadProfiles.filter(p, p.name == {profile}) : []"},
                 {"name": "selector", "expression": selector},
                 {"name": "gpuClass", "expression": gpu_class},
-                {"name": "gpusPerWorker", "expression": per_worker},
             ],
             "validations": validations,
         },

@@ -83,7 +83,8 @@ KUBEFLOW_EXAMPLES = KUBEFLOW / "examples"
 
 KYVERNO = upstream.module_dir("kyverno")
 """Kyverno's module, read for the Policy Reports working group's CRDs (``wgpolicyk8s.io``
-v1alpha2) that taugate's audit writes."""
+v1alpha2) that taugate's audit writes, and for the benchmark peer's CRDs and release manifest
+(``bench/kyverno``)."""
 POLICY_REPORT_CRD = KYVERNO / "config" / "crds" / "policyreport" / "wgpolicyk8s.io_policyreports.yaml"
 CLUSTER_POLICY_REPORT_CRD = KYVERNO / "config" / "crds" / "policyreport" / "wgpolicyk8s.io_clusterpolicyreports.yaml"
 

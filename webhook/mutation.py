@@ -23,7 +23,7 @@ from taugate.kinds.base import Override
 from taugate.pods import PodTemplate
 from taugate.settings import Settings
 from taugate.snapshot import ClusterState
-from taugate.unmanaged import RELAY_OWNER_KINDS
+from taugate.unmanaged import RELAY_OWNER_KINDS, unmanaged_kind_for
 from taugate.webhook.patching import Edits, Parts
 from taugate.webhook.resolution import Resolution
 
@@ -82,7 +82,10 @@ def is_child(request: dict, obj: dict, settings: Settings) -> bool:
     any ownerReference); the webhook never asks the API server about the owner. CREATE: a
     controller owner of a workload or relay kind AND a user of ``settings.controller_users``.
     UPDATE: the stored object has the same controller owner (uid) and no
-    ``tau.azure.com/workspace`` label (which ``edit_update`` restores, so it cannot be shed).
+    ``tau.azure.com/workspace`` label (which ``edit_update`` restores, so it cannot be shed), and
+    the update leaves its pod templates as they were or comes from a trusted controller: anyone
+    else's edit of a child's templates (GPUs added to a RayCluster KubeRay made, or to a CPU object
+    whose owner reference its author wrote) is judged as a top-level workload.
 
     A forged run-id or queue label in a bare ReplicaSet's template gains nothing: that ReplicaSet
     was judged as an unmanaged kind when created, and a run-id never moves quota.
@@ -96,7 +99,22 @@ def is_child(request: dict, obj: dict, settings: Settings) -> bool:
     old_owner = controller_owner(old) if isinstance(old, dict) else None
     old_labels = (old.get("metadata") or {}).get("labels") if isinstance(old, dict) else None
     top_level = isinstance(old_labels, dict) and labels.WORKSPACE in old_labels
-    return old_owner is not None and old_owner.get("uid") == owner.get("uid") and not top_level
+    if not isinstance(old, dict) or old_owner is None or old_owner.get("uid") != owner.get("uid") or top_level:
+        return False
+    return (request.get("userInfo") or {}).get("username") in settings.controller_users or \
+        not _templates_edited(request, obj, old)
+
+
+def _templates_edited(request: dict, obj: dict, old: dict) -> bool:
+    """The pod templates' specs of ``obj`` differ from ``old``'s (``request``'s kind; a kind taugate
+    neither governs nor relays: its whole ``spec``)."""
+    gvk = request.get("kind") or {}
+    key = (gvk.get("group"), gvk.get("kind"))
+    found = next((k for k in KINDS if (k.group, k.kind) == key), None) or unmanaged_kind_for(*key)
+    if found is None:
+        return obj.get("spec") != old.get("spec")
+    return [t.template.get("spec") for t in found.pod_templates(obj)] != \
+        [t.template.get("spec") for t in found.pod_templates(old)]
 
 
 def run_id_of(obj: dict, templates: list[PodTemplate]) -> str | None:

@@ -6,8 +6,9 @@ object admitted before (the garbage collector, a scale, a status writer).
 
 from __future__ import annotations
 
-from taugate import labels
+from taugate import devices, labels
 from taugate.access import as_dict
+from taugate.demand import ACCESS_POLICY
 from taugate.fieldpath import field_path
 from taugate.kinds import KINDS, WorkloadKind, group_of, kind_for
 from taugate.kinds import pod as pod_kind
@@ -73,6 +74,25 @@ def gpus_added(request: dict, kind: WorkloadKind, templates: list[PodTemplate]) 
         f"--force -f FILE)")], obj=request.get("object"))
 
 
+def _device_access(templates: list[PodTemplate], old_templates: list[PodTemplate] | None,
+                   settings: Settings) -> list[Violation]:
+    """Device access without a request (``devices.access_problems``) in an unmanaged kind's pod
+    template that the stored object did not have, with ``gpu.deviceAccess: deny``: its pods are
+    children, judged by nobody, so a bare DaemonSet with ``NVIDIA_VISIBLE_DEVICES=all`` would reach
+    every GPU node's GPUs."""
+    if settings.device_access != "deny":
+        return []
+
+    def problems(ts: list[PodTemplate]) -> list[tuple[tuple[str | int, ...], str]]:
+        return [(rel if rel[0] == "metadata" else ("spec", *rel), what) for t in ts for rel, what in
+                devices.access_problems(t.spec, as_dict(t.template.get("metadata")).get("annotations"))]
+
+    before = {rel for rel, _ in problems(old_templates or [])}
+    return [Violation(ACCESS_POLICY, field_path(templates[0].path + rel), f"{what}; allowed in a workspace: GPUs "
+                      f"asked for in resources of a managed kind; fix: remove it")
+            for rel, what in problems(templates) if rel not in before]
+
+
 def _managed_kinds() -> str:
     return ", ".join(f"{k.kind} ({k.api_version})" for k in KINDS)
 
@@ -112,6 +132,9 @@ def verdict(request: dict, state: ClusterState, settings: Settings) -> Decision 
             return None
         templates = unmanaged.pod_templates(obj)
         old_templates = unmanaged.pod_templates(old) if isinstance(old, dict) else None
+        reached = _device_access(templates, old_templates, settings)
+        if reached:
+            return Decision.deny(reached, obj=obj)
         what, where = f"a {unmanaged.kind}", field_path(("spec", "template"))
         instead = " (a Deployment, not a bare ReplicaSet)" if unmanaged.parent else ""
         fix = f"run it as one of the managed kinds{instead}, which are queued and placed by the workspace's profile"
