@@ -1,7 +1,7 @@
 """End-to-end admission benchmark: what each create costs through the real API server.
 
     python bench/e2e.py [--n 100] [--concurrency 16] [--rounds 3]
-                        [--configs none,taugate,taugate-opa,gatekeeper]
+                        [--configs none,taugate,taugate-opa,gatekeeper,kyverno] [--out e2e]
 
 On the control plane of ``tests/e2e`` (etcd, kube-apiserver, kube-controller-manager, kube-scheduler
 built from their pinned Go modules by ``tests/e2e/build.sh``, cached in ``~/.cache/taugate-e2e``)
@@ -17,7 +17,7 @@ thread), in the example's ``vision`` workspace:
 both with the workspace's queue label (``vision-queue``), so Kueue suspends them in every
 configuration and no pod is made. Configurations:
 
-- ``none``: no taugate or Gatekeeper webhook (Kueue's only);
+- ``none``: no taugate, Gatekeeper or Kyverno webhook (Kueue's only);
 - ``taugate``: the chart's Mutating/ValidatingWebhookConfigurations, ``taugate serve`` with the
   policy library in process (regorus);
 - ``taugate-opa``: the same configurations pointed at a second ``taugate serve`` rendered with
@@ -26,7 +26,19 @@ configuration and no pod is made. Configurations:
 - ``gatekeeper``: Gatekeeper's manager built from ``tests/e2e/gomod/gatekeeper`` (validation
   webhook only, audit off, our certificate, its rotation off) with its ValidatingWebhookConfiguration
   from the module's ``deploy/gatekeeper.yaml`` and the policy library translated to
-  ConstraintTemplates (``bench/gatekeeper``).
+  ConstraintTemplates (``bench/gatekeeper``);
+- ``kyverno``: Kyverno's admission controller built from ``tests/e2e/gomod/kyverno``
+  (``cmd/kyverno``; its background, reports and cleanup controllers not run) with the release
+  manifest's arguments and ConfigMaps (``config/install-latest-testing.yaml``) but our certificate
+  (``--disableCertManagerController``, the CA and serving pair in the Secrets it reads) and
+  ``--admissionReports=false`` (admission reports are the reports controller's input; on, each
+  admitted create would also write an EphemeralReport before Kyverno answers), its CRDs from
+  ``config/crds``, and the same policies translated to CEL ValidatingPolicies (``bench/kyverno``).
+  Its webhook configurations are the ones Kyverno registers itself: a first run, leader of its
+  namespace's ``kyverno`` Lease, registers them for the policies (one validating webhook,
+  ``/vpol/<every policy>``); the bench keeps them, stops that run and starts the one it measures
+  as a replica that is not the leader (the Lease held by the bench), which serves admission and
+  leaves the configurations to the bench's switching, as Kyverno's non-leader replicas do.
 
 Each round runs every configuration once, in turn, each round starting one configuration later
 than the last (one warm-up round first, not counted); each
@@ -37,9 +49,14 @@ of both to ``none`` and, from the API server's
 creates (``bench/admission_metrics.py``), per webhook: calls, mean and p50/p99; and the webhook
 server's own time per review, differenced the same way (taugate's
 ``taugate_admission_duration_seconds`` per route, Gatekeeper's
-``gatekeeper_validation_request_duration_seconds``).
+``gatekeeper_validation_request_duration_seconds``, Kyverno's
+``kyverno_admission_review_duration_seconds``). The webhook calls per create (the network calls the
+API server makes for a create) are the CREATE calls of that histogram over the creates tried:
+every webhook's (Kueue's included) and the configuration's own; CREATEs others make meanwhile
+count too (Kueue's Workloads, which Gatekeeper's match-everything webhook also judges).
 
-Writes ``bench/results/e2e.json`` and ``bench/results/e2e.md`` (``--out`` changes the stem), and
+Writes ``bench/results/e2e.json`` and ``bench/results/e2e.md`` (``--out`` changes the stem: a name
+under ``bench/results``, or an absolute path), and
 the API server's last ``/metrics`` scrapes per configuration (``e2e-metrics-<configuration>-
 {before,after}.txt``, not kept in git), prints the tables. Exit 0 when it
 ran, 2 when the stack could not start.
@@ -48,6 +65,7 @@ ran, 2 when the stack could not start.
 from __future__ import annotations
 
 import argparse
+import base64
 import copy
 import dataclasses
 import datetime as _dt
@@ -69,22 +87,32 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 # E402 below: these imports need the checkout on sys.path (the script runs as `python bench/e2e.py`).
 from bench import admission_metrics as am  # noqa: E402
-from bench import gatekeeper  # noqa: E402
+from bench import gatekeeper, kyverno  # noqa: E402
 from taugate import admission_policy  # noqa: E402
 from tests.e2e import platform as e2e_platform  # noqa: E402
-from tests.e2e.controlplane import LOOPBACK, ControlPlane, Process, build, free_port, start_process  # noqa: E402
+from tests.e2e.controlplane import (  # noqa: E402
+    LOOPBACK,
+    ControlPlane,
+    Process,
+    build,
+    free_port,
+    start_process,
+    wait_until,
+)
 from tests.e2e.stack import Stack  # noqa: E402
 from tests.opa_server import OpaServer, opa_binary  # noqa: E402
 from tests.paths import IMAGE_CLASSIFIER, KUEUE_JOB  # noqa: E402
 
 RESULTS = REPO / "bench" / "results"
-CONFIGS = ("none", "taugate", "taugate-opa", "gatekeeper")
+CONFIGS = ("none", "taugate", "taugate-opa", "gatekeeper", "kyverno")
 NAMESPACE = "vision"
 QUEUE = "vision-queue"
 BENCH_LABEL = {"taugate-bench": "e2e"}
 TAUGATE_WEBHOOKS = ("mutate.workloads.tau.azure.com", "validate.workloads.tau.azure.com",
                     "validate.resources.tau.azure.com")
 GATEKEEPER_WEBHOOK = "validation.gatekeeper.sh"
+KYVERNO_POLICY_PATH = "/vpol/"
+"""The path of the webhook Kyverno registers for (cluster-wide) ValidatingPolicies."""
 # A GPU Job taugate did not admit: refused by taugate's admission policy while its binding is in force.
 GPU_PROBE = {"apiVersion": "batch/v1", "kind": "Job",
              "metadata": {"name": "bench-gpu-probe", "namespace": NAMESPACE,
@@ -92,7 +120,7 @@ GPU_PROBE = {"apiVersion": "batch/v1", "kind": "Job",
              "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [
                  {"name": "c", "image": "busybox", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}}}
 # A Job whose container requests no cpu or memory: requests-required denies it (taugate's policy and
-# its Gatekeeper translation), so a dry run of it shows which webhook is in force.
+# its Gatekeeper and Kyverno translations), so a dry run of it shows which webhook is in force.
 DENY_PROBE = {"apiVersion": "batch/v1", "kind": "Job",
               "metadata": {"name": "bench-probe", "namespace": NAMESPACE,
                            "labels": {"kueue.x-k8s.io/queue-name": QUEUE}},
@@ -214,8 +242,9 @@ def scrape_text(cp: ControlPlane) -> str:
 # ---- the configurations -----------------------------------------------------------------------
 @dataclasses.dataclass
 class Bench:
-    """Everything running: the control plane, Kueue, taugate (embedded and OPA backends), OPA and
-    Gatekeeper; ``configurations`` holds each configuration's webhook configuration objects."""
+    """Everything running: the control plane, Kueue, taugate (embedded and OPA backends), OPA,
+    Gatekeeper and Kyverno; ``configurations`` holds each configuration's webhook configuration
+    objects."""
 
     cp: ControlPlane
     workdir: Path
@@ -225,6 +254,9 @@ class Bench:
     opa: OpaServer | None = None
     gatekeeper: Process | None = None
     gatekeeper_metrics_port: int = 0
+    kyverno: Process | None = None
+    kyverno_metrics_port: int = 0
+    kyverno_webhook: str = ""
     configurations: dict[str, list[dict]] = dataclasses.field(default_factory=dict)
     started_s: dict[str, float] = dataclasses.field(default_factory=dict)
     last_scrapes: dict[str, tuple[str, str]] = dataclasses.field(default_factory=dict)
@@ -237,6 +269,8 @@ class Bench:
             self.opa.stop()
         if self.gatekeeper:
             self.gatekeeper.stop()
+        if self.kyverno:
+            self.kyverno.stop()
         if self.stack:
             self.stack.stop()
 
@@ -259,14 +293,14 @@ class Bench:
 
     def _in_force(self, config: str) -> bool:
         """A dry run of ``DENY_PROBE`` is denied by the configuration's webhook (taugate's one workload
-        call, Gatekeeper's validating webhook; allowed with none), and, for the two taugate
-        configurations, reached the right ``taugate serve``."""
+        call, Gatekeeper's validating webhook, Kyverno's ValidatingPolicies webhook; allowed with
+        none), and, for the two taugate configurations, reached the right ``taugate serve``."""
         servers = (("taugate", self.taugate), ("taugate-opa", self.taugate_opa))
         before = {k: _taugate_reviews(p) for k, p in servers if p}
         r = self.cp.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", input=json.dumps(DENY_PROBE),
                             check=False)
         err = r.stderr
-        if config in ("none", "gatekeeper"):  # taugate's admission policy binding gone, too
+        if config in ("none", "gatekeeper", "kyverno"):  # taugate's admission policy binding gone, too
             gpu = self.cp.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-",
                                   input=json.dumps(GPU_PROBE), check=False)
             if admission_policy.NAME in gpu.stderr:
@@ -275,6 +309,9 @@ class Bench:
             return r.returncode == 0
         if config == "gatekeeper":
             return r.returncode != 0 and GATEKEEPER_WEBHOOK in err and "requests-required" in err
+        if config == "kyverno":
+            return (r.returncode != 0 and f'"{self.kyverno_webhook}"' in err
+                    and "Policy taugate-requests-required failed: requests-required: " in err)
         if r.returncode == 0 or "mutate.workloads.tau.azure.com" not in err:  # the one workload call
             return False
         after = {k: _taugate_reviews(p) for k, p in servers if p}
@@ -381,6 +418,119 @@ def start_gatekeeper(cp: ControlPlane, workdir: Path) -> tuple[Process, list[dic
     return p, [gatekeeper.webhook_configuration(port, cp.ca.pem)], prometheus
 
 
+KYVERNO_METRIC = "kyverno_admission_review_duration_seconds"
+
+
+def _kyverno_handler(port: int, webhook: str) -> dict[am.Key, am.Histogram]:
+    """Kyverno's own time per admission review (``kyverno_admission_review_duration_seconds``,
+    ``pkg/metrics/admission.go``, recorded around each review it handles, on its metrics port),
+    every series added into one, keyed ``(webhook,)`` (its ValidatingPolicies webhook)."""
+    with urllib.request.urlopen(f"http://{LOOPBACK}:{port}/metrics", timeout=5) as r:
+        series = am.parse(r.read().decode(), KYVERNO_METRIC,
+                          ("resource_kind", "resource_request_operation", "request_allowed"))
+    total = am.Histogram()
+    for h in series.values():
+        total = total.plus(h)
+    return {(webhook,): total} if series else {}
+
+
+def _kyverno_process(cp: ControlPlane, workdir: Path, name: str, port: int, metrics_port: int) -> Process:
+    """Kyverno's admission controller (``cmd/kyverno``) as the release manifest runs it (its
+    arguments and environment), as the admin, serving on ``https://127.0.0.1:port`` (``--serverIP``:
+    the webhook URLs it registers name that address), metrics on ``metrics_port``, our certificate
+    (no certificate controller), no admission reports, no controller-runtime metrics server;
+    ``name`` is its pod name, its identity in the leader election."""
+    override = {"--webhookServerPort": str(port), "--metricsPort": str(metrics_port),
+                "--controllerRuntimeMetricsAddress": "0", "--admissionReports": "false"}
+    args = []
+    for a in kyverno.admission_controller_args():
+        flag = a.split("=", 1)[0]
+        args.append(f"{flag}={override.pop(flag)}" if flag in override else a)
+    if override:
+        raise RuntimeError(f"Kyverno's release manifest no longer sets {sorted(override)}")
+    args += [f"--kubeconfig={cp.kubeconfig}", f"--webhookServerHost={LOOPBACK}", f"--serverIP={LOOPBACK}:{port}",
+             f"--metricsHost={LOOPBACK}", "--disableCertManagerController", "--disableLogColor"]
+    env = kyverno.admission_controller_env(namespace=kyverno.NAMESPACE, pod=name)
+    env["TUF_ROOT"] = str(workdir / "sigstore")
+    return start_process(name, [cp.binary("kyverno"), *args], workdir, env=env)
+
+
+def start_kyverno(cp: ControlPlane, workdir: Path) -> tuple[Process, list[dict], int, str]:
+    """Kyverno's admission controller as the admin, its CRDs and ConfigMaps, the translated policy
+    library (``bench/kyverno``), and the webhook configurations Kyverno registers for it
+    (returned, not applied; with the name of its ValidatingPolicies webhook).
+
+    A first run is the leader (its namespace's ``kyverno`` Lease is free): its webhook controller
+    registers its webhook configurations, the policies are applied (validated by its policy
+    webhook), and once its resource webhook configuration calls ``/vpol/`` with every policy they
+    are kept. That run stops, its configurations are deleted (the switching puts them back), the
+    Lease is given to the bench for a day, and the run measured starts on the same address: a
+    replica that is not the leader serves admission but registers nothing, so the switching owns
+    the configurations."""
+    cp.kubectl("create", "namespace", kyverno.NAMESPACE)
+    cp.apply_objects(kyverno.crds(), "--server-side", "--field-manager=bench")
+    cp.kubectl("wait", "--for=condition=Established", "--timeout=60s",
+               *[f"crd/{c['metadata']['name']}" for c in kyverno.crds()])
+    crt, key = cp.ca.issue(f"kyverno-svc.{kyverno.NAMESPACE}.svc", server_hosts=(LOOPBACK, "localhost"))
+    b64 = {k: base64.b64encode(v).decode() for k, v in (("ca", cp.ca.pem), ("crt", crt), ("key", key))}
+    cp.apply_objects([
+        *kyverno.config_maps(),
+        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": kyverno.CA_SECRET, "namespace": kyverno.NAMESPACE},
+         "data": {"tls.crt": b64["ca"]}},
+        {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+         "metadata": {"name": kyverno.TLS_SECRET, "namespace": kyverno.NAMESPACE},
+         "data": {"tls.crt": b64["crt"], "tls.key": b64["key"]}}], "--server-side", "--field-manager=bench")
+    port, metrics = free_port(), free_port()
+    url = f"https://{LOOPBACK}:{port}{KYVERNO_POLICY_PATH}"
+    names = [p["metadata"]["name"] for p in kyverno.policies()]
+
+    def registered() -> list[dict] | None:
+        """Kyverno's webhook configurations, once its ValidatingPolicies webhook calls every policy."""
+        objs = [o for kind in ("validatingwebhookconfigurations", "mutatingwebhookconfigurations")
+                for o in cp.get_json(kind, "-l", kyverno.WEBHOOK_LABEL)["items"]]
+        for o in objs:
+            for w in o.get("webhooks") or []:
+                u = w["clientConfig"].get("url", "")
+                if u.startswith(url) and set(u[len(url):].split("/")) == set(names):
+                    return objs
+        return None
+
+    leader = _kyverno_process(cp, workdir, "kyverno-register", port, metrics)
+    try:
+        wait_until("Kyverno to register its policy webhook", lambda: cp.get_json(
+            "validatingwebhookconfigurations", "-l", kyverno.WEBHOOK_LABEL)["items"], 180, processes=[leader])
+        cp.apply_objects(kyverno.policies(), "--server-side", "--field-manager=bench")
+        objs = wait_until(f"Kyverno to register a webhook calling {url}<every policy>", registered, 120,
+                          processes=[leader])
+    finally:
+        leader.stop()
+    configurations = []
+    for o in objs:
+        meta = o["metadata"]
+        configurations.append({"apiVersion": o["apiVersion"], "kind": o["kind"],
+                               "metadata": {k: meta[k] for k in ("name", "labels", "annotations") if k in meta},
+                               "webhooks": o.get("webhooks") or []})
+        cp.kubectl("delete", o["kind"], meta["name"], "--ignore-not-found")
+    webhook = next(w["name"] for o in configurations for w in o["webhooks"]
+                   if w["clientConfig"].get("url", "").startswith(url))
+    now = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    cp.apply_objects([{"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                       "metadata": {"name": "kyverno", "namespace": kyverno.NAMESPACE},
+                       "spec": {"holderIdentity": "taugate-bench", "leaseDurationSeconds": 86400,
+                                "acquireTime": now, "renewTime": now}}],
+                     "--server-side", "--force-conflicts", "--field-manager=bench")
+    p = _kyverno_process(cp, workdir, "kyverno", port, metrics)
+    ctx = ssl.create_default_context(cadata=cp.ca.pem.decode())
+    wait_until("Kyverno's admission controller to be ready", lambda: _https_ok(
+        f"https://{LOOPBACK}:{port}/health/readiness", ctx), 120, processes=[p])
+    return p, configurations, metrics, webhook
+
+
+def _https_ok(url: str, ctx: ssl.SSLContext) -> bool:
+    with urllib.request.urlopen(url, context=ctx, timeout=5) as r:
+        return r.status == 200
+
+
 def start(workdir: Path, configs: tuple[str, ...]) -> Bench:
     """Build (or find cached) and start everything ``configs`` need; on failure stop it all."""
     components = ["etcd", "kubernetes", "kueue"]
@@ -388,6 +538,8 @@ def start(workdir: Path, configs: tuple[str, ...]) -> Bench:
         components.append("opa")
     if "gatekeeper" in configs:
         components.append("gatekeeper")
+    if "kyverno" in configs:
+        components.append("kyverno")
     t0 = time.monotonic()
     cp = ControlPlane(build(*components), workdir / "controlplane")
     b = Bench(cp, workdir)
@@ -427,6 +579,11 @@ def start(workdir: Path, configs: tuple[str, ...]) -> Bench:
             t0 = time.monotonic()
             b.gatekeeper, b.configurations["gatekeeper"], b.gatekeeper_metrics_port = start_gatekeeper(cp, workdir)
             b.started_s["gatekeeper"] = time.monotonic() - t0
+        if "kyverno" in configs:
+            t0 = time.monotonic()
+            b.kyverno, b.configurations["kyverno"], b.kyverno_metrics_port, b.kyverno_webhook = start_kyverno(
+                cp, workdir)
+            b.started_s["kyverno"] = time.monotonic() - t0
     except BaseException:
         b.stop()
         cp.stop()
@@ -442,7 +599,9 @@ def run(b: Bench, configs: tuple[str, ...], n: int, concurrency: int, rounds: in
     loads = loads or workloads()
     raw: dict[str, dict] = {c: {"creates": {w.name: [] for w in loads}, "seconds": {w.name: 0.0 for w in loads},
                                 "errors": {w.name: 0 for w in loads}, "first_error": None,
-                                "webhooks": {w.name: {} for w in loads}, "handler": {w.name: {} for w in loads}}
+                                "webhooks": {w.name: {} for w in loads}, "handler": {w.name: {} for w in loads},
+                                "own_webhooks": sorted({w["name"] for o in b.configurations[c]
+                                                        for w in o.get("webhooks") or []})}
                             for c in configs}
     loadavg = []
     for rnd in range(rounds + 1):
@@ -475,19 +634,23 @@ def run(b: Bench, configs: tuple[str, ...], n: int, concurrency: int, rounds: in
 
 def _handler(b: Bench, config: str) -> dict[am.Key, am.Histogram]:
     """The webhook server's own review-time histograms now: taugate's per webhook (``/mutate``,
-    ``/validate``), Gatekeeper's validation one; none for ``none``."""
+    ``/validate``), Gatekeeper's validation one, Kyverno's every review; none for ``none``."""
     server = {"taugate": b.taugate, "taugate-opa": b.taugate_opa}.get(config)
     if server is not None:
         return am.parse(_taugate_metrics(server), HANDLER_METRIC, ("webhook",))
     if config == "gatekeeper" and b.gatekeeper_metrics_port:
         return _gatekeeper_handler(b.gatekeeper_metrics_port)
+    if config == "kyverno" and b.kyverno_metrics_port:
+        return _kyverno_handler(b.kyverno_metrics_port, b.kyverno_webhook)
     return {}
 
 
 def summarize(raw: dict, configs, loads: list[Workload], n: int, concurrency: int, rounds: int,
               loadavg: list[float]) -> dict:
     """Rows per (workload, configuration): client ``p50_ms``/``p99_ms``/``creates_per_s`` and
-    their ratios to ``none``; per webhook the API server's ``admission_metrics.summarize``."""
+    their ratios to ``none``; per webhook the API server's ``admission_metrics.summarize``; the
+    webhook calls per create tried (``calls_per_create``: every webhook's CREATE calls, Kueue's
+    included; ``own_calls_per_create``: the configuration's own webhooks')."""
     rows = []
     for w in loads:
         base = None
@@ -495,10 +658,16 @@ def summarize(raw: dict, configs, loads: list[Workload], n: int, concurrency: in
             r = raw[config]
             lat = r["creates"][w.name]
             secs = r["seconds"][w.name]
+            webhooks = am.summarize(r["webhooks"][w.name])
+            tried = len(lat) + r["errors"][w.name]
+            own = set(r.get("own_webhooks") or ())
             row = {"workload": w.name, "config": config, "creates": len(lat), "errors": r["errors"][w.name],
                    "p50_ms": _r(percentile(lat, 0.5)), "p99_ms": _r(percentile(lat, 0.99)),
                    "creates_per_s": round(len(lat) / secs, 1) if secs else None,
-                   "webhooks": am.summarize(r["webhooks"][w.name]),
+                   "calls_per_create": round(sum(x["calls"] for x in webhooks) / tried, 2) if tried else None,
+                   "own_calls_per_create": (round(sum(x["calls"] for x in webhooks if x["webhook"] in own) / tried, 2)
+                                            if tried else None),
+                   "webhooks": webhooks,
                    "handler": am.handler_summary(r["handler"][w.name])}
             if config == "none":
                 base = row
@@ -533,11 +702,18 @@ def markdown(result: dict) -> str:
            f"{result['concurrency']} in flight, {result['rounds']} interleaved rounds after a warm-up; "
            f"1-minute load average during the run {result['loadavg_1m']['min']:.2f}-{result['loadavg_1m']['max']:.2f}.",
            "", "| workload | configuration | creates | errors | p50 ms | p99 ms | creates/s | p50 vs none | "
-           "p99 vs none | creates/s vs none |", "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+           "p99 vs none | creates/s vs none | webhook calls per create | of which the configuration's |",
+           "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in result["rows"]:
         out.append(f"| {r['workload']} | {r['config']} | {r['creates']} | {r['errors']} | {_fmt(r['p50_ms'])} | "
                    f"{_fmt(r['p99_ms'])} | {_fmt(r['creates_per_s'])} | {_fmt(r.get('p50_vs_none'))} | "
-                   f"{_fmt(r.get('p99_vs_none'))} | {_fmt(r.get('throughput_vs_none'))} |")
+                   f"{_fmt(r.get('p99_vs_none'))} | {_fmt(r.get('throughput_vs_none'))} | "
+                   f"{_fmt(r.get('calls_per_create'))} | {_fmt(r.get('own_calls_per_create'))} |")
+    out += ["", "Webhook calls per create: the CREATE calls the API server made to admission webhooks (each a "
+            "network round trip) between the scrapes around the creates, over the creates tried: every "
+            "webhook's (Kueue's included), and of them the configuration's own webhooks'. Objects others "
+            "create meanwhile count too (Kueue's Workloads, which a webhook matching every kind, as "
+            "Gatekeeper's, also judges)."]
     out += ["", "The API server's `apiserver_admission_webhook_admission_duration_seconds` per webhook (CREATE calls "
             "during the creates; mean exact, p50/p99 interpolated in its 5/25/100 ms buckets):", "",
             "| workload | configuration | webhook | type | calls | rejected | mean ms | p50 ms | p99 ms |",
@@ -549,7 +725,8 @@ def markdown(result: dict) -> str:
     handler = [(r, name, h) for r in result["rows"] for name, h in (r.get("handler") or {}).items()]
     if handler:
         out += ["", "The webhook server's own time per review (taugate's `taugate_admission_duration_seconds` per "
-                "route, Gatekeeper's `gatekeeper_validation_request_duration_seconds` over every review it got; mean "
+                "route, Gatekeeper's `gatekeeper_validation_request_duration_seconds` over every review it got, "
+                "Kyverno's `kyverno_admission_review_duration_seconds` over every review it got; mean "
                 "exact, p50/p99 interpolated in their buckets): what the API server's time above adds to it is TLS, "
                 "the connection and the wait for a CPU.", "",
                 "| workload | configuration | server's webhook | reviews | mean ms | p50 ms | p99 ms |",
@@ -564,6 +741,10 @@ def markdown(result: dict) -> str:
         out += ["", f"Gatekeeper {g['version']}; policies translated to ConstraintTemplates: "
                 + ", ".join(g["translated"]) + "; not translated: "
                 + "; ".join(f"{k} ({v})" for k, v in g["not_translated"].items()) + "."]
+    if result.get("kyverno"):
+        k = result["kyverno"]
+        out += ["", f"Kyverno {k['version']}; policies translated to ValidatingPolicies (CEL): "
+                + ", ".join(k["translated"]) + "; not translated: the same as for Gatekeeper."]
     if result.get("started_s"):
         out += ["", "Start-up (s): " + ", ".join(f"{k} {v:.1f}" for k, v in result["started_s"].items())]
     return "\n".join(out) + "\n"
@@ -575,7 +756,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--concurrency", type=int, default=16, help="creates in flight")
     p.add_argument("--rounds", type=int, default=3, help="counted rounds (after one warm-up round)")
     p.add_argument("--configs", default=",".join(CONFIGS), help=f"comma-separated, from {','.join(CONFIGS)}")
-    p.add_argument("--out", default="e2e", help="results file stem under bench/results")
+    p.add_argument("--out", default="e2e", help="results file stem under bench/results (or an absolute path)")
     args = p.parse_args(argv)
     configs = tuple(c for c in args.configs.split(",") if c)
     if unknown := set(configs) - set(CONFIGS):
@@ -597,6 +778,9 @@ def main(argv: list[str] | None = None) -> int:
     if "gatekeeper" in configs:
         result["gatekeeper"] = {"version": gatekeeper.version(), "translated": list(gatekeeper.TRANSLATED),
                                 "not_translated": gatekeeper.NOT_TRANSLATED}
+    if "kyverno" in configs:
+        result["kyverno"] = {"version": kyverno.version(), "translated": list(kyverno.TRANSLATED),
+                             "not_translated": kyverno.NOT_TRANSLATED}
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / f"{args.out}.json").write_text(json.dumps(result, indent=2))
     md = markdown(result)
