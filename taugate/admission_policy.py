@@ -263,7 +263,8 @@ def policy(settings: Settings | None = None) -> dict[str, Any]:
             kind, " ", name, " reaches GPUs without asking for them (a device variable such as NVIDIA_VISIBLE_DEVICES, "
             "a privileged container, a hostPath of /dev or not in normal form, or a cdi.k8s.io/ annotation), which "
             "taugate refuses in a workspace"))
-    cpu_on_gpu_nodes = new_in(f"!({asks}) && ({_gpu_nodes('s', settings)})")
+    claims = "(has(s.resourceClaims) && s.resourceClaims.size() > 0)"  # GPUs through DRA: the webhook's to count
+    cpu_on_gpu_nodes = new_in(f"!({asks}) && !{claims} && ({_gpu_nodes('s', settings)})")
     validations += [
         rule(f"{judged} && {edited}", new_in(_bypass("s")),
              kind, " ", name, " names a nodeName or a system- priorityClassName in a pod template, which bypass the "
