@@ -14,6 +14,15 @@ from tests.paths import POLICIES
 N = 6
 
 
+def _rows(result: dict) -> dict[tuple[str, str], dict]:
+    """The rows of a run of both workloads in two configurations, each with every create made."""
+    rows = {(r["workload"], r["config"]): r for r in result["rows"]}
+    assert len(rows) == 4
+    for (workload, config), r in rows.items():
+        assert r["errors"] == 0 and r["creates"] == N, (workload, config, result["first_errors"])
+    return rows
+
+
 def test_the_e2e_benchmark_reports_each_webhook_the_api_server_called_with_its_latency(tmp_path):
     configs = ("none", "taugate")
     b = e2e.start(tmp_path, configs)
@@ -22,10 +31,7 @@ def test_the_e2e_benchmark_reports_each_webhook_the_api_server_called_with_its_l
     finally:
         b.stop()
         b.cp.stop()
-    rows = {(r["workload"], r["config"]): r for r in result["rows"]}
-    assert len(rows) == 4
-    for (workload, config), r in rows.items():
-        assert r["errors"] == 0 and r["creates"] == N, (workload, config, result["first_errors"])
+    for (_, config), r in _rows(result).items():
         assert 0 < r["p50_ms"] <= r["p99_ms"] < 30_000
         assert r["creates_per_s"] > 0
         names = {(w["webhook"], w["type"]): w for w in r["webhooks"]}
@@ -88,10 +94,7 @@ def test_the_kyverno_peer_refuses_through_the_api_server_and_costs_one_call_per_
     finally:
         b.stop()
         b.cp.stop()
-    rows = {(r["workload"], r["config"]): r for r in result["rows"]}
-    assert len(rows) == 4
-    for (workload, config), r in rows.items():
-        assert r["errors"] == 0 and r["creates"] == N, (workload, config, result["first_errors"])
+    for (_, config), r in _rows(result).items():
         kyverno = {w["webhook"]: w for w in r["webhooks"] if w["webhook"] == b.kyverno_webhook}
         if config == "none":
             assert kyverno == {} and r["handler"] == {} and r["own_calls_per_create"] == 0
