@@ -259,7 +259,7 @@ def policy(settings: Settings | None = None) -> dict[str, Any]:
         validations.append(rule(
             f"{judged} && {edited}",
             f"({new_in(_device_access('s'))}) && (!variables.templates.exists(t, {cdi}) || "
-            f"({update} && ({_pod_templates('oldObject')}).exists(t, {cdi})))",
+            f"variables.oldTemplates.exists(t, {cdi}))",
             kind, " ", name, " reaches GPUs without asking for them (a device variable such as NVIDIA_VISIBLE_DEVICES, "
             "a privileged container, a hostPath of /dev or not in normal form, or a cdi.k8s.io/ annotation), which "
             "taugate refuses in a workspace"))
@@ -336,7 +336,8 @@ def policy(settings: Settings | None = None) -> dict[str, Any]:
                 {"name": "templates", "expression": _pod_templates("object")},
                 {"name": "specs", "expression": "variables.templates.map(t, t.spec)"},
                 {"name": "gpuSpecs", "expression": f"variables.specs.filter(s, {asks})"},
-                {"name": "oldSpecs", "expression": f"{update} ? ({_pod_templates('oldObject')}).map(t, t.spec) : []"},
+                {"name": "oldTemplates", "expression": f"{update} ? ({_pod_templates('oldObject')}) : []"},
+                {"name": "oldSpecs", "expression": "variables.oldTemplates.map(t, t.spec)"},
                 {"name": "oldGpuSpecs", "expression": f"variables.oldSpecs.filter(s, {asks})"},
                 # An update of a child that leaves its pod templates alone is its parent's business
                 # (a label, the garbage collector orphaning it); one that edits them is judged as a

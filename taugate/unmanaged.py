@@ -33,7 +33,7 @@ class UnmanagedKind:
     kind: str
     parent: tuple[str, str] | None = None
     cel_pod_templates: ClassVar[str] = cel_templates("spec", "template")
-    """CEL: ``spec.template``'s pod spec, for the API server's own policy (``taugate/admission_policy.py``)."""
+    """CEL: ``spec.template``, the pod template, for the API server's own policy (``taugate/admission_policy.py``)."""
 
     def pod_templates(self, obj: dict[str, Any]) -> list[PodTemplate]:
         """``spec.template`` (role ``replica``) with ``spec.replicas`` pods (default 1; a

@@ -18,7 +18,7 @@ from taugate import labels
 from taugate import record as admission_record
 from taugate.access import as_dict, metadata_of
 from taugate.fieldpath import field_path
-from taugate.kinds import KINDS, WorkloadKind
+from taugate.kinds import KINDS, WorkloadKind, kind_for
 from taugate.kinds.base import Override
 from taugate.pods import PodTemplate
 from taugate.settings import Settings
@@ -110,7 +110,7 @@ def _templates_edited(request: dict, obj: dict, old: dict) -> bool:
     neither governs nor relays: its whole ``spec``)."""
     gvk = request.get("kind") or {}
     key = (gvk.get("group"), gvk.get("kind"))
-    found = next((k for k in KINDS if (k.group, k.kind) == key), None) or unmanaged_kind_for(*key)
+    found = kind_for(*key) or unmanaged_kind_for(*key)
     if found is None:
         return obj.get("spec") != old.get("spec")
     return [t.template.get("spec") for t in found.pod_templates(obj)] != \
