@@ -2,8 +2,10 @@
 ``WorkQueue``; one worker reconciles them (level-triggered, like controller-runtime), retrying with
 backoff (1 s doubling to 60 s) and resyncing every key. An event wakes anything only when it
 changes what the controllers read (``relevant``). kopf never patches the objects (no kopf
-annotations or finalizers); peering is off (one replica), CRD scanning too (restart after
-installing Kueue).
+annotations or finalizers); kopf's peering is off and CRD scanning too (restart after installing
+Kueue). With ``OperatorOptions.leader`` (``taugate operator --leader-elect``) a replica stands by
+until it holds the Lease (``controllers/leader.py``): only then does it build its clients and
+start kopf, the recorder and the audit; it exits at once when it loses the Lease.
 """
 
 from __future__ import annotations
@@ -84,6 +86,7 @@ class OperatorOptions:
     test_mode: bool = False
     recorder: Any = None  # a controllers.recorder.config.RecorderConfig: also run the run recorder
     audit: Any = None  # a controllers.audit.AuditOptions: also run the background audit (PolicyReports)
+    leader: Any = None  # a controllers.leader.LeaderElection (namespace and identity set): act only as its leader
 
 
 @dataclass
@@ -383,9 +386,57 @@ async def run_operator(cfg: kubernetes.client.Configuration, settings: Settings 
     """Run the operator until ``stop_flag`` is set (or the task is cancelled).
 
     ``ready_flag`` is set once kopf has started; ``controller_hook`` receives the ``Controller``
-    (tests read its counters)."""
+    (tests read its counters). With ``options.leader``, stand by first (``stand_by``); the Lease
+    is released once everything has stopped, its threads included."""
     settings = settings or Settings()
     options = options or OperatorOptions()
+    if options.leader is None:
+        await _run(cfg, settings, options, stop_flag, ready_flag, controller_hook)
+        return
+    elector = await stand_by(cfg, options, stop_flag)
+    if elector is None:
+        return
+    try:
+        await _run(cfg, settings, options, stop_flag, ready_flag, controller_hook)
+    finally:
+        # A reconcile still running in its thread writes before the next leader may.
+        await asyncio.get_running_loop().shutdown_default_executor()
+        elector.release()
+        elector.kube.close()
+
+
+async def stand_by(cfg: kubernetes.client.Configuration, options: OperatorOptions,
+                   stop_flag: threading.Event | asyncio.Event | None = None) -> Any:
+    """Stand by until this replica holds the Lease of ``options.leader``, answering the liveness
+    endpoint meanwhile (kopf is not running); then keep renewing it from threads, exiting the
+    process at once when it is lost (``leader.exit_at_once``). The ``LeaderElector``, or None
+    when ``stop_flag`` was set first."""
+    from taugate.controllers.leader import LeaderElector, StandbyHealth, exit_at_once
+
+    config = options.leader
+    timeout = max(1.0, config.renew_deadline_seconds / 2)  # a hanging request ends before the deadline
+    kube = Kube.from_configuration(cfg, request_timeout=(timeout, timeout))
+    elector = LeaderElector(kube, config, config.namespace, config.identity)
+    health = StandbyHealth(options.liveness_endpoint) if options.liveness_endpoint else None
+    try:
+        held = await asyncio.to_thread(elector.acquire, lambda: stop_flag is not None and stop_flag.is_set())
+    except BaseException:
+        elector.stopping.set()
+        kube.close()
+        raise
+    finally:
+        if health is not None:
+            health.close()  # kopf serves the endpoint from here on
+    if not held:
+        kube.close()
+        return None
+    elector.keep(exit_at_once)
+    return elector
+
+
+async def _run(cfg: kubernetes.client.Configuration, settings: Settings, options: OperatorOptions,
+               stop_flag: threading.Event | asyncio.Event | None, ready_flag: threading.Event | asyncio.Event | None,
+               controller_hook: Callable[[Controller], None] | None) -> None:
     quiet_routine_handler_lines()
     kube = Kube.from_configuration(cfg)
     ctl = Controller(kube, settings, options)

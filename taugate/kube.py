@@ -319,9 +319,13 @@ class Kube:
         self._count_write()
         return self._json("PATCH", res.path(namespace, name), body=ops, content_type=JSON_PATCH)
 
-    def pod_log(self, namespace: str, name: str, *, container: str | None = None, tail_lines: int) -> str:
-        """The last ``tail_lines`` lines (``container``, or the pod's only or default one)."""
+    def pod_log(self, namespace: str, name: str, *, container: str | None = None, tail_lines: int,
+                previous: bool = False) -> str:
+        """The last ``tail_lines`` lines (``container``, or the pod's only or default one; its
+        previous instance's with ``previous``)."""
         query: list[tuple[str, Any]] = [("tailLines", tail_lines)] + ([("container", container)] if container else [])
+        if previous:
+            query.append(("previous", "true"))
         resp = self._call("GET", f"/api/v1/namespaces/{namespace}/pods/{name}/log", query=query,
                           timeout=(self.request_timeout[0], 15.0), accept="text/plain, application/json")
         return resp.read().decode("utf-8", "replace")

@@ -12,17 +12,32 @@ import stat
 from pathlib import Path
 from typing import Protocol
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from taugate.controllers.recorder.evidence.format import EvidenceError
+from taugate.controllers.recorder.evidence.stores import (
+    Retention,
+    RetentionMode,
+    Storage,
+    is_object_store,
+    open_storage,
+)
+from taugate.controllers.recorder.evidence.stores.s3 import S3Storage
 from taugate.controllers.recorder.run.progress import parse_metrics_jsonl
 from taugate.controllers.recorder.run.values import ArtifactListing, ProgressSample
 from taugate.files import MAX_WORKLOAD_FILE_BYTES, read_limited
 
 
 class RecorderConfig(BaseSettings):
-    """- ``evidence_root``: directory holding one evidence directory per run-id (a local path, or the
-      workspace volume in a cluster).
+    """- ``evidence_root``: where the evidence records are: a directory holding one directory per
+      run-id (a local path, or a volume in a cluster), or ``s3://BUCKET[/PREFIX]`` for
+      S3-compatible object storage (credentials and endpoint from boto3's standard ``AWS_*``
+      variables: ``evidence/stores/s3.py``).
+    - ``evidence_retention_mode`` (``COMPLIANCE`` or ``GOVERNANCE``) and
+      ``evidence_retention_days``: the Object Lock retention set on every evidence object (an
+      ``s3://`` root whose bucket has Object Lock enabled); unset, objects get the bucket's default
+      retention, if any.
     - ``data_root``: where the workspaces' data volumes are visible to the operator; a run's
       data path is ``data_root / run_path`` with ``{namespace}``, ``{run_id}`` and ``{workspace}``
       filled in; ``None`` disables the file-system probe.
@@ -32,6 +47,11 @@ class RecorderConfig(BaseSettings):
       file names in it (JSON with ``{"artifacts": [...]}``).
     - ``log_pattern``: a Python regex for progress lines in pod logs (its first group is the
       step), ``None`` to read no logs; ``log_tail_lines``: lines read per pod.
+    - ``evidence_log_lines`` and ``evidence_log_bytes``: the bounds of the log tail of each ended
+      container instance kept in the evidence (the last lines, at most that many bytes);
+      ``evidence_log_pods``: the most pods of a run whose tails are kept (0 keeps none);
+      ``evidence_log_attempts``: reads of a tail that fail (an API error) before it is recorded
+      as unavailable.
     - ``stall_seconds``: quiet period before ``Progressing=False/Stalled``.
     - ``poll_seconds``: how often active runs are re-read (metrics, artifacts, stall clock).
     - ``artifact_grace_seconds``: after the end, how long to wait for artifacts before the record
@@ -43,7 +63,9 @@ class RecorderConfig(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="TAUGATE_RECORDER_")
 
-    evidence_root: Path = Path("/var/lib/taugate/evidence")
+    evidence_root: str = "/var/lib/taugate/evidence"
+    evidence_retention_mode: RetentionMode | None = None
+    evidence_retention_days: int = Field(default=365, ge=1, le=36500)
     data_root: Path | None = Path("/var/lib/taugate/data")
     run_path: str = "{namespace}/runs/{run_id}"
     metrics_file: str = "metrics.jsonl"
@@ -52,12 +74,48 @@ class RecorderConfig(BaseSettings):
     index_files: tuple[str, ...] = ("index.json", "artifacts.json")
     log_pattern: str | None = r"\bstep[=: ]+(\d+)"
     log_tail_lines: int = Field(default=200, ge=1, le=10000)
+    evidence_log_lines: int = Field(default=100, ge=1, le=10000)
+    evidence_log_bytes: int = Field(default=16384, ge=256, le=1 << 20)
+    evidence_log_pods: int = Field(default=64, ge=0, le=10000)
+    evidence_log_attempts: int = Field(default=5, ge=1, le=100)
     stall_seconds: float = Field(default=900.0, gt=0)
     poll_seconds: float = Field(default=30.0, gt=0)
     artifact_grace_seconds: float = Field(default=600.0, ge=0)
     hash_max_bytes: int = Field(default=1 << 30, ge=0)
     signing_key_file: Path | None = None
     signing_key_secret: str | None = None
+
+    @field_validator("evidence_root", mode="before")
+    @classmethod
+    def _location(cls, v: object) -> object:
+        """A path (``Path`` or text) or an ``s3://`` URL, checked here so a bad one is one line at start."""
+        v = os.fspath(v) if isinstance(v, os.PathLike) else v
+        if isinstance(v, str) and is_object_store(v):
+            try:
+                S3Storage.from_url(v)
+            except EvidenceError as e:
+                raise ValueError(str(e)) from None
+        elif isinstance(v, str) and not v:
+            raise ValueError("empty; expected a directory or s3://BUCKET[/PREFIX]")
+        return v
+
+    @model_validator(mode="after")
+    def _retention_needs_an_object_store(self) -> RecorderConfig:
+        if self.evidence_retention_mode is not None and not is_object_store(self.evidence_root):
+            raise ValueError(f"evidence_retention_mode {self.evidence_retention_mode} needs an s3:// evidence root "
+                             f"(a bucket with Object Lock); {self.evidence_root} is a directory")
+        return self
+
+    @property
+    def retention(self) -> Retention | None:
+        """The Object Lock retention of evidence objects, None when unset."""
+        if self.evidence_retention_mode is None:
+            return None
+        return Retention(self.evidence_retention_mode, self.evidence_retention_days)
+
+    def storage(self) -> Storage:
+        """Where evidence records are written (``evidence.stores.open_storage``)."""
+        return open_storage(self.evidence_root, self.retention)
 
     @field_validator("log_pattern")
     @classmethod

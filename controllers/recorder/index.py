@@ -16,6 +16,7 @@ from taugate.controllers.recorder.objects import (
     uid_of,
 )
 from taugate.controllers.recorder.run import membership as members
+from taugate.controllers.recorder.run.logtails import LogTarget
 from taugate.controllers.recorder.run.values import ArtifactListing, ProgressState
 from taugate.kinds import KINDS, WorkloadKind, pod
 
@@ -33,6 +34,9 @@ class RunEntry:
     member_uids: set[str] = field(default_factory=set)  # the root and its children, as ever seen
     # failure key -> (failure record, the uid of its pod's controller)
     pending_failures: dict[str, tuple[dict, str | None]] = field(default_factory=dict)
+    # log key -> (ended container instance whose tail is to be kept, the uid of its pod's controller)
+    pending_logs: dict[str, tuple[LogTarget, str | None]] = field(default_factory=dict)
+    log_attempts: dict[str, int] = field(default_factory=dict)  # log key -> failed reads so far
     ignored: set[str] = field(default_factory=set)  # uids of intruders already logged
     progress: ProgressState | None = None
     progress_loaded: bool = False
@@ -53,6 +57,7 @@ class Snapshot:
     pending_failures: dict[str, dict]  # the run's own (pod controller among its members)
     nodes: dict[str, dict]
     workload_names: list[str]
+    pending_logs: tuple[LogTarget, ...] = ()  # the run's own ended container instances
 
 
 # kopf index ids (also the names under which kopf passes them to handlers)
@@ -109,8 +114,9 @@ def take_snapshot(ix: dict[str, Any], e: RunEntry) -> Snapshot:
             if found:
                 nodes[n] = found[0]
     failures = {k: f for k, (f, ctl) in e.pending_failures.items() if ctl in e.member_uids}
+    tails = tuple(t for t, ctl in e.pending_logs.values() if ctl in e.member_uids)
     return Snapshot(owner=owner, pods=pods, workloads=workloads, pending_failures=failures,
-                    nodes=nodes, workload_names=sorted(name_of(w) for w in workloads))
+                    nodes=nodes, workload_names=sorted(name_of(w) for w in workloads), pending_logs=tails)
 
 
 def _workloads(ix: dict[str, Any], root_uid: str | None, member_uids: set[str]) -> list[dict]:

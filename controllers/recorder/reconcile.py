@@ -14,9 +14,19 @@ from taugate.controllers.recorder.evidence.records import EvidenceStore, RunReco
 from taugate.controllers.recorder.index import RunEntry, Snapshot
 from taugate.controllers.recorder.objects import name_of, namespace_of, parse_admission_record, trimmed_object
 from taugate.controllers.recorder.run.diagnosis import phase
+from taugate.controllers.recorder.run.logtails import (
+    bound_tail,
+    limit_event,
+    plan_tails,
+    read_is_final,
+    tail_event,
+    unavailable_event,
+    unavailable_reason,
+)
 from taugate.controllers.recorder.run.merge import derive
 from taugate.controllers.recorder.run.outcome import SERVING_KINDS, group_kind, owner_outcome
 from taugate.controllers.recorder.run.progress import advance_progress, parse_log_progress
+from taugate.controllers.recorder.run.repeat import new_image_ids, resolved_profile, template_images
 from taugate.controllers.recorder.run.values import (
     ARTIFACT_SAVED,
     COMPLETED,
@@ -88,6 +98,11 @@ class RunReconciler:
         known = rec.failure_keys()
         new_failures = [f for k, f in snap.pending_failures.items() if k not in known]
         items += [("failure", f, t) for f in new_failures]
+        log_items, tails_waiting = self._log_events(e, snap, state, t)
+        items += log_items
+        digests = new_image_ids(snap.pods, state.get("imageDigests") or {})
+        if digests:
+            items.append(("images", {"images": digests}, t))
 
         workspace = state.get("workspace") or (self._admission(owner).get("workspace") if owner else None)
         self._read_probes(e, snap, workspace, now)
@@ -100,7 +115,8 @@ class RunReconciler:
                        metrics_path=self.probe.describe(e.namespace, e.run_id, workspace) or None)
         conditions, transitions = derive(view, prev_conditions, now, self.options)
         items += [("condition", tr, t) for tr in transitions]
-        items += self._ending_events(e, conditions, state, now, t)
+        if not tails_waiting:  # a tail that failed to read is read again before the record closes
+            items += self._ending_events(e, conditions, state, now, t)
 
         if items:
             rec = self.store.append(e.run_id, items)
@@ -128,17 +144,66 @@ class RunReconciler:
 
     def _run_event(self, e: RunEntry, owner: dict, t: str) -> list[tuple[str, dict, str]]:
         """The ``run`` event: the root object as admitted and its admission record (kept only
-        when trusted; the workspace, profile and queue fall back to the labels)."""
+        when trusted; the workspace, profile and queue fall back to the labels), and what
+        repeating it takes: its pod templates' images and the profile as the TauCluster's
+        status resolves it now (``run.repeat``)."""
         adm = self._admission(owner)
         if not adm.get("trusted"):
             log.warning("run %s: the admission record of %s %s/%s is not trusted: %s", e.run_id, owner.get("kind"),
                         namespace_of(owner), name_of(owner), adm.get("untrusted"))
-        return [("run", {
+        data = {
             "runId": e.run_id, "namespace": e.namespace, "object": object_ref(owner),
             "admittedObject": trimmed_object(owner), "admission": adm,
             "profile": adm.get("profile"), "profileSetHash": adm.get("profileSetHash"),
             "workspace": adm.get("workspace"), "queue": adm.get("queue"),
-        }, t)]
+            "images": template_images(owner),
+        }
+        if adm.get("profile"):
+            try:
+                cluster, why = self.writer.tau_cluster(), None
+            except KubeError as ex:
+                cluster, why = None, f"cannot read the TauCluster: {ex.status} {ex}"
+            profile = resolved_profile(cluster, adm.get("profile"), adm.get("profileSetHash"))
+            if profile is not None and why:
+                profile["unavailable"] = why
+            data["resolvedProfile"] = profile
+        return [("run", data, t)]
+
+    def _log_events(self, e: RunEntry, snap: Snapshot, state: dict, t: str) -> tuple[list[tuple[str, dict, str]], bool]:
+        """The ``log`` events of the run's ended container instances not recorded yet
+        (``run.logtails.plan_tails``): each tail read now (the last ``evidence_log_lines`` lines
+        within ``evidence_log_bytes``), or recorded unavailable (its pod deleted, or a read the
+        API refused for good, or ``evidence_log_attempts`` failed reads); a ``logs-limit`` event
+        once the run reaches ``evidence_log_pods``. Also returns whether a read failed and will
+        be tried again."""
+        cfg = self.config
+        plan = plan_tails(snap.pending_logs, state.get("logs") or [], cfg.evidence_log_pods,
+                          limit_recorded=bool(state.get("logsLimit")))
+        items = [("log", unavailable_event(g, "PodDeleted", "the pod was deleted before its log was read"), t)
+                 for g in plan.gone]
+        waiting = False
+        for target in plan.read:
+            try:
+                # one line more than kept: more than evidence_log_lines lines says the log was longer
+                text = self.writer.pod_log(e.namespace, target.pod, target.container, cfg.evidence_log_lines + 1,
+                                           target.previous)
+            except (KubeError, OSError, ValueError) as ex:
+                status = ex.status if isinstance(ex, KubeError) else None
+                attempts = e.log_attempts[target.key] = e.log_attempts.get(target.key, 0) + 1
+                if read_is_final(status) or attempts >= cfg.evidence_log_attempts:
+                    items.append(("log", unavailable_event(target, unavailable_reason(status),
+                                                           f"{status or type(ex).__name__}: {ex}"), t))
+                else:
+                    waiting = True
+                    log.info("run %s: the log of pod %s container %s could not be read (%s); reading it again",
+                             e.run_id, target.pod, target.container, ex)
+                continue
+            tail = bound_tail(text, cfg.evidence_log_lines, cfg.evidence_log_bytes)
+            items.append(("log", tail_event(target, tail, max_lines=cfg.evidence_log_lines,
+                                            max_bytes=cfg.evidence_log_bytes), t))
+        if plan.first_omitted is not None:
+            items.append(("logs-limit", limit_event(cfg.evidence_log_pods, plan.first_omitted), t))
+        return items, waiting
 
     def _read_probes(self, e: RunEntry, snap: Snapshot, workspace: str | None, now: datetime) -> None:
         """Advance ``e.progress`` (the metrics file first, pod logs otherwise, read at most once

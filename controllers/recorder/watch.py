@@ -45,6 +45,7 @@ from taugate.controllers.recorder.reconcile import RunReconciler
 from taugate.controllers.recorder.run import membership as members
 from taugate.controllers.recorder.run.admitted import workload_owner_uid
 from taugate.controllers.recorder.run.completion import pod_terminations
+from taugate.controllers.recorder.run.logtails import log_targets
 from taugate.controllers.recorder.writer import TauRunWriter
 from taugate.kinds import KINDS, pod
 from taugate.kube import Kube, KubeError
@@ -79,7 +80,7 @@ class Recorder:
         self.config = config
         self.settings = settings
         self.writer = TauRunWriter(kube)
-        self.store = EvidenceStore(config.evidence_root, signer)
+        self.store = EvidenceStore(config.storage(), signer)
         self.reconciler = RunReconciler(config, settings, self.writer, self.store,
                                         probe if probe is not None else FilesystemProbe(config), clock)
         self.runs: dict[RunKey, RunEntry] = {}
@@ -251,8 +252,9 @@ class Recorder:
             self.mark(key)
 
     def observe_pod(self, event_type: str | None, obj: dict) -> None:
-        """Termination records are kept at once (a DELETED event carries the pod's last state, so
-        a failure is never lost to the pod's deletion)."""
+        """Termination records and the ended container instances whose log tails the evidence
+        keeps are noted at once (a DELETED event carries the pod's last state, so a failure is
+        never lost to the pod's deletion, and a tail not read by then is recorded unavailable)."""
         key = run_key(obj)
         if key is None:
             return
@@ -262,6 +264,9 @@ class Recorder:
         holder = members.controller_uid(obj) or uid_of(obj)
         for f in pod_terminations(obj):
             e.pending_failures.setdefault(f["key"], (f, holder))
+        for t in log_targets(obj):
+            # once deleted, a pod's ended containers have no log left to read (recorded unavailable)
+            e.pending_logs[t.key] = (t.gone() if event_type == "DELETED" else t, holder)
         self.mark(key)
 
     def observe_node(self, event_type: str | None, obj: dict) -> None:

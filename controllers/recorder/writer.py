@@ -11,6 +11,7 @@ from taugate.controllers.recorder.run.diagnosis import diagnose, phase
 from taugate.controllers.recorder.run.gpu_health import run_nodes
 from taugate.controllers.resources import Resource
 from taugate.kube import Kube
+from taugate.state_objects import CLUSTER_NAME, TAU_CLUSTERS
 
 TAU_RUNS = Resource(labels.GROUP, labels.VERSION, "tauruns", "TauRun", True)
 MAX_FAILURES_IN_STATUS = 20
@@ -40,9 +41,15 @@ class TauRunWriter:
             self._known.add(key)
         self.kube.patch(TAU_RUNS, name, {"status": status}, namespace, "status")
 
-    def pod_log(self, namespace: str, pod: str, container: str | None, tail: int) -> str:
-        """The last ``tail`` lines of a pod's log (text). Raises KubeError."""
-        return self.kube.pod_log(namespace, pod, container=container, tail_lines=tail)
+    def pod_log(self, namespace: str, pod: str, container: str | None, tail: int, previous: bool = False) -> str:
+        """The last ``tail`` lines of a pod's log (text; its container's previous instance with
+        ``previous``). Raises KubeError."""
+        return self.kube.pod_log(namespace, pod, container=container, tail_lines=tail, previous=previous)
+
+    def tau_cluster(self) -> dict | None:
+        """The TauCluster (its status holds the resolved workload profiles), None when there is none.
+        Raises KubeError."""
+        return self.kube.get(TAU_CLUSTERS, CLUSTER_NAME)
 
 
 _FAILURE_FIELDS = ("key", "pod", "podUid", "container", "node", "reason", "exitCode", "signal", "message", "startedAt",
@@ -72,7 +79,7 @@ def taurun_status(e: RunEntry, snap: Snapshot, rec: RunRecord, state: dict, cond
         "progress": e.progress.wire() if e.progress else None,
         "artifacts": ({"root": art.root, "index": art.index is not None, "files": len(art.files),
                        "bytes": sum(int(f.get("size") or 0) for f in art.files)} if art else None),
-        "evidence": {"path": str(store.run_dir(e.run_id)), "events": len(rec.events), "head": rec.head,
+        "evidence": {"path": store.location(e.run_id), "events": len(rec.events), "head": rec.head,
                      "keyId": store.signer.key_id if store.signer else None, "final": bool(state.get("final"))},
     }
     return {k: v for k, v in status.items() if v is not None}

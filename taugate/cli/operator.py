@@ -9,7 +9,6 @@ import argparse
 import asyncio
 import os
 import sys
-import tempfile
 import urllib.parse
 from pathlib import Path
 
@@ -65,19 +64,6 @@ def liveness_problem(url: str) -> str | None:
     return None
 
 
-def evidence_root_problem(root: Path) -> str | None:
-    """Create the evidence directory ``root`` when missing and prove it writable (a probe file
-    is written and removed); returns None, or one line naming the directory and the problem."""
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=root, prefix=".taugate-write-probe-"):
-            pass
-    except OSError as e:
-        return (f"{root}: the evidence directory cannot be created or written "
-                f"(--evidence-root / TAUGATE_RECORDER_EVIDENCE_ROOT): {e.strerror or e.__class__.__name__}")
-    return None
-
-
 def output_problem(output: str) -> str | None:
     """Why ``output`` cannot receive an exported file, or None: its directory must exist, and a
     path that exists (after following symbolic links) must be a regular file, since the file is
@@ -116,7 +102,7 @@ def run_operator_command(args: argparse.Namespace) -> int:
     except ValueError as e:
         _err(str(e))
         return 2
-    problem = evidence_root_problem(recorder.evidence_root) if recorder is not None else None
+    problem = _evidence_problem(recorder) if recorder is not None else None
     if problem:
         _err(problem)
         return 2
@@ -133,6 +119,11 @@ def run_operator_command(args: argparse.Namespace) -> int:
         _err(str(e))
         return 2
     try:
+        leader = leader_election(args)
+    except ValueError as e:
+        _err(str(e))
+        return 2
+    try:
         cfg = _configuration(args)
     except KubeConfigError as e:
         _err(str(e))
@@ -141,7 +132,7 @@ def run_operator_command(args: argparse.Namespace) -> int:
         return 1
     logs.configure(log_level, log_format)
     options = OperatorOptions(resync_seconds=args.resync_seconds, debounce_seconds=args.debounce_seconds,
-                              liveness_endpoint=args.liveness, recorder=recorder, audit=audit)
+                              liveness_endpoint=args.liveness, recorder=recorder, audit=audit, leader=leader)
     try:
         asyncio.run(run_operator(cfg, settings, options))
     except Exception as e:
@@ -152,6 +143,18 @@ def run_operator_command(args: argparse.Namespace) -> int:
             return 2
         raise
     return 0
+
+
+def _evidence_problem(recorder) -> str | None:
+    """Why evidence cannot be written where the recorder is configured to (a directory that
+    cannot be created or written, a bucket that cannot be reached or lacks the Object Lock its
+    retention needs), in one line; None when it can."""
+    from taugate.controllers.recorder.evidence.records import EvidenceError
+
+    try:
+        return recorder.storage().problem()
+    except EvidenceError as e:
+        return str(e)
 
 
 def _audit_options(args: argparse.Namespace, settings):
@@ -171,22 +174,50 @@ def _audit_options(args: argparse.Namespace, settings):
                         page_size=args.audit_page_size, metrics_port=args.audit_metrics_port)
 
 
+def _settings(cls, what: str, flags):
+    """``cls`` (pydantic settings: its environment variables) with the ``(field, value)`` flags that
+    were given over them; ``ValueError`` naming ``what`` and the first problem (one line)."""
+    from pydantic import ValidationError
+
+    from taugate.structure import first_problem
+
+    try:
+        return cls(**{k: v for k, v in flags if v is not None})
+    except ValidationError as e:
+        raise ValueError(f"{what}: {first_problem(e)}") from None
+
+
+def leader_election(args: argparse.Namespace):
+    """The leader election's configuration with its namespace and identity resolved, or None when
+    it is off (``--leader-elect`` or ``TAUGATE_LEADER_ELECTION_ENABLED``). Raises ``ValueError``
+    (one line) for bad values or a namespace that cannot be found."""
+    from taugate.controllers.leader import LeaderElection
+
+    config = _settings(LeaderElection, "leader election", (
+        ("enabled", args.leader_elect), ("lease_name", args.leader_elect_lease_name),
+        ("namespace", args.leader_elect_namespace), ("identity", args.leader_elect_identity),
+        ("lease_duration_seconds", args.leader_elect_lease_duration),
+        ("renew_deadline_seconds", args.leader_elect_renew_deadline),
+        ("retry_period_seconds", args.leader_elect_retry_period)))
+    if not config.enabled:
+        return None
+    namespace = config.lease_namespace()
+    if not namespace:
+        raise ValueError("leader election: no namespace for the Lease: set --leader-elect-namespace "
+                         "(or $POD_NAMESPACE)")
+    return config.model_copy(update={"namespace": namespace, "identity": config.holder_identity()})
+
+
 def recorder_config(args: argparse.Namespace):
     """The recorder's configuration, or None when it is off. It runs when a signing key is
     configured (flags or ``TAUGATE_RECORDER_SIGNING_KEY_*``) unless ``--no-record``; ``--record``
     without a key is an error, since evidence is never written unsigned."""
-    from pydantic import ValidationError
-
     from taugate.controllers.recorder.config import RecorderConfig
-    from taugate.structure import first_problem
 
-    overrides = {k: v for k, v in (("evidence_root", args.evidence_root), ("data_root", args.data_root),
-                                   ("signing_key_file", args.signing_key_file),
-                                   ("signing_key_secret", args.signing_key_secret)) if v is not None}
-    try:
-        config = RecorderConfig(**overrides)
-    except ValidationError as e:
-        raise ValueError(f"recorder configuration: {first_problem(e)}") from None
+    config = _settings(RecorderConfig, "recorder configuration", (
+        ("evidence_root", args.evidence_root), ("data_root", args.data_root),
+        *_retention(getattr(args, "evidence_retention", None)),
+        ("signing_key_file", args.signing_key_file), ("signing_key_secret", args.signing_key_secret)))
     has_key = config.signing_key_file is not None or config.signing_key_secret is not None
     if args.record is False or (args.record is None and not has_key):
         return None
@@ -194,6 +225,18 @@ def recorder_config(args: argparse.Namespace):
         raise ValueError("--record needs an evidence signing key: --signing-key-file FILE or "
                          "--signing-key-secret NAMESPACE/NAME[/KEY] (create one with `taugate evidence keygen`)")
     return config
+
+
+def _retention(value: str | None) -> list[tuple[str, object]]:
+    """``--evidence-retention MODE:DAYS`` as RecorderConfig overrides; ValueError (one line) when
+    it is not one."""
+    if value is None:
+        return []
+    mode, _, days = value.partition(":")
+    if mode.upper() not in ("COMPLIANCE", "GOVERNANCE") or not days.isdigit() or not 1 <= int(days) <= 36500:
+        raise ValueError(f"--evidence-retention {value!r}: expected COMPLIANCE:DAYS or GOVERNANCE:DAYS, DAYS 1-36500 "
+                         "(e.g. COMPLIANCE:365)")
+    return [("evidence_retention_mode", mode.upper()), ("evidence_retention_days", int(days))]
 
 
 def snapshot_export_command(args: argparse.Namespace) -> int:
@@ -296,8 +339,12 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     onoff.add_argument("--record", dest="record", action="store_true", default=None,
                        help="run the recorder (default: on when a signing key is configured)")
     onoff.add_argument("--no-record", dest="record", action="store_false", help="do not run the recorder")
-    rec.add_argument("--evidence-root", type=Path,
-                     help="directory of per-run evidence (TAUGATE_RECORDER_EVIDENCE_ROOT)")
+    rec.add_argument("--evidence-root", metavar="DIR|s3://BUCKET[/PREFIX]",
+                     help="where per-run evidence is written: a directory, or an S3 bucket with the AWS_* "
+                          "variables for credentials and endpoint (TAUGATE_RECORDER_EVIDENCE_ROOT)")
+    rec.add_argument("--evidence-retention", metavar="MODE:DAYS",
+                     help="Object Lock retention of each evidence object in an s3:// root, COMPLIANCE:DAYS or "
+                          "GOVERNANCE:DAYS (TAUGATE_RECORDER_EVIDENCE_RETENTION_MODE, _DAYS)")
     rec.add_argument("--data-root", type=Path,
                      help="where workspace data volumes are mounted (TAUGATE_RECORDER_DATA_ROOT)")
     rec.add_argument("--signing-key-file", type=Path, help="Ed25519 PEM key that signs evidence")
@@ -309,6 +356,24 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
                      help="seconds between audits (also when the policy set changes)")
     aud.add_argument("--audit-page-size", type=int, default=500, metavar="N", help="objects per list request")
     aud.add_argument("--audit-metrics-port", type=int, metavar="PORT", help="serve the audit's Prometheus metrics")
+    le = p.add_argument_group("leader election (a coordination.k8s.io/v1 Lease; TAUGATE_LEADER_ELECTION_*)")
+    le_onoff = le.add_mutually_exclusive_group()
+    le_onoff.add_argument("--leader-elect", dest="leader_elect", action="store_true", default=None,
+                          help="stand by until this replica holds the Lease; exit 1 at once when it is lost "
+                               "(default: $TAUGATE_LEADER_ELECTION_ENABLED, else off)")
+    le_onoff.add_argument("--no-leader-elect", dest="leader_elect", action="store_false",
+                          help="act at once, alone (one replica)")
+    le.add_argument("--leader-elect-lease-name", metavar="NAME", help="the Lease (default: taugate-operator)")
+    le.add_argument("--leader-elect-namespace", metavar="NS",
+                    help="the Lease's namespace (default: $POD_NAMESPACE, else the pod's service account namespace)")
+    le.add_argument("--leader-elect-identity", metavar="ID",
+                    help="this replica's holderIdentity (default: $POD_NAME or the host name, _ and a UUID)")
+    le.add_argument("--leader-elect-lease-duration", type=int, metavar="SECONDS",
+                    help="how long a Lease not renewed stays held (default: 15)")
+    le.add_argument("--leader-elect-renew-deadline", type=float, metavar="SECONDS",
+                    help="how long the leader keeps trying to renew before it stops (default: 10)")
+    le.add_argument("--leader-elect-retry-period", type=float, metavar="SECONDS",
+                    help="how often the leader renews and a standby tries (default: 2)")
     p.set_defaults(func=run_operator_command)
 
     snap = subparsers.add_parser("snapshot", help="cluster snapshots for offline admission")

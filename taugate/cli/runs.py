@@ -15,16 +15,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from taugate.cli.evidence_view import render_logs, render_repeat
 from taugate.controllers.recorder.evidence.records import (
-    EVIDENCE_FILE,
     EvidenceError,
     EvidenceStore,
     Signer,
     Verification,
     check_run_id,
     load_public_key,
-    read_evidence_file,
-    verify_record,
+    verify_stored,
 )
 from taugate.controllers.recorder.run.completion import describe_failure
 from taugate.controllers.recorder.run.diagnosis import diagnose, phase
@@ -38,12 +37,12 @@ def _err(msg: str) -> int:
     return 2
 
 
-def _default_root() -> Path:
+def _default_root() -> str:
     from taugate.controllers.recorder.config import RecorderConfig
     try:
         return RecorderConfig().evidence_root
     except Exception:  # a bad environment value must not break `--evidence-root`
-        return Path("/var/lib/taugate/evidence")
+        return "/var/lib/taugate/evidence"
 
 
 def add_commands(subparsers: Any) -> None:
@@ -53,7 +52,8 @@ def add_commands(subparsers: Any) -> None:
     p.add_argument("-n", "--namespace", help="namespace of the run (default: search all namespaces)")
     p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster)")
     p.add_argument("--context", help="kubeconfig context")
-    p.add_argument("--evidence-root", type=Path, help="read the evidence record under DIR instead of the cluster")
+    p.add_argument("--evidence-root", metavar="DIR|s3://BUCKET[/PREFIX]",
+                   help="read the evidence record there instead of the cluster")
     p.add_argument("-o", "--output", choices=("text", "json"), default="text")
     p.set_defaults(func=cmd_status)
 
@@ -61,13 +61,13 @@ def add_commands(subparsers: Any) -> None:
     sub = ev.add_subparsers(dest="evidence_command", metavar="ACTION")
     show = sub.add_parser("show", help="print a run's evidence record")
     show.add_argument("run", metavar="RUN", help="run-id (24 lowercase hex)")
-    show.add_argument("--evidence-root", type=Path, default=None,
+    show.add_argument("--evidence-root", default=None, metavar="DIR|s3://BUCKET[/PREFIX]",
                       help="evidence root (default $TAUGATE_RECORDER_EVIDENCE_ROOT)")
     show.add_argument("--json", action="store_true", help="print evidence.json as is")
     show.set_defaults(func=cmd_evidence_show)
     ver = sub.add_parser("verify", help="check the hash chain and the signature; exit 1 on tampering")
     ver.add_argument("run", metavar="RUN", help="run-id (24 lowercase hex)")
-    ver.add_argument("--evidence-root", type=Path, default=None,
+    ver.add_argument("--evidence-root", default=None, metavar="DIR|s3://BUCKET[/PREFIX]",
                      help="evidence root (default $TAUGATE_RECORDER_EVIDENCE_ROOT)")
     ver.add_argument("--public-key", type=Path, help="the recorder's Ed25519 public key (PEM) to pin the signer")
     ver.set_defaults(func=cmd_evidence_verify)
@@ -117,12 +117,16 @@ def _find_taurun(args: argparse.Namespace) -> dict:
 
 @dataclass(frozen=True)
 class OpenedRecord:
-    """An evidence record as read for display: ``doc`` is ``evidence.json`` when it is a JSON
-    object (else None), ``verification`` the result of ``controllers.recorder.evidence.records.verify_record``
-    (key recorded in the file), ``run_dir`` the record's directory."""
+    """An evidence record as read for display: ``doc`` is its summary when it is a JSON object
+    (else None), ``raw`` the summary's bytes (None when missing), ``verification`` the result of
+    ``controllers.recorder.evidence.records.verify_stored`` (key recorded in the record),
+    ``location`` where it is (a directory or an ``s3://`` URL) and ``summary_name`` the summary's
+    name there."""
 
     run_id: str
-    run_dir: Path
+    location: str
+    summary_name: str
+    raw: bytes | None
     doc: dict | None
     verification: Verification
 
@@ -134,27 +138,28 @@ class OpenedRecord:
         return f"WARNING: this evidence record does not verify: {self.verification.problems[0]}"
 
 
-def open_record(store: EvidenceStore, run_id: str) -> OpenedRecord:
+def open_record(store: EvidenceStore, run_id: str, public_key: Any = None) -> OpenedRecord:
     """Verify and read one run's record. Raises EvidenceError (bad input, exit 2) when ``run_id``
-    is not a run-id or has no record directory, or a file cannot be read; a record that exists
-    but is broken (missing file, not JSON, edited) is returned with a failed verification."""
-    d = store.run_dir(run_id)
-    verification = verify_record(d)
-    doc: dict | None = None
+    is not a run-id or has no record, or it cannot be read; a record that exists but is broken
+    (missing part, not JSON, edited, rewritten in its bucket) is returned with a failed verification."""
+    stored = store.read(run_id)
+    if stored is None:
+        where = store.location(run_id)
+        missing = "no object under it" if where.startswith("s3://") else "directory missing"
+        raise EvidenceError(f"{where}: no evidence record ({missing})")
     try:
-        parsed = json.loads(read_evidence_file(d / EVIDENCE_FILE))
-    except (EvidenceError, ValueError):
+        parsed = json.loads(stored.summary) if stored.summary is not None else None
+    except ValueError:
         parsed = None  # the verification says why
-    if isinstance(parsed, dict):
-        doc = parsed
-    return OpenedRecord(run_id, d, doc, verification)
+    return OpenedRecord(run_id, stored.location, stored.summary_name, stored.summary,
+                        parsed if isinstance(parsed, dict) else None, verify_stored(stored, public_key))
 
 
 def _doc_field(doc: Any, key: str) -> Any:
     return doc.get(key) if isinstance(doc, dict) else None
 
 
-def _from_evidence(root: Path, run: str) -> tuple[dict | None, OpenedRecord]:
+def _from_evidence(root: str, run: str) -> tuple[dict | None, OpenedRecord]:
     """A TauRun-shaped view of an evidence record (for ``status --evidence-root``) and the record
     it was read from; the view is None when ``evidence.json`` is not a JSON object."""
     store = EvidenceStore(root)
@@ -283,7 +288,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 
-def _root(args: argparse.Namespace) -> Path:
+def _root(args: argparse.Namespace) -> str:
     return args.evidence_root if args.evidence_root is not None else _default_root()
 
 
@@ -324,6 +329,8 @@ def render_evidence(doc: dict) -> str:
             f = _d(f)
             digest = f"  sha256 {f['sha256']}" if f.get("sha256") else ""
             out.append(f"  - {f.get('path')}  {f.get('size')} bytes{digest}")
+    out.extend(render_logs(doc))
+    out.extend(render_repeat(doc))
     ev = _d(doc.get("events"))
     sig = _d(doc.get("signature"))
     out.append(f"Events: {ev.get('count')}  head {ev.get('head')}")
@@ -341,11 +348,10 @@ def cmd_evidence_show(args: argparse.Namespace) -> int:
         rec = open_record(EvidenceStore(_root(args)), args.run)
         raw = None
         if args.json:
-            path = rec.run_dir / EVIDENCE_FILE
             try:
-                raw = read_evidence_file(path).decode("utf-8") if path.exists() else None
+                raw = rec.raw.decode("utf-8") if rec.raw is not None else None
             except UnicodeDecodeError as e:
-                raise EvidenceError(f"{path}: unreadable ({e})") from None
+                raise EvidenceError(f"{rec.location}{rec.summary_name}: unreadable ({e})") from None
     except EvidenceError as e:
         return _err(str(e))
     warning = rec.warning
@@ -359,8 +365,8 @@ def cmd_evidence_show(args: argparse.Namespace) -> int:
         print(warning)
     if rec.doc is not None:
         sys.stdout.write(render_evidence(rec.doc))
-    elif not rec.verification.problems[0].startswith(EVIDENCE_FILE):
-        print(f"{rec.run_dir / EVIDENCE_FILE}: missing or not a JSON object; nothing to show")
+    elif not rec.verification.problems[0].startswith(rec.summary_name):
+        print(f"{os.path.join(rec.location, rec.summary_name)}: missing or not a JSON object; nothing to show")
     return 1 if warning else 0
 
 
@@ -369,7 +375,7 @@ def cmd_evidence_verify(args: argparse.Namespace) -> int:
     try:
         check_run_id(args.run)
         key = load_public_key(args.public_key) if args.public_key else None
-        result = verify_record(EvidenceStore(_root(args)).run_dir(args.run), key)
+        result = open_record(EvidenceStore(_root(args)), args.run, key).verification
     except EvidenceError as e:
         return _err(str(e))
     if result.ok:

@@ -235,6 +235,9 @@ class ControlPlane:
             f"--service-cluster-ip-range={SERVICE_CIDR}", "--allow-privileged=true", "--authorization-mode=RBAC",
             f"--service-account-issuer=https://{LOOPBACK}:{self.port}", f"--service-account-key-file={sa_pub}",
             f"--service-account-signing-key-file={sa_key}", "--endpoint-reconciler-type=none", "--profiling=false",
+            # kubectl logs/exec reach a Node's kubelet (kwok's server) at its InternalIP: the
+            # Hostname kwok also reports is the Node's name, which resolves nowhere.
+            "--kubelet-preferred-address-types=InternalIP",
                                                      "--v=1"], self.workdir)
         self.processes.append(apiserver)
         ctx = self.ssl_context(certs)

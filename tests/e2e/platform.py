@@ -32,6 +32,7 @@ from pathlib import Path
 import yaml
 
 from tests.e2e.controlplane import LOOPBACK, ControlPlane, Process, free_port, start_process, wait_until
+from tests.e2e.objectstore import REGION, ObjectStore
 from tests.install import chart as chart_helpers
 from tests.paths import (
     EXAMPLE_CLUSTER,
@@ -50,6 +51,8 @@ from tests.paths import (
 RELEASE = chart_helpers.RELEASE
 NAMESPACE = chart_helpers.NAMESPACE
 SYSTEM_NAMESPACE = "tau-platform"
+OPERATOR_POD = "taugate-operator"
+"""The pod name (``POD_NAME``) of the operator the platform starts: its log is ``taugate-operator.log``."""
 WEBHOOK_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 # A CPU-only batch Job in the example's `vision` workspace: what the readiness probe dry-runs.
@@ -125,9 +128,14 @@ def _container(objects: list[dict], deployment: str) -> dict:
     return dep["spec"]["template"]["spec"]["containers"][0]
 
 
-def _env(cp: ControlPlane, container: dict, overrides: dict[str, str]) -> dict[str, str]:
-    """The container's environment as the kubelet resolves it: values, the pod's namespace, and
-    Secret keys read from the release namespace (``secretKeyRef``); then ``overrides``."""
+EVIDENCE_S3_SECRET = "taugate-evidence-s3"
+EVIDENCE_CA_SECRET = "taugate-evidence-ca"
+
+
+def _env(cp: ControlPlane, container: dict, overrides: dict[str, str], pod_name: str = "") -> dict[str, str]:
+    """The container's environment as the kubelet resolves it: values, the pod's namespace and
+    name (``pod_name``), and Secret keys read from the release namespace (``secretKeyRef``);
+    then ``overrides``."""
     env = {}
     for e in container.get("env") or []:
         source = e.get("valueFrom") or {}
@@ -135,12 +143,19 @@ def _env(cp: ControlPlane, container: dict, overrides: dict[str, str]) -> dict[s
             env[e["name"]] = str(e["value"])
         elif source.get("fieldRef", {}).get("fieldPath") == "metadata.namespace":
             env[e["name"]] = NAMESPACE
+        elif source.get("fieldRef", {}).get("fieldPath") == "metadata.name" and pod_name:
+            env[e["name"]] = pod_name
         elif "secretKeyRef" in source:
             ref = source["secretKeyRef"]
             secret = cp.get_json("secret", ref["name"], "-n", NAMESPACE)
             env[e["name"]] = base64.b64decode(secret["data"][ref["key"]]).decode()
         else:
             raise AssertionError(f"the chart sets {e['name']} from {source}, which this harness cannot resolve")
+    for source in container.get("envFrom") or []:
+        if "secretRef" not in source:
+            raise AssertionError(f"the chart sets variables from {source}, which this harness cannot resolve")
+        secret = cp.get_json("secret", source["secretRef"]["name"], "-n", NAMESPACE)
+        env.update({k: base64.b64decode(v).decode() for k, v in (secret.get("data") or {}).items()})
     env.update(overrides)
     return env
 
@@ -163,11 +178,22 @@ class Platform:
     operator: Process | None = None
     kubeconfigs: dict[str, Path] = field(default_factory=dict)
     signing_key: Path | None = None
+    object_store: ObjectStore | None = None
 
     @property
-    def evidence_root(self) -> Path:
-        """Where the operator's recorder writes evidence records (``TAUGATE_RECORDER_EVIDENCE_ROOT``)."""
-        return self.workdir / "evidence"
+    def evidence_root(self) -> str:
+        """Where the operator's recorder writes evidence records (``TAUGATE_RECORDER_EVIDENCE_ROOT``):
+        the chart's ``operator.evidence.s3.url`` when the records go to the object store, else a
+        directory under the workdir."""
+        if self.object_store is not None:
+            env = _container(self.objects, f"{RELEASE}-operator").get("env") or []
+            return next(str(e["value"]) for e in env if e["name"] == "TAUGATE_RECORDER_EVIDENCE_ROOT")
+        return str(self.workdir / "evidence")
+
+    def evidence_env(self) -> dict[str, str]:
+        """What ``taugate evidence``/``status`` need besides ``--evidence-root`` to read it (the
+        object store's ``AWS_*`` variables)."""
+        return self.object_store.env() if self.object_store is not None else {}
 
     # ---- the processes -------------------------------------------------------------------------
     def start_webhook(self, policies: Path | None = None) -> Process:
@@ -209,10 +235,13 @@ class Platform:
             self.webhook.stop()
             self.webhook = None
 
-    def start_operator(self, record: bool = False) -> Process:
-        """``taugate operator`` with the chart's args and env, as the operator's ServiceAccount.
-        ``record`` keeps the recorder on (TauRuns and evidence under the workdir); it follows runs
-        through Kueue Workloads and KubeRay objects, so only the whole stack (``stack.py``) turns it on."""
+    def start_operator(self, record: bool = False, *, pod_name: str = OPERATOR_POD) -> Process:
+        """``taugate operator`` with the chart's args and env, as the operator's ServiceAccount,
+        as the pod ``pod_name`` (its log ``<pod_name>.log``; the leader Lease's holderIdentity starts
+        with it); it becomes ``operator``. ``record`` keeps the recorder on (TauRuns and evidence
+        under the workdir); it follows runs through Kueue Workloads and KubeRay objects, so only the
+        whole stack (``stack.py``) turns it on. Two started here share one evidence root, as the
+        chart's replicas share one volume on one node."""
         c = _container(self.objects, f"{RELEASE}-operator")
         args = []
         for a in c["args"]:
@@ -228,8 +257,10 @@ class Platform:
                 args.append(a)
         if not record:
             args.append("--no-record")
-        overrides = {"TAUGATE_RECORDER_EVIDENCE_ROOT": str(self.evidence_root),
+        overrides = {"TAUGATE_RECORDER_EVIDENCE_ROOT": self.evidence_root,
                      "TAUGATE_RECORDER_DATA_ROOT": str(self.workdir / "data")}
+        if self.object_store is not None:  # the chart mounts the CA from a Secret at a path of the pod
+            overrides["AWS_CA_BUNDLE"] = str(self.object_store.ca_bundle)
         if record:  # the chart mounts the signing key from a Secret; here a key made as the docs make it
             self.signing_key = self.workdir / "evidence-key" / "ed25519.pem"
             if not self.signing_key.is_file():
@@ -238,8 +269,8 @@ class Platform:
                                         f"--public-out={self.signing_key.with_suffix('.pub.pem')}"),
                                check=True, capture_output=True, cwd=REPO)
             overrides["TAUGATE_RECORDER_SIGNING_KEY_FILE"] = str(self.signing_key)
-        env = _env(self.cp, c, overrides)
-        self.operator = start_process("taugate-operator", _taugate(*args), self.workdir, env=env, cwd=REPO)
+        env = _env(self.cp, c, overrides, pod_name)
+        self.operator = start_process(pod_name, _taugate(*args), self.workdir, env=env, cwd=REPO)
         return self.operator
 
     def stop(self) -> None:
@@ -255,11 +286,20 @@ class Platform:
 
 
 def install(cp: ControlPlane, workdir: Path, *, record: bool = False,
-            node_annotations: dict[str, str] | None = None, values: dict | None = None) -> Platform:
+            node_annotations: dict[str, str] | None = None, values: dict | None = None,
+            object_store: ObjectStore | None = None) -> Platform:
     """Install everything the module docstring lists and wait until a RayJob in the example's
     ``vision`` workspace is mutated by taugate through the API server. ``record`` turns the
     operator's recorder on; ``node_annotations`` are added to every example Node (kwok's
-    ``kwok.x-k8s.io/node: fake`` hands them to kwok); ``values`` are chart values of the install."""
+    ``kwok.x-k8s.io/node: fake`` hands them to kwok); ``values`` are chart values of the install.
+    With ``object_store`` the recorder writes to a new Object Lock bucket of it, as the chart's
+    ``operator.evidence.s3`` values say (GOVERNANCE retention, 1 day), with the credentials and
+    CA from Secrets the platform team creates."""
+    if object_store is not None:
+        url = object_store.create_bucket("taugate-evidence") + "/runs"
+        values = {**(values or {}), "operator": {"evidence": {"s3": {
+            "url": url, "endpoint": object_store.endpoint, "region": REGION, "credentialsSecret": EVIDENCE_S3_SECRET,
+            "caBundleSecret": EVIDENCE_CA_SECRET, "retention": {"mode": "GOVERNANCE", "days": 1}}}}}
     workdir.mkdir(parents=True, exist_ok=True)
     # 1. CRDs (server-side: KubeRay's are larger than client-side apply's annotation limit).
     crds = chart_helpers.crds() + upstream_crds()
@@ -272,7 +312,15 @@ def install(cp: ControlPlane, workdir: Path, *, record: bool = False,
     cp.kubectl("create", "namespace", SYSTEM_NAMESPACE)
     release = release_objects(cp, objects)
     cp.apply_objects([o for o in release if o["kind"] not in WEBHOOK_KINDS], "--server-side", "--field-manager=helm")
-    plat = Platform(cp, workdir, objects)
+    plat = Platform(cp, workdir, objects, object_store=object_store)
+    if object_store is not None:
+        creds = {k: v for k, v in object_store.env().items() if k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
+        cp.apply_objects([
+            {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": EVIDENCE_S3_SECRET, "namespace": NAMESPACE},
+             "stringData": creds},
+            {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": EVIDENCE_CA_SECRET, "namespace": NAMESPACE},
+             "stringData": {"ca.crt": object_store.ca_bundle.read_text()}}], "--server-side",
+            "--field-manager=platform-team")
     plat.kubeconfigs = {"operator": cp.token_kubeconfig(NAMESPACE, f"{RELEASE}-operator", "operator"),
                         "webhook": cp.token_kubeconfig(NAMESPACE, f"{RELEASE}-webhook", "webhook")}
     # 3. The serving certificate, as `taugate certs generate` makes it for the chart's Service.

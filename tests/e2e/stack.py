@@ -33,9 +33,12 @@ with its recorder on.
 4. the KubeRay operator (module root ``main.go``) and kwok (``cmd/kwok``) with the stages of its
    module's ``kustomize/stage``: Nodes initialised and heartbeaten with Leases
    (``node/fast``, ``node/heartbeat-with-lease``), pods made Running and Ready, pods owned by a Job
-   Succeeded, deleted pods removed (``pod/fast``);
-5. taugate (``platform.install``) with the recorder on and every example Node annotated
-   ``kwok.x-k8s.io/node: fake``;
+   Succeeded, deleted pods removed (``pod/fast``), and every container's log simulated: kwok's
+   server, which the Nodes advertise as their kubelet, serves ``KWOK_POD_LOG`` to ``kubectl logs``;
+5. an S3-compatible object store (``objectstore.ObjectStore``: versitygw, built from its Go module)
+   and taugate (``platform.install``) with the recorder on, writing evidence to an Object Lock
+   bucket of it as the chart's ``operator.evidence.s3`` values say, and every example Node
+   annotated ``kwok.x-k8s.io/node: fake``;
 6. what the platform team has beside ``examples/cluster.yaml`` in a real cluster (``platform_extras``):
    a PersistentVolume for each workspace's data PVC (the CSI driver's job: no
    pod of a run schedules while ``/data`` is unbound), and the Node that fails its GPU check
@@ -65,6 +68,7 @@ from tests.e2e.controlplane import (
     start_process,
     wait_until,
 )
+from tests.e2e.objectstore import ObjectStore
 from tests.e2e.platform import Platform, install, workload_crds
 from tests.paths import EXAMPLE_CLUSTER, KUEUE, KUEUE_CRDS
 
@@ -95,7 +99,7 @@ required with the pod integration (``pkg/config/validation.go``, ``validatePodIn
 Pods, Deployments and StatefulSets elsewhere are never managed by Kueue."""
 KWOK_NODE_ANNOTATION = {"kwok.x-k8s.io/node": "fake"}
 KWOK_STAGES = ("node/fast/node-initialize.yaml", "node/heartbeat-with-lease", "pod/fast")
-COMPONENTS = ("etcd", "kubernetes", "kueue", "kuberay", "kwok")
+COMPONENTS = ("etcd", "kubernetes", "kueue", "kuberay", "kwok", "versitygw")
 USERS = {"kueue": "system:serviceaccount:kueue-system:kueue-controller-manager",
          "kuberay-operator": "system:serviceaccount:ray-system:kuberay-operator", "kwok": "e2e-kwok"}
 """The user each controller authenticates as (a client certificate in ``system:masters``): the
@@ -231,6 +235,25 @@ def kwok_stages() -> str:
     return yaml.safe_dump_all(docs)
 
 
+KWOK_POD_LOG = "".join(f"epoch {i}/3 loss={1.0 / i:.3f} (kwok's simulated container log)\n" for i in range(1, 4))
+"""What ``kubectl logs`` of any container of a kwok pod of the stack returns (no progress line:
+the recorder's log pattern finds no training step in it)."""
+
+
+def cri_log(text: str, at: str = "2026-01-01T00:00:00.000000000Z") -> str:
+    """``text`` as a container runtime writes a log file (the CRI format kubelet and kwok read:
+    ``<RFC 3339 time> <stream> F <line>``, ``k8s.io/cri-client/pkg/logs``), one full line each."""
+    return "".join(f"{at} stdout F {line}\n" for line in text.splitlines())
+
+
+def kwok_cluster_logs(log_file: Path) -> dict:
+    """kwok's ``ClusterLogs`` (``kwok.x-k8s.io/v1alpha1``, ``pkg/apis/v1alpha1/cluster_logs_types.go``):
+    every container of every pod (no selector, no container names) logs ``log_file``, as kwok's
+    ``containerLogs`` handler serves it (``pkg/kwok/server/debugging_logs.go``)."""
+    return {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "ClusterLogs", "metadata": {"name": "simulated-logs"},
+            "spec": {"logs": [{"logsFile": str(log_file), "previousLogsFile": str(log_file)}]}}
+
+
 @dataclass
 class Stack:
     """Kueue, KubeRay, kwok and taugate on ``cp``; ``platform`` is taugate's install."""
@@ -238,6 +261,7 @@ class Stack:
     cp: ControlPlane
     workdir: Path
     kueue_port: int = 0
+    kwok_port: int = 0
     processes: list[Process] = field(default_factory=list)
     platform: Platform | None = None
 
@@ -324,15 +348,35 @@ class Stack:
 
     # ---- kwok ----------------------------------------------------------------------------------
     def start_kwok(self) -> Process:
+        """kwok with the stages of ``kwok_stages`` and its kubelet-like server on a free port that
+        its Nodes advertise (``status.daemonEndpoints.kubeletEndpoint.Port``, InternalIP
+        loopback): the API server proxies ``kubectl logs`` of a kwok pod there, and kwok serves
+        every container's log from ``KWOK_POD_LOG`` (``kwok_cluster_logs``)."""
         stages = self.workdir / "kwok-stages.yaml"
-        stages.write_text(kwok_stages())
+        log_file = self.workdir / "kwok-pod.log"
+        log_file.write_text(cri_log(KWOK_POD_LOG))
+        stages.write_text(kwok_stages() + "---\n" + yaml.safe_dump(kwok_cluster_logs(log_file)))
+        port = self.kwok_port = free_port()
         p = start_process("kwok", [
             self.cp.binary("kwok"), f"--kubeconfig={self.kubeconfig('kwok')}", f"--config={stages}",
             "--manage-all-nodes=false", "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
-            f"--server-address={LOOPBACK}:{free_port()}", f"--node-ip={LOOPBACK}", "--cidr=10.244.0.0/16"],
-                          self.workdir)
+            f"--server-address={LOOPBACK}:{port}", f"--node-port={port}", f"--node-ip={LOOPBACK}",
+            "--cidr=10.244.0.0/16"], self.workdir)
         self.processes.append(p)
         return p
+
+    def advertise_kwok_kubelet(self) -> None:
+        """Report on each kwok Node, through ``/status`` as its kubelet would, the address and port
+        of its kubelet (kwok's server): the example Nodes come with a Ready status, so kwok's
+        ``node-initialize`` stage, which writes them, does not run on them, and its heartbeat
+        keeps what it finds."""
+        status = {"addresses": [{"type": "InternalIP", "address": LOOPBACK}],
+                  "daemonEndpoints": {"kubeletEndpoint": {"Port": self.kwok_port}}}
+        for node in self.cp.get_json("nodes")["items"]:
+            annotations = node["metadata"].get("annotations") or {}
+            if all(annotations.get(k) == v for k, v in KWOK_NODE_ANNOTATION.items()):
+                self.cp.kubectl("patch", "node", node["metadata"]["name"], "--subresource=status", "--type=merge",
+                                "-p", json.dumps({"status": status}))
 
 
 def start(cp: ControlPlane, workdir: Path) -> Stack:
@@ -344,9 +388,14 @@ def start(cp: ControlPlane, workdir: Path) -> Stack:
         stack.start_kueue()
         stack.start_kuberay()
         stack.start_kwok()
+        store = ObjectStore(Path(cp.binary("versitygw")), workdir / "object-store").start()
+        assert store.process is not None
+        stack.processes.append(store.process)
         stack.platform = install(cp, workdir / "taugate", record=True, node_annotations=KWOK_NODE_ANNOTATION,
+                                 object_store=store,
                                  values={"gpu": {"draWorkloads": "queue"}})
         cp.apply_objects(platform_extras() + dra_objects(), "--server-side", "--field-manager=platform-team")
+        stack.advertise_kwok_kubelet()
         for node in unhealthy_gpu_nodes():
             cp.kubectl("cordon", node)
         stack.wait_for("kwok to hold every example Node Ready", lambda: _nodes_ready(cp), 120)

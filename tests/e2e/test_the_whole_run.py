@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from taugate.controllers.recorder.evidence.records import EVIDENCE_FILE
 from tests.e2e.stack import USERS
 from tests.e2e.workloads import QUEUE, RUN_ID
 from tests.paths import EXAMPLE_RAYJOB, REPO
@@ -182,9 +181,9 @@ def _gpu_job(name: str) -> dict:
                               "limits": {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "1"}}}]}}}}
 
 
-def _taugate(*args: str) -> subprocess.CompletedProcess:
+def _taugate(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "taugate.cli", *args], capture_output=True, text=True, cwd=REPO,
-                          timeout=120)
+                          timeout=120, env={**os.environ, **(env or {})})
 
 
 def test_a_batch_job_runs_to_completion_and_its_taurun_is_completed_released_and_its_evidence_verifies(whole_stack):
@@ -217,15 +216,31 @@ def test_a_batch_job_runs_to_completion_and_its_taurun_is_completed_released_and
     assert "Succeeded" in status.stdout and "making progress" not in status.stdout
     assert json.loads(_taugate("status", run_id, "-n", WORKSPACE, f"--kubeconfig={cp.kubeconfig}", "-o", "json")
                       .stdout)["diagnosis"]["stage"] in ("ArtifactSaved", "Done")
+    # The evidence is in the object store's Object Lock bucket (the chart's operator.evidence.s3),
+    # read with the AWS_* variables a platform engineer or an auditor would set.
     pub = plat.signing_key.with_suffix(".pub.pem")
+    env = plat.evidence_env()
+    assert plat.evidence_root.startswith("s3://"), plat.evidence_root
     verify = ("evidence", "verify", run_id, f"--evidence-root={plat.evidence_root}", f"--public-key={pub}")
-    whole_stack.wait_for("the evidence record to verify", lambda: _taugate(*verify).returncode == 0, 60)
+    whole_stack.wait_for("the evidence record to verify", lambda: _taugate(*verify, env=env).returncode == 0, 60)
     # The webhook's admission record, signed with the chart's admission key, is kept as trusted.
-    admission = json.loads((plat.evidence_root / run_id / EVIDENCE_FILE).read_text())["admission"]
+    shown = _taugate("evidence", "show", run_id, f"--evidence-root={plat.evidence_root}", "--json", env=env)
+    admission = json.loads(shown.stdout)["admission"]
     assert admission["trusted"] is True and admission["object"]["name"] == "one-gpu-step", admission
+    # Every object of the record is locked until a day from now (GOVERNANCE, the chart's values).
+    s3 = plat.object_store.client()
+    bucket, _, prefix = plat.evidence_root.removeprefix("s3://").partition("/")
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix=f"{prefix}/{run_id}/")["Contents"]]
+    assert any("/events/" in k for k in keys) and any("/evidence/" in k for k in keys), keys
+    for k in keys:
+        head = s3.head_object(Bucket=bucket, Key=k)
+        assert head["ObjectLockMode"] == "GOVERNANCE", (k, head)
+    # The run's objects leave the cluster; the record stays, and verifies from the bucket alone.
     cp.kubectl("delete", "job", "one-gpu-step", "-n", WORKSPACE, "--cascade=foreground", "--wait=true", timeout=120)
-    again = _taugate(*verify)
-    assert again.returncode == 0, again.stdout + again.stderr
+    cp.kubectl("delete", "taurun", run_id, "-n", WORKSPACE, "--wait=true", timeout=120)
+    assert cp.kubectl("get", "taurun", run_id, "-n", WORKSPACE, "--ignore-not-found", "-o", "name").stdout == ""
+    again = _taugate(*verify, env=env)
+    assert again.returncode == 0 and "hash chain intact" in again.stdout, again.stdout + again.stderr
 
 
 def test_a_second_rayjob_over_the_cluster_queue_waits_suspended_and_its_taurun_says_why(whole_stack, classifier):

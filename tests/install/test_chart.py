@@ -98,7 +98,7 @@ def test_the_webhook_runs_two_replicas_with_a_disruption_budget_and_anti_affinit
     deploy = one(default_objects, "Deployment", "taugate-webhook")
     assert deploy["spec"]["replicas"] == 2
     assert deploy["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
-    pdb = one(default_objects, "PodDisruptionBudget")
+    pdb = one(default_objects, "PodDisruptionBudget", "taugate-webhook")
     assert pdb["spec"]["maxUnavailable"] == 1
     assert pdb["spec"]["selector"]["matchLabels"].items() <= deploy["spec"]["template"]["metadata"]["labels"].items()
     spec = pod_spec(deploy)
@@ -120,12 +120,52 @@ def test_high_availability_requires_one_replica_per_node(rendered):
     assert pod_spec(deploy)["priorityClassName"] == "system-cluster-critical"
 
 
-def test_exactly_one_operator_instance_acts(default_objects):
+def test_two_operator_replicas_elect_one_leader_on_a_lease_and_roll_without_a_gap(default_objects):
     deploy = one(default_objects, "Deployment", "taugate-operator")
-    assert deploy["spec"]["replicas"] == 1
-    assert deploy["spec"]["strategy"]["type"] == "Recreate"  # the old pod stops before the new starts
-    with pytest.raises(helm_python.HelmValuesError, match="operator/replicas"):
-        render({"operator": {"replicas": 2}})
+    assert deploy["spec"]["replicas"] == 2
+    # Leader election makes an overlap safe: the new pod stands by until the old one releases the Lease.
+    assert deploy["spec"]["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1,
+                                                                                     "maxUnavailable": 0}}
+    container = pod_spec(deploy)["containers"][0]
+    assert "--leader-elect" in container["args"]
+    assert "--leader-elect-lease-name=taugate-operator" in container["args"]
+    assert {"--leader-elect-lease-duration=15", "--leader-elect-renew-deadline=10",
+            "--leader-elect-retry-period=2"} <= set(container["args"])
+    env = {e["name"]: e for e in container["env"]}
+    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"  # a standby answers it too
+    pdb = one(default_objects, "PodDisruptionBudget", "taugate-operator")
+    assert pdb["spec"]["maxUnavailable"] == 1
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= deploy["spec"]["template"]["metadata"]["labels"].items()
+    render({"operator": {"replicas": 3}})  # any number: one acts
+
+
+def test_the_operator_replicas_share_a_node_only_while_the_evidence_volume_attaches_to_one(default_objects):
+    labels = one(default_objects, "Deployment", "taugate-operator")["spec"]["template"]["metadata"]["labels"]
+    # The default evidence claim is ReadWriteOnce: every replica goes where the others run.
+    affinity = pod_spec(one(default_objects, "Deployment", "taugate-operator"))["affinity"]
+    (term,) = affinity["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert term["topologyKey"] == "kubernetes.io/hostname"
+    assert term["labelSelector"]["matchLabels"].items() <= labels.items()
+    assert one(default_objects, "PersistentVolumeClaim")["spec"]["accessModes"] == ["ReadWriteOnce"]
+    # A ReadWriteMany claim, or no volume at all: the replicas spread over nodes instead.
+    for values in ({"persistence": {"accessMode": "ReadWriteMany"}}, {"persistence": {"enabled": False}}):
+        objs = objects({"operator": {"evidence": values}})
+        spec = pod_spec(one(objs, "Deployment", "taugate-operator"))
+        assert "podAffinity" not in spec["affinity"], values
+        assert spec["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"], values
+    rwx = objects({"operator": {"evidence": {"persistence": {"accessMode": "ReadWriteMany"}}}})
+    assert one(rwx, "PersistentVolumeClaim")["spec"]["accessModes"] == ["ReadWriteMany"]
+
+
+@pytest.mark.parametrize("timing, message", [
+    ({"leaseDurationSeconds": 10, "renewDeadlineSeconds": 10}, "must be greater than renewDeadlineSeconds"),
+    ({"renewDeadlineSeconds": 2, "retryPeriodSeconds": 2}, "must be greater than 1.2 x retryPeriodSeconds"),
+])
+def test_a_lease_timing_a_leader_could_outlive_is_refused_at_render(timing, message):
+    with pytest.raises(helm_python.HelmRenderError, match=message):
+        render({"operator": {"leaderElection": timing}})
 
 
 def test_the_services_select_their_pods_and_name_real_ports(default_objects):

@@ -102,3 +102,32 @@ def test_workspace_data_is_mounted_read_only_only_when_a_claim_is_named(data_cla
     assert mounts["data"]["readOnly"] is True and mounts["data"]["mountPath"] == "/var/lib/taugate/data"
     volume = next(v for v in spec["volumes"] if v["name"] == "data")
     assert volume["persistentVolumeClaim"] == {"claimName": data_claim, "readOnly": True}
+
+
+def test_evidence_in_object_storage_sets_the_bucket_retention_endpoint_credentials_and_ca_and_no_volume(monkeypatch):
+    s3 = {"url": "s3://acme-evidence/prod", "endpoint": "https://s3.storage.svc:8443", "region": "eu-west-1",
+          "credentialsSecret": "evidence-s3", "caBundleSecret": "evidence-ca",
+          "retention": {"mode": "COMPLIANCE", "days": 2555}}
+    objs = objects({"operator": {"evidence": {"s3": s3}}})
+    spec, container = _operator(objs)
+    env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+    assert {k: env[k] for k in ("TAUGATE_RECORDER_EVIDENCE_ROOT", "TAUGATE_RECORDER_EVIDENCE_RETENTION_MODE",
+                                "TAUGATE_RECORDER_EVIDENCE_RETENTION_DAYS", "AWS_ENDPOINT_URL_S3", "AWS_REGION")} == {
+        "TAUGATE_RECORDER_EVIDENCE_ROOT": "s3://acme-evidence/prod", "TAUGATE_RECORDER_EVIDENCE_RETENTION_MODE":
+        "COMPLIANCE", "TAUGATE_RECORDER_EVIDENCE_RETENTION_DAYS": "2555",
+        "AWS_ENDPOINT_URL_S3": "https://s3.storage.svc:8443", "AWS_REGION": "eu-west-1"}
+    assert container["envFrom"] == [{"secretRef": {"name": "evidence-s3"}}]
+    ca, inner = _mounted_volume(spec, container, env["AWS_CA_BUNDLE"])
+    assert ca["secret"]["secretName"] == "evidence-ca" and [i["path"] for i in ca["secret"]["items"]] == [inner]
+    # the recorder takes these settings as they are rendered
+    for key, value in env.items():
+        if key.startswith("TAUGATE_RECORDER_"):
+            monkeypatch.setenv(key, value)
+    config = RecorderConfig()
+    assert (config.retention.mode, config.retention.days) == ("COMPLIANCE", 2555)
+    # no evidence volume or claim; the operator may reach the object store
+    assert "evidence" not in {v["name"] for v in spec["volumes"]}
+    assert not find(objs, "PersistentVolumeClaim")
+    policy = next(p for p in find(objs, "NetworkPolicy") if "operator" in p["metadata"]["name"])
+    assert {"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}], "ports": [{"port": 443, "protocol": "TCP"}]} in \
+        policy["spec"]["egress"]

@@ -76,6 +76,19 @@ def test_the_operator_writes_what_it_manages_and_nothing_else(default_objects):
     assert not allowed(granted, "escalate", "rbac.authorization.k8s.io", "clusterroles", "tau-researcher-v1")
 
 
+def test_the_operator_may_take_and_renew_its_own_leader_lease_in_the_release_namespace_only(default_objects):
+    granted = rules_of(default_objects, "taugate-operator")
+    lease = ("coordination.k8s.io", "leases")
+    assert allowed(granted, "create", *lease, namespace=NAMESPACE)  # create cannot be limited by name
+    for verb in ("get", "patch"):
+        assert allowed(granted, verb, *lease, "taugate-operator", NAMESPACE)
+        assert not allowed(granted, verb, *lease, "kube-scheduler", NAMESPACE)  # only its own Lease
+    for verb in ("create", "get", "patch"):
+        assert not allowed(granted, verb, *lease, "taugate-operator", "kube-system")
+    for verb in ("update", "delete", "list", "watch"):
+        assert not allowed(granted, verb, *lease, "taugate-operator", NAMESPACE)
+
+
 def test_quota_raise_is_the_only_way_the_operator_may_patch_a_cluster_queue():
     granted = rules_of(objects({"operator": {"quotaRaise": True}}), "taugate-operator")
     assert allowed(granted, "patch", "kueue.x-k8s.io", "clusterqueues", "gpu")

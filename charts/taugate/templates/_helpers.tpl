@@ -170,6 +170,14 @@ app.kubernetes.io/component: {{ .component }}
 {{- fail (printf "webhook.failurePolicyOverrides names route %q; the routes are %s" $k (join ", " $keys)) -}}
 {{- end -}}
 {{- end -}}
+{{- with .Values.operator.leaderElection -}}
+{{- if le (float64 .leaseDurationSeconds) (float64 .renewDeadlineSeconds) -}}
+{{- fail (printf "operator.leaderElection.leaseDurationSeconds (%v) must be greater than renewDeadlineSeconds (%v): a leader that cannot renew must stop before a standby may take over" .leaseDurationSeconds .renewDeadlineSeconds) -}}
+{{- end -}}
+{{- if le (float64 .renewDeadlineSeconds) (mulf 1.2 (float64 .retryPeriodSeconds)) -}}
+{{- fail (printf "operator.leaderElection.renewDeadlineSeconds (%v) must be greater than 1.2 x retryPeriodSeconds (%v)" .renewDeadlineSeconds .retryPeriodSeconds) -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 
 {{/* Pod-level pieces shared by every taugate pod ---------------------------------------------- */}}

@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from taugate.files import write_atomic
+from taugate.files import MAX_EVIDENCE_BYTES, InputError, read_limited, write_atomic
 
 SCHEMA = "taugate.evidence/v1"
 EVENTS_FILE = "events.jsonl"
@@ -45,3 +45,12 @@ def atomic_write(path: Path, data: bytes) -> None:
     """Write an evidence file atomically (``taugate.files.write_atomic``: temp file, fsync,
     rename, directory fsync), creating its run directory."""
     write_atomic(path, data, 0o640, make_parents=True)
+
+
+def read_evidence_file(path: Path) -> bytes:
+    """The bytes of one file of a record, at most ``MAX_EVIDENCE_BYTES`` (``taugate.files.read_limited``);
+    EvidenceError naming the file when it is missing, unreadable or larger."""
+    try:
+        return read_limited(path, MAX_EVIDENCE_BYTES, "evidence files")
+    except InputError as e:
+        raise EvidenceError(str(e)) from None

@@ -82,7 +82,11 @@ def fold(events: Sequence[Mapping]) -> dict:
     Shape: ``{"schema", "runId", "namespace", "object", "admittedObject", "admission", "profile",
     "profileSetHash", "workspace", "queue", "conditions": [current condition per type, lifecycle
     order], "timeline": [every transition with recordedAt], "failures": [...], "artifacts":
-    {...}, "phase", "final"}``.
+    {...}, "phase", "final"}``, and the fields of later event kinds, only once a record has
+    their events (so a record written before them is still its own fold): ``images`` and
+    ``resolvedProfile`` (from the ``run`` event), ``imageDigests`` (``{image: imageID}``, the
+    ``images`` events merged, first digest kept), ``logs`` (the ``log`` events' data, in order)
+    and ``logsLimit`` (the ``logs-limit`` event's data).
     """
     doc: dict[str, Any] = {"schema": SCHEMA, "runId": None, "namespace": None, "object": None,
                            "admittedObject": None, "admission": {}, "profile": None, "profileSetHash": None,
@@ -94,7 +98,7 @@ def fold(events: Sequence[Mapping]) -> dict:
         data = _data(ev)
         if kind == "run":
             for k in ("runId", "namespace", "object", "admittedObject", "admission", "profile",
-                      "profileSetHash", "workspace", "queue"):
+                      "profileSetHash", "workspace", "queue", "images", "resolvedProfile"):
                 if k in data:
                     doc[k] = copy.deepcopy(data[k])
         elif kind == "condition":
@@ -109,6 +113,14 @@ def fold(events: Sequence[Mapping]) -> dict:
             doc["artifacts"] = dict(data)
         elif kind == "final":
             doc["final"] = True
+        elif kind == "log":
+            doc.setdefault("logs", []).append(copy.deepcopy(data))
+        elif kind == "logs-limit":
+            doc["logsLimit"] = copy.deepcopy(data)
+        elif kind == "images":
+            digests = doc.setdefault("imageDigests", {})
+            for image, image_id in _data({"data": data.get("images")}).items():
+                digests.setdefault(str(image), image_id)
     doc["conditions"] = [current[t] for t in ORDER if t in current] + \
         [v for k, v in current.items() if k not in ORDER]
     doc["phase"] = _phase(current)

@@ -1,9 +1,9 @@
-"""Per-run evidence records: a hash-chained event log and a signed summary, one directory per
-run-id (``ROOT/<run-id>/events.jsonl``, ``evidence.json``); this module is the store and the one
-import for the recorder and the CLI.
+"""Per-run evidence records: a hash-chained event log and a signed summary per run-id, in a
+directory (``ROOT/<run-id>/events.jsonl``, ``evidence.json``) or an S3 bucket (``stores/``); this
+module is the store and the one import for the recorder and the CLI.
 
-``events.jsonl`` is written before ``evidence.json``; a process that dies in between leaves a stale
-head, which ``EvidenceStore.load`` rebuilds from the events, so nothing is lost or written twice.
+The events are written before the summary; a process that dies in between leaves a stale head,
+which ``EvidenceStore.load`` rebuilds from the events, so nothing is lost or written twice.
 """
 
 from __future__ import annotations
@@ -27,11 +27,14 @@ from taugate.controllers.recorder.evidence.format import (
     atomic_write,
     canonical_document,
     canonical_line,
+    read_evidence_file,
     sha256_hex,
 )
 from taugate.controllers.recorder.evidence.keys import Signer, load_public_key
 from taugate.controllers.recorder.evidence.log import check_chain, fold, signed_document
-from taugate.controllers.recorder.evidence.verify import Verification, read_evidence_file, verify_record
+from taugate.controllers.recorder.evidence.stores import Storage, StoredRecord, open_storage
+from taugate.controllers.recorder.evidence.stores.files import FileStorage
+from taugate.controllers.recorder.evidence.verify import Verification, verify_record, verify_stored
 
 # --------------------------------------------------------------------------------------------
 # the store
@@ -65,61 +68,74 @@ def check_run_id(run_id: str) -> str:
 
 
 class EvidenceStore:
-    """Thread-safe per process (one lock); a single recorder process writes a given root."""
+    """A run's record read, repaired and appended through a ``Storage`` (``stores.open_storage``:
+    a directory, the default, or an ``s3://`` bucket). Thread-safe per process (one lock); one
+    recorder writes a given root at a time (the operator's leader), and an object store refuses a
+    second writer's segment of the same events."""
 
-    def __init__(self, root: str | os.PathLike, signer: Signer | None = None) -> None:
-        self.root = Path(root)
+    def __init__(self, root: str | os.PathLike[str] | Storage, signer: Signer | None = None) -> None:
+        self.storage: Storage = open_storage(os.fspath(root)) if isinstance(root, (str, os.PathLike)) else root
         self.signer = signer
         self._lock = threading.RLock()
         self._cache: dict[str, RunRecord] = {}
 
+    @property
+    def root(self) -> Path:
+        """The directory of a file store (EvidenceError for an object store)."""
+        if not isinstance(self.storage, FileStorage):
+            raise EvidenceError("this evidence store is not a directory")
+        return self.storage.root
+
     def run_dir(self, run_id: str) -> Path:
+        """A file store's directory of ``run_id``."""
         return self.root / check_run_id(run_id)
 
+    def location(self, run_id: str) -> str:
+        """Where the run's record is (a directory, an ``s3://`` URL)."""
+        return self.storage.location(check_run_id(run_id))
+
     def exists(self, run_id: str) -> bool:
-        return (self.run_dir(run_id) / EVENTS_FILE).exists()
+        stored = self.storage.read(check_run_id(run_id))
+        return stored is not None and stored.events is not None
 
     def run_ids(self) -> list[str]:
-        if not self.root.is_dir():
-            return []
-        return sorted(p.name for p in self.root.iterdir() if RUN_ID_RE.match(p.name) and (p / EVENTS_FILE).exists())
+        return self.storage.run_ids()
+
+    def read(self, run_id: str) -> StoredRecord | None:
+        """The run's record as stored (None: none), for verification and display."""
+        return self.storage.read(check_run_id(run_id))
 
     def load(self, run_id: str) -> RunRecord:
         """Read a run's events, repairing what a crash left: a torn last line (an interrupted
-        append of our own) is dropped and a stale ``evidence.json`` rebuilt. A chain that does not
-        verify raises EvidenceError: the recorder never writes on top of a tampered log."""
+        append of our own) is dropped and a stale summary rebuilt. A record that does not verify
+        as a chain, or that its store saw rewritten, raises EvidenceError: the recorder never
+        writes on top of a tampered log."""
         with self._lock:
             if run_id in self._cache:
                 return self._cache[run_id]
-            d = self.run_dir(run_id)
-            path = d / EVENTS_FILE
+            stored = self.storage.read(check_run_id(run_id))
             rec = RunRecord(run_id)
-            if path.exists():
-                raw = read_evidence_file(path)
+            if stored is not None and stored.problems:
+                raise EvidenceError(f"{stored.location}: {stored.problems[0]}")
+            if stored is not None and stored.events is not None:
+                raw = stored.events
                 if raw and not raw.endswith(b"\n"):
                     raw = raw[: raw.rfind(b"\n") + 1]
-                    atomic_write(path, raw)
+                    self.storage.repair_log(run_id, raw)
                 problems, events, head = check_chain(raw)
                 if problems:
-                    raise EvidenceError(f"{path}: {problems[0]}")
+                    raise EvidenceError(f"{stored.location}: {EVENTS_FILE} {problems[0]}")
                 rec = RunRecord(run_id, events, raw, head)
-                ev_path = d / EVIDENCE_FILE
-                stale = True
-                if ev_path.exists():
-                    try:
-                        cur = json.loads(read_evidence_file(ev_path))
-                        evs = cur.get("events") if isinstance(cur, dict) else None
-                        stale = not isinstance(evs, dict) or evs.get("head") != head
-                    except (ValueError, EvidenceError):
-                        stale = True
-                if stale and events and self.signer is not None:
-                    atomic_write(ev_path, canonical_document(signed_document(events, head, self.signer)))
+                if events and self.signer is not None and _summary_head(stored.summary) != head:
+                    self.storage.write_summary(run_id, len(events), canonical_document(
+                        signed_document(events, head, self.signer)))
             self._cache[run_id] = rec
             return rec
 
     def append(self, run_id: str, items: Iterable[tuple[str, dict, str]]) -> RunRecord:
-        """Append ``(kind, data, time)`` events and rewrite ``evidence.json``, each file replaced
-        atomically. Raises EvidenceError without a signer."""
+        """Append ``(kind, data, time)`` events and write the new summary. Raises EvidenceError
+        without a signer, or when the store refuses the write (then nothing is cached: the next
+        load reads what is stored)."""
         if self.signer is None:
             raise EvidenceError("no signing key configured")
         with self._lock:
@@ -128,18 +144,22 @@ class EvidenceStore:
             if not items:
                 return rec
             raw, head, events = rec.raw, rec.head, list(rec.events)
+            added = b""
             for kind, data, time in items:
                 ev = {"seq": len(events), "prev": head, "time": time, "kind": kind, "data": data}
                 ev["hash"] = sha256_hex(canonical_line(ev))
                 line = canonical_line(ev)
                 ev = json.loads(line)  # exactly what a reader will see
-                raw += line + b"\n"
+                added += line + b"\n"
                 head = sha256_hex(line)
                 events.append(ev)
-            d = self.run_dir(run_id)
-            atomic_write(d / EVENTS_FILE, raw)
-            atomic_write(d / EVIDENCE_FILE, canonical_document(signed_document(events, head, self.signer)))
-            new = RunRecord(run_id, events, raw, head)
+            try:
+                self.storage.append(run_id, len(rec.events), added, raw + added, len(events),
+                                    canonical_document(signed_document(events, head, self.signer)))
+            except BaseException:
+                self._cache.pop(run_id, None)
+                raise
+            new = RunRecord(run_id, events, raw + added, head)
             self._cache[run_id] = new
             return new
 
@@ -148,18 +168,29 @@ class EvidenceStore:
             self._cache.pop(run_id, None)
 
     def read_document(self, run_id: str) -> dict:
-        """Fields not checked (see :func:`verify_record`); EvidenceError when missing, not JSON or
-        not a JSON object."""
-        path = self.run_dir(run_id) / EVIDENCE_FILE
-        if not path.exists():
-            raise EvidenceError(f"{path}: no evidence record for run {run_id}")
+        """The latest summary, fields not checked (see :func:`verify_stored`); EvidenceError when
+        missing, not JSON or not a JSON object."""
+        stored = self.read(run_id)
+        where = self.storage.location(run_id)
+        if stored is None or stored.summary is None:
+            raise EvidenceError(f"{where}: no evidence record for run {run_id}")
         try:
-            doc = json.loads(read_evidence_file(path))
+            doc = json.loads(stored.summary)
         except ValueError as e:
-            raise EvidenceError(f"{path}: unreadable ({e})") from None
+            raise EvidenceError(f"{where}: {stored.summary_name} unreadable ({e})") from None
         if not isinstance(doc, dict):
-            raise EvidenceError(f"{path}: not a JSON object (malformed record)")
+            raise EvidenceError(f"{where}: {stored.summary_name} is not a JSON object (malformed record)")
         return doc
+
+
+def _summary_head(summary: bytes | None) -> str | None:
+    """The head a stored summary signed, None when it has none (missing or unreadable)."""
+    try:
+        cur = json.loads(summary) if summary is not None else None
+    except ValueError:
+        return None
+    evs = cur.get("events") if isinstance(cur, dict) else None
+    return evs.get("head") if isinstance(evs, dict) else None
 
 
 __all__ = [
@@ -174,6 +205,8 @@ __all__ = [
     "RunRecord",
     "SCHEMA",
     "Signer",
+    "Storage",
+    "StoredRecord",
     "Verification",
     "atomic_write",
     "canonical_document",
@@ -186,4 +219,5 @@ __all__ = [
     "sha256_hex",
     "signed_document",
     "verify_record",
+    "verify_stored",
 ]
