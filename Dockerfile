@@ -9,14 +9,16 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     TAUGATE_POLICY_DIR=/etc/taugate/policies
 
-# Install the distribution (its dependencies come from pyproject.toml; the s3 extra for an s3://
-# evidence root), then drop the sources.
+# Install the distribution (its dependencies come from pyproject.toml) and boto3 for an s3://
+# evidence root (--no-deps: pyproject.toml says why), then drop the sources.
 COPY pyproject.toml /tmp/src/
 COPY taugate/ /tmp/src/taugate/
 COPY webhook/ /tmp/src/webhook/
 COPY controllers/ /tmp/src/controllers/
 COPY certs/ /tmp/src/certs/
-RUN pip install "/tmp/src[s3]" && rm -rf /tmp/src
+RUN pip install /tmp/src \
+ && pip install --no-deps boto3==1.43.11 botocore==1.43.11 s3transfer==0.17.0 jmespath==1.1.0 \
+ && rm -rf /tmp/src
 
 # The Rego policy library is data, not a Python package: it lives at TAUGATE_POLICY_DIR (the chart
 # can mount a ConfigMap over it).

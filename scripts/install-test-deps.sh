@@ -5,6 +5,8 @@ cd "$(dirname "$0")/.."
 # Pinned (scripts/test-constraints.txt), so ruff and mypy judge the code against the same libraries
 # on every machine.
 python3 -m pip install -q -e '.[test]' -c scripts/test-constraints.txt
+# boto3 for an s3:// evidence root, without its dependency resolution (pyproject.toml says why).
+python3 -m pip install -q --no-deps boto3==1.43.11 botocore==1.43.11 s3transfer==0.17.0 jmespath==1.1.0
 # Real OPA semantics for the policy reference tests. Its metadata asks for Python >= 3.14 but it
 # works on 3.11; a failure to install fails CI rather than skipping those tests.
 python3 -m pip install -q --ignore-requires-python opa-golib-python-bindings==0.4.4

@@ -79,7 +79,8 @@ class S3Storage:
                 import boto3
                 from botocore.config import Config
             except ImportError:
-                raise EvidenceError("an s3:// evidence root needs boto3: pip install 'taugate[s3]'") from None
+                raise EvidenceError("an s3:// evidence root needs boto3: pip install --no-deps boto3 botocore "
+                                    "s3transfer jmespath (docs/install.md, Evidence in object storage)") from None
             custom = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
             self._client = boto3.session.Session().client("s3", config=Config(
                 retries={"mode": "standard", "max_attempts": 5},
