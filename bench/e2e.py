@@ -168,11 +168,17 @@ def workloads() -> list[Workload]:
 
 # ---- the client -------------------------------------------------------------------------------
 def create_many(cp: ControlPlane, w: Workload, prefix: str, n: int, concurrency: int) -> dict:
-    """POST ``n`` copies of ``w`` (names ``prefix-0``...) with ``concurrency`` threads, each on its
-    own keep-alive HTTPS connection as the admin. Returns ``latencies_ms`` (successful creates),
-    ``seconds`` (wall time), ``errors`` (count) and ``first_error``."""
+    """POST ``n`` copies of ``w`` (names ``prefix-0``...) with ``concurrency`` threads (``send_all``)."""
+    return send_all(cp, [("POST", w.collection, w.body(f"{prefix}-{i}")) for i in range(n)], concurrency)
+
+
+def send_all(cp: ControlPlane, requests: list[tuple[str, str, bytes]], concurrency: int,
+             content_type: str = "application/json") -> dict:
+    """Send every ``(method, path, body)`` with ``concurrency`` threads, each on its own
+    keep-alive HTTPS connection as the admin. Returns ``latencies_ms`` (requests answered 200 or
+    201), ``seconds`` (wall time), ``errors`` (count) and ``first_error``."""
     ctx = cp.ssl_context()
-    bodies = [w.body(f"{prefix}-{i}") for i in range(n)]
+    n = len(requests)
     lock = threading.Lock()
     next_i = [0]
     lat: list[float] = []
@@ -187,9 +193,10 @@ def create_many(cp: ControlPlane, w: Workload, prefix: str, n: int, concurrency:
                     next_i[0] += 1
                 if i >= n:
                     return
+                method, path, body = requests[i]
                 t0 = time.perf_counter()
                 try:
-                    conn.request("POST", w.collection, body=bodies[i], headers={"Content-Type": "application/json"})
+                    conn.request(method, path, body=body, headers={"Content-Type": content_type})
                     r = conn.getresponse()
                     data = r.read()
                 except (OSError, http.client.HTTPException) as e:
@@ -200,7 +207,7 @@ def create_many(cp: ControlPlane, w: Workload, prefix: str, n: int, concurrency:
                     continue
                 dt = (time.perf_counter() - t0) * 1000
                 with lock:
-                    if r.status == 201:
+                    if r.status in (200, 201):
                         lat.append(dt)
                     else:
                         errors.append(f"HTTP {r.status}: {data[:400].decode(errors='replace')}")

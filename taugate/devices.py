@@ -24,6 +24,8 @@ strategy), time-slicing/MPS with ``renameByDefault`` (k8s-device-plugin ``nvidia
 the AMD, Intel and Habana device plugins' resources; counted by name as Kueue counts them."""
 
 _device_resources: tuple[str, ...] = DEFAULT_DEVICE_RESOURCES
+_judged: dict[str, bool] = {}
+"""``is_device_resource``'s answers under ``_device_resources``."""
 
 
 def configure(extra: Iterable[str]) -> None:
@@ -31,6 +33,7 @@ def configure(extra: Iterable[str]) -> None:
     once from its configuration). Every memo starts again: they hold results of the old table."""
     global _device_resources
     _device_resources = tuple(dict.fromkeys((*DEFAULT_DEVICE_RESOURCES, *extra)))
+    _judged.clear()
     forget_everything()
 
 
@@ -39,11 +42,16 @@ def device_resources() -> tuple[str, ...]:
 
 
 def is_device_resource(name: str) -> bool:
-    """True for a GPU device resource counted by name (not ``nvidia.com/gpu`` itself)."""
-    for pattern in _device_resources:
-        if name == pattern or (pattern.endswith("*") and name.startswith(pattern[:-1])):
-            return True
-    return False
+    """True for a GPU device resource counted by name (not ``nvidia.com/gpu`` itself). Each name's
+    answer is kept until ``configure`` changes the table (a state rebuild asks it for every
+    allocatable resource of every Node: a few names, tens of thousands of times)."""
+    known = _judged.get(name)
+    if known is None:
+        known = _judged[name] = any(name == pattern or (pattern.endswith("*") and name.startswith(pattern[:-1]))
+                                    for pattern in _device_resources)
+        if len(_judged) > 4096:  # names come from objects: never an unbounded table
+            _judged.clear()
+    return known
 
 
 DRA_CLASS_PREFIX = "deviceclass.resource.kubernetes.io/"

@@ -346,12 +346,22 @@ def build_state(objects: Iterable[dict[str, Any]], settings: Settings | None = N
             quotas[(ns, n)] = cluster_queue_quotas(cq)
     default_queue = cluster.spec.workspace_defaults.default_queue if cluster else "jobqueue"
     lanes = frozenset(lane for p in profiles.values() for lane in p.applicability.lanes)
+    # Only a profile that lists the namespace or lists none can apply there (``is_applicable``):
+    # 500 workspaces by 300 profiles would be 150,000 checks a rebuild; these are the candidates,
+    # in the profiles' order, each still judged by ``is_applicable``.
+    order = list(profiles.values())
+    anywhere = [i for i, p in enumerate(order) if not p.applicability.namespaces]
+    listing: dict[str, list[int]] = {}
+    for i, p in enumerate(order):
+        for ns in dict.fromkeys(p.applicability.namespaces):
+            listing.setdefault(ns, []).append(i)
     applicable = {}
     for ws in found.workspaces.values():
         team = ws.spec.team_ref.name if ws.spec.team_ref else None
+        candidates = [order[i] for i in sorted((*anywhere, *listing.get(ws.target_namespace, ())))]
         for lane in (*lanes, ""):
             applicable[(ws.target_namespace, lane)] = tuple(
-                p for p in profiles.values() if is_applicable(p, namespace=ws.target_namespace, team=team, lane=lane))
+                p for p in candidates if is_applicable(p, namespace=ws.target_namespace, team=team, lane=lane))
     return ClusterState(cluster, profiles, set_hash, problem, found.workspaces, lqs, cqs, rfs, gpu_classes,
                         quotas, default_queue, generation, applicable, lanes,
                         summarise_mig_resources(found.nodes, settings), found.device_classes,

@@ -48,14 +48,23 @@ STATE_RESOURCES = (TAU_CLUSTERS, TAU_WORKSPACES, NODES, LOCAL_QUEUES, CLUSTER_QU
 
 CLUSTER_NAME = "cluster"
 
-_DROP_META = ("managedFields", "selfLink")
+_DROP_META = ("managedFields", "selfLink", "resourceVersion")
+"""What no decision reads and every write changes: dropped, an update that changes nothing else
+(a kubelet's or kwok's heartbeat, Kueue's counters) is no change and rebuilds no state."""
+_CLUSTER_QUEUE_STATUS = ("flavorsUsage", "flavorsReservation")
+"""The part of a ClusterQueue's status admission reads (``snapshot.cluster_queue_quotas``): Kueue
+rewrites its pending and admitted counts on every workload it sees."""
 
 Obj = dict[str, Any]
 
 
 def trim(res: Resource, obj: Obj) -> Obj:
-    """The part of an object admission needs (memory: Nodes are large and numerous). A claim the
-    resource-claim controller made for a pod (it has an owner) keeps nothing: no workload names it."""
+    """The part of an object admission needs (memory: Nodes are large and numerous), and nothing
+    that changes without changing a decision, so that a watch event of such a change leaves the
+    store as it is (``WatchStateProvider._event``): a state rebuild takes about a second at 5,000
+    Nodes and 500 workspaces (docs/performance.md), and kwok's or a kubelet's Node heartbeats and
+    Kueue's queue counters arrive several times a second in a fleet. A claim the resource-claim
+    controller made for a pod (it has an owner) keeps nothing: no workload names it."""
     kept_meta = {k: v for k, v in metadata_of(obj).items() if k not in _DROP_META}
     if res in (DEVICE_CLASSES, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS):
         return _trim_dra(res, obj, kept_meta)
@@ -65,18 +74,22 @@ def trim(res: Resource, obj: Obj) -> Obj:
         spec = obj.get("spec") or {}
         status = obj.get("status") or {}
         out = {"apiVersion": "v1", "kind": "Node",
-               "metadata": {k: kept_meta[k] for k in ("name", "labels", "resourceVersion") if k in kept_meta},
+               "metadata": {k: kept_meta[k] for k in ("name", "labels") if k in kept_meta},
                "spec": {k: spec[k] for k in ("unschedulable", "taints") if k in spec},
                "status": {"allocatable": status.get("allocatable") or {},
                           "conditions": [{"type": c.get("type"), "status": c.get("status")}
                                          for c in status.get("conditions") or [] if isinstance(c, dict)]}}
+    elif res is LOCAL_QUEUES:
+        out.pop("status", None)
+    elif res is CLUSTER_QUEUES and isinstance(out.get("status"), dict):
+        out["status"] = {k: v for k, v in out["status"].items() if k in _CLUSTER_QUEUE_STATUS}
     return out
 
 
 def _trim_dra(res: Resource, obj: Obj, kept_meta: dict[str, Any]) -> Obj:
     spec = found if isinstance(found := obj.get("spec"), dict) else {}
     out: Obj = {"apiVersion": res.api_version, "kind": res.kind,
-                "metadata": {k: kept_meta[k] for k in ("name", "namespace", "resourceVersion") if k in kept_meta}}
+                "metadata": {k: kept_meta[k] for k in ("name", "namespace") if k in kept_meta}}
     if res is DEVICE_CLASSES:
         out["spec"] = {k: spec[k] for k in ("extendedResourceName",) if k in spec}
     elif res is RESOURCE_CLAIM_TEMPLATES:

@@ -54,6 +54,9 @@ class RecorderConfig(BaseSettings):
       as unavailable.
     - ``stall_seconds``: quiet period before ``Progressing=False/Stalled``.
     - ``poll_seconds``: how often active runs are re-read (metrics, artifacts, stall clock).
+    - ``workers``: runs reconciled at once (never one run by two): a reconcile mostly waits on
+      the API server and the evidence store, so a backlog of thousands of runs (a restart, an
+      empty evidence root) drains several times faster than one at a time (docs/performance.md).
     - ``artifact_grace_seconds``: after the end, how long to wait for artifacts before the record
       is closed when none appear.
     - ``hash_max_bytes``: files larger than this are listed without a SHA-256.
@@ -80,6 +83,7 @@ class RecorderConfig(BaseSettings):
     evidence_log_attempts: int = Field(default=5, ge=1, le=100)
     stall_seconds: float = Field(default=900.0, gt=0)
     poll_seconds: float = Field(default=30.0, gt=0)
+    workers: int = Field(default=4, ge=1, le=64)
     artifact_grace_seconds: float = Field(default=600.0, ge=0)
     hash_max_bytes: int = Field(default=1 << 30, ge=0)
     signing_key_file: Path | None = None

@@ -1,5 +1,5 @@
-"""The reconcile step of one run (runs in a worker thread; one run at a time): read the evidence,
-the probes and the snapshot, derive the conditions, append what changed, write the TauRun.
+"""The reconcile step of one run (in a worker thread; one run never in two at once): read the
+evidence, the probes and the snapshot, derive the conditions, append what changed, write the TauRun.
 """
 
 from __future__ import annotations
@@ -47,7 +47,8 @@ log = logging.getLogger("taugate.recorder")
 
 
 class RunReconciler:
-    """Reconciles one run at a time from a :class:`Snapshot` (sync; called in a worker thread).
+    """Reconciles a run from a :class:`Snapshot` (sync; called in a worker thread, several runs at
+    once, never one run twice at once).
 
     ``writer`` writes TauRuns and reads pod logs, ``store`` holds the evidence, ``probe`` reads
     the run's data path (metrics, artifacts), ``clock`` returns the current aware datetime. The

@@ -67,8 +67,8 @@ def _now() -> datetime:
 
 
 class Recorder:
-    """kopf indices hold the watched objects, events mark runs dirty, one worker reconciles them
-    one at a time.
+    """kopf indices hold the watched objects, events mark runs dirty, ``config.workers`` workers
+    reconcile them, never one run in two at once.
 
     kopf fills every index from its initial listing before it calls any event handler, so the
     first reconcile after a (re)start already sees every pod, Workload and owner of the run; a
@@ -195,7 +195,7 @@ class Recorder:
         """Start the worker on the running event loop (it also marks every active run each
         ``poll_seconds``)."""
         self.queue.add(POLL, self.config.poll_seconds)
-        self._task = asyncio.create_task(self.queue.run(self._handle), name="recorder-worker")
+        self._task = asyncio.create_task(self.queue.run(self._handle, self.config.workers), name="recorder-workers")
 
     async def stop(self) -> None:
         """A reconcile in progress finishes first (its thread cannot be interrupted, and a second

@@ -247,3 +247,39 @@ def test_the_provider_reads_a_scale_requests_parent_from_the_api_and_says_why_it
         assert provider.read_object(res, "vision", "missing") is None
     with pytest.raises(ObjectUnreadable):  # the API server is gone: unreachable, one line
         provider.read_object(res, "vision", "serve")
+
+
+def test_a_heartbeat_or_a_queue_counter_leaves_the_state_as_it_is_and_a_real_change_does_not(example_objects):
+    """kwok's heartbeat stage (``node-heartbeat-with-lease``) rewrites each Node's conditions'
+    ``lastHeartbeatTime``; Kueue rewrites a queue's pending and admitted counts for every workload
+    it sees. Neither changes a decision, so the trimmed object the store compares is the same
+    (no rebuild); an allocatable change or a ClusterQueue's usage is a change."""
+    from taugate.state_objects import CLUSTER_QUEUES, LOCAL_QUEUES, NODES, trim
+
+    node = pick(example_objects, "Node", "aks-h100-0")
+    node["metadata"]["resourceVersion"] = "100"
+    beat = copy.deepcopy(node)
+    beat["metadata"]["resourceVersion"] = "101"
+    for c in beat["status"]["conditions"]:
+        c["lastHeartbeatTime"] = "2026-12-06T04:00:00Z"
+    assert trim(NODES, beat) == trim(NODES, node)
+    bigger = copy.deepcopy(node)
+    bigger["status"]["allocatable"]["nvidia.com/gpu"] = "16"
+    assert trim(NODES, bigger) != trim(NODES, node)
+
+    lq = pick(example_objects, "LocalQueue", "vision-queue")
+    counted = copy.deepcopy(lq)
+    counted["metadata"]["resourceVersion"] = "7"
+    counted["status"] = {"pendingWorkloads": 41, "reservingWorkloads": 0, "admittedWorkloads": 0,
+                         "conditions": [{"type": "Active", "status": "True", "reason": "Ready", "message": "",
+                                         "lastTransitionTime": "2026-12-06T04:00:00Z"}]}
+    assert trim(LOCAL_QUEUES, counted) == trim(LOCAL_QUEUES, lq)
+
+    cq = pick(example_objects, "ClusterQueue", "vision-cq")
+    pending = copy.deepcopy(cq)
+    pending["metadata"]["resourceVersion"] = "8"
+    pending["status"]["pendingWorkloads"] = 41
+    assert trim(CLUSTER_QUEUES, pending) == trim(CLUSTER_QUEUES, cq)
+    used = copy.deepcopy(cq)
+    used["status"]["flavorsUsage"][0]["resources"][0]["total"] = "16"
+    assert trim(CLUSTER_QUEUES, used) != trim(CLUSTER_QUEUES, cq)

@@ -11,6 +11,8 @@ then KILL after 10 s). Logs go to ``<workdir>/<name>.log``; a start that fails s
 from __future__ import annotations
 
 import ctypes
+import fcntl
+import ipaddress
 import json
 import os
 import re
@@ -34,12 +36,58 @@ HERE = Path(__file__).resolve().parent
 BUILD = HERE / "build.sh"
 SERVICE_CIDR = "10.0.0.0/24"
 LOOPBACK = "127.0.0.1"
-# Webhooks and the API server talk over loopback only; never through a proxy from the environment.
-_NO_PROXY = {"NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
+_SIOCGIFADDR = 0x8915  # linux/sockios.h: an interface's IPv4 address
 
 
 class ControlPlaneError(RuntimeError):
     """A component could not be built, started or reached; the message says which and why."""
+
+
+def _host_addresses() -> list[str]:
+    """This host's IPv4 addresses that an EndpointSlice may hold (not loopback, link-local,
+    multicast or unspecified: ``ValidateEndpointIP`` of k8s.io/kubernetes
+    ``pkg/apis/core/validation``), one per interface (its primary address, ``SIOCGIFADDR``), in
+    interface order, each checked by a connection to a listener bound on it."""
+    out = []
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        for _, name in socket.if_nameindex():
+            try:
+                raw = fcntl.ioctl(s.fileno(), _SIOCGIFADDR, name.encode()[:15].ljust(40, b"\0"))
+            except OSError:  # no IPv4 address on this interface
+                continue
+            ip = ipaddress.IPv4Address(raw[20:24])
+            if not (ip.is_loopback or ip.is_link_local or ip.is_multicast or ip.is_unspecified):
+                out.append(str(ip))
+    return [a for a in out if _reachable(a)]
+
+
+def _reachable(address: str) -> bool:
+    try:
+        with socket.create_server((address, 0)) as srv, socket.create_connection(srv.getsockname(), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+def host_address() -> str:
+    """A non-loopback IPv4 address of this host that its own processes reach (``_host_addresses``):
+    where a server listens when the API server must reach it through an EndpointSlice, which
+    refuses loopback addresses. Raises ``ControlPlaneError`` when the host has none."""
+    found = _host_addresses()
+    if not found:
+        raise ControlPlaneError("this host has no IPv4 address but loopback (checked every interface: "
+                                f"{[n for _, n in socket.if_nameindex()]}): an EndpointSlice refuses 127.0.0.0/8 "
+                                "and link-local addresses, so the API server cannot be routed to a local "
+                                "server through a Service; give an interface an address (e.g. a dummy "
+                                "interface: ip link add e2e0 type dummy; ip addr add 192.0.2.2/24 dev e2e0; "
+                                "ip link set e2e0 up)")
+    return found[0]
+
+
+# Webhooks and the API server talk over this host's own addresses only; never through a proxy
+# from the environment.
+_LOCAL = ",".join([LOOPBACK, "localhost", *_host_addresses()])
+_NO_PROXY = {"NO_PROXY": _LOCAL, "no_proxy": _LOCAL}
 
 
 def build(*components: str) -> dict[str, Path]:
@@ -61,10 +109,10 @@ def build(*components: str) -> dict[str, Path]:
     return dirs
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+def free_port(host: str = LOOPBACK) -> int:
+    """A TCP port on ``host`` (127.0.0.1) that nothing listens on right now."""
     with socket.socket() as s:
-        s.bind((LOOPBACK, 0))
+        s.bind((host, 0))
         return s.getsockname()[1]
 
 
@@ -238,7 +286,12 @@ class ControlPlane:
             # kubectl logs/exec reach a Node's kubelet (kwok's server) at its InternalIP: the
             # Hostname kwok also reports is the Node's name, which resolves nowhere.
             "--kubelet-preferred-address-types=InternalIP",
-                                                     "--v=1"], self.workdir)
+            # A webhook's (or an APIService's) clientConfig.service is resolved to a random ready
+            # endpoint of the Service's EndpointSlices (k8s.io/apiserver pkg/util/proxy
+            # ResolveEndpoint), not to its ClusterIP, which nothing routes here without
+            # kube-proxy (cmd/kube-apiserver/app/server.go, buildServiceResolver). The other
+            # webhooks of this tier are called by url.
+            "--enable-aggregator-routing=true", "--v=1"], self.workdir)
         self.processes.append(apiserver)
         ctx = self.ssl_context(certs)
         wait_until("kube-apiserver /readyz", lambda: _http_ok(f"{self.server}/readyz", ctx), 120,

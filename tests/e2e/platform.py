@@ -13,7 +13,9 @@
    as the admin;
 4. the rendered webhook configurations with only ``clientConfig`` rewritten to
    ``url: https://127.0.0.1:PORT/PATH`` + ``caBundle`` (envtest's rewrite): rules, selectors,
-   failurePolicy, timeouts, reinvocationPolicy, matchPolicy and matchConditions as rendered;
+   failurePolicy, timeouts, reinvocationPolicy, matchPolicy and matchConditions as rendered (a
+   test of the replicas keeps the rendered ``service`` and adds EndpointSlices of replicas started
+   with ``start_webhook_replica`` on the host's address: ``webhook_configurations(port=None)``);
 5. the platform of ``examples/cluster.yaml``: the TauCluster, TauWorkspaces, GPU Nodes,
    ResourceFlavors, ClusterQueues and the profiles' (Workload)PriorityClasses (the operator
    makes the namespaces, LocalQueues, RBAC, ServiceAccounts and PVCs from the TauWorkspaces).
@@ -23,7 +25,10 @@ from __future__ import annotations
 
 import base64
 import copy
+import http.client
 import json
+import socket
+import ssl
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -107,18 +112,24 @@ def release_objects(cp: ControlPlane, objects: list[dict]) -> list[dict]:
     return out
 
 
-def webhook_configurations(objects: list[dict], port: int, ca_pem: bytes) -> list[dict]:
+def webhook_configurations(objects: list[dict], port: int | None, ca_pem: bytes) -> list[dict]:
     """The rendered webhook configurations with each webhook's ``clientConfig`` pointed at
-    ``https://127.0.0.1:port`` + the route's path, trusting ``ca_pem``; nothing else changed."""
+    ``https://127.0.0.1:port`` + the route's path, trusting ``ca_pem``; nothing else changed.
+    With ``port`` None the rendered ``service`` is kept and only the ``caBundle`` added, as
+    cert-manager's CA injector or ``taugate certs sync`` fill it in a cluster: the API server then
+    calls a ready endpoint of the Service's EndpointSlices."""
     out = []
     for obj in objects:
         if obj.get("kind") not in WEBHOOK_KINDS:
             continue
         obj = copy.deepcopy(obj)
         for wh in obj["webhooks"]:
+            ca = base64.b64encode(ca_pem).decode()
+            if port is None:
+                wh["clientConfig"]["caBundle"] = ca
+                continue
             path = wh["clientConfig"]["service"]["path"]
-            wh["clientConfig"] = {"url": f"https://{LOOPBACK}:{port}{path}",
-                                  "caBundle": base64.b64encode(ca_pem).decode()}
+            wh["clientConfig"] = {"url": f"https://{LOOPBACK}:{port}{path}", "caBundle": ca}
         out.append(obj)
     return out
 
@@ -198,17 +209,26 @@ class Platform:
     # ---- the processes -------------------------------------------------------------------------
     def start_webhook(self, policies: Path | None = None) -> Process:
         """``taugate serve`` with the chart's webhook args and env, as the webhook's
-        ServiceAccount, serving the policy folder ``policies`` (default this checkout's); returns
-        once ``/readyz`` is ok (its state has synced from the watches)."""
+        ServiceAccount, serving the policy folder ``policies`` (default this checkout's), on
+        127.0.0.1 and ``webhook_port`` (the webhook configurations' url); it becomes ``webhook``.
+        Returns once ``/readyz`` is ok (its state has synced from the watches)."""
+        self.webhook = self.start_webhook_replica(LOOPBACK, self.webhook_port, name="taugate-serve", policies=policies)
+        return self.webhook
+
+    def start_webhook_replica(self, host: str, port: int, *, name: str, policies: Path | None = None) -> Process:
+        """One more ``taugate serve`` as a replica of the chart's Deployment runs it (its args and
+        env, the webhook's ServiceAccount, the serving certificate) but bound on ``host``:``port``,
+        with its log ``<name>.log``; returns once its ``/readyz`` is ok. ``webhook`` is left as is:
+        the caller stops it."""
         c = _container(self.objects, f"{RELEASE}-webhook")
         args = []
         for a in c["args"]:
             if a == "--in-cluster":
                 args += [a, f"--kubeconfig={self.kubeconfigs['webhook']}"]
             elif a.startswith("--host="):
-                args.append(f"--host={LOOPBACK}")
+                args.append(f"--host={host}")
             elif a.startswith("--port="):
-                args.append(f"--port={self.webhook_port}")
+                args.append(f"--port={port}")
             elif a.startswith("--cert-dir="):
                 args.append(f"--cert-dir={self.cert_dir}")
             elif a.startswith("--policies="):
@@ -217,31 +237,47 @@ class Platform:
                 args.append("--shutdown-delay=0")
             else:
                 args.append(a)
-        p = start_process("taugate-serve", _taugate(*args), self.workdir, env=_env(self.cp, c, {}), cwd=REPO)
-        self.webhook = p
-        import ssl
-        import urllib.request
-
-        ctx = ssl.create_default_context(cafile=str(self.cert_dir / "ca.crt"))
-
-        def ready() -> bool:
-            with urllib.request.urlopen(f"https://{LOOPBACK}:{self.webhook_port}/readyz", context=ctx, timeout=3) as r:
-                return r.status == 200
-        wait_until("taugate serve /readyz", ready, 60, processes=[p])
+        p = start_process(name, _taugate(*args), self.workdir, env=_env(self.cp, c, {}), cwd=REPO)
+        wait_until(f"{name} /readyz", lambda: self.webhook_ready(host, port), 60, processes=[p])
         return p
+
+    def webhook_get(self, host: str, port: int, path: str, timeout: float = 3) -> tuple[int, bytes]:
+        """``GET path`` of the webhook server at ``host``:``port``: (status, body). TLS verified
+        against the serving certificate's CA for the Service's DNS name, as the API server
+        verifies it (``<service>.<namespace>.svc``)."""
+        ctx = ssl.create_default_context(cafile=str(self.cert_dir / "ca.crt"))
+        conn = http.client.HTTPConnection(host, port, timeout=timeout)
+        with socket.create_connection((host, port), timeout=timeout) as raw:
+            conn.sock = ctx.wrap_socket(raw, server_hostname=f"{RELEASE}-webhook.{NAMESPACE}.svc")
+            try:
+                conn.request("GET", path)
+                r = conn.getresponse()
+                return r.status, r.read()
+            finally:
+                conn.close()
+
+    def webhook_ready(self, host: str, port: int) -> bool:
+        """Whether the webhook server at ``host``:``port`` answers ``/readyz`` with 200 within the
+        chart's readinessProbe timeout (2 s): what the kubelet's probe asks."""
+        try:
+            return self.webhook_get(host, port, "/readyz", timeout=2)[0] == 200
+        except OSError:
+            return False
 
     def stop_webhook(self) -> None:
         if self.webhook:
             self.webhook.stop()
             self.webhook = None
 
-    def start_operator(self, record: bool = False, *, pod_name: str = OPERATOR_POD) -> Process:
+    def start_operator(self, record: bool = False, *, pod_name: str = OPERATOR_POD,
+                       env: dict[str, str] | None = None) -> Process:
         """``taugate operator`` with the chart's args and env, as the operator's ServiceAccount,
         as the pod ``pod_name`` (its log ``<pod_name>.log``; the leader Lease's holderIdentity starts
         with it); it becomes ``operator``. ``record`` keeps the recorder on (TauRuns and evidence
         under the workdir); it follows runs through Kueue Workloads and KubeRay objects, so only the
         whole stack (``stack.py``) turns it on. Two started here share one evidence root, as the
-        chart's replicas share one volume on one node."""
+        chart's replicas share one volume on one node. ``env`` overrides variables of the chart's
+        (e.g. another ``TAUGATE_RECORDER_EVIDENCE_ROOT``)."""
         c = _container(self.objects, f"{RELEASE}-operator")
         args = []
         for a in c["args"]:
@@ -269,7 +305,7 @@ class Platform:
                                         f"--public-out={self.signing_key.with_suffix('.pub.pem')}"),
                                check=True, capture_output=True, cwd=REPO)
             overrides["TAUGATE_RECORDER_SIGNING_KEY_FILE"] = str(self.signing_key)
-        env = _env(self.cp, c, overrides, pod_name)
+        env = _env(self.cp, c, {**overrides, **(env or {})}, pod_name)
         self.operator = start_process(pod_name, _taugate(*args), self.workdir, env=env, cwd=REPO)
         return self.operator
 

@@ -76,8 +76,18 @@ class EvidenceStore:
     def __init__(self, root: str | os.PathLike[str] | Storage, signer: Signer | None = None) -> None:
         self.storage: Storage = open_storage(os.fspath(root)) if isinstance(root, (str, os.PathLike)) else root
         self.signer = signer
-        self._lock = threading.RLock()
+        self._lock = threading.Lock()
+        self._run_locks: dict[str, threading.RLock] = {}
         self._cache: dict[str, RunRecord] = {}
+
+    def _run_lock(self, run_id: str) -> threading.RLock:
+        """One lock per run: the recorder's workers read and append different runs at once, never
+        one run from two threads."""
+        with self._lock:
+            lock = self._run_locks.get(run_id)
+            if lock is None:
+                lock = self._run_locks[run_id] = threading.RLock()
+            return lock
 
     @property
     def root(self) -> Path:
@@ -110,7 +120,7 @@ class EvidenceStore:
         append of our own) is dropped and a stale summary rebuilt. A record that does not verify
         as a chain, or that its store saw rewritten, raises EvidenceError: the recorder never
         writes on top of a tampered log."""
-        with self._lock:
+        with self._run_lock(run_id):
             if run_id in self._cache:
                 return self._cache[run_id]
             stored = self.storage.read(check_run_id(run_id))
@@ -138,7 +148,7 @@ class EvidenceStore:
         load reads what is stored)."""
         if self.signer is None:
             raise EvidenceError("no signing key configured")
-        with self._lock:
+        with self._run_lock(run_id):
             rec = self.load(run_id)
             items = list(items)
             if not items:
@@ -164,8 +174,11 @@ class EvidenceStore:
             return new
 
     def forget(self, run_id: str) -> None:
-        with self._lock:
+        """Drop a finished run's cached record and its lock."""
+        with self._run_lock(run_id):
             self._cache.pop(run_id, None)
+        with self._lock:
+            self._run_locks.pop(run_id, None)
 
     def read_document(self, run_id: str) -> dict:
         """The latest summary, fields not checked (see :func:`verify_stored`); EvidenceError when
