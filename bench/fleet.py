@@ -5,16 +5,18 @@ item 4).
                           [--workloads-per-node 2] [--concurrency 16] [--backlog last|all|none]
                           [--out fleet]
 
-On the control plane of ``tests/e2e`` (etcd, kube-apiserver, kube-controller-manager with the
-node-lifecycle controller, kube-scheduler, Kueue and kwok, built from their pinned Go modules and
-cached by ``tests/e2e/build.sh``; versitygw for the object store) with taugate installed as the
+On the control plane of ``tests/e2e`` (etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
+Kueue and kwok, built from their pinned Go modules and cached by ``tests/e2e/build.sh``; versitygw
+for the object store; kwok renews no node Lease and the node-lifecycle controller is off: on 2
+shared cores kwok falls behind renewing thousands of Leases and the controller marks its Nodes
+Unknown and back, ``Stack.start_kwok``) with taugate installed as the
 chart installs it (``tests/e2e/platform.install``, the recorder on, evidence in files), the fleet
 grows in steps. Each step brings the cluster to ``N`` GPU nodes, ``N * workspaces-per-node``
 workspaces and ``N * workloads-per-node`` workloads, all created through the API server:
 
 1. **Nodes.** GPU Nodes of five classes (``bench/scale.py``'s ``CLASSES``: H100 and H200 with 8
    GPUs, A100 and L40S with 4, A10 with 1), each labelled with its class and product, annotated
-   for kwok (which keeps them Ready: node leases and its heartbeat stage), created with their
+   for kwok (its heartbeat stage rewrites their conditions every 10 to 20 minutes), created with their
    status as a kubelet registers a Node. Then, with only kwok's heartbeats going on:
    ``taugate serve``'s resident memory and its CPU seconds per minute (``/proc``), and **the time
    from a node change to the webhook's decision**: a server-side dry run of a Job asking 16 GPUs
@@ -415,12 +417,12 @@ def _r(v: float | None) -> float | None:
 
 def start(workdir: Path) -> Fleet:
     cp = ControlPlane(build("etcd", "kubernetes", "kueue", "kwok", "versitygw"), workdir / "controlplane")
-    cp.start(node_lifecycle=True)
+    cp.start()  # no node-lifecycle controller: kwok renews no Lease here (Stack.start_kwok)
     stack = Stack(cp, workdir / "stack")
     stack.workdir.mkdir(parents=True, exist_ok=True)
     try:
         stack.start_kueue()
-        stack.start_kwok()
+        stack.start_kwok(node_leases=False)
         store = ObjectStore(Path(cp.binary("versitygw")), workdir / "object-store").start()
         assert store.process is not None
         stack.processes.append(store.process)

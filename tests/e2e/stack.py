@@ -347,11 +347,15 @@ class Stack:
         return p
 
     # ---- kwok ----------------------------------------------------------------------------------
-    def start_kwok(self) -> Process:
+    def start_kwok(self, *, node_leases: bool = True) -> Process:
         """kwok with the stages of ``kwok_stages`` and its kubelet-like server on a free port that
         its Nodes advertise (``status.daemonEndpoints.kubeletEndpoint.Port``, InternalIP
         loopback): the API server proxies ``kubectl logs`` of a kwok pod there, and kwok serves
-        every container's log from ``KWOK_POD_LOG`` (``kwok_cluster_logs``)."""
+        every container's log from ``KWOK_POD_LOG`` (``kwok_cluster_logs``). ``node_leases`` off:
+        kwok renews no node Lease (``--node-lease-duration-seconds=0``), for a control plane
+        without the node-lifecycle controller (``bench/fleet.py``: one kwok process cannot renew
+        thousands of Leases every 10 s on a shared 2-core machine, and the controller then marks
+        its Nodes Unknown and back, a flapping no real fleet of kubelets shows)."""
         stages = self.workdir / "kwok-stages.yaml"
         log_file = self.workdir / "kwok-pod.log"
         log_file.write_text(cri_log(KWOK_POD_LOG))
@@ -361,7 +365,7 @@ class Stack:
             self.cp.binary("kwok"), f"--kubeconfig={self.kubeconfig('kwok')}", f"--config={stages}",
             "--manage-all-nodes=false", "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
             f"--server-address={LOOPBACK}:{port}", f"--node-port={port}", f"--node-ip={LOOPBACK}",
-            "--cidr=10.244.0.0/16"], self.workdir)
+            "--cidr=10.244.0.0/16", *([] if node_leases else ["--node-lease-duration-seconds=0"])], self.workdir)
         self.processes.append(p)
         return p
 
