@@ -4,7 +4,12 @@ TauRun's status and identity built from a run's evidence and conditions.
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable
+
 from taugate import labels
+from taugate.access import as_dict
 from taugate.controllers.recorder.evidence.records import EvidenceStore, RunRecord
 from taugate.controllers.recorder.index import RunEntry, Snapshot
 from taugate.controllers.recorder.run.diagnosis import diagnose, phase
@@ -15,6 +20,8 @@ from taugate.state_objects import CLUSTER_NAME, TAU_CLUSTERS
 
 TAU_RUNS = Resource(labels.GROUP, labels.VERSION, "tauruns", "TauRun", True)
 MAX_FAILURES_IN_STATUS = 20
+CLUSTER_REUSE_SECONDS = 10.0
+"""How long a TauCluster read for one run's record serves the next runs of the same profile set."""
 
 
 class TauRunWriter:
@@ -24,9 +31,12 @@ class TauRunWriter:
     merge patch (``taugate.kube.Kube``).
     """
 
-    def __init__(self, kube: Kube) -> None:
+    def __init__(self, kube: Kube, clock: Callable[[], float] = time.monotonic) -> None:
         self.kube = kube
         self._known: set[tuple[str, str]] = set()
+        self._clock = clock
+        self._cluster_lock = threading.Lock()
+        self._cluster: tuple[float, dict | None] | None = None
 
     def get(self, namespace: str, name: str) -> dict | None:
         """The TauRun, or None when there is none."""
@@ -46,10 +56,22 @@ class TauRunWriter:
         ``previous``). Raises KubeError."""
         return self.kube.pod_log(namespace, pod, container=container, tail_lines=tail, previous=previous)
 
-    def tau_cluster(self) -> dict | None:
+    def tau_cluster(self, profile_set_hash: str | None = None) -> dict | None:
         """The TauCluster (its status holds the resolved workload profiles), None when there is none.
-        Raises KubeError."""
-        return self.kube.get(TAU_CLUSTERS, CLUSTER_NAME)
+        Raises KubeError. Read again unless the one read less than ``CLUSTER_REUSE_SECONDS`` ago
+        resolved the profile set ``profile_set_hash`` (its ``status.workloadProfiles.profileSetHash``):
+        the TauCluster of a fleet is megabytes (500 profiles with their conditions), and every
+        new run's record asks for it, so a burst of runs of one profile set reads it once."""
+        with self._cluster_lock:
+            now = self._clock()
+            if profile_set_hash and self._cluster is not None and now - self._cluster[0] < CLUSTER_REUSE_SECONDS:
+                cached = self._cluster[1]
+                status = as_dict(as_dict(cached).get("status")) if cached else {}
+                if as_dict(status.get("workloadProfiles")).get("profileSetHash") == profile_set_hash:
+                    return cached
+            obj = self.kube.get(TAU_CLUSTERS, CLUSTER_NAME)
+            self._cluster = (now, obj)
+            return obj
 
 
 _FAILURE_FIELDS = ("key", "pod", "podUid", "container", "node", "reason", "exitCode", "signal", "message", "startedAt",
