@@ -26,6 +26,7 @@ from pydantic import ValidationError
 from taugate import admission_policy, labels
 from taugate.controllers import resources as R
 from taugate.controllers.admission_policy import reconcile_admission_policy
+from taugate.controllers.kopf_startup import wake_waiters_only_on_change
 from taugate.controllers.taugrid.cluster import reconcile_cluster
 from taugate.controllers.taugrid.quotarequest import reconcile_quota_request
 from taugate.controllers.taugrid.workspace import reconcile_workspace
@@ -438,6 +439,7 @@ async def _run(cfg: kubernetes.client.Configuration, settings: Settings, options
                stop_flag: threading.Event | asyncio.Event | None, ready_flag: threading.Event | asyncio.Event | None,
                controller_hook: Callable[[Controller], None] | None) -> None:
     quiet_routine_handler_lines()
+    wake_waiters_only_on_change()
     kube = Kube.from_configuration(cfg)
     ctl = Controller(kube, settings, options)
     if controller_hook is not None:
