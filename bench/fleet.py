@@ -415,6 +415,7 @@ class Fleet:
         got = self.wait_recorded(f"the recorder to record {runs} runs again in {backend}", root, runs, 7200)
         seconds = time.monotonic() - t0
         # back to the live root for the next step
+        assert self.plat.operator is not None
         self.plat.operator.stop()
         self.plat.start_operator(record=True, env={"TAUGATE_RECORDER_EVIDENCE_ROOT": self.evidence_dir("live")})
         return {"backend": backend, "of": self.workloads, "runs": got["runs"], "events": got["events"],
@@ -490,7 +491,7 @@ def markdown(result: dict) -> str:
              "(runs recorded in the step) |",
              "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in result["rows"]:
-        api = next((w for w in r["taugate_api_server"] if w["type"] == "admit"), {})
+        api: dict = next((w for w in r["taugate_api_server"] if w["type"] == "admit"), {})
         own = r.get("taugate_own") or {}
         lines.append(f"| {r['nodes']} | {r['workspaces']} | {r['workloads']} | {r['webhook_rss_mib']} | "
                      f"{r['webhook_cpu_s_per_min']} | {r['node_change_p50_s']} / {r['node_change_max_s']} | "

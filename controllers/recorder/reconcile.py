@@ -161,7 +161,7 @@ class RunReconciler:
         }
         if adm.get("profile"):
             try:
-                cluster, why = self.writer.tau_cluster(adm.get("profileSetHash")), None
+                cluster, why = self.writer.tau_cluster(), None
             except KubeError as ex:
                 cluster, why = None, f"cannot read the TauCluster: {ex.status} {ex}"
             profile = resolved_profile(cluster, adm.get("profile"), adm.get("profileSetHash"))

@@ -9,7 +9,6 @@ import time
 from collections.abc import Callable
 
 from taugate import labels
-from taugate.access import as_dict
 from taugate.controllers.recorder.evidence.records import EvidenceStore, RunRecord
 from taugate.controllers.recorder.index import RunEntry, Snapshot
 from taugate.controllers.recorder.run.diagnosis import diagnose, phase
@@ -21,7 +20,7 @@ from taugate.state_objects import CLUSTER_NAME, TAU_CLUSTERS
 TAU_RUNS = Resource(labels.GROUP, labels.VERSION, "tauruns", "TauRun", True)
 MAX_FAILURES_IN_STATUS = 20
 CLUSTER_REUSE_SECONDS = 10.0
-"""How long a TauCluster read for one run's record serves the next runs of the same profile set."""
+"""How long a TauCluster read for one run's record serves the next runs' records."""
 
 
 class TauRunWriter:
@@ -56,19 +55,16 @@ class TauRunWriter:
         ``previous``). Raises KubeError."""
         return self.kube.pod_log(namespace, pod, container=container, tail_lines=tail, previous=previous)
 
-    def tau_cluster(self, profile_set_hash: str | None = None) -> dict | None:
-        """The TauCluster (its status holds the resolved workload profiles), None when there is none.
-        Raises KubeError. Read again unless the one read less than ``CLUSTER_REUSE_SECONDS`` ago
-        resolved the profile set ``profile_set_hash`` (its ``status.workloadProfiles.profileSetHash``):
-        the TauCluster of a fleet is megabytes (500 profiles with their conditions), and every
-        new run's record asks for it, so a burst of runs of one profile set reads it once."""
+    def tau_cluster(self) -> dict | None:
+        """The TauCluster (its status holds the resolved workload profiles), None when there is none,
+        as read at most ``CLUSTER_REUSE_SECONDS`` ago: the TauCluster of a fleet is megabytes (500
+        profiles with their conditions) and every new run's record asks for it, so a burst of runs
+        reads it once. (The record says whether its ``profileSetHash`` is the one the run's
+        admission recorded.) Raises KubeError."""
         with self._cluster_lock:
             now = self._clock()
-            if profile_set_hash and self._cluster is not None and now - self._cluster[0] < CLUSTER_REUSE_SECONDS:
-                cached = self._cluster[1]
-                status = as_dict(as_dict(cached).get("status")) if cached else {}
-                if as_dict(status.get("workloadProfiles")).get("profileSetHash") == profile_set_hash:
-                    return cached
+            if self._cluster is not None and now - self._cluster[0] < CLUSTER_REUSE_SECONDS:
+                return self._cluster[1]
             obj = self.kube.get(TAU_CLUSTERS, CLUSTER_NAME)
             self._cluster = (now, obj)
             return obj
