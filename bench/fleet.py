@@ -73,7 +73,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 # E402 below: these imports need the checkout on sys.path (the script runs as `python bench/fleet.py`).
 from bench import admission_metrics as am  # noqa: E402
-from bench.e2e import percentile, scrape_text, send_all  # noqa: E402
+from bench.e2e import TAUGATE_WEBHOOKS, percentile, scrape_text, send_all  # noqa: E402
 from bench.scale import CLASSES  # noqa: E402
 from taugate import labels  # noqa: E402
 from tests.e2e import platform as e2e_platform  # noqa: E402
@@ -347,7 +347,7 @@ class Fleet:
                             am.parse(before_own, "taugate_admission_duration_seconds", ("webhook",)))
         self.workloads = total
         lat = got["latencies_ms"]
-        taugate_api = [w for w in am.summarize(api) if w["webhook"] in e2e_platform_webhooks()]
+        taugate_api = [w for w in am.summarize(api) if w["webhook"] in TAUGATE_WEBHOOKS]
         out = {"creates": len(reqs), "errors": got["errors"], "first_error": got["first_error"],
                "create_p50_ms": _r(percentile(lat, 0.5)), "create_p99_ms": _r(percentile(lat, 0.99)),
                "creates_per_s": _r(len(lat) / got["seconds"]) if got["seconds"] else None,
@@ -421,10 +421,6 @@ class Fleet:
         return {"backend": backend, "of": self.workloads, "runs": got["runs"], "events": got["events"],
                 "seconds": round(seconds, 1),
                 "runs_per_s": _r(got["runs"] / seconds), "events_per_s": _r(got["events"] / seconds)}
-
-
-def e2e_platform_webhooks() -> tuple[str, ...]:
-    return ("mutate.workloads.tau.azure.com", "validate.workloads.tau.azure.com", "validate.resources.tau.azure.com")
 
 
 def _r(v: float | None) -> float | None:

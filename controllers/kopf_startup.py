@@ -34,8 +34,9 @@ def wake_waiters_only_on_change() -> bool:
     try:
         toggles = importlib.import_module("kopf._cogs.aiokits.aiotoggles")
         toggle_set, toggle_cls = toggles.ToggleSet, toggles.Toggle
-        make, drop, _ = toggle_set.make_toggle, toggle_set.drop_toggle, toggle_set.is_on
-        if not {"_condition", "_toggles"} <= set(toggle_set.__init__.__code__.co_names):
+        make, drop = toggle_set.make_toggle, toggle_set.drop_toggle
+        if not hasattr(toggle_set, "is_on") or not {"_condition", "_toggles"} <= set(
+                toggle_set.__init__.__code__.co_names):
             raise AttributeError("ToggleSet keeps no _condition and _toggles")
     except (ImportError, AttributeError) as e:
         log.warning("kopf's ToggleSet is not the one this change knows (%s): start-up with many objects "
