@@ -26,7 +26,7 @@ from taugate.controllers.conditions import (
 )
 from taugate.controllers.resources import Action
 from taugate.controllers.taugrid.execute import execute
-from taugate.models import TauCluster, TauWorkspace
+from taugate.models import TauWorkspace, WorkspaceDefaults
 from taugate.settings import Settings
 from taugate.structure import first_problem
 from taugate.tau_admission import adoption_refusal, namespace_refusal
@@ -55,9 +55,9 @@ class WorkspaceNames:
 class WorkspaceObservation:
 
     workspace: dict
-    cluster: dict | None = None
+    default_queue: str = "jobqueue"  # the TauCluster's spec.workspaceDefaults.defaultQueue (default_queue)
     namespace: dict | None = None
-    other_workspaces: list[dict] = field(default_factory=list)
+    other_workspaces: list[dict] = field(default_factory=list)  # read only when ``namespace`` is not yet ours
     local_queue: dict | None = None
     cluster_queue: dict | None = None
     role_binding: dict | None = None
@@ -73,17 +73,20 @@ class WorkspacePlan:
     status: dict | None
 
 
-def _default_queue(cluster: dict | None) -> str:
+def default_queue(cluster: dict | None) -> str:
+    """The TauCluster's ``spec.workspaceDefaults.defaultQueue`` ("jobqueue" without a TauCluster
+    or the field). Only ``workspaceDefaults`` is validated: the rest of the TauCluster (hundreds
+    of profiles and their resolved status in a fleet) is the cluster controller's to judge."""
+    raw = ((cluster or {}).get("spec") or {}).get("workspaceDefaults") or {}
     try:
-        return TauCluster.model_validate(cluster).spec.workspace_defaults.default_queue if cluster else "jobqueue"
+        return WorkspaceDefaults.model_validate(raw).default_queue
     except ValidationError:
-        return ((cluster or {}).get("spec") or {}).get("workspaceDefaults", {}).get("defaultQueue") or "jobqueue"
+        return (raw.get("defaultQueue") if isinstance(raw, dict) else None) or "jobqueue"
 
 
-def workspace_names(ws: TauWorkspace, cluster: dict | None, local_queue: dict | None = None) -> WorkspaceNames:
+def workspace_names(ws: TauWorkspace, default: str, local_queue: dict | None = None) -> WorkspaceNames:
     """The ClusterQueue is the existing LocalQueue's, else ``spec.clusterQueue``, else the
-    TauCluster's ``workspaceDefaults.defaultQueue``."""
-    default = _default_queue(cluster)
+    TauCluster's ``workspaceDefaults.defaultQueue`` (``default``)."""
     existing_cq = ((local_queue or {}).get("spec") or {}).get("clusterQueue")
     sa = ws.spec.workload_identity.service_account_name if ws.spec.workload_identity else DEFAULT_SERVICE_ACCOUNT
     return WorkspaceNames(namespace=ws.target_namespace, local_queue=ws.local_queue(default),
@@ -218,7 +221,7 @@ def plan_workspace(obs: WorkspaceObservation, settings: Settings, now: str | Non
                          generation, {})
         return WorkspacePlan(actions + _status_action(ws_obj, status), status)
 
-    names = workspace_names(ws, obs.cluster, obs.local_queue)
+    names = workspace_names(ws, obs.default_queue, obs.local_queue)
     draft = _Draft(ws, R.name_of(ws_obj), names, now, generation, actions,
                    extra={"target": {"resolvedNamespace": names.namespace}})
     refusal = (namespace_refusal(draft.target, settings)
@@ -428,19 +431,23 @@ def observe_workspace(kube: Any, namespace: str, name: str) -> WorkspaceObservat
     ws_obj = kube.get(R.TAU_WORKSPACES, name, namespace)
     if ws_obj is None:
         return None
-    cluster = kube.get(R.TAU_CLUSTERS, R.CLUSTER_NAME)
+    default = default_queue(kube.get(R.TAU_CLUSTERS, R.CLUSTER_NAME))
     try:
         ws = TauWorkspace.model_validate(ws_obj)
     except ValidationError:
-        return WorkspaceObservation(workspace=ws_obj, cluster=cluster)
-    names = workspace_names(ws, cluster)
+        return WorkspaceObservation(workspace=ws_obj, default_queue=default)
+    names = workspace_names(ws, default)
     target = names.namespace
     lq = kube.get(R.LOCAL_QUEUES, names.local_queue, target)
-    names = workspace_names(ws, cluster, lq)
+    names = workspace_names(ws, default, lq)
     cq = kube.get(R.CLUSTER_QUEUES, names.cluster_queue) if names.cluster_queue else None
-    others = [o for o in kube.list(R.TAU_WORKSPACES) if R.name_of(o) != name or R.namespace_of(o) != namespace]
+    ns = kube.get(R.NAMESPACES, target)
+    # namespace_conflict reads the other workspaces only for a namespace not yet labelled ours:
+    # listing every TauWorkspace on every reconcile made a fleet's cold start quadratic.
+    others = [] if R.labels_of(ns).get(labels.WORKSPACE) == name else [
+        o for o in kube.list(R.TAU_WORKSPACES) if R.name_of(o) != name or R.namespace_of(o) != namespace]
     return WorkspaceObservation(
-        workspace=ws_obj, cluster=cluster, namespace=kube.get(R.NAMESPACES, target), other_workspaces=others,
+        workspace=ws_obj, default_queue=default, namespace=ns, other_workspaces=others,
         local_queue=lq, cluster_queue=cq, role_binding=kube.get(R.ROLE_BINDINGS, ROLE_BINDING, target),
         service_account=kube.get(R.SERVICE_ACCOUNTS, names.service_account, target),
         pvc=kube.get(R.PVCS, names.data_claim, target) if names.data_claim else None)

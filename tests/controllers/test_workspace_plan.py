@@ -123,6 +123,35 @@ def test_a_namespace_that_belongs_to_another_workspace_is_refused(small_cluster,
     assert kube.writes == writes + 2
 
 
+class _ListCounting(MemKube):
+    def __init__(self, store: MemStore) -> None:
+        super().__init__(store)
+        self.listed: list[str] = []
+
+    def list(self, res, namespace=None, labels=None):
+        self.listed.append(res.kind)
+        return super().list(res, namespace, labels)
+
+
+def test_a_workspace_reads_the_other_workspaces_only_until_its_namespace_is_labelled_its_own(
+        small_cluster, settings):
+    # Listing every TauWorkspace on every reconcile made a fleet's cold start quadratic.
+    store = _store(small_cluster)
+    kube = _ListCounting(store)
+    reconcile_workspace(kube, settings, SYS, "vision", now=NOW)
+    assert store.get("Namespace", "vision")["metadata"]["labels"][labels.WORKSPACE] == "vision"
+    kube.listed.clear()
+    again = reconcile_workspace(kube, settings, SYS, "vision", now=LATER)
+    assert kube.listed == [] and again.status["phase"] == "Ready"
+    intruder = copy.deepcopy(pick(small_cluster, "TauWorkspace", "nlp"))
+    intruder["metadata"]["name"] = "intruder"
+    intruder["spec"]["target"]["namespace"] = "vision"
+    store.put(intruder)
+    refused = reconcile_workspace(kube, settings, SYS, "intruder", now=NOW)
+    assert kube.listed == ["TauWorkspace"]  # not yet its own: the rivals are read
+    assert "belongs to TauWorkspace 'vision'" in _cond(refused.status, "NamespaceReady")["message"]
+
+
 def test_of_two_new_workspaces_for_one_namespace_the_older_one_gets_it(small_cluster, settings):
     older = pick(small_cluster, "TauWorkspace", "vision")
     older["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z"

@@ -373,13 +373,21 @@ class Stack:
         """Report on each kwok Node, through ``/status`` as its kubelet would, the address and port
         of its kubelet (kwok's server): the example Nodes come with a Ready status, so kwok's
         ``node-initialize`` stage, which writes them, does not run on them, and its heartbeat
-        keeps what it finds."""
-        status = {"addresses": [{"type": "InternalIP", "address": LOOPBACK}],
-                  "daemonEndpoints": {"kubeletEndpoint": {"Port": self.kwok_port}}}
+        keeps what it finds. Both the InternalIP (which the API server dials,
+        ``--kubelet-preferred-address-types=InternalIP``) and a Hostname, as a kubelet reports
+        them: whenever a Node's Ready condition is not True (the node-lifecycle controller marks
+        it Unknown when kwok renews its Lease late on a loaded machine), kwok runs
+        ``node-initialize`` again, whose template writes ``addresses:`` with only the types
+        missing; kwok has no ``--node-name``, so a missing Hostname renders ``addresses: null``
+        and the strategic merge patch deletes every address (``kubectl logs`` then fails with
+        "no preferred addresses found")."""
         for node in self.cp.get_json("nodes")["items"]:
-            annotations = node["metadata"].get("annotations") or {}
+            name, annotations = node["metadata"]["name"], node["metadata"].get("annotations") or {}
             if all(annotations.get(k) == v for k, v in KWOK_NODE_ANNOTATION.items()):
-                self.cp.kubectl("patch", "node", node["metadata"]["name"], "--subresource=status", "--type=merge",
+                status = {"addresses": [{"type": "InternalIP", "address": LOOPBACK},
+                                        {"type": "Hostname", "address": name}],
+                          "daemonEndpoints": {"kubeletEndpoint": {"Port": self.kwok_port}}}
+                self.cp.kubectl("patch", "node", name, "--subresource=status", "--type=merge",
                                 "-p", json.dumps({"status": status}))
 
 

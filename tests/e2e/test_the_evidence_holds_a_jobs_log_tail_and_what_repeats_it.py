@@ -14,7 +14,8 @@ import subprocess
 import sys
 
 from taugate.labels import WORKLOAD_PROFILE
-from tests.e2e.stack import KWOK_POD_LOG
+from tests.e2e.controlplane import LOOPBACK
+from tests.e2e.stack import KWOK_NODE_ANNOTATION, KWOK_POD_LOG, unhealthy_gpu_nodes
 from tests.e2e.workloads import RUN_ID
 from tests.paths import REPO
 
@@ -96,3 +97,28 @@ def test_a_completed_gpu_jobs_evidence_holds_its_pods_log_tail_its_image_and_its
                  "To repeat this run:", f"profile: {profile}  profileSetHash: {set_hash}",
                  f"spec.template train: {IMAGE}  (digest not reported)", "object (as admitted):"):
         assert part in text.stdout, part
+
+
+def _ready_and_untainted(node: dict) -> bool:
+    ready = any(c["type"] == "Ready" and c["status"] == "True" for c in node["status"].get("conditions") or [])
+    return ready and not any(t["key"].startswith("node.kubernetes.io/") for t in node["spec"].get("taints") or [])
+
+
+def test_a_kwok_node_that_was_not_ready_for_a_moment_still_names_the_kubelet_kubectl_logs_reaches(whole_stack):
+    # On a loaded machine kwok renews a Lease late and the node-lifecycle controller marks its
+    # Node Ready Unknown; kwok then runs node-initialize again (Stack.advertise_kwok_kubelet).
+    cp = whole_stack.cp
+    name = next(n["metadata"]["name"] for n in cp.get_json("nodes")["items"]
+                if (n["metadata"].get("annotations") or {}).items() >= KWOK_NODE_ANNOTATION.items()
+                and not n["spec"].get("unschedulable") and n["metadata"]["name"] not in unhealthy_gpu_nodes())
+    before = cp.get_json("node", name)["status"]
+    unknown = {"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown",
+               "message": "Kubelet stopped posting node status."}
+    cp.kubectl("patch", "node", name, "--subresource=status", "--type=strategic", "-p",
+               json.dumps({"status": {"conditions": [unknown]}}))
+    after = whole_stack.wait_for(f"kwok to make {name} Ready again and the taints to go",
+                                 lambda: (n := cp.get_json("node", name)) and _ready_and_untainted(n) and n, 120)
+    addresses = after["status"].get("addresses") or []
+    assert {"type": "InternalIP", "address": LOOPBACK} in addresses, addresses
+    assert after["status"]["daemonEndpoints"] == before["daemonEndpoints"] == {
+        "kubeletEndpoint": {"Port": whole_stack.kwok_port}}, after["status"]
