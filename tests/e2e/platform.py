@@ -215,11 +215,13 @@ class Platform:
         self.webhook = self.start_webhook_replica(LOOPBACK, self.webhook_port, name="taugate-serve", policies=policies)
         return self.webhook
 
-    def start_webhook_replica(self, host: str, port: int, *, name: str, policies: Path | None = None) -> Process:
+    def start_webhook_replica(self, host: str, port: int, *, name: str, policies: Path | None = None,
+                              chart_shutdown_delay: bool = False) -> Process:
         """One more ``taugate serve`` as a replica of the chart's Deployment runs it (its args and
         env, the webhook's ServiceAccount, the serving certificate) but bound on ``host``:``port``,
-        with its log ``<name>.log``; returns once its ``/readyz`` is ok. ``webhook`` is left as is:
-        the caller stops it."""
+        with its log ``<name>.log``; returns once its ``/readyz`` is ok. Its ``--shutdown-delay``
+        is 0 unless ``chart_shutdown_delay`` (then the chart's). ``webhook`` is left as is: the
+        caller stops it."""
         c = _container(self.objects, f"{RELEASE}-webhook")
         args = []
         for a in c["args"]:
@@ -233,7 +235,7 @@ class Platform:
                 args.append(f"--cert-dir={self.cert_dir}")
             elif a.startswith("--policies="):
                 args.append(f"--policies={policies or REPO / 'policies'}")
-            elif a.startswith("--shutdown-delay="):
+            elif a.startswith("--shutdown-delay=") and not chart_shutdown_delay:
                 args.append("--shutdown-delay=0")
             else:
                 args.append(a)

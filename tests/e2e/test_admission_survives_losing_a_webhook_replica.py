@@ -123,8 +123,9 @@ class Replicas:
         return next(w["failurePolicy"] for w in mwc["webhooks"] if w["name"] == MUTATE)
 
     # ---- processes ---------------------------------------------------------------------------
-    def start(self, r: Replica) -> None:
-        r.process = self.platform.start_webhook_replica(r.host, r.port, name=f"taugate-serve-{r.name}")
+    def start(self, r: Replica, *, chart_shutdown_delay: bool = False) -> None:
+        r.process = self.platform.start_webhook_replica(r.host, r.port, name=f"taugate-serve-{r.name}",
+                                                        chart_shutdown_delay=chart_shutdown_delay)
 
     def kill(self, r: Replica) -> None:
         """SIGKILL: no shutdown delay, no goodbye, as a node or OOM kill ends the pod."""
@@ -406,3 +407,41 @@ def test_the_restarted_replica_marked_ready_is_called_again(replicas):
     reps.mark_on_probe(reps.b, True)
     made, before = _called_both(reps)
     print(f"replica b restarted and marked ready: both called again within {made} creates")
+
+
+def test_a_replica_stopped_with_sigterm_drains_for_the_charts_shutdown_delay_and_no_create_is_refused(replicas):
+    """A rolling update or a drained node ends a replica with SIGTERM: with the chart's
+    ``--shutdown-delay`` it reports not ready at once and answers every call for that long, so
+    its endpoint leaves before it closes and no create is refused."""
+    reps = replicas
+    (container,) = chart_helpers.one(reps.platform.objects, "Deployment", SERVICE)["spec"]["template"]["spec"][
+        "containers"]
+    delay = next(float(a.split("=", 1)[1]) for a in container["args"] if a.startswith("--shutdown-delay="))
+    assert delay > 0
+    if reps.b.process is not None and reps.b.process.alive():
+        reps.kill(reps.b)
+        reps.mark_on_probe(reps.b, False)
+    reps.start(reps.b, chart_shutdown_delay=True)
+    reps.mark_on_probe(reps.b, True)
+    _called_both(reps)
+    failed_calls = reps.failed_calls()
+    with Stream(reps) as stream:
+        t0 = time.monotonic()
+        reps.wait("a few creates", lambda: stream.check() or len(reps.since(t0)) >= 4, 120)
+        assert reps.b.process is not None
+        stopping = time.monotonic()
+        os.killpg(reps.b.process.popen.pid, signal.SIGTERM)
+        marked = reps.mark_on_probe(reps.b, False)  # /readyz is 503 while it drains
+        assert reps.b.process.popen.wait(60) == 0
+        exited = time.monotonic()
+        reps.wait(f"{CONSECUTIVE} creates after replica b exited",
+                  lambda: stream.check() or len(reps.since(exited)) >= CONSECUTIVE, 300)
+    during = [c for c in reps.creates if c.ended >= stopping]
+    print(f"replica b stopped with SIGTERM (--shutdown-delay={delay:g}): endpoint marked not ready "
+          f"{marked - stopping:.2f} s after, exited {exited - stopping:.2f} s after; {len(during)} creates "
+          f"from the SIGTERM on, {len([c for c in during if c.started < exited])} of them before it exited")
+    assert marked - stopping < delay, "the stand-in marked the endpoint after the drain ended"
+    assert exited - stopping >= delay
+    assert [c for c in during if c.started < exited], "no create ran while replica b drained"
+    assert [c for c in during if not c.admitted or c.problems] == []
+    assert reps.failed_calls() == failed_calls
