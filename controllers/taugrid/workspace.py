@@ -55,7 +55,7 @@ class WorkspaceNames:
 class WorkspaceObservation:
 
     workspace: dict
-    default_queue: str = "jobqueue"  # the TauCluster's spec.workspaceDefaults.defaultQueue (default_queue)
+    default_queue: str = "jobqueue"  # the TauCluster's spec.workspaceDefaults.defaultQueue (_default_queue)
     namespace: dict | None = None
     other_workspaces: list[dict] = field(default_factory=list)  # read only when ``namespace`` is not yet ours
     local_queue: dict | None = None
@@ -73,7 +73,7 @@ class WorkspacePlan:
     status: dict | None
 
 
-def default_queue(cluster: dict | None) -> str:
+def _default_queue(cluster: dict | None) -> str:
     """The TauCluster's ``spec.workspaceDefaults.defaultQueue`` ("jobqueue" without a TauCluster
     or the field). Only ``workspaceDefaults`` is validated: the rest of the TauCluster (hundreds
     of profiles and their resolved status in a fleet) is the cluster controller's to judge."""
@@ -431,7 +431,7 @@ def observe_workspace(kube: Any, namespace: str, name: str) -> WorkspaceObservat
     ws_obj = kube.get(R.TAU_WORKSPACES, name, namespace)
     if ws_obj is None:
         return None
-    default = default_queue(kube.get(R.TAU_CLUSTERS, R.CLUSTER_NAME))
+    default = _default_queue(kube.get(R.TAU_CLUSTERS, R.CLUSTER_NAME))
     try:
         ws = TauWorkspace.model_validate(ws_obj)
     except ValidationError:
