@@ -32,7 +32,7 @@ from taugate.controllers.taugrid.quotarequest import reconcile_quota_request
 from taugate.controllers.taugrid.workspace import reconcile_workspace
 from taugate.kube import Kube, KubeError
 from taugate.kubeaccess import VALIDATING_ADMISSION_POLICIES, VALIDATING_ADMISSION_POLICY_BINDINGS
-from taugate.models import TauWorkspace
+from taugate.models import TauWorkspace, WorkspaceDefaults
 from taugate.settings import Settings
 from taugate.workqueue import WorkQueue, cancel
 
@@ -106,6 +106,9 @@ class Controller:
     errors: int = 0
     task: asyncio.Task | None = None
     seen: dict[tuple[str, str, str], str] = field(default_factory=dict)  # what each watched object last meant
+    default_queue: str | None = None
+    """The TauCluster's ``workspaceDefaults.defaultQueue`` as its last event said (None before the
+    first: a workspace reconcile reads the TauCluster then)."""
     audit: Any = None  # the controllers.audit.AuditLoop, when the audit runs
 
     def enqueue(self, key: Key) -> None:
@@ -123,6 +126,15 @@ class Controller:
             return False
         self.seen[key] = fp
         return True
+
+    def on_cluster(self, event_type: str | None, body: dict) -> None:
+        """Keep the TauCluster's default queue for the workspace reconciles (a GET of a TauCluster
+        of hundreds of profiles for each workspace made a fleet's cold start slow), then queue the
+        cluster and every workspace: a reconcile already running with the old value runs again
+        (``WorkQueue``), so every workspace ends on the new one."""
+        self.default_queue = WorkspaceDefaults.default_queue_of(None if event_type == "DELETED" else body)
+        self.enqueue(CLUSTER_KEY)
+        self.all_workspaces()
 
     def all_workspaces(self) -> None:
         for ns, name in list(self.workspaces):
@@ -184,7 +196,7 @@ class Controller:
         if kind == "cluster":
             return reconcile_cluster(self.kube, self.settings, name=name)
         if kind == "workspace":
-            return reconcile_workspace(self.kube, self.settings, ns, name)
+            return reconcile_workspace(self.kube, self.settings, ns, name, default_queue=self.default_queue)
         if kind == "quota":
             return reconcile_quota_request(self.kube, self.settings, ns, name)
         if kind == "admission-policy":
@@ -312,8 +324,7 @@ def _register_events(registry: kopf.OperatorRegistry, ctl: Controller) -> None:
                    when=lambda name, **_: name == R.CLUSTER_NAME)
     def _cluster(type: str | None, body: kopf.Body, **_: Any) -> None:
         if ctl.changed("TauCluster", type, dict(body)):
-            ctl.enqueue(CLUSTER_KEY)
-            ctl.all_workspaces()  # workspaceDefaults.defaultQueue may have changed
+            ctl.on_cluster(type, dict(body))
 
     @kopf.on.event(R.TAU_WORKSPACES.group, R.TAU_WORKSPACES.version, R.TAU_WORKSPACES.plural, registry=registry,
                    when=in_system_namespace)

@@ -6,10 +6,11 @@ unchanged. Docstrings here are CRD descriptions (``kubectl explain``): see ``con
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import cached_property
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
 
@@ -124,6 +125,19 @@ class WorkspaceDefaults(TauModel):
 
     default_queue: str = "jobqueue"
     """LocalQueue name of a workspace whose spec.queue is unset."""
+
+    @classmethod
+    def default_queue_of(cls, cluster: Mapping[str, Any] | None) -> str:
+        """A TauCluster's ``spec.workspaceDefaults.defaultQueue`` ("jobqueue" without a TauCluster
+        or the field). Only ``workspaceDefaults`` is validated: the rest of a TauCluster (hundreds
+        of profiles and their resolved status in a fleet) is the cluster controller's to judge, and
+        a mistake there must not move every workspace's queue."""
+        raw = ((cluster or {}).get("spec") or {}).get("workspaceDefaults") or {}
+        try:
+            return cls.model_validate(raw).default_queue
+        except ValidationError:  # another field of workspaceDefaults is wrong: keep the queue if it is one
+            queue = raw.get("defaultQueue") if isinstance(raw, dict) else None
+            return queue if isinstance(queue, str) and queue else "jobqueue"
 
 
 class NodeMatch(TauModel):

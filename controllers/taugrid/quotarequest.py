@@ -19,7 +19,7 @@ from taugate.controllers import resources as R
 from taugate.controllers.conditions import carry_transition_times, condition, merge_patch, now_rfc3339, owned_patch
 from taugate.controllers.resources import Action
 from taugate.controllers.taugrid.execute import execute_plan
-from taugate.models import TauCluster, TauQuotaRequest, TauWorkspace
+from taugate.models import TauCluster, TauQuotaRequest, TauWorkspace, WorkspaceDefaults
 from taugate.pods import quantity
 from taugate.settings import Settings
 from taugate.structure import first_problem
@@ -236,9 +236,8 @@ def observe_quota_request(kube: Any, namespace: str, name: str) -> QuotaObservat
     if ws is not None:
         try:
             model = TauWorkspace.model_validate(ws)
-            default = (TauCluster.model_validate(cluster).spec.workspace_defaults.default_queue if cluster
-                       else "jobqueue")
-            lq = kube.get(R.LOCAL_QUEUES, model.local_queue(default), model.target_namespace)
+            lq = kube.get(R.LOCAL_QUEUES, model.local_queue(WorkspaceDefaults.default_queue_of(cluster)),
+                          model.target_namespace)
         except ValidationError:
             lq = None
         cq_name = ((lq or {}).get("spec") or {}).get("clusterQueue")

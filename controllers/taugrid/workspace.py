@@ -55,7 +55,7 @@ class WorkspaceNames:
 class WorkspaceObservation:
 
     workspace: dict
-    default_queue: str = "jobqueue"  # the TauCluster's spec.workspaceDefaults.defaultQueue (_default_queue)
+    default_queue: str = "jobqueue"  # the TauCluster's spec.workspaceDefaults.defaultQueue
     namespace: dict | None = None
     other_workspaces: list[dict] = field(default_factory=list)  # read only when ``namespace`` is not yet ours
     local_queue: dict | None = None
@@ -71,17 +71,6 @@ class WorkspacePlan:
 
     actions: list[Action]
     status: dict | None
-
-
-def _default_queue(cluster: dict | None) -> str:
-    """The TauCluster's ``spec.workspaceDefaults.defaultQueue`` ("jobqueue" without a TauCluster
-    or the field). Only ``workspaceDefaults`` is validated: the rest of the TauCluster (hundreds
-    of profiles and their resolved status in a fleet) is the cluster controller's to judge."""
-    raw = ((cluster or {}).get("spec") or {}).get("workspaceDefaults") or {}
-    try:
-        return WorkspaceDefaults.model_validate(raw).default_queue
-    except ValidationError:
-        return (raw.get("defaultQueue") if isinstance(raw, dict) else None) or "jobqueue"
 
 
 def workspace_names(ws: TauWorkspace, default: str, local_queue: dict | None = None) -> WorkspaceNames:
@@ -427,11 +416,16 @@ def plan_cleanup(obs: WorkspaceObservation) -> WorkspacePlan:
     return WorkspacePlan(actions, None)
 
 
-def observe_workspace(kube: Any, namespace: str, name: str) -> WorkspaceObservation | None:
+def observe_workspace(kube: Any, namespace: str, name: str,
+                      default_queue: str | None = None) -> WorkspaceObservation | None:
+    """Read one workspace and what it owns. ``default_queue``: the TauCluster's
+    ``workspaceDefaults.defaultQueue`` as the caller's watch last saw it (the operator re-queues
+    every workspace when it changes); None reads the TauCluster."""
     ws_obj = kube.get(R.TAU_WORKSPACES, name, namespace)
     if ws_obj is None:
         return None
-    default = _default_queue(kube.get(R.TAU_CLUSTERS, R.CLUSTER_NAME))
+    default = (default_queue if default_queue is not None
+               else WorkspaceDefaults.default_queue_of(kube.get(R.TAU_CLUSTERS, R.CLUSTER_NAME)))
     try:
         ws = TauWorkspace.model_validate(ws_obj)
     except ValidationError:
@@ -454,10 +448,11 @@ def observe_workspace(kube: Any, namespace: str, name: str) -> WorkspaceObservat
 
 
 def reconcile_workspace(kube: Any, settings: Settings, namespace: str, name: str,
-                        *, now: str | None = None) -> WorkspacePlan | None:
+                        *, now: str | None = None, default_queue: str | None = None) -> WorkspacePlan | None:
     """Returns the plan (None when the workspace does not exist). Raises
-    ``taugate.kube.KubeError`` when the API fails (the caller retries)."""
-    obs = observe_workspace(kube, namespace, name)
+    ``taugate.kube.KubeError`` when the API fails (the caller retries). ``default_queue``: as
+    ``observe_workspace``."""
+    obs = observe_workspace(kube, namespace, name, default_queue)
     if obs is None:
         return None
     plan = plan_workspace(obs, settings, now)

@@ -155,3 +155,27 @@ def test_an_admin_approved_apply_request_raises_the_cluster_queue_and_a_research
         finally:
             kube.close()
         assert kd.writes(before) == []
+
+
+def test_a_changed_default_queue_reaches_the_workspace_that_has_no_queue_of_its_own(
+        kube_double, small_cluster, settings):
+    # The operator keeps the TauCluster's workspaceDefaults.defaultQueue from its watch (no GET of
+    # the TauCluster per workspace reconcile); a change must still reach every workspace.
+    kd = kube_double
+    objs = _fixture(small_cluster)
+    for field in ("queue", "clusterQueue"):
+        del pick(objs, "TauWorkspace", "nlp")["spec"][field]
+    kd.apply(objs)
+
+    def queue() -> dict:
+        return ((kd.get(TAU, "TauWorkspace", "nlp", SYS) or {}).get("status") or {}).get("queue") or {}
+    with kd.operator(settings):
+        kd.wait_for(lambda: queue() == {"localQueue": "jobqueue", "clusterQueue": "jobqueue"},
+                    message="nlp on the default queue 'jobqueue'")
+        assert _phase(kd, "nlp") == "Pending"  # no ClusterQueue 'jobqueue'
+        kd.patch(TAU, "TauCluster", "cluster", {"spec": {"workspaceDefaults": {"defaultQueue": "nlp-cq"}}})
+        kd.wait_for(lambda: queue() == {"localQueue": "nlp-cq", "clusterQueue": "nlp-cq"}
+                    and _phase(kd, "nlp") == "Ready", message="nlp moved to the new default queue 'nlp-cq', Ready")
+        assert kd.get(KUEUE, "LocalQueue", "nlp-cq", "nlp")["spec"]["clusterQueue"] == "nlp-cq"
+        assert _phase(kd, "vision") == "Ready"  # its own queue: unmoved
+        assert kd.get(KUEUE, "LocalQueue", "vision-queue", "vision") is not None

@@ -16,6 +16,7 @@ from taugate.controllers.taugrid.workspace import (
     plan_workspace,
     reconcile_workspace,
 )
+from taugate.models import WorkspaceDefaults
 from tests.controllers.conftest import pick, without
 from tests.controllers.memstore import MemKube, MemStore
 
@@ -298,3 +299,44 @@ def test_a_namespace_taugate_created_for_the_workspace_needs_no_annotation(small
     created = _created(first)["Namespace"]
     again = MemKube(_store([*small_cluster, created]))
     assert reconcile_workspace(again, settings, SYS, "vision", now=LATER).status["phase"] == "Ready"
+
+
+class _GetCounting(MemKube):
+    def __init__(self, store: MemStore) -> None:
+        super().__init__(store)
+        self.read: list[str] = []
+
+    def get(self, res, name, namespace=None):
+        self.read.append(res.kind)
+        return super().get(res, name, namespace)
+
+
+def test_a_workspace_given_the_default_queue_by_the_operators_watch_reads_no_tau_cluster_and_decides_the_same(
+        small_cluster, settings):
+    # A GET of a TauCluster of hundreds of profiles for every workspace made a fleet's cold start slow.
+    objs = without(small_cluster, "LocalQueue", "nlp-queue")
+    for field in ("queue", "clusterQueue"):
+        del pick(objs, "TauWorkspace", "nlp")["spec"][field]
+    pick(objs, "TauCluster")["spec"]["workspaceDefaults"] = {"defaultQueue": "nlp-cq"}
+    read = _GetCounting(_store(objs))
+    given = _GetCounting(_store(objs))
+    by_reading = reconcile_workspace(read, settings, SYS, "nlp", now=NOW)
+    by_watch = reconcile_workspace(given, settings, SYS, "nlp", now=NOW, default_queue="nlp-cq")
+    assert "TauCluster" in read.read and "TauCluster" not in given.read
+    assert by_watch == by_reading
+    assert _created(by_watch)["LocalQueue"]["metadata"]["name"] == "nlp-cq"
+    assert by_watch.status["queue"] == {"localQueue": "nlp-cq", "clusterQueue": "nlp-cq"}
+
+
+@pytest.mark.parametrize("mistake", ["a profile", "another workspaceDefaults field"])
+def test_a_mistake_elsewhere_in_the_tau_cluster_does_not_move_the_default_queue(small_cluster, mistake):
+    cluster = pick(small_cluster, "TauCluster")
+    cluster["spec"]["workspaceDefaults"] = {"defaultQueue": "shared-cq"}
+    if mistake == "a profile":
+        cluster["spec"]["workloadProfiles"] = [{"name": 7, "gpuClass": ["not", "a", "name"]}]
+    else:
+        cluster["spec"]["workspaceDefaults"]["dataVolume"] = "1Ti"
+    assert WorkspaceDefaults.default_queue_of(cluster) == "shared-cq"
+    cluster["spec"]["workspaceDefaults"]["defaultQueue"] = 7
+    assert WorkspaceDefaults.default_queue_of(cluster) == "jobqueue"
+    assert WorkspaceDefaults.default_queue_of(None) == "jobqueue"
