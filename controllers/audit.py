@@ -138,6 +138,12 @@ def _write(kube: Any, res: Any, current: dict | None, desired: dict, namespace: 
 AUDIT_KEY = "audit"
 
 
+class ProfileSetNotResolved(Exception):
+    """The TauCluster's profile set is not resolved by the operator yet (its status hash is not its
+    spec's, or there is no TauCluster): an audit now would report every GPU workload as failing
+    ``workload-profile`` for a moment of the operator's, not for anything the workloads did."""
+
+
 @dataclass
 class AuditLoop:
     """``run_once`` (synchronous, one audit), ``run`` (the loop, on the event loop, audits in a
@@ -152,6 +158,7 @@ class AuditLoop:
     task: asyncio.Task | None = None
     queue: WorkQueue = field(default_factory=WorkQueue)
     due: float = 0.0  # time.monotonic() of the next audit by the interval
+    waiting_since: float | None = None  # time.monotonic() the audit began waiting for the profile set
 
     def run_once(self) -> Reports:
         """One audit: read, judge, write what changed, set the metrics. Raises ``KubeError``."""
@@ -159,6 +166,9 @@ class AuditLoop:
         auditor = self.options.auditor
         digest = auditor.digest
         state, workloads = read_cluster(self.kube, self.settings, page_size=self.options.page_size)
+        if state.profile_set_problem and self._may_wait(start):
+            raise ProfileSetNotResolved(state.profile_set_problem)
+        self.waiting_since = None
         audits = auditor.audit(workloads, state)
         reports = build_reports(audits, digest=digest)
         for verb, n in write_reports(self.kube, reports).items():
@@ -171,9 +181,24 @@ class AuditLoop:
                  reports.cluster["summary"]["warn"], digest[:12])
         return reports
 
-    async def _audit(self) -> None:
+    def _may_wait(self, now: float) -> bool:
+        """Wait for the operator to resolve the profile set (after a restart, a profile change),
+        at most one interval: a set that stays unresolved is what admission refuses on, and the
+        reports then say so."""
+        if self.waiting_since is None:
+            self.waiting_since = now
+        return now - self.waiting_since < self.options.interval_seconds
+
+    async def _audit(self) -> bool:
+        """One audit in a thread; False when it waits for the profile set (tried again at the next
+        poll, reports left as they are)."""
         try:
             await asyncio.to_thread(self.run_once)
+        except ProfileSetNotResolved as e:
+            self.metrics.runs.labels("deferred").inc()
+            log.info("audit deferred until the operator resolves the profile set (at most %.0f s): %s",
+                     self.options.interval_seconds, e)
+            return False
         except (KubeError, OSError, ValueError) as e:
             self.metrics.runs.labels("failed").inc()
             log.warning("audit failed (retried in %.0f s): %s", self.options.interval_seconds, e)
@@ -182,6 +207,7 @@ class AuditLoop:
             log.exception("audit crashed")
         else:
             self.metrics.runs.labels("ok").inc()
+        return True
 
     async def run(self) -> None:
         """Audit now, then whenever ``interval_seconds`` passed or the policy digest changed
@@ -196,8 +222,8 @@ class AuditLoop:
         except Exception:  # a reload's failure keeps the active set (PolicyStore); never stops the loop
             log.exception("policy reload check failed")
         if time.monotonic() >= self.due or self.options.auditor.digest != self.audited_digest:
-            await self._audit()
-            self.due = time.monotonic() + self.options.interval_seconds
+            done = await self._audit()
+            self.due = time.monotonic() + (self.options.interval_seconds if done else self.options.poll_seconds)
         self.queue.add(AUDIT_KEY, min(self.options.poll_seconds, max(0.0, self.due - time.monotonic())))
 
     async def stop(self) -> None:

@@ -13,7 +13,8 @@ import urllib.request
 import pytest
 import yaml
 
-from taugate.controllers.audit import AuditLoop, AuditOptions
+from taugate.controllers.audit import AuditLoop, AuditOptions, ProfileSetNotResolved
+from taugate.controllers.taugrid.cluster import reconcile_cluster
 from taugate.kube import Kube
 from taugate.policy_report import REPORT_NAME
 from taugate.webhook.audit import PolicyAuditor
@@ -23,6 +24,7 @@ from tests.crdschema import crd_errors
 from tests.paths import CLUSTER_POLICY_REPORT_CRD, POLICIES, POLICY_REPORT_CRD, REPO
 
 WG = "wgpolicyk8s.io/v1alpha2"
+TAU = "tau.azure.com/v1alpha1"
 NINE_GPUS = REPO / "examples" / "rayjob-nine-gpus.yaml"
 GPU_RULES = ("gpu-per-pod-fits-node", "gpu-per-pod-within-profile")
 
@@ -154,3 +156,56 @@ def test_the_operator_audits_at_start_and_again_when_the_policy_set_changes(
         denied = 'taugate_audit_violations{action="deny",policy="gpu-per-pod-fits-node"} 0.0'
         kube_double.wait_for(lambda: warned in scrape() and denied in scrape(), timeout=60,
                              message="the operator's /metrics counting the violation under its new action")
+
+
+def _stale_profile_set(kube_double, loop, settings) -> None:
+    """The operator resolved the profile set, then a profile was added while it was away (after
+    a restart the spec is ahead of the status until the operator reconciles the TauCluster)."""
+    reconcile_cluster(loop.kube, settings)
+    profiles = kube_double.get(TAU, "TauCluster", "cluster")["spec"]["workloadProfiles"]
+    extra = dict(copy.deepcopy(profiles[0]), name="h100-added-while-away")
+    kube_double.patch(TAU, "TauCluster", "cluster", {"spec": {"workloadProfiles": [*profiles, extra]}})
+
+
+def _profile_results(kube_double) -> list[dict]:
+    report = kube_double.get(WG, "PolicyReport", REPORT_NAME, "vision") or {}
+    return [r for r in report.get("results") or [] if r["policy"] == "workload-profile"]
+
+
+def test_an_audit_waits_for_the_operator_to_resolve_a_changed_profile_set_and_leaves_the_reports_alone(
+        kube_double, small_cluster, nine_gpu_rayjob, loop, settings):
+    kube_double.apply([*small_cluster, nine_gpu_rayjob])
+    loop.run_once()
+    _stale_profile_set(kube_double, loop, settings)
+    since = kube_double.request_count()
+    with pytest.raises(ProfileSetNotResolved, match="profile set is stale"):
+        loop.run_once()
+    assert kube_double.writes(since) == []  # no report says every GPU workload fails for a moment
+    reconcile_cluster(loop.kube, settings)  # the operator catches up
+    loop.run_once()
+    assert loop.waiting_since is None and _profile_results(kube_double) == []
+    assert [r["policy"] for r in (kube_double.get(WG, "PolicyReport", REPORT_NAME, "vision") or {})["results"]
+            if r["result"] == "fail"]
+
+
+def test_a_profile_set_left_unresolved_for_a_whole_interval_is_reported_as_admission_refuses_it(
+        kube_double, small_cluster, nine_gpu_rayjob, loop, settings):
+    kube_double.apply([*small_cluster, nine_gpu_rayjob])
+    _stale_profile_set(kube_double, loop, settings)
+    loop.options.interval_seconds = 0.0  # the wait is over at once
+    loop.run_once()
+    (result,) = _profile_results(kube_double)
+    assert result["result"] == "fail" and "profile set is stale" in result["message"]
+
+
+def test_the_operator_started_after_a_profile_change_audits_once_the_profile_set_is_resolved(
+        kube_double, small_cluster, nine_gpu_rayjob, loop, settings):
+    kube_double.apply([*small_cluster, nine_gpu_rayjob])
+    _stale_profile_set(kube_double, loop, settings)
+    options = AuditOptions(auditor=PolicyAuditor(load_policy_engine(POLICIES), settings), interval_seconds=600,
+                           poll_seconds=0.1)
+    with kube_double.operator(settings, audit=options):
+        report = kube_double.wait_for(lambda: kube_double.get(WG, "PolicyReport", REPORT_NAME, "vision"),
+                                      timeout=120, message="the first audit's report")
+    assert any(r["policy"] == "gpu-per-pod-fits-node" for r in report["results"])
+    assert _profile_results(kube_double) == []
