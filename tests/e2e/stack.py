@@ -33,8 +33,10 @@ with its recorder on.
 4. the KubeRay operator (module root ``main.go``) and kwok (``cmd/kwok``) with the stages of its
    module's ``kustomize/stage``: Nodes initialised and heartbeaten with Leases
    (``node/fast``, ``node/heartbeat-with-lease``), pods made Running and Ready, pods owned by a Job
-   Succeeded, deleted pods removed (``pod/fast``), and every container's log simulated: kwok's
-   server, which the Nodes advertise as their kubelet, serves ``KWOK_POD_LOG`` to ``kubectl logs``;
+   Succeeded, deleted pods removed (``pod/fast``; each container status names an ``imageID``, as
+   a kubelet's does once the image is pulled: ``kwok_image_id``), and every container's log
+   simulated: kwok's server, which the Nodes advertise as their kubelet, serves ``KWOK_POD_LOG``
+   to ``kubectl logs``;
 5. an S3-compatible object store (``objectstore.ObjectStore``: versitygw, built from its Go module)
    and taugate (``platform.install``) with the recorder on, writing evidence to an Object Lock
    bucket of it as the chart's ``operator.evidence.s3`` values say, and every example Node
@@ -50,6 +52,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import hashlib
 import json
 import shlex
 from dataclasses import dataclass, field
@@ -207,11 +210,31 @@ LONG_RUNNING_CONTAINER = "train-until-deleted"
 """The first container's name of a Job pod kwok leaves Running (``kwok_stages``)."""
 
 
+KWOK_IMAGE_DIGEST = "sha256:" + hashlib.sha256(b"kwok pulls no image").hexdigest()
+"""The digest every container status names in its ``imageID`` on the stack (``kwok_stages``)."""
+
+
+def kwok_image_id(image: str) -> str:
+    """The ``imageID`` kwok reports for a container of ``image`` (``kwok_stages``)."""
+    return f"{image}@{KWOK_IMAGE_DIGEST}"
+
+
+def _with_image_ids(template: str, image: str) -> str:
+    """A pod stage's status template whose container statuses also name the ``imageID``, as a
+    kubelet reports the digest it ran once the image is pulled (kwok's own templates leave it out)."""
+    line = f"- image: {{{{ {image} | Quote }}}}\n"
+    if line not in template:
+        raise ControlPlaneError(f"kwok's pod stage template changed: no {line!r} to add the imageID after")
+    digest = f'  imageID: {{{{ printf "%s@%s" {image} "{KWOK_IMAGE_DIGEST}" | Quote }}}}\n'
+    return template.replace(line, line + digest)
+
+
 def kwok_stages() -> str:
     """The kwok Stage documents of ``KWOK_STAGES`` from the pinned kwok module, as one YAML
     stream; ``pod-complete`` leaves KubeRay's submitter pod (container ``ray-job-submitter``)
     Running, as ``ray job submit`` runs while the Ray job does, and a pod whose first container is
-    ``LONG_RUNNING_CONTAINER``."""
+    ``LONG_RUNNING_CONTAINER``; ``pod-ready`` and ``pod-complete`` report each container's
+    ``imageID`` (``kwok_image_id``), which the recorder keeps as the digest the run ran."""
     root = upstream.module_dir("kwok") / "kustomize" / "stage"
     docs = []
     for rel in KWOK_STAGES:
@@ -224,6 +247,9 @@ def kwok_stages() -> str:
     if not docs:
         raise ControlPlaneError(f"no kwok stages under {root}")
     for d in docs:
+        images = {"pod-ready": ".image", "pod-complete": "$item.image"}.get(d["metadata"]["name"])
+        if images:
+            d["spec"]["next"]["statusTemplate"] = _with_image_ids(d["spec"]["next"]["statusTemplate"], images)
         if d["metadata"]["name"] == "pod-complete":
             # KubeRay's submitter runs `ray job submit` and follows the Ray job until it ends: it
             # does not complete while the RayJob runs (kwok's stage completes every Job's pod).

@@ -2,8 +2,9 @@
 a completed GPU Job's pod log tail, read by the recorder through the API server when the pod
 ended (kwok serves the stack's simulated container log as a kubelet would), and what repeating
 the run takes: the admitted object, its image, the workload profile as the TauCluster's status
-resolved it and the profile-set hash. The record is read from the object store, as an auditor
-would, and ``taugate evidence verify`` passes."""
+resolved it and the profile-set hash, and the digest its pod ran (the ``imageID`` of the pod's
+container status, which kwok reports on the stack as a kubelet does). The record is read from
+the object store, as an auditor would, and ``taugate evidence verify`` passes."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import sys
 
 from taugate.labels import WORKLOAD_PROFILE
 from tests.e2e.controlplane import LOOPBACK
-from tests.e2e.stack import KWOK_NODE_ANNOTATION, KWOK_POD_LOG, unhealthy_gpu_nodes
+from tests.e2e.stack import KWOK_NODE_ANNOTATION, KWOK_POD_LOG, kwok_image_id, unhealthy_gpu_nodes
 from tests.e2e.workloads import RUN_ID
 from tests.paths import REPO
 
@@ -76,6 +77,10 @@ def test_a_completed_gpu_jobs_evidence_holds_its_pods_log_tail_its_image_and_its
     assert admitted["metadata"]["name"] == JOB and "status" not in admitted
     assert admitted["spec"]["template"]["spec"]["containers"][0]["image"] == IMAGE
     assert doc["images"] == [{"template": "spec.template", "group": "job", "container": "train", "image": IMAGE}]
+    # the digest the pod ran, as its container status names it
+    (status,) = cp.get_json("pod", name, "-n", WORKSPACE)["status"]["containerStatuses"]
+    assert status["imageID"] == kwok_image_id(IMAGE)
+    assert doc["imageDigests"] == {IMAGE: status["imageID"]}, doc.get("imageDigests")
     profile, set_hash = doc["profile"], doc["profileSetHash"]
     # the profile the webhook placed the Job with, and the set hash of its signed admission record
     assert profile == stored[WORKLOAD_PROFILE] and doc["admission"]["trusted"] is True, (profile, stored)
@@ -95,7 +100,7 @@ def test_a_completed_gpu_jobs_evidence_holds_its_pods_log_tail_its_image_and_its
     print("taugate evidence show of the Job:", text.stdout, sep="\n")
     for part in ("Log tails:", f"pod {name} container train restart 0", "    | epoch 3/3",
                  "To repeat this run:", f"profile: {profile}  profileSetHash: {set_hash}",
-                 f"spec.template train: {IMAGE}  (digest not reported)", "object (as admitted):"):
+                 f"spec.template train: {IMAGE}  ({kwok_image_id(IMAGE)})", "object (as admitted):"):
         assert part in text.stdout, part
 
 
