@@ -42,7 +42,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 # E402 below: these imports need the checkout on sys.path (the script runs as `python bench/api_policy.py`).
-from bench.e2e import percentile  # noqa: E402
+from bench.e2e import percentile, write_results  # noqa: E402
 from taugate.kube import Kube, KubeError, load_configuration  # noqa: E402
 from taugate.kubeaccess import Resource  # noqa: E402
 from tests.e2e.controlplane import ControlPlane, ControlPlaneError, build, wait_until  # noqa: E402
@@ -50,7 +50,6 @@ from tests.e2e.platform import Platform, install  # noqa: E402
 from tests.e2e.workloads import into_workspace  # noqa: E402
 from tests.paths import POLICIES  # noqa: E402
 
-RESULTS = REPO / "bench" / "results"
 JOBS = Resource("batch", "v1", "jobs", "Job", True)
 GPU_JOB = yaml.safe_load((POLICIES / "gpu-per-pod-fits-node" / "samples" /
                           "example_allowed_job_single_gpu.yaml").read_text())
@@ -203,10 +202,8 @@ def main(argv: list[str] | None = None) -> int:
             result = run(b, profiles, args.n, Path(tmp))
         finally:
             b.stop()
-    out = Path(args.out) if Path(args.out).is_absolute() else RESULTS / args.out
-    out.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
     md = markdown(result)
-    out.with_suffix(".md").write_text(md)
+    write_results(args.out, result, md)
     print(md)
     return 0
 

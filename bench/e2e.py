@@ -224,6 +224,15 @@ def send_all(cp: ControlPlane, requests: list[tuple[str, str, bytes]], concurren
             "first_error": errors[0] if errors else None}
 
 
+def write_results(out: str, result: dict, md: str) -> None:
+    """``result`` as ``<out>.json`` and ``md`` as ``<out>.md``: under ``bench/results``, or at
+    ``out`` when it is an absolute path."""
+    path = Path(out) if Path(out).is_absolute() else RESULTS / out
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
+    path.with_suffix(".md").write_text(md)
+
+
 def percentile(values: list[float], q: float) -> float | None:
     """The ``q`` quantile (0..1) of ``values``, nearest rank; None when empty."""
     if not values:

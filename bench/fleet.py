@@ -73,7 +73,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 # E402 below: these imports need the checkout on sys.path (the script runs as `python bench/fleet.py`).
 from bench import admission_metrics as am  # noqa: E402
-from bench.e2e import TAUGATE_WEBHOOKS, percentile, scrape_text, send_all  # noqa: E402
+from bench.e2e import TAUGATE_WEBHOOKS, percentile, scrape_text, send_all, write_results  # noqa: E402
 from bench.scale import CLASSES  # noqa: E402
 from taugate import labels  # noqa: E402
 from tests.e2e import platform as e2e_platform  # noqa: E402
@@ -82,7 +82,6 @@ from tests.e2e.objectstore import ObjectStore  # noqa: E402
 from tests.e2e.stack import KWOK_NODE_ANNOTATION, Stack  # noqa: E402
 from tests.paths import KUEUE_JOB  # noqa: E402
 
-RESULTS = REPO / "bench" / "results"
 SYSTEM_NAMESPACE = e2e_platform.SYSTEM_NAMESPACE
 TAU = "/apis/tau.azure.com/v1alpha1"
 PROBE_PROFILE = "fleet-probe"
@@ -536,11 +535,8 @@ def main(argv: list[str] | None = None) -> int:
                          a.rest_seconds, backlog_runs=a.backlog_runs)
         finally:
             f.stop()
-    out = Path(a.out) if os.path.isabs(a.out) else RESULTS / a.out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(result, indent=1))
     md = markdown(result)
-    out.with_suffix(".md").write_text(md)
+    write_results(a.out, result, md)
     print(md)
     return 0
 
