@@ -44,6 +44,7 @@ ELSEWHERE = {
     "python -m tests.e2e.up": ("tests/e2e/test_up_starts_the_platform_to_look_around_with.py", '"tests.e2e.up"'),
     "python bench/e2e.py": ("tests/e2e/test_bench_e2e.py", "from bench import e2e"),
     "python bench/fleet.py": ("tests/e2e/test_bench_fleet.py", "from bench import fleet"),
+    "python bench/api_policy.py": ("tests/e2e/test_bench_api_policy.py", "from bench import api_policy"),
     "python bench/run.py": ("tests/install/test_every_readme_command_is_run_by_a_test.py", '"bench/run.py", "--help"'),
     "taugate serve": ("tests/server/process.py", '"serve"'),
     "taugate admit": ("tests/install/test_every_readme_command_is_run_by_a_test.py", "QUICK_START"),
