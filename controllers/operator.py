@@ -16,6 +16,7 @@ import logging
 import re
 import threading
 from collections.abc import Callable, Hashable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,10 +78,14 @@ class OperatorOptions:
     """``resync_seconds``: every key is reconciled at least this often; ``debounce_seconds``: how
     long a new key waits for more events; ``max_backoff_seconds``: the retry delay's cap;
     ``liveness_endpoint``: kopf's health endpoint (e.g. ``http://0.0.0.0:8080/healthz``);
-    ``test_mode``: kopf settings for tests (short batching, no Kubernetes events posted).
+    ``test_mode``: kopf settings for tests (short batching, no Kubernetes events posted);
+    ``workers``: reconciles run at once, each key by one at a time (``taugate.workqueue``), in
+    the controller's own threads: a fleet's cold start is hundreds of workspaces of about ten
+    requests each, which one worker did at 0.7 per second at 5,000 nodes (docs/performance.md).
     """
 
     resync_seconds: float = 300.0
+    workers: int = 4
     debounce_seconds: float = 0.5
     max_backoff_seconds: float = 60.0
     liveness_endpoint: str | None = None
@@ -110,6 +115,9 @@ class Controller:
     """The TauCluster's ``workspaceDefaults.defaultQueue`` as its last event said (None before the
     first: a workspace reconcile reads the TauCluster then)."""
     audit: Any = None  # the controllers.audit.AuditLoop, when the audit runs
+    executor: ThreadPoolExecutor | None = None
+    """The reconciles' threads (``options.workers``), apart from the default executor that the
+    recorder's workers and the audit share; made by ``run``."""
 
     def enqueue(self, key: Key) -> None:
         self.queue.add(key, self.options.debounce_seconds)
@@ -209,7 +217,7 @@ class Controller:
             self.queue.add(RESYNC_KEY, self.options.resync_seconds)
             return
         try:
-            await asyncio.to_thread(self.reconcile, key)  # type: ignore[arg-type]
+            await asyncio.get_running_loop().run_in_executor(self.executor, self.reconcile, key)  # type: ignore[arg-type]
         except (KubeError, ValueError, OSError) as e:
             self.errors += 1
             n = self.failures.get(key, 0) + 1
@@ -228,15 +236,20 @@ class Controller:
             self.failures.pop(key, None)
 
     async def run(self) -> None:
-        """The worker, resyncing every ``resync_seconds`` (until cancelled)."""
+        """The workers, resyncing every ``resync_seconds`` (until cancelled)."""
+        workers = max(1, self.options.workers)
+        self.executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="taugate-reconcile")
         self.queue.add(POLICY_KEY, 0)
         self.queue.add(RESYNC_KEY, self.options.resync_seconds)
-        await self.queue.run(self.handle)
+        await self.queue.run(self.handle, workers)
 
     async def stop(self) -> None:
-        """A reconcile running in its thread finishes on its own."""
+        """Stop the workers and wait for the reconciles still running in their threads (a leader
+        releases its Lease only after its last write)."""
         task, self.task = self.task, None
         await cancel(task)
+        if self.executor is not None:
+            await asyncio.to_thread(self.executor.shutdown, True)
 
 
 def relevant(kind: str, body: dict) -> Any:

@@ -79,8 +79,12 @@ class WorkQueue:
             wait = None if found is None else found[1] - time.monotonic()
             if found is None or (wait is not None and wait > 0):
                 self._wake.clear()
+                # asyncio.timeout, not wait_for: Python 3.11's wait_for returns normally when it is
+                # cancelled just as the event is set (gh-86296), and the cancelled worker then
+                # waited on, so stopping hung (seen with several workers: each one's set wakes the rest).
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), wait)
+                    async with asyncio.timeout(wait):
+                        await self._wake.wait()
                 continue
             key = found[0]
             heapq.heappop(self._heap)

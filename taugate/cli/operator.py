@@ -93,6 +93,9 @@ def run_operator_command(args: argparse.Namespace) -> int:
     if args.resync_seconds <= 0 or args.debounce_seconds < 0:
         _err("--resync-seconds must be > 0 and --debounce-seconds >= 0")
         return 2
+    if not 1 <= args.workers <= 64:
+        _err(f"--workers must be between 1 and 64, not {args.workers}")
+        return 2
     problem = liveness_problem(args.liveness) if args.liveness is not None else None
     if problem:
         _err(problem)
@@ -132,7 +135,8 @@ def run_operator_command(args: argparse.Namespace) -> int:
         return 1
     logs.configure(log_level, log_format)
     options = OperatorOptions(resync_seconds=args.resync_seconds, debounce_seconds=args.debounce_seconds,
-                              liveness_endpoint=args.liveness, recorder=recorder, audit=audit, leader=leader)
+                              workers=args.workers, liveness_endpoint=args.liveness, recorder=recorder, audit=audit,
+                              leader=leader)
     try:
         asyncio.run(run_operator(cfg, settings, options))
     except Exception as e:
@@ -331,6 +335,8 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
                                                             "(default: $TAUGATE_SYSTEM_NAMESPACE or tau-platform)")
     p.add_argument("--resync-seconds", type=float, default=300.0, help="reconcile everything at least this often")
     p.add_argument("--debounce-seconds", type=float, default=0.5, help="gather events this long before reconciling")
+    p.add_argument("--workers", type=int, default=4, metavar="N",
+                   help="reconciles at once, each object by one at a time (default: %(default)s)")
     p.add_argument("--liveness", metavar="URL", help="kopf liveness endpoint, http://HOST:PORT/PATH, "
                                                      "e.g. http://0.0.0.0:8080/healthz")
     logs.add_arguments(p)

@@ -280,3 +280,9 @@ def test_a_kubeconfig_that_impersonates_is_refused_in_one_line_by_the_commands_t
         assert main(argv) == 2, argv
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and "impersonates (as: mallory, as-groups: ['vision-researchers'])" in err[0], err
+
+
+def test_a_worker_count_outside_one_to_sixty_four_is_one_line_and_exit_2(tmp_path, capsys):
+    for n in ("0", "65"):
+        assert main(["operator", "--kubeconfig", str(tmp_path / "missing"), "--no-record", "--workers", n]) == 2
+        assert capsys.readouterr().err == f"taugate: --workers must be between 1 and 64, not {n}\n"
