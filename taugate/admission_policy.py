@@ -13,8 +13,13 @@ Every rule is a subset of what taugate's webhook decides, so it never refuses wh
 are what a container requests or limits by name (``nvidia.com/gpu``,
 ``taugate.devices.device_resources``, a GPU DeviceClass's extended resource), not DRA claims (a
 claim's GPUs need the ResourceClaim, which CEL cannot read; claims are judged by the validating
-webhook, which fails closed). The profiles come from the TauCluster as the policy's parameter, so a
-profile edit needs no new policy.
+webhook, which fails closed). The profiles come as the policy's parameter, so a profile edit needs
+no new policy: a ConfigMap the operator writes from the TauCluster (``parameters``), not the
+TauCluster itself, because kube-apiserver converts a custom resource parameter whole on every
+evaluation (k8s.io/apiserver pkg/cel/common/valuesschemalesstyped.go ``SchemalessTypedToVal``: an
+``Unstructured`` goes through ``ToUnstructured``, a JSON round trip) while a built-in kind's typed
+object is read lazily, key by key: the cost of a create no longer grows with the profiles
+(docs/performance.md, "taugate's own API server policy").
 """
 
 from __future__ import annotations
@@ -26,11 +31,15 @@ from typing import Any
 from taugate import devices, labels
 from taugate.kinds import KINDS
 from taugate.kinds.trainjob import KIND as TRAINJOB
+from taugate.models import TauCluster
 from taugate.settings import Settings
 from taugate.unmanaged import RELAY_OWNER_KINDS, UNMANAGED_KINDS
 
 NAME = "taugate-admitted-workloads"
 RUN_ID_PATTERN = f"^[0-9a-f]{{{labels.RUN_ID_LENGTH}}}$"
+PROFILE_KEY = "profile."
+"""``PROFILE_KEY + name``: the placement of workload profile ``name`` in the parameter's data."""
+TOLERATION_KEYS, GPU_CLASSES = "tolerationKeys", "gpuClasses"
 UNAVAILABLE = ("; taugate's admission webhook may be unavailable: create it again once taugate answers, "
                "or ask the platform team (docs/runbook.md)")
 
@@ -179,27 +188,59 @@ def _bypass(s: str) -> str:
             f"(has({s}.priorityClassName) && {s}.priorityClassName.startsWith('system-'))")
 
 
+def _data_of(key: str) -> str:
+    """CEL: the list that the parameter's ``data[key]`` holds, comma-separated (empty when absent;
+    ``key`` is CEL)."""
+    return f"(has(params.data) && {key} in params.data ? params.data[{key}].split(',').filter(v, v != '') : [])"
+
+
+def _data(key: str) -> str:
+    return _data_of(_cel(key))
+
+
 def _gpu_nodes(s: str, settings: Settings) -> str:
     """CEL: pod spec ``s`` puts itself on GPU nodes (``devices.gpu_node_problems``, without the node
     list): a toleration of every taint (no key, ``Exists``) or of a taint key a workload profile
     tolerates for its GPU pods, or a node selector on the GPU class label naming a profile's GPU
     class, or on a GPU Feature Discovery label other than ``false``."""
-    keys = ("(has(params.spec.workloadProfiles) ? params.spec.workloadProfiles.filter(p, has(p.tolerations))"
-            ".map(p, p.tolerations.filter(x, has(x.key)).map(x, x.key)) : [])")
-    classes = ("(has(params.spec.workloadProfiles) ? params.spec.workloadProfiles.filter(p, has(p.gpuClass))"
-               ".map(p, p.gpuClass) : [])")
     label = _cel(settings.gpu_class_label)
     tolerates = (f"has({s}.tolerations) && {s}.tolerations.exists(x, ((!has(x.key) || x.key == '') && "
-                 f"has(x.operator) && x.operator == 'Exists') || (has(x.key) && {keys}.exists(l, x.key in l)))")
-    selects = (f"has({s}.nodeSelector) && (({label} in {s}.nodeSelector && {s}.nodeSelector[{label}] in {classes}) "
+                 f"has(x.operator) && x.operator == 'Exists') || (has(x.key) && x.key in {_data(TOLERATION_KEYS)}))")
+    selects = (f"has({s}.nodeSelector) && (({label} in {s}.nodeSelector && "
+               f"{s}.nodeSelector[{label}] in {_data(GPU_CLASSES)}) "
                f"|| {s}.nodeSelector.exists(k, k in {_list(devices.GPU_NODE_LABELS)} && "
                f"{s}.nodeSelector[k] != 'false'))")
     return f"({tolerates}) || ({selects})"
 
 
+def parameters(cluster: TauCluster, settings: Settings | None = None) -> dict[str, Any]:
+    """The policy's parameter: a ConfigMap ``NAME`` in ``settings.namespace`` holding what the
+    policy reads of the TauCluster's workload profiles (pure; the operator writes it before the
+    TauCluster's status, ``controllers/admission_policy.py``). ``data``: ``profile.NAME`` the
+    entries ``key=value`` a GPU pod template's ``nodeSelector`` must hold under that profile (its
+    ``nodeSelector``, then the GPU class label), comma-separated (a label key or value has no
+    comma or ``=``: apimachinery's ``IsQualifiedName`` and ``IsValidLabelValue``; a profile whose
+selector breaks that is never satisfied, so it fails closed); ``tolerationKeys`` and ``gpuClasses`` what
+    the profiles tolerate and name. A profile name given twice is left out, so a workload under it
+    is refused as under a profile the TauCluster does not have."""
+    settings = settings or Settings()
+    profiles = cluster.spec.workload_profiles
+    names = [p.name for p in profiles]
+    data = {TOLERATION_KEYS: ",".join(sorted({t.key for p in profiles for t in p.tolerations if t.key})),
+            GPU_CLASSES: ",".join(sorted({p.gpu_class for p in profiles if p.gpu_class}))}
+    for p in profiles:
+        if names.count(p.name) == 1:
+            entries = [*p.node_selector.items(), *([(settings.gpu_class_label, p.gpu_class)] if p.gpu_class else [])]
+            data[PROFILE_KEY + p.name] = ",".join(f"{k}={v}" for k, v in entries)
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": NAME, "namespace": settings.namespace,
+                         "labels": {labels.MANAGED_BY: labels.MANAGED_BY_VALUE}},
+            "data": data}
+
+
 def policy(settings: Settings | None = None) -> dict[str, Any]:
     """The ValidatingAdmissionPolicy (``admissionregistration.k8s.io/v1``), its parameter the
-    TauCluster ``cluster``."""
+    ConfigMap of ``parameters``."""
     settings = settings or Settings()
     groups: dict[tuple[str, str], list[str]] = {}
     for group, version, resource, _, _ in _judged_kinds():
@@ -224,13 +265,11 @@ def policy(settings: Settings | None = None) -> dict[str, Any]:
              f"(has(object.metadata.generateName) && "
              f"{record}.contains('\"generateName\":\"' + object.metadata.generateName + '\"'))) && "
              f"{record}.contains('\"runId\":\"' + {run_id} + '\"')")
-    one = "variables.profile.size() == 1"
-    selector = f"{one} && has(variables.profile[0].nodeSelector) ? variables.profile[0].nodeSelector : {{}}"
-    gpu_class = f"{one} && has(variables.profile[0].gpuClass) ? variables.profile[0].gpuClass : ''"
-    placed = (f"variables.gpuSpecs.all(s, variables.selector.all(k, has(s.nodeSelector) && k in s.nodeSelector && "
-              f"s.nodeSelector[k] == variables.selector[k]) && (variables.gpuClass == '' || (has(s.nodeSelector) && "
-              f"{_cel(settings.gpu_class_label)} in s.nodeSelector && "
-              f"s.nodeSelector[{_cel(settings.gpu_class_label)}] == variables.gpuClass)))")
+    one = "variables.profileKnown"
+    # Every entry k=v of the profile's placement is some entry of the template's nodeSelector (a
+    # label key has no "=", so k + "=" + v names one key and one value).
+    placed = ("variables.gpuSpecs.all(s, variables.placement.all(r, has(s.nodeSelector) && "
+              "s.nodeSelector.exists(k, k + '=' + s.nodeSelector[k] == r)))")
     # What a GPU template's placement and size are made of: judged again on UPDATE only when they
     # change, so an image, a label or a finalizer after a profile moved in the TauCluster is never
     # refused for what the stored object already had (as the webhook excuses it).
@@ -294,8 +333,9 @@ def policy(settings: Settings | None = None) -> dict[str, Any]:
              "\" (label ", labels.WORKLOAD_PROFILE, "), which TauCluster cluster does not have"),
         rule(f"{placing} && {one}", placed,
              kind, " ", name, " is not placed as workload profile \"", profile, "\" says: every pod template that "
-             "asks for GPUs needs the profile's nodeSelector and ", settings.gpu_class_label, "=\"",
-             Expr("variables.gpuClass"), "\" in spec.nodeSelector (kubectl get taucluster cluster -o yaml)"),
+             "asks for GPUs needs ", Expr(f"params.data[{_cel(PROFILE_KEY)} + {profile}]"),
+             f" in spec.nodeSelector (the profile's nodeSelector and {settings.gpu_class_label}: "
+             "kubectl get taucluster cluster -o yaml)"),
         rule(f"{judged} && {update} && {managed} && {old_run_id} != ''",
              f"{run_id} == {old_run_id} && {record} == {old_record} && ({old_queue} == '' || {queue} == {old_queue}) "
              f"&& ({old_profile} == '' || {profile} == {old_profile})",
@@ -324,7 +364,7 @@ def policy(settings: Settings | None = None) -> dict[str, Any]:
         "metadata": {"name": NAME, "labels": {labels.MANAGED_BY: labels.MANAGED_BY_VALUE}},
         "spec": {
             "failurePolicy": "Fail",
-            "paramKind": {"apiVersion": "tau.azure.com/v1alpha1", "kind": "TauCluster"},
+            "paramKind": {"apiVersion": "v1", "kind": "ConfigMap"},
             "matchConstraints": {
                 "resourceRules": rules,
                 "namespaceSelector": {"matchExpressions": [{"key": labels.WORKSPACE, "operator": "Exists"}]},
@@ -343,25 +383,27 @@ def policy(settings: Settings | None = None) -> dict[str, Any]:
                 # (a label, the garbage collector orphaning it); one that edits them is judged as a
                 # top-level workload, as the webhook judges it (webhook.mutation.is_child).
                 {"name": "childUntouched", "expression": untouched},
-                {"name": "profile", "expression": "has(params.spec.workloadProfiles) ? "
-                                                  f"params.spec.workloadProfiles.filter(p, p.name == {profile}) : []"},
-                {"name": "selector", "expression": selector},
-                {"name": "gpuClass", "expression": gpu_class},
+                {"name": "profileKnown", "expression": f"has(params.data) && {_cel(PROFILE_KEY)} + {profile} in "
+                                                       "params.data"},
+                {"name": "placement", "expression": _data_of(f"{_cel(PROFILE_KEY)} + {profile}")},
             ],
             "validations": validations,
         },
     }
 
 
-def binding() -> dict[str, Any]:
-    """The ValidatingAdmissionPolicyBinding that enforces ``policy`` (``Deny``) with the TauCluster
-    ``cluster``; without it, every request the policy judges is refused (fail closed)."""
+def binding(settings: Settings | None = None) -> dict[str, Any]:
+    """The ValidatingAdmissionPolicyBinding that enforces ``policy`` (``Deny``) with the ConfigMap
+    of ``parameters``; without that ConfigMap, every request the policy judges is refused (fail
+    closed)."""
+    settings = settings or Settings()
     return {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
             "metadata": {"name": NAME, "labels": {labels.MANAGED_BY: labels.MANAGED_BY_VALUE}},
             "spec": {"policyName": NAME, "validationActions": ["Deny"],
-                     "paramRef": {"name": "cluster", "parameterNotFoundAction": "Deny"}}}
+                     "paramRef": {"name": NAME, "namespace": settings.namespace,
+                                  "parameterNotFoundAction": "Deny"}}}
 
 
 def documents(settings: Settings | None = None) -> list[dict[str, Any]]:
     """The policy and its binding."""
-    return [policy(settings), binding()]
+    return [policy(settings), binding(settings)]

@@ -7,12 +7,14 @@ nodes in ``managementMode: Reconcile``, only counted as drift in ``Observe``.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
 
 from taugate.controllers import resources as R
+from taugate.controllers.admission_policy import keep_parameters
 from taugate.controllers.conditions import carry_transition_times, condition, now_rfc3339, owned_patch
 from taugate.controllers.resources import Action
 from taugate.controllers.taugrid.execute import execute_plan
@@ -207,11 +209,17 @@ def observe_cluster(kube: Any, name: str = R.CLUSTER_NAME) -> ClusterObservation
 
 def reconcile_cluster(kube: Any, settings: Settings, *, name: str = R.CLUSTER_NAME,
                       now: str | None = None) -> ClusterPlan | None:
-    """Read, plan and apply the TauCluster; returns the plan (None when there is no TauCluster).
-    Raises ``taugate.kube.KubeError`` when the API fails (the caller retries)."""
+    """Read the TauCluster, keep the API server policy's parameter made from its profiles
+    (``controllers/admission_policy.py``), then plan and apply; returns the plan (None when there
+    is no TauCluster). Raises ``taugate.kube.KubeError`` when the API fails (the caller retries)."""
     obs = observe_cluster(kube, name)
     if obs is None:
         return None
+    # The API server's policy reads the profiles before the webhook admits by them (from the
+    # status). An invalid spec is the status's to report (the webhook refuses by it): the policy
+    # keeps the last valid profiles.
+    with contextlib.suppress(ValidationError):
+        keep_parameters(kube, settings, TauCluster.model_validate(obs.cluster))
     now = now or now_rfc3339()
     return execute_plan(kube, plan_cluster(obs, settings, now), R.NODES,
                         lambda: plan_cluster(obs, settings, now, may_label_nodes=False))

@@ -17,6 +17,7 @@ import yaml
 
 from taugate import admission_policy, labels
 from taugate.kinds import KINDS, kind_of
+from taugate.models import TauCluster
 from taugate.settings import Settings
 from taugate.unmanaged import unmanaged_kind_for
 from taugate.webhook.review import admit
@@ -35,6 +36,21 @@ from tests.workload_samples import JOBSET_FINE_TUNE, load, runnable
 KUEUE_SA = "system:serviceaccount:kueue-system:kueue-controller-manager"
 RESEARCHER = "alice@contoso.com"
 TAU_CLUSTER = next(d for d in yaml.safe_load_all(EXAMPLE_CLUSTER.read_text()) if d and d["kind"] == "TauCluster")
+
+
+def _parameter(cluster: dict, settings: Settings | None = None) -> dict:
+    """The ConfigMap the operator writes from ``cluster`` for the policy."""
+    return admission_policy.parameters(TauCluster.model_validate(cluster), settings)
+
+
+def _context(values: dict[str, Any]) -> cel.Context:
+    """``values`` with the one function of Kubernetes' CEL libraries the policy calls that this
+    engine lacks: ``string.split(separator)`` (cel-go ``ext.Strings``, in every Kubernetes CEL
+    environment since 1.27; tests/e2e/test_the_api_server_keeps_taugates_rule_while_taugate_is_down.py
+    runs the policy on kube-apiserver's own)."""
+    ctx = cel.Context(values)
+    ctx.add_function("split", lambda s, sep: s.split(sep))
+    return ctx
 
 
 def _namespace(state, name: str) -> dict:
@@ -68,15 +84,15 @@ def refusals(state, obj: dict, *, operation: str = "CREATE", old: dict | None = 
         "request": {"operation": operation, "kind": {"group": kind.group, "version": kind.version, "kind": kind.kind},
                     "namespace": namespace, "userInfo": {"username": user, "groups": []}},
         "object": _stored(obj), "oldObject": _stored(old), "namespaceObject": _namespace(state, namespace),
-        "params": params or TAU_CLUSTER}
-    if not all(cel.compile(c["expression"]).execute(ctx) for c in spec["matchConditions"]):
+        "params": params or _parameter(TAU_CLUSTER, settings)}
+    if not all(cel.compile(c["expression"]).execute(_context(ctx)) for c in spec["matchConditions"]):
         return None
     variables: dict[str, Any] = {}
     for v in spec["variables"]:
-        variables[v["name"]] = cel.compile(v["expression"]).execute({**ctx, "variables": variables})
+        variables[v["name"]] = cel.compile(v["expression"]).execute(_context({**ctx, "variables": variables}))
     ctx["variables"] = variables
-    return [cel.compile(v["messageExpression"]).execute(ctx) for v in spec["validations"]
-            if not cel.compile(v["expression"]).execute(ctx)]
+    return [cel.compile(v["messageExpression"]).execute(_context(ctx)) for v in spec["validations"]
+            if not cel.compile(v["expression"]).execute(_context(ctx))]
 
 
 def _samples() -> Iterator[Any]:
@@ -237,7 +253,8 @@ def test_render_cel_prints_the_policy_and_binding_the_operator_installs(capsys):
     assert main(["policy", "render-cel"]) == 0
     docs = [d for d in yaml.safe_load_all(capsys.readouterr().out) if d]
     assert docs == admission_policy.documents(Settings())
-    assert docs[1]["spec"]["paramRef"] == {"name": "cluster", "parameterNotFoundAction": "Deny"}
+    assert docs[1]["spec"]["paramRef"] == {"name": admission_policy.NAME, "namespace": "taugate-system",
+                                           "parameterNotFoundAction": "Deny"}
 
 
 GPU_LIMITS = {"limits": {"nvidia.com/gpu": 1}, "requests": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": 1}}
@@ -300,10 +317,10 @@ def test_a_profile_changed_after_admission_refuses_no_update_that_leaves_the_pla
     image = copy.deepcopy(admitted_rayjob)  # kubectl set image: the webhook excuses what was stored
     image["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]["image"] = "ray:2"
     for update in (labelled, deleting, image):
-        assert refusals(state, update, operation="UPDATE", old=admitted_rayjob, params=moved) == []
+        assert refusals(state, update, operation="UPDATE", old=admitted_rayjob, params=_parameter(moved)) == []
     placement = copy.deepcopy(admitted_rayjob)  # a placement edit is judged by the profile as it is now
     placement["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]["nodeSelector"]["zone"] = "b"
-    assert refusals(state, placement, operation="UPDATE", old=admitted_rayjob, params=moved)[0].startswith(
+    assert refusals(state, placement, operation="UPDATE", old=admitted_rayjob, params=_parameter(moved))[0].startswith(
         f'RayJob {admitted_rayjob["metadata"]["name"]} is not placed as workload profile')
 
 

@@ -95,8 +95,14 @@ class MemKube:
             raise KubeError(403, f"{action.resource.plural} is forbidden: User cannot {action.verb} resource")
         self.store.apply([action])
 
-    def create(self, res: Resource, obj: dict) -> None:
+    def create(self, res: Resource, obj: dict, *, exist_ok: bool = True) -> None:
+        from taugate.kube import KubeError
+
         meta = obj.get("metadata") or {}
+        if self.store.kube_get(res, meta.get("name", ""), meta.get("namespace")) is not None:
+            if exist_ok:
+                return
+            raise KubeError(409, f"{res.plural} {meta.get('name')!r} already exists")
         self._write(Action("create", res, meta.get("name", ""), meta.get("namespace"), obj))
 
     def patch(self, res: Resource, name: str, body: dict, namespace: str | None = None,

@@ -2,22 +2,34 @@
 over a recording store: it creates the policy, then the binding; what the API server stored, with
 its defaults added (``matchPolicy``, ``objectSelector``, a rule's ``scope``), is left alone, so a
 watch event never starts a loop of writes; a hand edit is put back; turned off, it deletes only
-objects labelled as taugate's. tests/e2e/test_the_api_server_keeps_taugates_rule_while_taugate_is_down.py
-runs it against kube-apiserver."""
+objects labelled as taugate's. The TauCluster's reconcile writes the policy's parameter ConfigMap
+before the status the webhook admits by, and puts a hand edit of it back.
+tests/e2e/test_the_api_server_keeps_taugates_rule_while_taugate_is_down.py runs it against kube-apiserver."""
 
 from __future__ import annotations
 
 import copy
 
 import jsonpatch
+import yaml
 
-from taugate import admission_policy
-from taugate.controllers.admission_policy import reconcile_admission_policy
+from taugate import admission_policy, labels
+from taugate.controllers.admission_policy import keep_parameters, reconcile_admission_policy
+from taugate.controllers.taugrid.cluster import reconcile_cluster
+from taugate.kubeaccess import CONFIG_MAPS
+from taugate.models import TauCluster
 from taugate.settings import Settings
+from tests.controllers.memstore import MemKube, MemStore
+from tests.paths import EXAMPLE_CLUSTER
+
+
+def _cluster() -> dict:
+    return next(d for d in yaml.safe_load_all(EXAMPLE_CLUSTER.read_text()) if d and d["kind"] == "TauCluster")
 
 
 class RecordingKube:
-    """get/create/json_patch/delete on a dict, each write recorded."""
+    """get/create/json_patch/delete on a dict, each write recorded (the ConfigMap's by the
+    ``MemKube`` of tests/controllers/memstore.py, which the TauCluster's reconcile also needs)."""
 
     def __init__(self) -> None:
         self.objects: dict[tuple[str, str], dict] = {}
@@ -41,6 +53,18 @@ class RecordingKube:
     def delete(self, res, name, namespace=None):
         self.writes.append(("delete", res.kind))
         return self.objects.pop((res.kind, name), None) is not None
+
+
+class OrderedKube(MemKube):
+    """A ``MemKube`` that keeps the order of its writes: (verb, kind, subresource)."""
+
+    def __init__(self, store: MemStore) -> None:
+        super().__init__(store)
+        self.order: list[tuple[str, str, str | None]] = []
+
+    def _write(self, action):
+        self.order.append((action.verb, action.resource.kind, action.subresource))
+        super()._write(action)
 
 
 def _with_server_defaults(kube: RecordingKube) -> None:
@@ -72,11 +96,80 @@ def test_turned_off_it_deletes_the_binding_first_and_only_what_is_taugates():
     reconcile_admission_policy(kube, Settings())
     kube.writes.clear()
     off = Settings(admission_policy=False)
+    kube.create(CONFIG_MAPS, admission_policy.parameters(TauCluster.model_validate(_cluster())))
+    kube.writes.clear()
     assert reconcile_admission_policy(kube, off) == {"ValidatingAdmissionPolicyBinding": "deleted",
-                                                     "ValidatingAdmissionPolicy": "deleted"}
-    assert kube.writes == [("delete", "ValidatingAdmissionPolicyBinding"), ("delete", "ValidatingAdmissionPolicy")]
+                                                     "ValidatingAdmissionPolicy": "deleted", "ConfigMap": "deleted"}
+    assert kube.writes == [("delete", "ValidatingAdmissionPolicyBinding"), ("delete", "ValidatingAdmissionPolicy"),
+                           ("delete", "ConfigMap")]
     theirs = admission_policy.policy()
     theirs["metadata"]["labels"] = {}
     kube.objects[("ValidatingAdmissionPolicy", admission_policy.NAME)] = theirs
     assert reconcile_admission_policy(kube, off)["ValidatingAdmissionPolicy"] == "not taugate's"
     assert ("ValidatingAdmissionPolicy", admission_policy.NAME) in kube.objects
+
+
+def test_the_parameter_holds_each_profiles_placement_and_what_the_profiles_tolerate_and_name():
+    cluster = _cluster()
+    data = admission_policy.parameters(TauCluster.model_validate(cluster))["data"]
+    for p in cluster["spec"]["workloadProfiles"]:
+        want = [f"{k}={v}" for k, v in (p.get("nodeSelector") or {}).items()]
+        want += [f"{Settings().gpu_class_label}={p['gpuClass']}"] if p.get("gpuClass") else []
+        assert data[admission_policy.PROFILE_KEY + p["name"]].split(",") == (want or [""]), p["name"]
+    keys = {t["key"] for p in cluster["spec"]["workloadProfiles"] for t in p.get("tolerations") or [] if t.get("key")}
+    assert keys and set(data[admission_policy.TOLERATION_KEYS].split(",")) == keys
+    assert set(data[admission_policy.GPU_CLASSES].split(",")) == {
+        p["gpuClass"] for p in cluster["spec"]["workloadProfiles"] if p.get("gpuClass")}
+
+
+def test_a_profile_name_given_twice_is_left_out_of_the_parameter():
+    cluster = _cluster()
+    cluster["spec"]["workloadProfiles"].append(copy.deepcopy(cluster["spec"]["workloadProfiles"][0]))
+    data = admission_policy.parameters(TauCluster.model_validate(cluster))["data"]
+    assert admission_policy.PROFILE_KEY + cluster["spec"]["workloadProfiles"][0]["name"] not in data
+    assert admission_policy.PROFILE_KEY + cluster["spec"]["workloadProfiles"][1]["name"] in data
+
+
+def test_the_cluster_reconcile_writes_the_parameter_before_the_status_the_webhook_admits_by(example_objects, settings):
+    kube = OrderedKube(MemStore(example_objects))
+    reconcile_cluster(kube, settings)
+    assert kube.order.index(("create", "ConfigMap", None)) < kube.order.index(("patch", "TauCluster", "status"))
+    stored = kube.get(CONFIG_MAPS, admission_policy.NAME, settings.namespace)
+    cluster = TauCluster.model_validate(kube.store.get("TauCluster", "cluster"))
+    assert stored["data"] == admission_policy.parameters(cluster, settings)["data"]
+    assert stored["metadata"]["labels"] == {labels.MANAGED_BY: labels.MANAGED_BY_VALUE}
+    # A profile added: the parameter has it before the status says the new profile set.
+    spec = kube.store.objects[("TauCluster", None, "cluster")]["spec"]
+    spec["workloadProfiles"].append({**copy.deepcopy(spec["workloadProfiles"][0]), "name": "added"})
+    kube.order.clear()
+    reconcile_cluster(kube, settings)
+    assert kube.order[0] == ("patch", "ConfigMap", None) and ("patch", "TauCluster", "status") in kube.order
+    assert admission_policy.PROFILE_KEY + "added" in kube.get(CONFIG_MAPS, admission_policy.NAME,
+                                                               settings.namespace)["data"]
+
+
+def test_a_hand_edit_of_the_parameter_is_put_back_and_an_unchanged_one_is_not_written(example_objects, settings):
+    kube = OrderedKube(MemStore(example_objects))
+    cluster = TauCluster.model_validate(_cluster())
+    assert keep_parameters(kube, settings, cluster) == "created"
+    assert keep_parameters(kube, settings, cluster) == "unchanged"
+    key = ("ConfigMap", settings.namespace, admission_policy.NAME)
+    want = copy.deepcopy(kube.store.objects[key]["data"])
+    edited = kube.store.objects[key]["data"]
+    edited[admission_policy.PROFILE_KEY + "mine"] = ""  # a profile of one's own, placed anywhere
+    edited[admission_policy.TOLERATION_KEYS] = ""
+    assert keep_parameters(kube, settings, cluster) == "updated"
+    assert kube.store.objects[key]["data"] == want
+    assert keep_parameters(kube, Settings(admission_policy=False), cluster) == "off"
+
+
+def test_an_invalid_taucluster_leaves_the_parameter_as_it_was(example_objects, settings):
+    kube = OrderedKube(MemStore(example_objects))
+    reconcile_cluster(kube, settings)
+    key = ("ConfigMap", settings.namespace, admission_policy.NAME)
+    before = copy.deepcopy(kube.store.objects[key])
+    kube.store.objects[("TauCluster", None, "cluster")]["spec"]["workloadProfiles"][0]["mode"] = "sometimes"
+    kube.order.clear()
+    plan = reconcile_cluster(kube, settings)
+    assert plan.status["phase"] == "Degraded" and kube.store.objects[key] == before
+    assert [w for w in kube.order if w[1] == "ConfigMap"] == []

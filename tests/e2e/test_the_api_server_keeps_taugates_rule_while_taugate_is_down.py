@@ -5,7 +5,8 @@ to another queue, a hand-edited placement, an edit that drops the run-id, GPUs g
 Deployment and a bare GPU ReplicaSet are refused, each with its message; what taugate admitted keeps
 working (Kueue's unsuspend, the Job controller's pods, a researcher's label on one of them), a
 CPU workload goes on, namespaces that are not workspaces are not judged. Deleted by hand, the
-policy is put back by the operator."""
+policy is put back by the operator. Its parameter is the ConfigMap the operator writes from the
+TauCluster; without it the policy refuses what it judges."""
 
 from __future__ import annotations
 
@@ -15,6 +16,9 @@ import sys
 
 import yaml
 
+from taugate import admission_policy
+from taugate.models import TauCluster
+from tests.e2e.platform import NAMESPACE
 from tests.e2e.workloads import GPU_CLASS_SELECTOR, QUEUE, RUN_ID, WORKSPACE, into_workspace
 from tests.paths import REPO
 
@@ -116,3 +120,42 @@ def test_with_taugate_down_the_api_server_refuses_what_taugate_did_not_admit_and
     created = json.loads(cp.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-",
                                     input=json.dumps(into_workspace(EXAMPLE, name="back"))).stdout)
     assert created["metadata"]["labels"][QUEUE] == "vision-queue"
+
+
+SMALL_JOB = {**CPU_JOB, "metadata": {"name": "small"}, "spec": {**CPU_JOB["spec"], "template": {"spec": {
+    "restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox", "resources": {
+        "requests": {"cpu": "10m", "memory": "16Mi"}}}]}}}}
+"""A CPU Job taugate admits with its webhook up (the policy library asks for cpu and memory)."""
+
+
+def _parameter(cp) -> dict | None:
+    out = cp.kubectl("get", "configmap", "taugate-admitted-workloads", "-n", NAMESPACE, "-o", "json", check=False)
+    return json.loads(out.stdout) if out.returncode == 0 else None
+
+
+def test_the_policy_reads_the_profiles_from_the_configmap_the_operator_writes_and_refuses_without_it(platform):
+    cp = platform.cp
+    # The operator wrote the parameter from the TauCluster (the profiles' placements), under the chart's RBAC.
+    stored = platform.wait_for("the operator to write the policy's parameter", lambda: _parameter(cp), 60)
+    cluster = TauCluster.model_validate(cp.get_json("clusters.tau.azure.com", "cluster"))
+    assert stored["data"] == admission_policy.parameters(cluster)["data"]
+    assert f"{GPU_CLASS_SELECTOR}=" in stored["data"][admission_policy.PROFILE_KEY + "h100-1gpu"]
+    binding = cp.get_json("validatingadmissionpolicybinding", "taugate-admitted-workloads")
+    assert binding["spec"]["paramRef"] == {"name": "taugate-admitted-workloads", "namespace": NAMESPACE,
+                                           "parameterNotFoundAction": "Deny"}
+    # Deleted by hand, the policy refuses what it judges (fail closed), even a CPU Job with taugate up.
+    assert platform.operator is not None
+    platform.operator.stop()
+    try:
+        cp.kubectl("delete", "configmap", "taugate-admitted-workloads", "-n", NAMESPACE)
+        out = cp.kubectl("create", "--dry-run=server", "-f", "-", input=json.dumps(into_workspace(SMALL_JOB)),
+                         check=False)
+        assert out.returncode != 0 and "ValidatingAdmissionPolicy 'taugate-admitted-workloads'" in out.stderr, \
+            out.stderr
+        assert "no params found for policy binding with `Deny` parameterNotFoundAction" in out.stderr, out.stderr
+    finally:
+        platform.start_operator()  # it writes the parameter again on its first TauCluster reconcile
+    platform.wait_for("the operator to write the parameter again", lambda: _parameter(cp), 60)
+    platform.wait_for("a CPU Job to be created again", lambda: cp.kubectl(
+        "create", "--dry-run=server", "-f", "-", input=json.dumps(into_workspace(SMALL_JOB)), check=False
+    ).returncode == 0, 60)

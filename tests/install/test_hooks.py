@@ -16,14 +16,17 @@ import sys
 
 import kubernetes.client
 import pytest
+import yaml
 from cryptography import x509
 from cryptography.x509.verification import PolicyBuilder, Store
 from kubernetes.client.exceptions import ApiException
 
 from taugate import admission_policy
+from taugate.models import TauCluster
 from taugate.webhook.routes import ROUTES
 from tests.install.chart import NAMESPACE, hook_events, one, pod_spec
 from tests.kubedouble import KubeDouble
+from tests.paths import EXAMPLE_CLUSTER
 
 RESOURCES = (
     ("admissionregistration.k8s.io/v1/mutatingwebhookconfigurations", "MutatingWebhookConfiguration", False),
@@ -123,6 +126,9 @@ def test_the_pre_delete_hook_removes_taugates_configurations_secret_and_admissio
     for doc in admission_policy.documents():  # the operator's
         (adm.create_validating_admission_policy if doc["kind"] == "ValidatingAdmissionPolicy"
          else adm.create_validating_admission_policy_binding)(doc)
+    cluster_doc = next(d for d in yaml.safe_load_all(EXAMPLE_CLUSTER.read_text()) if d and d["kind"] == "TauCluster")
+    core.create_namespaced_config_map(NAMESPACE, admission_policy.parameters(TauCluster.model_validate(cluster_doc)))
+    core.create_namespaced_config_map(NAMESPACE, {"metadata": {"name": "team-notes", "namespace": NAMESPACE}})
 
     done = _run(job, kubeconfig)
     assert done.returncode == 0, done.stderr
@@ -131,8 +137,10 @@ def test_the_pre_delete_hook_removes_taugates_configurations_secret_and_admissio
     assert _gone(lambda: adm.read_mutating_webhook_configuration("taugate"))
     assert _gone(lambda: adm.read_validating_webhook_configuration("taugate"))
     assert _gone(lambda: core.read_namespaced_secret("taugate-webhook-tls", NAMESPACE))
+    assert _gone(lambda: core.read_namespaced_config_map(admission_policy.NAME, NAMESPACE))
     assert not _gone(lambda: adm.read_mutating_webhook_configuration("kueue-webhook-configuration"))
+    assert not _gone(lambda: core.read_namespaced_config_map("team-notes", NAMESPACE))
 
     again = _run(job, kubeconfig)  # a retried or repeated uninstall finds nothing left: still success
     assert again.returncode == 0, again.stderr
-    assert again.stdout.count("already gone") == 5
+    assert again.stdout.count("already gone") == 6

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from taugate import labels
+from taugate import admission_policy, labels
 from taugate.controllers.recorder.objects import CHILD_RESOURCES
 from taugate.kinds import KINDS
 from taugate.state_objects import STATE_RESOURCES
@@ -89,6 +89,21 @@ def test_the_operator_may_take_and_renew_its_own_leader_lease_in_the_release_nam
         assert not allowed(granted, verb, *lease, "taugate-operator", NAMESPACE)
 
 
+def test_the_operator_writes_the_policys_parameter_configmap_and_only_reads_others_by_name(default_objects):
+    granted = rules_of(default_objects, "taugate-operator")
+    configmaps, name = ("", "configmaps"), admission_policy.NAME
+    assert allowed(granted, "create", *configmaps, namespace=NAMESPACE)  # create cannot be limited by name
+    for verb in ("patch", "delete"):
+        assert allowed(granted, verb, *configmaps, name, NAMESPACE)
+        assert not allowed(granted, verb, *configmaps, "kube-root-ca.crt", NAMESPACE)
+        assert not allowed(granted, verb, *configmaps, name, "team-a")
+    assert not allowed(granted, "create", *configmaps, namespace="team-a")
+    # get on every ConfigMap: the API server's condition for creating a policy whose paramKind is ConfigMap
+    assert allowed(granted, "get", *configmaps, "anything", "team-a")
+    for verb in ("list", "watch", "update"):
+        assert not allowed(granted, verb, *configmaps, namespace="team-a")
+
+
 def test_quota_raise_is_the_only_way_the_operator_may_patch_a_cluster_queue():
     granted = rules_of(objects({"operator": {"quotaRaise": True}}), "taugate-operator")
     assert allowed(granted, "patch", "kueue.x-k8s.io", "clusterqueues", "gpu")
@@ -115,7 +130,8 @@ def test_the_operator_may_manage_every_custom_resource_the_chart_installs(defaul
                        ("get", "", "secrets", "taugate-webhook-tls", NAMESPACE)}),
     ("taugate-cleanup", {("delete", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "taugate", None),
                          ("delete", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "taugate", None),
-                         ("delete", "", "secrets", "taugate-webhook-tls", NAMESPACE)}),
+                         ("delete", "", "secrets", "taugate-webhook-tls", NAMESPACE),
+                         ("delete", "", "configmaps", admission_policy.NAME, NAMESPACE)}),
 ])
 def test_hook_accounts_reach_only_taugates_own_secret_and_configurations(default_objects, service_account, may):
     granted = rules_of(default_objects, service_account)
