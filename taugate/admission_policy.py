@@ -219,10 +219,11 @@ def parameters(cluster: TauCluster, settings: Settings | None = None) -> dict[st
     TauCluster's status, ``controllers/admission_policy.py``). ``data``: ``profile.NAME`` the
     entries ``key=value`` a GPU pod template's ``nodeSelector`` must hold under that profile (its
     ``nodeSelector``, then the GPU class label), comma-separated (a label key or value has no
-    comma or ``=``: apimachinery's ``IsQualifiedName`` and ``IsValidLabelValue``; a profile whose
-selector breaks that is never satisfied, so it fails closed); ``tolerationKeys`` and ``gpuClasses`` what
-    the profiles tolerate and name. A profile name given twice is left out, so a workload under it
-    is refused as under a profile the TauCluster does not have."""
+    comma or ``=``: apimachinery's ``IsQualifiedName`` and ``IsValidLabelValue``; a profile
+    selector value with a comma, which no node label can hold, is never matched by what the
+    webhook writes, so it fails closed); ``tolerationKeys`` and
+    ``gpuClasses`` what the profiles tolerate and name. A profile name given twice is left out, so
+    a workload under it is refused as under a profile the TauCluster does not have."""
     settings = settings or Settings()
     profiles = cluster.spec.workload_profiles
     names = [p.name for p in profiles]
