@@ -3,9 +3,9 @@
     python bench/api_policy.py [--profiles 0,100,500] [--n 200] [--out api_policy]
 
 The operator keeps a ValidatingAdmissionPolicy, ``taugate-admitted-workloads``
-(``taugate/admission_policy.py``), whose parameter is the ConfigMap of that name that the operator
-writes from the TauCluster ``cluster`` (until 2026-12-07 the TauCluster itself, which the API
-server converted whole on every evaluation: 190 ms per create at 505 profiles). The API server
+(``taugate/admission_policy.py``), whose parameter is the TauProfilePlacement of that name that the
+operator writes from the TauCluster ``cluster`` (until 2026-12-07 the TauCluster itself, which the
+API server converted whole on every evaluation: 190 ms per create at 505 profiles). The API server
 evaluates it in process for every create and update of a judged kind in a workspace namespace; no
 webhook metric shows its time. This bench measures it on the control plane of ``tests/e2e``
 (etcd, kube-apiserver, kube-controller-manager, kube-scheduler built from their pinned Go modules,
@@ -16,7 +16,7 @@ example's (copies of its first, each for its own namespace), the bench waits unt
 has resolved them into the TauCluster's status, and then makes ``--n`` server-side dry runs of the
 GPU Job of ``policies/gpu-per-pod-fits-node/samples`` in the example's ``vision`` workspace, one
 after the other (a dry run passes every admission step, the policy included, and stores nothing).
-Per row: the TauCluster's and the parameter ConfigMap's sizes (bytes of their JSON), the client's
+Per row: the TauCluster's and the parameter's sizes (bytes of their JSON), the client's
 wall time p50/p99, the API server's CPU per create (``/proc/<pid>/stat``, user + system), and the mean time of the API
 server's ``ValidatingAdmissionPolicy`` admission plugin per CREATE
 (``apiserver_admission_controller_admission_duration_seconds``, differenced). Last, the operator
@@ -48,7 +48,7 @@ from bench.e2e import percentile, write_results  # noqa: E402
 from taugate.kube import Kube, KubeError, load_configuration  # noqa: E402
 from taugate.kubeaccess import Resource  # noqa: E402
 from tests.e2e.controlplane import ControlPlane, ControlPlaneError, build, wait_until  # noqa: E402
-from tests.e2e.platform import NAMESPACE, Platform, install  # noqa: E402
+from tests.e2e.platform import Platform, install  # noqa: E402
 from tests.e2e.workloads import into_workspace  # noqa: E402
 from tests.paths import POLICIES  # noqa: E402
 
@@ -86,7 +86,7 @@ class Bench:
 
     def parameter_bytes(self) -> int:
         """The size of the policy's parameter (the operator writes it before the TauCluster's status)."""
-        return len(self.cp.kubectl("get", "configmap", BINDING, "-n", NAMESPACE, "-o", "json").stdout)
+        return len(self.cp.kubectl("get", "profileplacements.tau.azure.com", BINDING, "-o", "json").stdout)
 
     def api_cpu_seconds(self) -> float:
         fields = Path(f"/proc/{self.api_pid}/stat").read_text().rsplit(")", 1)[1].split()

@@ -1,8 +1,9 @@
 """The operator's part of the API server's own policy (``taugate/admission_policy.py``): install the
 ValidatingAdmissionPolicy and its binding as generated from the operator's settings, put them back
 when edited or deleted, remove them when ``Settings.admission_policy`` is off (only when labelled as
-taugate's); keep the policy's parameter, the ConfigMap made from the TauCluster (``keep_parameters``,
-called by the TauCluster's reconcile before it writes the status the webhook admits by)."""
+taugate's); keep the policy's parameter, the TauProfilePlacement made from the TauCluster
+(``keep_parameters``, called by the TauCluster's reconcile before it writes the status the webhook
+admits by)."""
 
 from __future__ import annotations
 
@@ -10,13 +11,10 @@ import logging
 from typing import Any
 
 from taugate import admission_policy, labels
+from taugate.controllers.conditions import merge_patch
+from taugate.controllers.resources import TAU_PROFILE_PLACEMENTS
 from taugate.kube import Kube
-from taugate.kubeaccess import (
-    CONFIG_MAPS,
-    VALIDATING_ADMISSION_POLICIES,
-    VALIDATING_ADMISSION_POLICY_BINDINGS,
-    Resource,
-)
+from taugate.kubeaccess import VALIDATING_ADMISSION_POLICIES, VALIDATING_ADMISSION_POLICY_BINDINGS, Resource
 from taugate.models import TauCluster
 from taugate.settings import Settings
 
@@ -56,37 +54,39 @@ def _keep(kube: Kube, res: Resource, want: dict[str, Any]) -> str:
     return "updated"
 
 
-def keep_parameters(kube: Kube, settings: Settings, cluster: TauCluster) -> str:
-    """Create the policy's parameter from ``cluster`` or put its data back (``created``,
-    ``updated``, ``unchanged``; ``off`` when ``Settings.admission_policy`` is). The data is made
-    whole from the TauCluster, never from what is stored, so a merge patch that also removes the
-    keys it does not want needs no precondition. Raises ``taugate.kube.KubeError``: the TauCluster's
-    reconcile then writes no status and is retried, so the webhook never admits by a profile set
-    the API server's policy does not have yet."""
+def keep_parameters(kube: Kube, settings: Settings, cluster: TauCluster | None) -> str:
+    """Create the policy's parameter from ``cluster`` or put its spec back (``created``,
+    ``updated``, ``unchanged``); with no TauCluster, delete it (``deleted``, ``absent``), so the
+    policy refuses what it judges, as the webhook does; ``off`` when ``Settings.admission_policy``
+    is. Raises ``taugate.kube.KubeError``: the TauCluster's reconcile then writes no status and is
+    retried, so the webhook never admits by a profile set the API server's policy does not have yet."""
     if not settings.admission_policy:
         return "off"
-    want = admission_policy.parameters(cluster, settings)
-    meta = want["metadata"]
-    have = kube.get(CONFIG_MAPS, meta["name"], meta["namespace"])
-    if have is None:
-        kube.create(CONFIG_MAPS, want, exist_ok=False)
-        done = "created"
-    elif have.get("data") == want["data"] and _ours(have):
-        return "unchanged"
+    have = kube.get(TAU_PROFILE_PLACEMENTS, admission_policy.NAME)
+    if cluster is None:
+        done = "absent" if have is None else \
+            "deleted" if _ours(have) and kube.delete(TAU_PROFILE_PLACEMENTS, admission_policy.NAME) else "absent"
     else:
-        stale = dict.fromkeys(set(have.get("data") or {}) - set(want["data"]))
-        kube.patch(CONFIG_MAPS, meta["name"], {"metadata": {"labels": meta["labels"]},
-                                               "data": {**stale, **want["data"]}}, meta["namespace"])
-        done = "updated"
-    log.info("admission policy %s: parameter ConfigMap %s/%s %s", admission_policy.NAME, meta["namespace"],
-             meta["name"], done)
+        want = admission_policy.parameters(cluster)
+        patch = merge_patch(have.get("spec") or {}, want["spec"]) if have is not None else None
+        if have is None:
+            kube.create(TAU_PROFILE_PLACEMENTS, want, exist_ok=False)
+            done = "created"
+        elif patch is None and _ours(have):
+            return "unchanged"
+        else:  # made whole from the TauCluster, never from what is stored: no precondition needed
+            kube.patch(TAU_PROFILE_PLACEMENTS, admission_policy.NAME,
+                       {"metadata": {"labels": want["metadata"]["labels"]}, **({"spec": patch} if patch else {})})
+            done = "updated"
+    if done != "absent":
+        log.info("admission policy %s: its parameter TauProfilePlacement %s", admission_policy.NAME, done)
     return done
 
 
 def reconcile_admission_policy(kube: Kube, settings: Settings) -> dict[str, str]:
     """What was done to the policy and to the binding (``created``, ``updated``, ``unchanged``,
-    ``deleted``, ``absent``, ``not taugate's``), and when off to the parameter ConfigMap (written
-    by ``keep_parameters`` when on). The policy goes first on install and last on removal, so the
+    ``deleted``, ``absent``, ``not taugate's``), and when off to its parameter (written by
+    ``keep_parameters`` when on). The policy goes first on install and last on removal, so the
     binding never names a missing policy."""
     pairs = list(zip((VALIDATING_ADMISSION_POLICIES, VALIDATING_ADMISSION_POLICY_BINDINGS),
                      admission_policy.documents(settings), strict=True))
@@ -94,17 +94,15 @@ def reconcile_admission_policy(kube: Kube, settings: Settings) -> dict[str, str]
     if settings.admission_policy:
         for res, want in pairs:
             done[res.kind] = _keep(kube, res, want)
-    else:  # the binding, the policy, then its parameter (its data does not matter here)
-        parameter = {"metadata": {"name": admission_policy.NAME, "namespace": settings.namespace}}
-        for res, want in [*reversed(pairs), (CONFIG_MAPS, parameter)]:
-            name, namespace = want["metadata"]["name"], want["metadata"].get("namespace")
-            have = kube.get(res, name, namespace)
+    else:  # the binding, the policy, then its parameter
+        for res in (VALIDATING_ADMISSION_POLICY_BINDINGS, VALIDATING_ADMISSION_POLICIES, TAU_PROFILE_PLACEMENTS):
+            have = kube.get(res, admission_policy.NAME)
             if have is None:
                 done[res.kind] = "absent"
             elif not _ours(have):
                 done[res.kind] = "not taugate's"
             else:
-                done[res.kind] = "deleted" if kube.delete(res, name, namespace) else "absent"
+                done[res.kind] = "deleted" if kube.delete(res, admission_policy.NAME) else "absent"
     if any(v not in ("unchanged", "absent") for v in done.values()):  # "not taugate's" is worth a line
         log.info("admission policy %s: %s", admission_policy.NAME,
                  ", ".join(f"{kind} {what}" for kind, what in done.items()))

@@ -28,12 +28,13 @@ SERVICE_ACCOUNTS = Resource("", "v1", "serviceaccounts", "ServiceAccount", True)
 PVCS = Resource("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", True)
 ROLE_BINDINGS = Resource("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", True)
 TAU_QUOTA_REQUESTS = Resource(labels.GROUP, labels.VERSION, "quotarequests", "TauQuotaRequest", True)
+TAU_PROFILE_PLACEMENTS = Resource(labels.GROUP, labels.VERSION, "profileplacements", "TauProfilePlacement", False)
 
 __all__ = [
     "Action", "Resource", "annotations_of", "labels_of", "metadata_of", "name_of", "namespace_of", "CLUSTER_NAME",
     "CLUSTER_QUEUES", "LOCAL_QUEUES", "NODES", "RESOURCE_FLAVORS", "STATE_RESOURCES", "TAU_CLUSTERS",
     "TAU_WORKSPACES", "WORKLOAD_PRIORITY_CLASSES", "NAMESPACES", "SERVICE_ACCOUNTS", "PVCS", "ROLE_BINDINGS",
-    "TAU_QUOTA_REQUESTS",
+    "TAU_QUOTA_REQUESTS", "TAU_PROFILE_PLACEMENTS",
 ]
 
 

@@ -14,12 +14,16 @@ are what a container requests or limits by name (``nvidia.com/gpu``,
 ``taugate.devices.device_resources``, a GPU DeviceClass's extended resource), not DRA claims (a
 claim's GPUs need the ResourceClaim, which CEL cannot read; claims are judged by the validating
 webhook, which fails closed). The profiles come as the policy's parameter, so a profile edit needs
-no new policy: a ConfigMap the operator writes from the TauCluster (``parameters``), not the
-TauCluster itself, because kube-apiserver converts a custom resource parameter whole on every
-evaluation (k8s.io/apiserver pkg/cel/common/valuesschemalesstyped.go ``SchemalessTypedToVal``: an
-``Unstructured`` goes through ``ToUnstructured``, a JSON round trip) while a built-in kind's typed
-object is read lazily, key by key: the cost of a create no longer grows with the profiles
-(docs/performance.md, "taugate's own API server policy").
+no new policy: the TauProfilePlacement the operator writes from the TauCluster (``parameters``),
+not the TauCluster itself, because kube-apiserver converts a custom resource parameter whole on
+every evaluation (k8s.io/apiserver pkg/cel/common/valuesschemalesstyped.go ``SchemalessTypedToVal``:
+an ``Unstructured`` goes through ``ToUnstructured``, a JSON round trip), which made a TauCluster of
+505 profiles cost 190 ms a create (docs/performance.md, "taugate's own API server policy"). Not a
+ConfigMap either, though a built-in kind is read lazily: the API server stops a built-in kind's
+shared informer when no binding names that kind and never starts it again, so a policy re-bound
+after an uninstall or a turn off and on would read a frozen copy (``policy_source.go``
+``ensureParamsForPolicyLocked``; kubernetes/kubernetes#130887), while a custom resource gets a new
+informer each time.
 """
 
 from __future__ import annotations
@@ -31,15 +35,13 @@ from typing import Any
 from taugate import devices, labels
 from taugate.kinds import KINDS
 from taugate.kinds.trainjob import KIND as TRAINJOB
-from taugate.models import TauCluster
+from taugate.models import ProfilePlacement, TauCluster, TauProfilePlacement, TauProfilePlacementSpec
+from taugate.profiles import profile_set_hash
 from taugate.settings import Settings
 from taugate.unmanaged import RELAY_OWNER_KINDS, UNMANAGED_KINDS
 
 NAME = "taugate-admitted-workloads"
 RUN_ID_PATTERN = f"^[0-9a-f]{{{labels.RUN_ID_LENGTH}}}$"
-PROFILE_KEY = "profile."
-"""``PROFILE_KEY + name``: the placement of workload profile ``name`` in the parameter's data."""
-TOLERATION_KEYS, GPU_CLASSES = "tolerationKeys", "gpuClasses"
 UNAVAILABLE = ("; taugate's admission webhook may be unavailable: create it again once taugate answers, "
                "or ask the platform team (docs/runbook.md)")
 
@@ -188,14 +190,9 @@ def _bypass(s: str) -> str:
             f"(has({s}.priorityClassName) && {s}.priorityClassName.startsWith('system-'))")
 
 
-def _data_of(key: str) -> str:
-    """CEL: the list that the parameter's ``data[key]`` holds, comma-separated (empty when absent;
-    ``key`` is CEL)."""
-    return f"(has(params.data) && {key} in params.data ? params.data[{key}].split(',').filter(v, v != '') : [])"
-
-
-def _data(key: str) -> str:
-    return _data_of(_cel(key))
+def _listed(field: str) -> str:
+    """CEL: the parameter's ``spec.<field>`` list (empty when absent)."""
+    return f"(has(params.spec.{field}) ? params.spec.{field} : [])"
 
 
 def _gpu_nodes(s: str, settings: Settings) -> str:
@@ -205,43 +202,38 @@ def _gpu_nodes(s: str, settings: Settings) -> str:
     class, or on a GPU Feature Discovery label other than ``false``."""
     label = _cel(settings.gpu_class_label)
     tolerates = (f"has({s}.tolerations) && {s}.tolerations.exists(x, ((!has(x.key) || x.key == '') && "
-                 f"has(x.operator) && x.operator == 'Exists') || (has(x.key) && x.key in {_data(TOLERATION_KEYS)}))")
+                 f"has(x.operator) && x.operator == 'Exists') || (has(x.key) && x.key in {_listed('tolerationKeys')}))")
     selects = (f"has({s}.nodeSelector) && (({label} in {s}.nodeSelector && "
-               f"{s}.nodeSelector[{label}] in {_data(GPU_CLASSES)}) "
+               f"{s}.nodeSelector[{label}] in {_listed('gpuClasses')}) "
                f"|| {s}.nodeSelector.exists(k, k in {_list(devices.GPU_NODE_LABELS)} && "
                f"{s}.nodeSelector[k] != 'false'))")
     return f"({tolerates}) || ({selects})"
 
 
-def parameters(cluster: TauCluster, settings: Settings | None = None) -> dict[str, Any]:
-    """The policy's parameter: a ConfigMap ``NAME`` in ``settings.namespace`` holding what the
-    policy reads of the TauCluster's workload profiles (pure; the operator writes it before the
-    TauCluster's status, ``controllers/admission_policy.py``). ``data``: ``profile.NAME`` the
-    entries ``key=value`` a GPU pod template's ``nodeSelector`` must hold under that profile (its
-    ``nodeSelector``, then the GPU class label), comma-separated (a label key or value has no
-    comma or ``=``: apimachinery's ``IsQualifiedName`` and ``IsValidLabelValue``; a profile
-    selector value with a comma, which no node label can hold, is never matched by what the
-    webhook writes, so it fails closed); ``tolerationKeys`` and
-    ``gpuClasses`` what the profiles tolerate and name. A profile name given twice is left out, so
-    a workload under it is refused as under a profile the TauCluster does not have."""
-    settings = settings or Settings()
+def parameters(cluster: TauCluster) -> dict[str, Any]:
+    """The policy's parameter: the TauProfilePlacement ``NAME`` holding what the policy reads of
+    the TauCluster's workload profiles (pure; the operator writes it before the TauCluster's
+    status, ``controllers/admission_policy.py``): each profile's nodeSelector and GPU class, the
+    taint keys they tolerate and their GPU classes. A profile name given twice is left out, so a
+    workload under it is refused as under a profile the TauCluster does not have (the CRD refuses
+    such a TauCluster: its profiles are a list keyed by name)."""
     profiles = cluster.spec.workload_profiles
     names = [p.name for p in profiles]
-    data = {TOLERATION_KEYS: ",".join(sorted({t.key for p in profiles for t in p.tolerations if t.key})),
-            GPU_CLASSES: ",".join(sorted({p.gpu_class for p in profiles if p.gpu_class}))}
-    for p in profiles:
-        if names.count(p.name) == 1:
-            entries = [*p.node_selector.items(), *([(settings.gpu_class_label, p.gpu_class)] if p.gpu_class else [])]
-            data[PROFILE_KEY + p.name] = ",".join(f"{k}={v}" for k, v in entries)
-    return {"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": NAME, "namespace": settings.namespace,
-                         "labels": {labels.MANAGED_BY: labels.MANAGED_BY_VALUE}},
-            "data": data}
+    spec = TauProfilePlacementSpec(
+        profiles={p.name: ProfilePlacement(node_selector=dict(p.node_selector), gpu_class=p.gpu_class or None)
+                  for p in profiles if names.count(p.name) == 1},
+        toleration_keys=sorted({t.key for p in profiles for t in p.tolerations if t.key}),
+        gpu_classes=sorted({p.gpu_class for p in profiles if p.gpu_class}),
+        profile_set_hash=profile_set_hash(profiles))
+    placement = TauProfilePlacement(spec=spec)
+    placement.metadata.name = NAME
+    placement.metadata.labels = {labels.MANAGED_BY: labels.MANAGED_BY_VALUE}
+    return placement.model_dump(by_alias=True, exclude_none=True, mode="json")
 
 
 def policy(settings: Settings | None = None) -> dict[str, Any]:
     """The ValidatingAdmissionPolicy (``admissionregistration.k8s.io/v1``), its parameter the
-    ConfigMap of ``parameters``."""
+    TauProfilePlacement of ``parameters``."""
     settings = settings or Settings()
     groups: dict[tuple[str, str], list[str]] = {}
     for group, version, resource, _, _ in _judged_kinds():
@@ -267,10 +259,11 @@ def policy(settings: Settings | None = None) -> dict[str, Any]:
              f"{record}.contains('\"generateName\":\"' + object.metadata.generateName + '\"'))) && "
              f"{record}.contains('\"runId\":\"' + {run_id} + '\"')")
     one = "variables.profileKnown"
-    # Every entry k=v of the profile's placement is some entry of the template's nodeSelector (a
-    # label key has no "=", so k + "=" + v names one key and one value).
-    placed = ("variables.gpuSpecs.all(s, variables.placement.all(r, has(s.nodeSelector) && "
-              "s.nodeSelector.exists(k, k + '=' + s.nodeSelector[k] == r)))")
+    placement = f"params.spec.profiles[{profile}]"
+    placed = (f"variables.gpuSpecs.all(s, variables.selector.all(k, has(s.nodeSelector) && k in s.nodeSelector && "
+              f"s.nodeSelector[k] == variables.selector[k]) && (variables.gpuClass == '' || (has(s.nodeSelector) && "
+              f"{_cel(settings.gpu_class_label)} in s.nodeSelector && "
+              f"s.nodeSelector[{_cel(settings.gpu_class_label)}] == variables.gpuClass)))")
     # What a GPU template's placement and size are made of: judged again on UPDATE only when they
     # change, so an image, a label or a finalizer after a profile moved in the TauCluster is never
     # refused for what the stored object already had (as the webhook excuses it).
@@ -334,9 +327,8 @@ def policy(settings: Settings | None = None) -> dict[str, Any]:
              "\" (label ", labels.WORKLOAD_PROFILE, "), which TauCluster cluster does not have"),
         rule(f"{placing} && {one}", placed,
              kind, " ", name, " is not placed as workload profile \"", profile, "\" says: every pod template that "
-             "asks for GPUs needs ", Expr(f"params.data[{_cel(PROFILE_KEY)} + {profile}]"),
-             f" in spec.nodeSelector (the profile's nodeSelector and {settings.gpu_class_label}: "
-             "kubectl get taucluster cluster -o yaml)"),
+             "asks for GPUs needs the profile's nodeSelector and ", settings.gpu_class_label, "=\"",
+             Expr("variables.gpuClass"), "\" in spec.nodeSelector (kubectl get taucluster cluster -o yaml)"),
         rule(f"{judged} && {update} && {managed} && {old_run_id} != ''",
              f"{run_id} == {old_run_id} && {record} == {old_record} && ({old_queue} == '' || {queue} == {old_queue}) "
              f"&& ({old_profile} == '' || {profile} == {old_profile})",
@@ -365,7 +357,7 @@ def policy(settings: Settings | None = None) -> dict[str, Any]:
         "metadata": {"name": NAME, "labels": {labels.MANAGED_BY: labels.MANAGED_BY_VALUE}},
         "spec": {
             "failurePolicy": "Fail",
-            "paramKind": {"apiVersion": "v1", "kind": "ConfigMap"},
+            "paramKind": {"apiVersion": f"{labels.GROUP}/{labels.VERSION}", "kind": "TauProfilePlacement"},
             "matchConstraints": {
                 "resourceRules": rules,
                 "namespaceSelector": {"matchExpressions": [{"key": labels.WORKSPACE, "operator": "Exists"}]},
@@ -384,27 +376,28 @@ def policy(settings: Settings | None = None) -> dict[str, Any]:
                 # (a label, the garbage collector orphaning it); one that edits them is judged as a
                 # top-level workload, as the webhook judges it (webhook.mutation.is_child).
                 {"name": "childUntouched", "expression": untouched},
-                {"name": "profileKnown", "expression": f"has(params.data) && {_cel(PROFILE_KEY)} + {profile} in "
-                                                       "params.data"},
-                {"name": "placement", "expression": _data_of(f"{_cel(PROFILE_KEY)} + {profile}")},
+                {"name": "profileKnown",
+                 "expression": f"has(params.spec.profiles) && {profile} in params.spec.profiles"},
+                {"name": "selector", "expression": f"variables.profileKnown && has({placement}.nodeSelector) ? "
+                                                   f"{placement}.nodeSelector : {{}}"},
+                {"name": "gpuClass", "expression": f"variables.profileKnown && has({placement}.gpuClass) ? "
+                                                   f"{placement}.gpuClass : ''"},
             ],
             "validations": validations,
         },
     }
 
 
-def binding(settings: Settings | None = None) -> dict[str, Any]:
-    """The ValidatingAdmissionPolicyBinding that enforces ``policy`` (``Deny``) with the ConfigMap
-    of ``parameters``; without that ConfigMap, every request the policy judges is refused (fail
-    closed)."""
-    settings = settings or Settings()
+def binding() -> dict[str, Any]:
+    """The ValidatingAdmissionPolicyBinding that enforces ``policy`` (``Deny``) with the
+    TauProfilePlacement of ``parameters``; without it, every request the policy judges is refused
+    (fail closed)."""
     return {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
             "metadata": {"name": NAME, "labels": {labels.MANAGED_BY: labels.MANAGED_BY_VALUE}},
             "spec": {"policyName": NAME, "validationActions": ["Deny"],
-                     "paramRef": {"name": NAME, "namespace": settings.namespace,
-                                  "parameterNotFoundAction": "Deny"}}}
+                     "paramRef": {"name": NAME, "parameterNotFoundAction": "Deny"}}}
 
 
 def documents(settings: Settings | None = None) -> list[dict[str, Any]]:
     """The policy and its binding."""
-    return [policy(settings), binding(settings)]
+    return [policy(settings), binding()]

@@ -48,7 +48,6 @@ class Resource:
 
 
 SECRETS = Resource("", "v1", "secrets", "Secret", True)
-CONFIG_MAPS = Resource("", "v1", "configmaps", "ConfigMap", True)
 MUTATING_WEBHOOK_CONFIGURATIONS = Resource("admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations",
                                            "MutatingWebhookConfiguration", False)
 VALIDATING_WEBHOOK_CONFIGURATIONS = Resource("admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations",

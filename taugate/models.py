@@ -321,6 +321,40 @@ class TauCluster(TauModel):
     """What the operator observed and resolved (profiles, queues, GPU inventory)."""
 
 
+class ProfilePlacement(TauModel):
+    """Where one workload profile puts its GPU pod templates."""
+
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    """The profile's nodeSelector: every entry is on each GPU pod template."""
+    gpu_class: str | None = None
+    """The profile's GPU class: the value of the GPU class label on each GPU pod template."""
+
+
+class TauProfilePlacementSpec(TauModel):
+    profiles: dict[str, ProfilePlacement] = Field(default_factory=dict)
+    """Per workload profile name, where its GPU pod templates go (a name the TauCluster gives twice
+    is left out: workloads under it are refused)."""
+    toleration_keys: list[str] = Field(default_factory=list)
+    """The taint keys the profiles tolerate for their GPU pods (a CPU template that tolerates one
+    is refused)."""
+    gpu_classes: list[str] = Field(default_factory=list)
+    """The profiles' GPU classes (a CPU template that selects one is refused)."""
+    profile_set_hash: str = ""
+    """The TauCluster's profileSetHash this was made from."""
+
+
+class TauProfilePlacement(TauModel):
+    """The cluster-scoped singleton ``taugate-admitted-workloads``: what the API server's own
+    policy (``taugate/admission_policy.py``) reads of the TauCluster's profiles, written by the
+    operator before the TauCluster's status. Not for hand edits: the operator puts it back."""
+
+    api_version: str = "tau.azure.com/v1alpha1"
+    kind: Literal["TauProfilePlacement"] = "TauProfilePlacement"
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: TauProfilePlacementSpec = Field(default_factory=TauProfilePlacementSpec)
+    """The profiles' placements, toleration keys and GPU classes."""
+
+
 class Subject(TauModel):
     kind: Literal["Group", "User", "ServiceAccount"]
     """Group, User or ServiceAccount."""

@@ -60,14 +60,11 @@ class Settings(BaseSettings):
       DeviceClasses onto the queues' GPU resource (docs/gpu-paths.md).
     - ``admission_policy``: the operator installs and keeps the ValidatingAdmissionPolicy of
       ``taugate/admission_policy.py`` (False: it removes its own).
-    - ``namespace``: taugate's own (the chart's release namespace), where that policy's parameter,
-      the ConfigMap ``taugate-admitted-workloads``, is kept.
     """
 
     model_config = SettingsConfigDict(env_prefix="TAUGATE_")
 
     service_account: str = "system:serviceaccount:taugate-system:taugate"
-    namespace: str = "taugate-system"
     system_namespace: str = "tau-platform"
     gpu_class_label: str = "tau.azure.com/gpu-class"
     gpu_health_conditions: tuple[str, ...] = DEFAULT_GPU_HEALTH_CONDITIONS

@@ -20,7 +20,7 @@ What the harness adds to kmock (kmock's gaps)
       Kueue v0.17's storage version), ``scheduling.k8s.io/v1`` priorityclasses,
       KubeRay ``ray.io/v1`` (rayjobs, rayclusters), ``batch/v1`` jobs (the
       registered workload kinds, ``taugate.kinds.KINDS``), and ``tau.azure.com/v1alpha1``
-      (clusters, workspaces, quotarequests, tauruns), ``wgpolicyk8s.io/v1alpha2`` PolicyReports and
+      (clusters, workspaces, quotarequests, tauruns, profileplacements), ``wgpolicyk8s.io/v1alpha2`` PolicyReports and
       ClusterPolicyReports (the audit's), each with its kind and scope, and
       ``status`` as a subresource for the custom resources.
     - Shutdown drops open connections at once (watch streams never end by themselves), which
@@ -133,6 +133,7 @@ RESOURCES: tuple[tuple[str, str, bool], ...] = tuple(dict.fromkeys((  # once eac
     ("tau.azure.com/v1alpha1/workspaces", "TauWorkspace", True),
     ("tau.azure.com/v1alpha1/quotarequests", "TauQuotaRequest", True),
     ("tau.azure.com/v1alpha1/tauruns", "TauRun", True),
+    ("tau.azure.com/v1alpha1/profileplacements", "TauProfilePlacement", False),  # the API server policy's parameter
     ("wgpolicyk8s.io/v1alpha2/policyreports", "PolicyReport", True),  # the audit's reports
     ("wgpolicyk8s.io/v1alpha2/clusterpolicyreports", "ClusterPolicyReport", False),
     *DRA_RESOURCES,

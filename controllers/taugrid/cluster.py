@@ -213,11 +213,12 @@ def reconcile_cluster(kube: Any, settings: Settings, *, name: str = R.CLUSTER_NA
     (``controllers/admission_policy.py``), then plan and apply; returns the plan (None when there
     is no TauCluster). Raises ``taugate.kube.KubeError`` when the API fails (the caller retries)."""
     obs = observe_cluster(kube, name)
-    if obs is None:
-        return None
     # The API server's policy reads the profiles before the webhook admits by them (from the
-    # status). An invalid spec is the status's to report (the webhook refuses by it): the policy
-    # keeps the last valid profiles.
+    # status); with no TauCluster both refuse. An invalid spec is the status's to report (the
+    # webhook refuses by it): the policy keeps the last valid profiles.
+    if obs is None:
+        keep_parameters(kube, settings, None)
+        return None
     with contextlib.suppress(ValidationError):
         keep_parameters(kube, settings, TauCluster.model_validate(obs.cluster))
     now = now or now_rfc3339()

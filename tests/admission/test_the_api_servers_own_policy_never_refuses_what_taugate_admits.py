@@ -38,19 +38,9 @@ RESEARCHER = "alice@contoso.com"
 TAU_CLUSTER = next(d for d in yaml.safe_load_all(EXAMPLE_CLUSTER.read_text()) if d and d["kind"] == "TauCluster")
 
 
-def _parameter(cluster: dict, settings: Settings | None = None) -> dict:
-    """The ConfigMap the operator writes from ``cluster`` for the policy."""
-    return admission_policy.parameters(TauCluster.model_validate(cluster), settings)
-
-
-def _context(values: dict[str, Any]) -> cel.Context:
-    """``values`` with the one function of Kubernetes' CEL libraries the policy calls that this
-    engine lacks: ``string.split(separator)`` (cel-go ``ext.Strings``, in every Kubernetes CEL
-    environment since 1.27; tests/e2e/test_the_api_server_keeps_taugates_rule_while_taugate_is_down.py
-    runs the policy on kube-apiserver's own)."""
-    ctx = cel.Context(values)
-    ctx.add_function("split", lambda s, sep: s.split(sep))
-    return ctx
+def _parameter(cluster: dict) -> dict:
+    """The TauProfilePlacement the operator writes from ``cluster`` for the policy."""
+    return admission_policy.parameters(TauCluster.model_validate(cluster))
 
 
 def _namespace(state, name: str) -> dict:
@@ -84,15 +74,15 @@ def refusals(state, obj: dict, *, operation: str = "CREATE", old: dict | None = 
         "request": {"operation": operation, "kind": {"group": kind.group, "version": kind.version, "kind": kind.kind},
                     "namespace": namespace, "userInfo": {"username": user, "groups": []}},
         "object": _stored(obj), "oldObject": _stored(old), "namespaceObject": _namespace(state, namespace),
-        "params": params or _parameter(TAU_CLUSTER, settings)}
-    if not all(cel.compile(c["expression"]).execute(_context(ctx)) for c in spec["matchConditions"]):
+        "params": params or _parameter(TAU_CLUSTER)}
+    if not all(cel.compile(c["expression"]).execute(ctx) for c in spec["matchConditions"]):
         return None
     variables: dict[str, Any] = {}
     for v in spec["variables"]:
-        variables[v["name"]] = cel.compile(v["expression"]).execute(_context({**ctx, "variables": variables}))
+        variables[v["name"]] = cel.compile(v["expression"]).execute({**ctx, "variables": variables})
     ctx["variables"] = variables
-    return [cel.compile(v["messageExpression"]).execute(_context(ctx)) for v in spec["validations"]
-            if not cel.compile(v["expression"]).execute(_context(ctx))]
+    return [cel.compile(v["messageExpression"]).execute(ctx) for v in spec["validations"]
+            if not cel.compile(v["expression"]).execute(ctx)]
 
 
 def _samples() -> Iterator[Any]:
@@ -253,8 +243,7 @@ def test_render_cel_prints_the_policy_and_binding_the_operator_installs(capsys):
     assert main(["policy", "render-cel"]) == 0
     docs = [d for d in yaml.safe_load_all(capsys.readouterr().out) if d]
     assert docs == admission_policy.documents(Settings())
-    assert docs[1]["spec"]["paramRef"] == {"name": admission_policy.NAME, "namespace": "taugate-system",
-                                           "parameterNotFoundAction": "Deny"}
+    assert docs[1]["spec"]["paramRef"] == {"name": admission_policy.NAME, "parameterNotFoundAction": "Deny"}
 
 
 GPU_LIMITS = {"limits": {"nvidia.com/gpu": 1}, "requests": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": 1}}

@@ -193,9 +193,8 @@ def test_the_readmes_helm_install_creates_the_crds_runs_the_certificate_hooks_an
     operator = cp.get_json("deployment", "taugate-operator", "-n", NAMESPACE)["spec"]
     assert (operator["replicas"], operator["strategy"]["type"]) == (2, "RollingUpdate")  # one leads, one stands by
     assert cp.get_json("poddisruptionbudget", "taugate-operator", "-n", NAMESPACE)["spec"]["maxUnavailable"] == 1
-    role = cp.get_json("role", "taugate-operator", "-n", NAMESPACE)["rules"]
-    assert [r["resourceNames"] for r in role if "resourceNames" in r] == [["taugate-operator"],
-                                                                         ["taugate-admitted-workloads"]]
+    assert cp.get_json("role", "taugate-operator-leader-election", "-n", NAMESPACE)["rules"][1]["resourceNames"] == [
+        "taugate-operator"]
     # Helm's lookup read the API server's address: only it and the tunnel agents reach the webhook.
     policy = cp.get_json("networkpolicy", "taugate-webhook", "-n", NAMESPACE)
     sources = [peer for rule in policy["spec"]["ingress"] for peer in rule["from"]]

@@ -5,11 +5,13 @@ to another queue, a hand-edited placement, an edit that drops the run-id, GPUs g
 Deployment and a bare GPU ReplicaSet are refused, each with its message; what taugate admitted keeps
 working (Kueue's unsuspend, the Job controller's pods, a researcher's label on one of them), a
 CPU workload goes on, namespaces that are not workspaces are not judged. Deleted by hand, the
-policy is put back by the operator. Its parameter is the ConfigMap the operator writes from the
-TauCluster; without it the policy refuses what it judges."""
+policy is put back by the operator. Its parameter is the TauProfilePlacement the operator writes
+from the TauCluster; after its binding was gone for a while, the policy reads a profile added
+since."""
 
 from __future__ import annotations
 
+import copy
 import json
 import subprocess
 import sys
@@ -18,7 +20,6 @@ import yaml
 
 from taugate import admission_policy
 from taugate.models import TauCluster
-from tests.e2e.platform import NAMESPACE
 from tests.e2e.workloads import GPU_CLASS_SELECTOR, QUEUE, RUN_ID, WORKSPACE, into_workspace
 from tests.paths import REPO
 
@@ -126,36 +127,58 @@ SMALL_JOB = {**CPU_JOB, "metadata": {"name": "small"}, "spec": {**CPU_JOB["spec"
     "restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox", "resources": {
         "requests": {"cpu": "10m", "memory": "16Mi"}}}]}}}}
 """A CPU Job taugate admits with its webhook up (the policy library asks for cpu and memory)."""
+PROFILE = "tau.azure.com/workload-profile"
 
 
-def _parameter(cp) -> dict | None:
-    out = cp.kubectl("get", "configmap", "taugate-admitted-workloads", "-n", NAMESPACE, "-o", "json", check=False)
+def _placement(cp) -> dict | None:
+    out = cp.kubectl("get", "profileplacements.tau.azure.com", "taugate-admitted-workloads", "-o", "json",
+                     check=False)
     return json.loads(out.stdout) if out.returncode == 0 else None
 
 
-def test_the_policy_reads_the_profiles_from_the_configmap_the_operator_writes_and_refuses_without_it(platform):
+def _dry_run(cp, obj: dict):
+    return cp.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", input=json.dumps(obj), check=False)
+
+
+def test_the_policy_reads_the_profiles_the_operator_writes_and_sees_a_new_one_after_its_binding_came_back(platform):
     cp = platform.cp
-    # The operator wrote the parameter from the TauCluster (the profiles' placements), under the chart's RBAC.
-    stored = platform.wait_for("the operator to write the policy's parameter", lambda: _parameter(cp), 60)
+    # The operator wrote the parameter from the TauCluster, under the chart's RBAC.
+    stored = platform.wait_for("the operator to write the policy's parameter", lambda: _placement(cp), 60)
     cluster = TauCluster.model_validate(cp.get_json("clusters.tau.azure.com", "cluster"))
-    assert stored["data"] == admission_policy.parameters(cluster)["data"]
-    assert f"{GPU_CLASS_SELECTOR}=" in stored["data"][admission_policy.PROFILE_KEY + "h100-1gpu"]
+    assert stored["spec"] == admission_policy.parameters(cluster)["spec"]
+    assert stored["spec"]["profiles"]["h100-1gpu"]["gpuClass"] == "h100"
     binding = cp.get_json("validatingadmissionpolicybinding", "taugate-admitted-workloads")
-    assert binding["spec"]["paramRef"] == {"name": "taugate-admitted-workloads", "namespace": NAMESPACE,
-                                           "parameterNotFoundAction": "Deny"}
-    # Deleted by hand, the policy refuses what it judges (fail closed), even a CPU Job with taugate up.
+    assert binding["spec"]["paramRef"] == {"name": "taugate-admitted-workloads", "parameterNotFoundAction": "Deny"}
+    # No binding for a while, as after an uninstall or the policy turned off and on: the API server
+    # stops following the parameter's kind (k8s.io/apiserver policy_source.go), and starts again
+    # once the operator puts the binding back.
     assert platform.operator is not None
     platform.operator.stop()
     try:
-        cp.kubectl("delete", "configmap", "taugate-admitted-workloads", "-n", NAMESPACE)
-        out = cp.kubectl("create", "--dry-run=server", "-f", "-", input=json.dumps(into_workspace(SMALL_JOB)),
-                         check=False)
-        assert out.returncode != 0 and "ValidatingAdmissionPolicy 'taugate-admitted-workloads'" in out.stderr, \
-            out.stderr
-        assert "no params found for policy binding with `Deny` parameterNotFoundAction" in out.stderr, out.stderr
+        cp.kubectl("delete", "validatingadmissionpolicybinding", "taugate-admitted-workloads")
+        assert _dry_run(cp, into_workspace(SMALL_JOB)).returncode == 0  # judged with no binding
     finally:
-        platform.start_operator()  # it writes the parameter again on its first TauCluster reconcile
-    platform.wait_for("the operator to write the parameter again", lambda: _parameter(cp), 60)
-    platform.wait_for("a CPU Job to be created again", lambda: cp.kubectl(
-        "create", "--dry-run=server", "-f", "-", input=json.dumps(into_workspace(SMALL_JOB)), check=False
-    ).returncode == 0, 60)
+        platform.start_operator()
+    platform.wait_for("the operator to put the binding back", lambda: cp.kubectl(
+        "get", "validatingadmissionpolicybinding", "taugate-admitted-workloads", check=False).returncode == 0, 60)
+    # A profile added now: a GPU Job under it is admitted only once the policy reads it as well
+    # (a policy reading a frozen copy would refuse it as a profile the TauCluster does not have).
+    added = {**copy.deepcopy(next(p for p in cluster.wire()["spec"]["workloadProfiles"] if p["name"] == "h100-1gpu")),
+             "name": "e2e-added", "nodeSelector": {"e2e": "added"}}
+    cp.kubectl("patch", "clusters.tau.azure.com", "cluster", "--type=json", "-p",
+               json.dumps([{"op": "add", "path": "/spec/workloadProfiles/-", "value": added}]))
+    try:
+        job = into_workspace(GPU_JOB, name="under-a-new-profile")
+        job["metadata"]["labels"] = {PROFILE: "e2e-added"}
+        out = platform.wait_for("a GPU Job under the new profile to be admitted", lambda: (
+            lambda r: r if r.returncode == 0 else None)(_dry_run(cp, job)), 90)
+        assert json.loads(out.stdout)["spec"]["template"]["spec"]["nodeSelector"]["e2e"] == "added"
+        assert "e2e-added" in _placement(cp)["spec"]["profiles"]
+    finally:
+        profiles = cp.get_json("clusters.tau.azure.com", "cluster")["spec"]["workloadProfiles"]
+        index = next(i for i, p in enumerate(profiles) if p["name"] == "e2e-added")
+        cp.kubectl("patch", "clusters.tau.azure.com", "cluster", "--type=json", "-p",
+                   json.dumps([{"op": "remove", "path": f"/spec/workloadProfiles/{index}"}]))
+    platform.wait_for("the operator to drop the profile from the parameter",
+                      lambda: "e2e-added" not in (_placement(cp) or {"spec": {"profiles": {"e2e-added": {}}}})[
+                          "spec"]["profiles"], 60)

@@ -33,7 +33,9 @@ RESOURCES = (
     ("admissionregistration.k8s.io/v1/validatingwebhookconfigurations", "ValidatingWebhookConfiguration", False),
     ("v1/secrets", "Secret", True),
     ("v1/namespaces", "Namespace", False),
+    ("tau.azure.com/v1alpha1/profileplacements", "TauProfilePlacement", False),
 )
+PLACEMENTS = ("tau.azure.com", "v1alpha1", "profileplacements")
 SERVICE_DNS = f"taugate-webhook.{NAMESPACE}.svc"
 
 
@@ -57,7 +59,8 @@ def cluster(tmp_path):
             "users: [{name: hook, user: {token: not-checked}}]\n"
             "contexts: [{name: double, context: {cluster: double, user: hook}}]\n")
         with kube.api_client() as api:
-            yield kubeconfig, kubernetes.client.AdmissionregistrationV1Api(api), kubernetes.client.CoreV1Api(api)
+            yield (kubeconfig, kubernetes.client.AdmissionregistrationV1Api(api), kubernetes.client.CoreV1Api(api),
+                   kubernetes.client.CustomObjectsApi(api))
 
 
 def _run(job: dict, kubeconfig) -> subprocess.CompletedProcess:
@@ -80,7 +83,7 @@ def _gone(read) -> bool:
 
 def test_the_certificate_hook_gives_the_api_server_a_ca_that_verifies_the_webhooks_certificate(default_objects,
                                                                                                cluster):
-    kubeconfig, adm, core = cluster
+    kubeconfig, adm, core, custom = cluster
     job = one(default_objects, "Job", "taugate-certs-hook")
     assert {"pre-install", "post-install"} <= hook_events(job)
 
@@ -113,7 +116,7 @@ def test_the_certificate_hook_gives_the_api_server_a_ca_that_verifies_the_webhoo
 
 
 def test_the_pre_delete_hook_removes_taugates_configurations_secret_and_admission_policy_only(default_objects, cluster):
-    kubeconfig, adm, core = cluster
+    kubeconfig, adm, core, custom = cluster
     job = one(default_objects, "Job", "taugate-cleanup")
     assert hook_events(job) == {"pre-delete"}
     adm.create_mutating_webhook_configuration(one(default_objects, "MutatingWebhookConfiguration", "taugate"))
@@ -127,8 +130,8 @@ def test_the_pre_delete_hook_removes_taugates_configurations_secret_and_admissio
         (adm.create_validating_admission_policy if doc["kind"] == "ValidatingAdmissionPolicy"
          else adm.create_validating_admission_policy_binding)(doc)
     cluster_doc = next(d for d in yaml.safe_load_all(EXAMPLE_CLUSTER.read_text()) if d and d["kind"] == "TauCluster")
-    core.create_namespaced_config_map(NAMESPACE, admission_policy.parameters(TauCluster.model_validate(cluster_doc)))
-    core.create_namespaced_config_map(NAMESPACE, {"metadata": {"name": "team-notes", "namespace": NAMESPACE}})
+    placement = admission_policy.parameters(TauCluster.model_validate(cluster_doc))
+    custom.create_cluster_custom_object(*PLACEMENTS, placement)
 
     done = _run(job, kubeconfig)
     assert done.returncode == 0, done.stderr
@@ -137,9 +140,8 @@ def test_the_pre_delete_hook_removes_taugates_configurations_secret_and_admissio
     assert _gone(lambda: adm.read_mutating_webhook_configuration("taugate"))
     assert _gone(lambda: adm.read_validating_webhook_configuration("taugate"))
     assert _gone(lambda: core.read_namespaced_secret("taugate-webhook-tls", NAMESPACE))
-    assert _gone(lambda: core.read_namespaced_config_map(admission_policy.NAME, NAMESPACE))
+    assert _gone(lambda: custom.get_cluster_custom_object(*PLACEMENTS, admission_policy.NAME))
     assert not _gone(lambda: adm.read_mutating_webhook_configuration("kueue-webhook-configuration"))
-    assert not _gone(lambda: core.read_namespaced_config_map("team-notes", NAMESPACE))
 
     again = _run(job, kubeconfig)  # a retried or repeated uninstall finds nothing left: still success
     assert again.returncode == 0, again.stderr

@@ -45,6 +45,8 @@ def _resolve(typed: str) -> str | None:
     ("tauquotarequest", "TauQuotaRequest"), ("tauquotarequests", "TauQuotaRequest"),
     ("quotarequests", "TauQuotaRequest"), ("tqr", "TauQuotaRequest"),
     ("taurun", "TauRun"), ("tauruns", "TauRun"), ("tr", "TauRun"),
+    ("tauprofileplacement", "TauProfilePlacement"), ("profileplacements", "TauProfilePlacement"),
+    ("tpp", "TauProfilePlacement"),
 ])
 def test_what_a_user_types_resolves_to_the_kind(typed, kind):
     assert _resolve(typed) == kind
@@ -57,9 +59,10 @@ def test_taugrids_names_are_kept():
         assert set(theirs.get("shortNames", [])) <= set(ours["shortNames"])
 
 
-def test_every_kind_is_in_the_tau_and_taugate_categories():
+def test_every_kind_is_in_the_tau_and_taugate_categories_but_the_policys_parameter_in_taugates_only():
     assert {k: c["spec"]["names"]["categories"] for k, c in OURS.items()} == {
-        k: ["tau", "taugate"] for k in ("TauCluster", "TauWorkspace", "TauQuotaRequest", "TauRun")}
+        **{k: ["tau", "taugate"] for k in ("TauCluster", "TauWorkspace", "TauQuotaRequest", "TauRun")},
+        "TauProfilePlacement": ["taugate"]}  # the operator's, not TauGrid's
 
 
 def _kubernetes_short_names() -> set[str]:

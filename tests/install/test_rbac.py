@@ -89,19 +89,20 @@ def test_the_operator_may_take_and_renew_its_own_leader_lease_in_the_release_nam
         assert not allowed(granted, verb, *lease, "taugate-operator", NAMESPACE)
 
 
-def test_the_operator_writes_the_policys_parameter_configmap_and_only_reads_others_by_name(default_objects):
+def test_the_operator_writes_the_policys_parameter_and_no_one_else_may(default_objects):
     granted = rules_of(default_objects, "taugate-operator")
-    configmaps, name = ("", "configmaps"), admission_policy.NAME
-    assert allowed(granted, "create", *configmaps, namespace=NAMESPACE)  # create cannot be limited by name
+    placements, name = (labels.GROUP, "profileplacements"), admission_policy.NAME
+    assert allowed(granted, "create", *placements)  # create cannot be limited by name
     for verb in ("patch", "delete"):
-        assert allowed(granted, verb, *configmaps, name, NAMESPACE)
-        assert not allowed(granted, verb, *configmaps, "kube-root-ca.crt", NAMESPACE)
-        assert not allowed(granted, verb, *configmaps, name, "team-a")
-    assert not allowed(granted, "create", *configmaps, namespace="team-a")
-    # get on every ConfigMap: the API server's condition for creating a policy whose paramKind is ConfigMap
-    assert allowed(granted, "get", *configmaps, "anything", "team-a")
-    for verb in ("list", "watch", "update"):
-        assert not allowed(granted, verb, *configmaps, namespace="team-a")
+        assert allowed(granted, verb, *placements, name)
+        assert not allowed(granted, verb, *placements, "another")
+    # get on every object of the kind: the API server's condition for creating a policy with that paramKind
+    assert allowed(granted, "get", *placements, "another")
+    assert not allowed(granted, "update", *placements, name)
+    for role in ("taugate-platform-admin", "tau-researcher-v1"):  # written by the operator only
+        rules = [(None, rule) for rule in one(default_objects, "ClusterRole", role)["rules"]]
+        for verb in WRITE_VERBS:
+            assert not allowed(rules, verb, *placements, name), (role, verb)
 
 
 def test_quota_raise_is_the_only_way_the_operator_may_patch_a_cluster_queue():
@@ -117,7 +118,8 @@ def test_the_operator_may_manage_every_custom_resource_the_chart_installs(defaul
     for crd in definitions:
         plural = crd["spec"]["names"]["plural"]
         assert allowed(granted, "watch", labels.GROUP, plural), plural
-        assert allowed(granted, "patch", labels.GROUP, f"{plural}/status"), plural
+        if "status" in crd["spec"]["versions"][0].get("subresources", {}):
+            assert allowed(granted, "patch", labels.GROUP, f"{plural}/status"), plural
 
 
 @pytest.mark.parametrize("service_account, may", [
@@ -131,7 +133,7 @@ def test_the_operator_may_manage_every_custom_resource_the_chart_installs(defaul
     ("taugate-cleanup", {("delete", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "taugate", None),
                          ("delete", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "taugate", None),
                          ("delete", "", "secrets", "taugate-webhook-tls", NAMESPACE),
-                         ("delete", "", "configmaps", admission_policy.NAME, NAMESPACE)}),
+                         ("delete", labels.GROUP, "profileplacements", admission_policy.NAME, None)}),
 ])
 def test_hook_accounts_reach_only_taugates_own_secret_and_configurations(default_objects, service_account, may):
     granted = rules_of(default_objects, service_account)

@@ -193,7 +193,6 @@ def test_the_server_answers_before_the_api_server_times_out(default_objects, mon
     timeouts = {w["timeoutSeconds"] for _, w in _webhooks(default_objects).values()}
     assert settings.admission_deadline_seconds < min(timeouts)
     assert settings.system_namespace == "tau-platform"
-    assert env["TAUGATE_NAMESPACE"] == settings.namespace == NAMESPACE  # where the API server policy's parameter is
 
 
 def test_cert_manager_mode_injects_the_ca_of_the_webhooks_certificate(rendered):

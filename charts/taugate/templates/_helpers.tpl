@@ -109,8 +109,6 @@ app.kubernetes.io/component: {{ .component }}
 {{- define "taugate.settingsEnv" -}}
 - name: TAUGATE_SERVICE_ACCOUNT
   value: {{ include "taugate.operatorUsername" . | quote }}
-- name: TAUGATE_NAMESPACE
-  value: {{ .Release.Namespace | quote }}
 - name: TAUGATE_SYSTEM_NAMESPACE
   value: {{ .Values.systemNamespace | quote }}
 - name: TAUGATE_CONTROLLER_USERS
