@@ -360,6 +360,12 @@ def _register_events(registry: kopf.OperatorRegistry, ctl: Controller) -> None:
         if ctl.changed("ValidatingAdmissionPolicyBinding", type, dict(body)):
             ctl.enqueue(POLICY_KEY)
 
+    @kopf.on.event(R.TAU_PROFILE_PLACEMENTS.group, R.TAU_PROFILE_PLACEMENTS.version, R.TAU_PROFILE_PLACEMENTS.plural,
+                   registry=registry, when=ours)
+    def _policy_parameter(type: str | None, body: kopf.Body, **_: Any) -> None:  # put back when edited or deleted
+        if ctl.changed("TauProfilePlacement", type, dict(body)):
+            ctl.enqueue(CLUSTER_KEY)  # the TauCluster's reconcile writes it
+
     @kopf.on.event(R.TAU_QUOTA_REQUESTS.group, R.TAU_QUOTA_REQUESTS.version, R.TAU_QUOTA_REQUESTS.plural,
                    registry=registry, when=in_system_namespace)
     def _quota(type: str | None, body: kopf.Body, **_: Any) -> None:

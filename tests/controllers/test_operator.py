@@ -8,7 +8,7 @@ import copy
 
 import jsonschema
 
-from taugate import labels
+from taugate import admission_policy, labels
 from taugate.controllers.crds import CRD_KINDS, build_crd
 from taugate.controllers.taugrid.cluster import reconcile_cluster
 from taugate.controllers.taugrid.quotarequest import reconcile_quota_request
@@ -179,3 +179,22 @@ def test_a_changed_default_queue_reaches_the_workspace_that_has_no_queue_of_its_
         assert kd.get(KUEUE, "LocalQueue", "nlp-cq", "nlp")["spec"]["clusterQueue"] == "nlp-cq"
         assert _phase(kd, "vision") == "Ready"  # its own queue: unmoved
         assert kd.get(KUEUE, "LocalQueue", "vision-queue", "vision") is not None
+
+
+def test_the_api_server_policys_parameter_deleted_or_edited_by_hand_is_put_back_within_seconds(
+        kube_double, small_cluster, settings):
+    # An uninstall's cleanup hook deletes it, as it deletes the policy and binding; the operator
+    # puts it back (it watches it: tests/e2e/test_the_api_server_keeps_taugates_rule_while_taugate_is_down.py
+    # shows it within seconds on kube-apiserver, where nothing else wakes the TauCluster's reconcile).
+    kd = kube_double
+    kd.apply(_fixture(small_cluster))
+    want = admission_policy.parameters(TauCluster.model_validate(pick(small_cluster, "TauCluster")))["spec"]
+
+    def placement() -> dict | None:
+        return kd.get(TAU, "TauProfilePlacement", admission_policy.NAME)
+    with kd.operator(settings):
+        kd.wait_for(lambda: (placement() or {}).get("spec") == want, message="the policy's parameter written")
+        kd.delete(TAU, "TauProfilePlacement", admission_policy.NAME)
+        kd.wait_for(lambda: (placement() or {}).get("spec") == want, message="the deleted parameter put back")
+        kd.patch(TAU, "TauProfilePlacement", admission_policy.NAME, {"spec": {"profiles": {"mine": {}}}})
+        kd.wait_for(lambda: (placement() or {}).get("spec") == want, message="the edited parameter put back")

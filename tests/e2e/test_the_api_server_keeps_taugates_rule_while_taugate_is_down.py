@@ -149,6 +149,10 @@ def test_the_policy_reads_the_profiles_the_operator_writes_and_sees_a_new_one_af
     assert stored["spec"]["profiles"]["h100-1gpu"]["gpuClass"] == "h100"
     binding = cp.get_json("validatingadmissionpolicybinding", "taugate-admitted-workloads")
     assert binding["spec"]["paramRef"] == {"name": "taugate-admitted-workloads", "parameterNotFoundAction": "Deny"}
+    # Deleted by hand (or by an uninstall's cleanup hook), it is put back in seconds (the operator
+    # watches it; its resync is 300 s).
+    cp.kubectl("delete", "profileplacements.tau.azure.com", "taugate-admitted-workloads")
+    platform.wait_for("the operator to put the parameter back", lambda: _placement(cp), 30)
     # No binding for a while, as after an uninstall or the policy turned off and on: the API server
     # stops following the parameter's kind (k8s.io/apiserver policy_source.go), and starts again
     # once the operator puts the binding back.
