@@ -68,13 +68,14 @@ def keep_parameters(kube: Kube, settings: Settings, cluster: TauCluster | None) 
             "deleted" if _ours(have) and kube.delete(TAU_PROFILE_PLACEMENTS, admission_policy.NAME) else "absent"
     else:
         want = admission_policy.parameters(cluster)
-        patch = merge_patch(have.get("spec") or {}, want["spec"]) if have is not None else None
         if have is None:
             kube.create(TAU_PROFILE_PLACEMENTS, want, exist_ok=False)
             done = "created"
-        elif patch is None and _ours(have):
-            return "unchanged"
-        else:  # made whole from the TauCluster, never from what is stored: no precondition needed
+        else:
+            patch = merge_patch(have.get("spec") or {}, want["spec"])
+            if patch is None and _ours(have):
+                return "unchanged"
+            # made whole from the TauCluster, never from what is stored: no precondition needed
             kube.patch(TAU_PROFILE_PLACEMENTS, admission_policy.NAME,
                        {"metadata": {"labels": want["metadata"]["labels"]}, **({"spec": patch} if patch else {})})
             done = "updated"

@@ -7,7 +7,6 @@ nodes in ``managementMode: Reconcile``, only counted as drift in ``Observe``.
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,10 +41,11 @@ class ClusterObservation:
 @dataclass(frozen=True)
 class ClusterPlan:
     """The desired ``status`` and the writes (node label patches, then the status patch; empty
-    when nothing differs)."""
+    when nothing differs); ``cluster`` the TauCluster as validated (None when its spec is invalid)."""
 
     status: dict
     actions: list[Action]
+    cluster: TauCluster | None = None
 
 
 def desired_node_labels(rules: list[NodeLabelRule], node_labels: dict[str, str]) -> tuple[dict[str, str], list[str]]:
@@ -194,7 +194,7 @@ def plan_cluster(obs: ClusterObservation, settings: Settings, now: str | None = 
     if patch:
         actions.append(Action("patch", R.TAU_CLUSTERS, name, body={"status": patch}, subresource="status",
                               reason="status"))
-    return ClusterPlan(status, actions)
+    return ClusterPlan(status, actions, cluster)
 
 
 def observe_cluster(kube: Any, name: str = R.CLUSTER_NAME) -> ClusterObservation | None:
@@ -219,8 +219,8 @@ def reconcile_cluster(kube: Any, settings: Settings, *, name: str = R.CLUSTER_NA
     if obs is None:
         keep_parameters(kube, settings, None)
         return None
-    with contextlib.suppress(ValidationError):
-        keep_parameters(kube, settings, TauCluster.model_validate(obs.cluster))
     now = now or now_rfc3339()
-    return execute_plan(kube, plan_cluster(obs, settings, now), R.NODES,
-                        lambda: plan_cluster(obs, settings, now, may_label_nodes=False))
+    plan = plan_cluster(obs, settings, now)
+    if plan.cluster is not None:
+        keep_parameters(kube, settings, plan.cluster)
+    return execute_plan(kube, plan, R.NODES, lambda: plan_cluster(obs, settings, now, may_label_nodes=False))
