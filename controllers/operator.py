@@ -1,6 +1,8 @@
-"""The operator: one kopf process whose ``on.event`` handlers only enqueue keys into one
-``WorkQueue``; one worker reconciles them (level-triggered, like controller-runtime), retrying with
-backoff (1 s doubling to 60 s) and resyncing every key. An event wakes anything only when it
+"""The operator: a kopf operator whose ``on.event`` handlers only enqueue keys into one
+``WorkQueue``; ``OperatorOptions.workers`` workers reconcile them (level-triggered, like
+controller-runtime, never one key by two at once), retrying with backoff (1 s doubling to 60 s)
+and resyncing every key. The recorder runs beside it as a kopf operator of its own
+(``run_beside``). An event wakes anything only when it
 changes what the controllers read (``relevant``). kopf never patches the objects (no kopf
 annotations or finalizers); kopf's peering is off and CRD scanning too (restart after installing
 Kueue). With ``OperatorOptions.leader`` (``taugate operator --leader-elect``) a replica stands by
@@ -15,7 +17,7 @@ import json
 import logging
 import re
 import threading
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Coroutine, Hashable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -116,8 +118,8 @@ class Controller:
     first: a workspace reconcile reads the TauCluster then)."""
     audit: Any = None  # the controllers.audit.AuditLoop, when the audit runs
     executor: ThreadPoolExecutor | None = None
-    """The reconciles' threads (``options.workers``), apart from the default executor that the
-    recorder's workers and the audit share; made by ``run``."""
+    """The reconciles' threads (``options.workers``), apart from the event loop's default executor
+    that the audit uses (the recorder's workers use their own loop's); made by ``run``."""
 
     def enqueue(self, key: Key) -> None:
         self.queue.add(key, self.options.debounce_seconds)
@@ -291,10 +293,10 @@ def build_registry(ctl: Controller, cfg: kubernetes.client.Configuration) -> kop
     return registry
 
 
-def _register_lifecycle(registry: kopf.OperatorRegistry, ctl: Controller,
-                        cfg: kubernetes.client.Configuration) -> None:
-    """Login with ``cfg``, kopf's settings, and the worker started and stopped with kopf."""
-    opts = ctl.options
+def register_connection(registry: kopf.OperatorRegistry, cfg: kubernetes.client.Configuration,
+                        opts: OperatorOptions) -> None:
+    """Login with ``cfg`` and kopf's settings: what each of the process's kopf operators (the
+    controllers', the recorder's) starts with."""
 
     @kopf.on.login(registry=registry)
     def _login(**_: Any) -> kopf.ConnectionInfo:
@@ -314,6 +316,15 @@ def _register_lifecycle(registry: kopf.OperatorRegistry, ctl: Controller,
             settings.queueing.exit_timeout = 1.0
             settings.watching.reconnect_backoff = 0.05
             settings.networking.connect_timeout = 2
+
+
+def _register_lifecycle(registry: kopf.OperatorRegistry, ctl: Controller,
+                        cfg: kubernetes.client.Configuration) -> None:
+    """Login with ``cfg``, kopf's settings, and the worker started and stopped with kopf."""
+    register_connection(registry, cfg, ctl.options)
+
+    @kopf.on.startup(registry=registry)
+    def _first_key(**_: Any) -> None:
         ctl.enqueue(CLUSTER_KEY)
 
     @kopf.on.startup(registry=registry)
@@ -475,11 +486,13 @@ async def _run(cfg: kubernetes.client.Configuration, settings: Settings, options
     if controller_hook is not None:
         controller_hook(ctl)
     registry = build_registry(ctl, cfg)
-    recorder = None
+    recorder = recorder_registry = None
     if options.recorder is not None:
         from taugate.controllers.recorder.watch import Recorder
         recorder = Recorder.create(options.recorder, settings, cfg)
-        recorder.register(registry)
+        recorder_registry = kopf.OperatorRegistry()
+        register_connection(recorder_registry, cfg, options)
+        recorder.register(recorder_registry)
     if options.audit is not None:  # its own API client
         from taugate.controllers.audit import AuditLoop
         ctl.audit = AuditLoop(Kube.from_configuration(cfg), settings, options.audit)
@@ -487,8 +500,12 @@ async def _run(cfg: kubernetes.client.Configuration, settings: Settings, options
     try:
         # Inside kopf's lifecycle (on.startup/on.cleanup in build_registry), so kopf does not wait
         # on the worker as a hung task at exit.
-        await kopf.operator(registry=registry, standalone=True, clusterwide=True, stop_flag=stop_flag,
-                            ready_flag=ready_flag, liveness_endpoint=options.liveness_endpoint)
+        controllers = kopf.operator(registry=registry, standalone=True, clusterwide=True, stop_flag=stop_flag,
+                                    ready_flag=ready_flag, liveness_endpoint=options.liveness_endpoint)
+        if recorder_registry is None:
+            await controllers
+        else:
+            await run_beside(controllers, recorder_registry)
     finally:
         await ctl.stop()
         await asyncio.to_thread(kube.close)
@@ -497,3 +514,43 @@ async def _run(cfg: kubernetes.client.Configuration, settings: Settings, options
         if ctl.audit is not None:
             await ctl.audit.stop()
             await asyncio.to_thread(ctl.audit.kube.close)
+
+
+async def run_beside(controllers: Coroutine[Any, Any, None], registry: kopf.OperatorRegistry) -> None:
+    """Run the controllers' kopf operator and, beside it, the recorder's: a kopf operator of its own
+    for ``registry``, on an event loop of its own in a thread (kopf's way to embed an operator).
+
+    kopf calls none of an operator's handlers until every one of its indices has listed its whole
+    resource (kopf ``_core/reactor/observation.py``/``processing.py``: the ``operator_indexed``
+    toggles). The recorder indexes every run's Jobs, Workloads, Pods and every Node: 145 s at 5,000
+    Nodes and 10,000 Jobs, which the workspaces used to wait for. Apart, they wait for nothing of it.
+
+    One operator stopping stops the other: the controllers' on their stop flag, a signal or an
+    error; the recorder's only on an error (raised here, so the process exits and the pod restarts;
+    a replica without its recorder would follow no run)."""
+    stop = threading.Event()
+
+    async def recorder() -> None:
+        try:
+            await kopf.operator(registry=registry, standalone=True, clusterwide=True, stop_flag=stop)
+        finally:
+            stop.set()  # ends kopf's wait on the flag in an executor thread, which asyncio.run joins
+
+    main = asyncio.create_task(controllers, name="taugate-operator")
+    # Created before the controllers' operator first runs, so that kopf counts it among the tasks it
+    # found, not among the ones it cancels as hung at its exit.
+    beside = asyncio.create_task(asyncio.to_thread(asyncio.run, recorder()), name="taugate-recorder-operator")
+    try:
+        done, _ = await asyncio.wait({main, beside}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stop.set()
+        if not main.done():
+            main.cancel()
+        await asyncio.wait({main, beside})
+    error = None if main.cancelled() else main.exception()
+    if error is not None:
+        raise error
+    if beside.exception() is not None:
+        raise RuntimeError(f"the recorder's operator failed: {beside.exception()!r}") from beside.exception()
+    if main not in done:  # kopf ends without an error when, e.g., a startup activity failed for good
+        raise RuntimeError("the recorder's operator stopped on its own (its log says why)")

@@ -332,7 +332,8 @@ class AdmissionServer:
         try:
             if remaining <= 0:
                 raise TimeoutError
-            settled = await asyncio.wait_for(asyncio.shield(work), remaining)
+            async with asyncio.timeout(remaining):  # not wait_for: it can swallow a cancel (CPython gh-86296)
+                settled = await asyncio.shield(work)
         except TimeoutError:
             if held:
                 n, held[0] = held[0], 0

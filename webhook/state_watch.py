@@ -164,7 +164,8 @@ class WatchStateProvider:
         if self._ready is None:
             raise RuntimeError("start() the provider first")
         try:
-            await asyncio.wait_for(self._ready.wait(), timeout)
+            async with asyncio.timeout(timeout):  # not wait_for: it can swallow a cancel (CPython gh-86296)
+                await self._ready.wait()
         except TimeoutError:
             return False
         return True

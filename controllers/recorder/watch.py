@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -51,7 +50,7 @@ from taugate.kinds import KINDS, pod
 from taugate.kube import Kube, KubeError
 from taugate.kubeaccess import SECRETS
 from taugate.settings import Settings
-from taugate.workqueue import WorkQueue
+from taugate.workqueue import WorkQueue, cancel
 
 log = logging.getLogger("taugate.recorder")
 POLL = ("poll", "")  # the queue key that marks every active run
@@ -202,9 +201,14 @@ class Recorder:
         recorder must never write the same record at once)."""
         self.queue.stop()
         task, self._task = self._task, None
-        if task is not None:
-            with contextlib.suppress(TimeoutError, asyncio.CancelledError, Exception):
-                await asyncio.wait_for(task, timeout=30)
+        if task is None:
+            return
+        done, _ = await asyncio.wait({task}, timeout=30)  # not wait_for: it can swallow a cancel (CPython gh-86296)
+        if not done:
+            log.warning("the recorder's workers did not stop within 30 s: cancelled")
+            await cancel(task)
+        elif not task.cancelled() and task.exception() is not None:
+            log.error("the recorder's workers failed: %r", task.exception())
 
     # called from watch handlers on the event loop: cheap, no I/O
     def _entry(self, key: RunKey) -> RunEntry:

@@ -1,0 +1,82 @@
+"""The recorder's kopf operator runs beside the controllers', not inside it: kopf calls no handler of
+an operator until each of its indices has listed its whole resource, and the recorder indexes every
+run's objects and every Node (145 s at 5,000 Nodes and 10,000 Jobs, docs/performance.md). Here the
+recorder's Node index is held inside its indexer, a gate the test opens: the workspaces and the
+TauCluster are reconciled to Ready meanwhile, and the recorder goes on once it is opened."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import kopf
+import pytest
+
+from taugate.controllers.operator import run_beside
+from taugate.controllers.recorder import watch
+from taugate.controllers.recorder.config import RecorderConfig
+from taugate.controllers.recorder.evidence.records import Signer
+
+TAU = "tau.azure.com/v1alpha1"
+SYS = "tau-platform"
+
+
+def _phase(kd, kind: str, name: str, namespace: str | None = None) -> str | None:
+    return ((kd.get(TAU, kind, name, namespace) or {}).get("status") or {}).get("phase")
+
+
+def test_the_workspaces_are_ready_while_the_recorder_is_still_listing_the_nodes(
+        kube_double, small_cluster, settings, tmp_path, monkeypatch):
+    kd = kube_double
+    (tmp_path / "ed25519.pem").write_bytes(Signer.generate().private_pem())
+    config = RecorderConfig(evidence_root=tmp_path / "evidence", data_root=tmp_path / "data",
+                            signing_key_file=tmp_path / "ed25519.pem", poll_seconds=0.1)
+    held, gate = threading.Event(), threading.Event()
+    indexed: list[str] = []
+    trim_node = watch.trim_node
+
+    def held_trim_node(node: dict) -> dict:
+        held.set()
+        assert gate.wait(60), "the test never opened the gate"
+        indexed.append(node["metadata"]["name"])
+        return trim_node(node)
+
+    monkeypatch.setattr(watch, "trim_node", held_trim_node)
+    kd.apply(small_cluster)
+    try:
+        with kd.operator(settings, recorder=config, resync_seconds=60):
+            kd.wait_for(held.is_set, message="the recorder indexing its first Node")
+            kd.wait_for(lambda: _phase(kd, "TauWorkspace", "vision", SYS) == "Ready"
+                        and _phase(kd, "TauWorkspace", "nlp", SYS) == "Ready"
+                        and _phase(kd, "TauCluster", "cluster") == "Ready",
+                        timeout=20, message="both workspaces and the TauCluster Ready, the recorder still held")
+            assert indexed == []  # still held: nothing of the Node index was done
+            gate.set()
+            kd.wait_for(lambda: len(indexed) >= 3, message="the recorder indexing the three Nodes once let go")
+    finally:
+        gate.set()
+
+
+def test_the_recorders_operator_failing_stops_the_controllers_and_is_raised():
+    # a replica without its recorder would follow no run: the process exits and the pod restarts
+    registry = kopf.OperatorRegistry()
+
+    @kopf.on.startup(registry=registry)
+    def _broken(**_):
+        raise kopf.PermanentError("no evidence store")
+
+    cancelled = asyncio.Event()
+
+    async def controllers():
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    async def main():
+        with pytest.raises(RuntimeError, match="the recorder.s operator failed: ActivityError"):
+            await run_beside(controllers(), registry)
+
+    asyncio.run(main())
+    assert cancelled.is_set()
