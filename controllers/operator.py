@@ -17,6 +17,7 @@ import json
 import logging
 import re
 import threading
+import time
 from collections.abc import Callable, Coroutine, Hashable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -486,13 +487,15 @@ async def _run(cfg: kubernetes.client.Configuration, settings: Settings, options
     if controller_hook is not None:
         controller_hook(ctl)
     registry = build_registry(ctl, cfg)
-    recorder = recorder_registry = None
+    recorder = recorder_registry = beside = None
     if options.recorder is not None:
         from taugate.controllers.recorder.watch import Recorder
         recorder = Recorder.create(options.recorder, settings, cfg)
         recorder_registry = kopf.OperatorRegistry()
         register_connection(recorder_registry, cfg, options)
         recorder.register(recorder_registry)
+        beside = Beside()
+        beside.register_probe(registry)
     if options.audit is not None:  # its own API client
         from taugate.controllers.audit import AuditLoop
         ctl.audit = AuditLoop(Kube.from_configuration(cfg), settings, options.audit)
@@ -505,7 +508,7 @@ async def _run(cfg: kubernetes.client.Configuration, settings: Settings, options
         if recorder_registry is None:
             await controllers
         else:
-            await run_beside(controllers, recorder_registry)
+            await run_beside(controllers, recorder_registry, beside)
     finally:
         await ctl.stop()
         await asyncio.to_thread(kube.close)
@@ -516,7 +519,39 @@ async def _run(cfg: kubernetes.client.Configuration, settings: Settings, options
             await asyncio.to_thread(ctl.audit.kube.close)
 
 
-async def run_beside(controllers: Coroutine[Any, Any, None], registry: kopf.OperatorRegistry) -> None:
+class Beside:
+    """The recorder's event loop, as the controllers' liveness probe sees it: the recorder's loop
+    must answer within ``limit`` seconds, as the controllers' own must answer kopf's health
+    endpoint (a wedged recorder would otherwise record nothing with the pod Live)."""
+
+    limit = 10.0
+
+    def __init__(self) -> None:
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    async def responds(self) -> dict:
+        """How long the recorder's loop took to run a no-op; raises TimeoutError past ``limit``."""
+        if self.loop is None:
+            return {"recorder": "starting"}
+        started = time.monotonic()
+        async with asyncio.timeout(self.limit):
+            await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(asyncio.sleep(0), self.loop))
+        return {"recorderLoopSeconds": round(time.monotonic() - started, 3)}
+
+    def register_probe(self, registry: kopf.OperatorRegistry) -> None:
+        """A kopf probe on the controllers' health endpoint (HTTP 500 when it fails)."""
+
+        @kopf.on.probe(registry=registry, id="recorder")
+        async def _recorder_responds(**_: Any) -> dict:
+            try:
+                return await self.responds()
+            except TimeoutError:
+                raise kopf.PermanentError(
+                    f"the recorder's event loop has not answered within {self.limit:g} s") from None
+
+
+async def run_beside(controllers: Coroutine[Any, Any, None], registry: kopf.OperatorRegistry,
+                     beside: Beside | None = None) -> None:
     """Run the controllers' kopf operator and, beside it, the recorder's: a kopf operator of its own
     for ``registry``, on an event loop of its own in a thread (kopf's way to embed an operator).
 
@@ -531,26 +566,30 @@ async def run_beside(controllers: Coroutine[Any, Any, None], registry: kopf.Oper
     stop = threading.Event()
 
     async def recorder() -> None:
+        if beside is not None:
+            beside.loop = asyncio.get_running_loop()
         try:
             await kopf.operator(registry=registry, standalone=True, clusterwide=True, stop_flag=stop)
         finally:
+            if beside is not None:
+                beside.loop = None
             stop.set()  # ends kopf's wait on the flag in an executor thread, which asyncio.run joins
 
     main = asyncio.create_task(controllers, name="taugate-operator")
     # Created before the controllers' operator first runs, so that kopf counts it among the tasks it
     # found, not among the ones it cancels as hung at its exit.
-    beside = asyncio.create_task(asyncio.to_thread(asyncio.run, recorder()), name="taugate-recorder-operator")
+    side = asyncio.create_task(asyncio.to_thread(asyncio.run, recorder()), name="taugate-recorder-operator")
     try:
-        done, _ = await asyncio.wait({main, beside}, return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait({main, side}, return_when=asyncio.FIRST_COMPLETED)
     finally:
         stop.set()
         if not main.done():
             main.cancel()
-        await asyncio.wait({main, beside})
+        await asyncio.wait({main, side})
     error = None if main.cancelled() else main.exception()
     if error is not None:
         raise error
-    if beside.exception() is not None:
-        raise RuntimeError(f"the recorder's operator failed: {beside.exception()!r}") from beside.exception()
+    if side.exception() is not None:
+        raise RuntimeError(f"the recorder's operator failed: {side.exception()!r}") from side.exception()
     if main not in done:  # kopf ends without an error when, e.g., a startup activity failed for good
         raise RuntimeError("the recorder's operator stopped on its own (its log says why)")

@@ -7,12 +7,16 @@ TauCluster are reconciled to Ready meanwhile, and the recorder goes on once it i
 from __future__ import annotations
 
 import asyncio
+import json
+import socket
 import threading
+import urllib.error
+import urllib.request
 
 import kopf
 import pytest
 
-from taugate.controllers.operator import run_beside
+from taugate.controllers.operator import Beside, run_beside
 from taugate.controllers.recorder import watch
 from taugate.controllers.recorder.config import RecorderConfig
 from taugate.controllers.recorder.evidence.records import Signer
@@ -80,3 +84,52 @@ def test_the_recorders_operator_failing_stops_the_controllers_and_is_raised():
 
     asyncio.run(main())
     assert cancelled.is_set()
+
+
+def test_a_wedged_recorder_fails_the_operators_liveness_probe_until_its_loop_answers_again(
+        kube_double, small_cluster, settings, tmp_path, monkeypatch):
+    # the recorder's loop blocked inside its start: the pod must not look healthy while it records nothing
+    kd = kube_double
+    (tmp_path / "ed25519.pem").write_bytes(Signer.generate().private_pem())
+    config = RecorderConfig(evidence_root=tmp_path / "evidence", data_root=tmp_path / "data",
+                            signing_key_file=tmp_path / "ed25519.pem", poll_seconds=0.1)
+    held, gate = threading.Event(), threading.Event()
+    start = watch.Recorder.start
+
+    def wedged_start(self):
+        held.set()
+        assert gate.wait(60), "the test never opened the gate"
+        start(self)
+
+    monkeypatch.setattr(watch.Recorder, "start", wedged_start)
+    monkeypatch.setattr(Beside, "limit", 1.0)
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}/healthz"
+    kd.apply(small_cluster)
+    with kd.operator(settings, recorder=config, resync_seconds=60, liveness_endpoint=url):
+        try:
+            kd.wait_for(held.is_set, message="the recorder's start, wedged")
+            status, body = kd.wait_for(lambda: _get(url), message="the liveness endpoint to answer")
+            assert status == 500, (status, body)
+            gate.set()
+            status, body = kd.wait_for(lambda: (r := _get(url)) and r[0] == 200 and r, message="liveness 200 again")
+            assert "recorderLoopSeconds" in json.loads(body)["recorder"], body
+        finally:
+            gate.set()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _get(url: str) -> tuple[int, str] | None:
+    """The endpoint's status and body, or None while it does not listen yet."""
+    try:
+        with urllib.request.urlopen(url, timeout=30) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+    except urllib.error.URLError:
+        return None

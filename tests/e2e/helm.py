@@ -116,11 +116,17 @@ class HookKubelet:
 
     def _run(self, client, core, batch) -> None:
         done: set[str] = set()
+        playing: set[str] = set()
         try:
             for event in self._watch.stream(core.list_namespaced_pod, self.namespace,
                                             field_selector=f"spec.nodeName={NODE}", _request_timeout=600):
                 pod = event["object"]
-                if event["type"] == "DELETED" or pod.metadata.uid in done or pod.status.phase != "Pending":
+                if event["type"] == "DELETED":
+                    continue
+                if pod.metadata.deletion_timestamp is not None and pod.metadata.uid not in playing:
+                    self._finish_deletion(core, pod)
+                    continue
+                if pod.metadata.uid in done or pod.status.phase != "Pending":
                     continue
                 owner = next((o for o in pod.metadata.owner_references or [] if o.kind == "Job"), None)
                 if owner is None:
@@ -129,14 +135,34 @@ class HookKubelet:
                 if HOOK not in (job.metadata.annotations or {}):
                     continue  # a kubelet-less node: only hook Jobs are played
                 done.add(pod.metadata.uid)
-                self._play(client, pod, owner.name)
+                playing.add(pod.metadata.uid)
+                # in a thread of its own: a hook may wait for what this kubelet does meanwhile (the
+                # cleanup hook waits for the operator's pods to be deleted)
+                threading.Thread(target=self._play, args=(client, pod, owner.name, playing), daemon=True).start()
         except BaseException as e:  # noqa: BLE001 - reported by stop(); closing the stream ends it so
             if not self._stopping:
                 self._error = e
         finally:
             client.close()
 
-    def _play(self, client, pod, job: str) -> None:
+    def _finish_deletion(self, core, pod) -> None:
+        """What the kubelet does for a pod being deleted gracefully: stop its containers (none
+        runs here) and delete it for good (grace period 0), so the pod object goes."""
+        try:
+            core.delete_namespaced_pod(pod.metadata.name, self.namespace, grace_period_seconds=0)
+        except kubernetes.client.ApiException as e:
+            if e.status != 404:
+                raise
+
+    def _play(self, client, pod, job: str, playing: set[str]) -> None:
+        try:
+            self._run_hook(client, pod, job)
+        except BaseException as e:  # noqa: BLE001 - reported by stop()
+            self._error = self._error or e
+        finally:
+            playing.discard(pod.metadata.uid)
+
+    def _run_hook(self, client, pod, job: str) -> None:
         raw = client.sanitize_for_serialization(pod)
         container = raw["spec"]["containers"][0]
         command = container.get("command") or ["taugate"]  # the image's ENTRYPOINT

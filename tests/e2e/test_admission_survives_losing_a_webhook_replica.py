@@ -45,12 +45,14 @@ from tests.e2e.controlplane import LOOPBACK, ControlPlaneError, Process, free_po
 from tests.e2e.platform import (
     NAMESPACE,
     RELEASE,
+    SYSTEM_NAMESPACE,
     WEBHOOK_KINDS,
     Platform,
     release_objects,
     rendered_chart,
     webhook_configurations,
 )
+from tests.e2e.test_every_gpu_kind_is_governed import RESEARCHER_GROUP, SAMPLES
 from tests.e2e.workloads import RUN_ID, WORKSPACE, admitted_problems, into_workspace
 from tests.install import chart as chart_helpers
 from tests.paths import POLICIES
@@ -445,3 +447,105 @@ def test_a_replica_stopped_with_sigterm_drains_for_the_charts_shutdown_delay_and
     assert [c for c in during if c.started < exited], "no create ran while replica b drained"
     assert [c for c in during if not c.admitted or c.problems] == []
     assert reps.failed_calls() == failed_calls
+
+
+GUARDED = {
+    # what a hostile researcher tries: (the route that judges it, taugate's own refusal)
+    "scale": ("validate.workloads.tau.azure.com", "[workers-match-profile]"),
+    "self-approval": ("validate.resources.tau.azure.com", "only platform admins may approve"),
+}
+"""Requests judged only by routes whose failurePolicy is ``Fail`` in every variant (no API server
+policy behind them): ``kubectl scale`` of a GPU Deployment past its profile (the ``scale``
+subresource, ``/validate``) and a requester approving their own TauQuotaRequest
+(``/mutate-tau`` then ``/validate-tau``)."""
+
+
+def test_while_a_replica_is_dead_the_fail_routes_refuse_and_nothing_they_guard_gets_through(replicas):
+    """During the outage a call that meets the dead replica is refused by the API server
+    (failurePolicy Fail: the route fails closed), one that meets the survivor by taugate; neither
+    the scale nor the approval is ever stored, and once the endpoint is marked not ready every
+    attempt gets taugate's own refusal."""
+    reps = replicas
+    cp = reps.platform.cp
+    tag = reps.tag
+    deployment, request = f"replicas-{tag}", f"replicas-{tag}"
+    role = f"replicas-requester-{tag}"
+    researcher = cp.user_kubeconfig("alice", (RESEARCHER_GROUP,))
+    requester = cp.user_kubeconfig("bob", (RESEARCHER_GROUP,))
+    obj = SAMPLES["Deployment"]()
+    obj["metadata"]["name"] = deployment
+    obj["metadata"].setdefault("labels", {})[MADE] = "yes"
+    quota = {"apiVersion": "tau.azure.com/v1alpha1", "kind": "TauQuotaRequest",
+             "metadata": {"name": request, "namespace": SYSTEM_NAMESPACE},
+             "spec": {"workspace": "vision", "resource": "h100", "requested": 16, "reason": "sweep"}}
+    rbac = [{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+             "metadata": {"name": role, "namespace": SYSTEM_NAMESPACE},
+             "rules": [{"apiGroups": ["tau.azure.com"], "resources": ["quotarequests"],
+                        "verbs": ["get", "list", "create", "update", "patch"]}]},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+             "metadata": {"name": role, "namespace": SYSTEM_NAMESPACE},
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
+             "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "bob"}]}]
+    attempts = {
+        "scale": ("scale", f"deployment.apps/{deployment}", "--replicas=5", "-n", WORKSPACE, researcher),
+        "self-approval": ("annotate", f"quotarequests.tau.azure.com/{request}", "tau.azure.com/approved=true",
+                          "-n", SYSTEM_NAMESPACE, requester),
+    }
+    outcomes: list[tuple[str, float, str]] = []  # (what, started, "taugate" | "call-error")
+
+    def attempt(what: str) -> str:
+        *args, kubeconfig = attempts[what]
+        started = time.monotonic()
+        out = cp.kubectl(*args, kubeconfig=kubeconfig, check=False, timeout=120)
+        route, refusal = GUARDED[what]
+        assert out.returncode != 0, f"{what} got through: {out.stdout}"
+        if refusal in out.stderr:
+            verdict = "taugate"
+        else:
+            assert f'failed calling webhook "{route}"' in out.stderr or (
+                what == "self-approval" and 'failed calling webhook "mutate.resources.tau.azure.com"' in out.stderr), \
+                f"{what} refused, but neither by taugate nor by the failed call of a Fail route: {out.stderr}"
+            assert reps.b.endpoint in out.stderr, f"a call error not to the dead replica: {out.stderr}"
+            verdict = "call-error"
+        outcomes.append((what, started, verdict))
+        return verdict
+
+    try:
+        cp.apply_objects(rbac)
+        cp.kubectl("create", "-f", "-", input=json.dumps(obj), kubeconfig=researcher)
+        cp.apply_objects([quota])
+        if reps.b.process is None or not reps.b.process.alive():  # the test run alone or after another
+            reps.start(reps.b)
+            reps.mark_on_probe(reps.b, True)
+        for what in GUARDED:  # both replicas live: taugate refuses
+            assert attempt(what) == "taugate"
+        killed = time.monotonic()
+        reps.kill(reps.b)
+
+        def both_met_the_dead_replica() -> bool:
+            for what in GUARDED:
+                attempt(what)
+            return all(any(w == what and t >= killed and v == "call-error" for w, t, v in outcomes)
+                       for what in GUARDED)
+        reps.wait("a call of each Fail route to meet the dead replica", both_met_the_dead_replica, 180)
+        marked = reps.mark_on_probe(reps.b, False)
+
+        def consecutive_by_taugate() -> bool:  # the API server's endpoints follow the slice shortly
+            for what in GUARDED:
+                attempt(what)
+            after = [v for _, t, v in outcomes if t >= marked]
+            return len(after) >= CONSECUTIVE and set(after[-CONSECUTIVE:]) == {"taugate"}
+        reps.wait(f"{CONSECUTIVE} attempts in a row refused by the survivor after the mark", consecutive_by_taugate,
+                  300)
+        during = [o for o in outcomes if o[1] >= killed]
+        print(f"[replica b killed] {len(during)} attempts: {len([o for o in during if o[2] == 'call-error'])} "
+              f"refused by the failed call (fail closed), "
+              f"{len([o for o in during if o[1] >= marked and o[2] == 'call-error'])} of them after the mark; "
+              f"every other one by taugate")
+        assert cp.get_json("deployment.apps", deployment, "-n", WORKSPACE)["spec"]["replicas"] == 1
+        stored = cp.get_json("quotarequests.tau.azure.com", request, "-n", SYSTEM_NAMESPACE)
+        assert "tau.azure.com/approved" not in (stored["metadata"].get("annotations") or {})
+    finally:
+        cp.kubectl("delete", "deployment.apps", deployment, "-n", WORKSPACE, "--ignore-not-found", "--wait=false")
+        cp.kubectl("delete", "quotarequests.tau.azure.com", request, "-n", SYSTEM_NAMESPACE, "--ignore-not-found")
+        cp.kubectl("delete", "rolebinding,role", role, "-n", SYSTEM_NAMESPACE, "--ignore-not-found")

@@ -314,6 +314,14 @@ def test_helm_uninstall_runs_the_cleanup_hook_removes_the_release_and_keeps_keys
     assert f'release "{RELEASE}" uninstalled' in result.stdout
     assert _hooks_run(kubelet, played) == [("taugate-cleanup", 0)]
     cleanup = kubelet.played[played:]
+    # The operator stops first (its pods deleted by the ReplicaSet controller, then by this tier's
+    # kubelet), so that it cannot put the policy, its binding and its parameter back.
+    lines = cleanup[0].output.splitlines()
+    scaled = lines.index(f"scaled Deployment/{NAMESPACE}/taugate-operator to 0")
+    gone = lines.index("the operator's pods are gone")
+    assert scaled < gone < lines.index("deleted MutatingWebhookConfiguration/taugate"), lines
+    assert any(line.startswith("waiting for the operator's pods to stop: taugate-operator-")
+               for line in lines[scaled:gone]), lines
     assert "deleted MutatingWebhookConfiguration/taugate" in cleanup[0].output
     assert "deleted ValidatingWebhookConfiguration/taugate" in cleanup[0].output
     assert "deleted Secret/taugate-system/taugate-webhook-tls" in cleanup[0].output

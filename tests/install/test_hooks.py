@@ -34,6 +34,8 @@ RESOURCES = (
     ("v1/secrets", "Secret", True),
     ("v1/namespaces", "Namespace", False),
     ("tau.azure.com/v1alpha1/profileplacements", "TauProfilePlacement", False),
+    ("apps/v1/deployments", "Deployment", True),  # the cleanup hook stops the operator first (none here:
+    ("v1/pods", "Pod", True),                     # tests/e2e/test_helm_... has one)
 )
 PLACEMENTS = ("tau.azure.com", "v1alpha1", "profileplacements")
 SERVICE_DNS = f"taugate-webhook.{NAMESPACE}.svc"
@@ -145,4 +147,4 @@ def test_the_pre_delete_hook_removes_taugates_configurations_secret_and_admissio
 
     again = _run(job, kubeconfig)  # a retried or repeated uninstall finds nothing left: still success
     assert again.returncode == 0, again.stderr
-    assert again.stdout.count("already gone") == 6
+    assert again.stdout.count("already gone") == 7  # the operator's Deployment too

@@ -133,7 +133,10 @@ def test_the_operator_may_manage_every_custom_resource_the_chart_installs(defaul
     ("taugate-cleanup", {("delete", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "taugate", None),
                          ("delete", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "taugate", None),
                          ("delete", "", "secrets", "taugate-webhook-tls", NAMESPACE),
-                         ("delete", labels.GROUP, "profileplacements", admission_policy.NAME, None)}),
+                         ("delete", labels.GROUP, "profileplacements", admission_policy.NAME, None),
+                         # it stops the operator first, which would put the policy back
+                         ("patch", "apps", "deployments/scale", "taugate-operator", NAMESPACE),
+                         ("list", "", "pods", None, NAMESPACE)}),
 ])
 def test_hook_accounts_reach_only_taugates_own_secret_and_configurations(default_objects, service_account, may):
     granted = rules_of(default_objects, service_account)
@@ -145,6 +148,8 @@ def test_hook_accounts_reach_only_taugates_own_secret_and_configurations(default
         assert not allowed(granted, verb, "", "secrets", "some-other-secret", NAMESPACE)
     assert not allowed(granted, "list", "", "secrets", namespace=NAMESPACE)
     assert not allowed(granted, "create", "", "secrets", namespace="kube-system")
+    assert not allowed(granted, "patch", "apps", "deployments/scale", "taugate-webhook", NAMESPACE)
+    assert not allowed(granted, "patch", "apps", "deployments", "taugate-operator", NAMESPACE)
 
 
 def test_hook_jobs_get_their_rbac_before_they_run_and_clean_it_up(default_objects):
