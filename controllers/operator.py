@@ -325,7 +325,7 @@ def _register_lifecycle(registry: kopf.OperatorRegistry, ctl: Controller,
     register_connection(registry, cfg, ctl.options)
 
     @kopf.on.startup(registry=registry)
-    def _first_key(**_: Any) -> None:
+    async def _first_key(**_: Any) -> None:
         ctl.enqueue(CLUSTER_KEY)
 
     @kopf.on.startup(registry=registry)
@@ -339,7 +339,9 @@ def _register_lifecycle(registry: kopf.OperatorRegistry, ctl: Controller,
 
 
 def _register_events(registry: kopf.OperatorRegistry, ctl: Controller) -> None:
-    """The ``on.event`` handlers of taugate's own kinds."""
+    """The ``on.event`` handlers of taugate's own kinds. Every handler is a coroutine: kopf runs a
+    plain function in a thread pool (kopf ``_core/actions/invocation.py`` ``invoke``), and these
+    share the controller's dicts and its ``WorkQueue`` (one event loop's) with the loop."""
     system_ns = ctl.settings.system_namespace
 
     def in_system_namespace(namespace: str | None, **_: Any) -> bool:
@@ -347,13 +349,13 @@ def _register_events(registry: kopf.OperatorRegistry, ctl: Controller) -> None:
 
     @kopf.on.event(R.TAU_CLUSTERS.group, R.TAU_CLUSTERS.version, R.TAU_CLUSTERS.plural, registry=registry,
                    when=lambda name, **_: name == R.CLUSTER_NAME)
-    def _cluster(type: str | None, body: kopf.Body, **_: Any) -> None:
+    async def _cluster(type: str | None, body: kopf.Body, **_: Any) -> None:
         if ctl.changed("TauCluster", type, dict(body)):
             ctl.on_cluster(type, dict(body))
 
     @kopf.on.event(R.TAU_WORKSPACES.group, R.TAU_WORKSPACES.version, R.TAU_WORKSPACES.plural, registry=registry,
                    when=in_system_namespace)
-    def _workspace(type: str | None, body: kopf.Body, **_: Any) -> None:
+    async def _workspace(type: str | None, body: kopf.Body, **_: Any) -> None:
         if ctl.changed("TauWorkspace", type, dict(body)):
             ctl.on_workspace(type, dict(body))
 
@@ -362,25 +364,25 @@ def _register_events(registry: kopf.OperatorRegistry, ctl: Controller) -> None:
 
     @kopf.on.event(VALIDATING_ADMISSION_POLICIES.group, VALIDATING_ADMISSION_POLICIES.version,
                    VALIDATING_ADMISSION_POLICIES.plural, registry=registry, when=ours)
-    def _admission_policy(type: str | None, body: kopf.Body, **_: Any) -> None:  # put back when edited
+    async def _admission_policy(type: str | None, body: kopf.Body, **_: Any) -> None:  # put back when edited
         if ctl.changed("ValidatingAdmissionPolicy", type, dict(body)):
             ctl.enqueue(POLICY_KEY)
 
     @kopf.on.event(VALIDATING_ADMISSION_POLICY_BINDINGS.group, VALIDATING_ADMISSION_POLICY_BINDINGS.version,
                    VALIDATING_ADMISSION_POLICY_BINDINGS.plural, registry=registry, when=ours)
-    def _admission_policy_binding(type: str | None, body: kopf.Body, **_: Any) -> None:
+    async def _admission_policy_binding(type: str | None, body: kopf.Body, **_: Any) -> None:
         if ctl.changed("ValidatingAdmissionPolicyBinding", type, dict(body)):
             ctl.enqueue(POLICY_KEY)
 
     @kopf.on.event(R.TAU_PROFILE_PLACEMENTS.group, R.TAU_PROFILE_PLACEMENTS.version, R.TAU_PROFILE_PLACEMENTS.plural,
                    registry=registry, when=ours)
-    def _policy_parameter(type: str | None, body: kopf.Body, **_: Any) -> None:  # put back when edited or deleted
+    async def _policy_parameter(type: str | None, body: kopf.Body, **_: Any) -> None:  # put back when edited or deleted
         if ctl.changed("TauProfilePlacement", type, dict(body)):
             ctl.enqueue(CLUSTER_KEY)  # the TauCluster's reconcile writes it
 
     @kopf.on.event(R.TAU_QUOTA_REQUESTS.group, R.TAU_QUOTA_REQUESTS.version, R.TAU_QUOTA_REQUESTS.plural,
                    registry=registry, when=in_system_namespace)
-    def _quota(type: str | None, body: kopf.Body, **_: Any) -> None:
+    async def _quota(type: str | None, body: kopf.Body, **_: Any) -> None:
         if ctl.changed("TauQuotaRequest", type, dict(body)):
             ctl.on_quota_request(type, dict(body))
 
@@ -389,33 +391,33 @@ def _register_inventory_events(registry: kopf.OperatorRegistry, ctl: Controller)
     """Nodes, LocalQueues, ClusterQueues and ResourceFlavors: what profiles are resolved against."""
 
     @kopf.on.event("", "v1", "nodes", registry=registry)
-    def _node(type: str | None, body: kopf.Body, **_: Any) -> None:
+    async def _node(type: str | None, body: kopf.Body, **_: Any) -> None:
         if ctl.changed("Node", type, dict(body)):
             ctl.enqueue(CLUSTER_KEY)
 
     @kopf.on.event(R.LOCAL_QUEUES.group, R.LOCAL_QUEUES.version, R.LOCAL_QUEUES.plural, registry=registry)
-    def _local_queue(type: str | None, body: kopf.Body, **_: Any) -> None:
+    async def _local_queue(type: str | None, body: kopf.Body, **_: Any) -> None:
         if ctl.changed("LocalQueue", type, dict(body)):
             ctl.on_local_queue(dict(body))
 
     @kopf.on.event("", "v1", "namespaces", registry=registry)
-    def _namespace(type: str | None, body: kopf.Body, **_: Any) -> None:
+    async def _namespace(type: str | None, body: kopf.Body, **_: Any) -> None:
         if ctl.changed("Namespace", type, dict(body)):
             ctl.workspaces_of(R.name_of(dict(body)))
 
     @kopf.on.event(R.CLUSTER_QUEUES.group, R.CLUSTER_QUEUES.version, R.CLUSTER_QUEUES.plural, registry=registry)
-    def _cluster_queue(type: str | None, body: kopf.Body, **_: Any) -> None:
+    async def _cluster_queue(type: str | None, body: kopf.Body, **_: Any) -> None:
         if ctl.changed("ClusterQueue", type, dict(body)):
             ctl.on_cluster_queue()
 
     @kopf.on.event(R.RESOURCE_FLAVORS.group, R.RESOURCE_FLAVORS.version, R.RESOURCE_FLAVORS.plural, registry=registry)
-    def _flavor(type: str | None, body: kopf.Body, **_: Any) -> None:
+    async def _flavor(type: str | None, body: kopf.Body, **_: Any) -> None:
         if ctl.changed("ResourceFlavor", type, dict(body)):
             ctl.enqueue(CLUSTER_KEY)
 
     @kopf.on.event(R.WORKLOAD_PRIORITY_CLASSES.group, R.WORKLOAD_PRIORITY_CLASSES.version,
                    R.WORKLOAD_PRIORITY_CLASSES.plural, registry=registry)
-    def _priority_class(type: str | None, body: kopf.Body, **_: Any) -> None:
+    async def _priority_class(type: str | None, body: kopf.Body, **_: Any) -> None:
         if ctl.changed("WorkloadPriorityClass", type, dict(body)):
             ctl.enqueue(CLUSTER_KEY)
 

@@ -134,7 +134,11 @@ class Recorder:
     def register(self, registry: Any) -> None:
         """Add the recorder's indices, ``on.event`` handlers and the activities that start and stop
         the worker to a kopf ``OperatorRegistry``. Nothing here writes to the watched objects (no
-        kopf annotations or finalizers)."""
+        kopf annotations or finalizers). The handlers are coroutines, so they run on the event loop
+        (kopf runs a plain function in a thread pool): they share ``runs``, ``by_uid`` and the
+        ``WorkQueue`` with the loop. In threads, a Node event iterating ``runs`` while another
+        event added a run failed ("dictionary changed size during iteration", bench/fleet.py at
+        5,000 Nodes)."""
         import kopf
 
         present = {labels.RUN_ID: kopf.PRESENT}
@@ -174,7 +178,7 @@ class Recorder:
         for ix_id, resource, filters, indexer, observe in specs:
             kopf.index(*resource, registry=registry, id=ix_id, **filters)(indexer)
 
-            def handler(type: str | None, body: Any, _observe: Callable = observe, **kwargs: Any) -> None:
+            async def handler(type: str | None, body: Any, _observe: Callable = observe, **kwargs: Any) -> None:
                 for k in INDEX_IDS:
                     if k in kwargs:
                         self.indices[k] = kwargs[k]

@@ -14,12 +14,14 @@ import urllib.error
 import urllib.request
 
 import kopf
+import kubernetes.client
 import pytest
 
-from taugate.controllers.operator import Beside, run_beside
+from taugate.controllers.operator import Beside, Controller, OperatorOptions, build_registry, run_beside
 from taugate.controllers.recorder import watch
 from taugate.controllers.recorder.config import RecorderConfig
 from taugate.controllers.recorder.evidence.records import Signer
+from taugate.kube import Kube
 
 TAU = "tau.azure.com/v1alpha1"
 SYS = "tau-platform"
@@ -133,3 +135,18 @@ def _get(url: str) -> tuple[int, str] | None:
         return e.code, e.read().decode()
     except urllib.error.URLError:
         return None
+
+
+def test_every_watch_handler_of_the_operator_and_the_recorder_runs_on_its_event_loop(tmp_path, settings):
+    # kopf runs a plain function in a thread pool: the handlers share dicts and a WorkQueue with the loop
+    (tmp_path / "ed25519.pem").write_bytes(Signer.generate().private_pem())
+    config = RecorderConfig(evidence_root=tmp_path / "evidence", data_root=tmp_path / "data",
+                            signing_key_file=tmp_path / "ed25519.pem")
+    controllers = build_registry(Controller(kube=None, settings=settings, options=OperatorOptions()),
+                                 kubernetes.client.Configuration())
+    recorder = kopf.OperatorRegistry()
+    watch.Recorder(config, settings, Kube.from_configuration(kubernetes.client.Configuration()),
+                   Signer.generate()).register(recorder)
+    handlers = {h.id: h.fn for registry in (controllers, recorder) for h in registry._watching.get_all_handlers()}
+    assert len(handlers) >= 20
+    assert [name for name, fn in handlers.items() if not asyncio.iscoroutinefunction(fn)] == []
