@@ -26,6 +26,11 @@ a call that lands on the dead replica fails open and the API server's own policy
 ``webhook.failurePolicyOverrides.mutate: Fail`` the API server refuses it with its webhook-call
 error. The API server's own counters say the same (``apiserver_admission_webhook_fail_open_count``,
 ``apiserver_admission_webhook_rejection_count``): one failed call per refused create.
+
+The routes that are ``Fail`` in every variant, which no API server policy backs, are checked the
+same way with what a hostile researcher tries during the loss (``GUARDED``): a ``kubectl scale``
+past the profile and a self-approved TauQuotaRequest are refused by the failed call or by
+taugate, never stored.
 """
 
 from __future__ import annotations
