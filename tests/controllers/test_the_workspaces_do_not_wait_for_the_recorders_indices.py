@@ -27,16 +27,21 @@ TAU = "tau.azure.com/v1alpha1"
 SYS = "tau-platform"
 
 
+@pytest.fixture
+def config(tmp_path) -> RecorderConfig:
+    """The recorder's configuration, with a signing key, under the test's directory."""
+    (tmp_path / "ed25519.pem").write_bytes(Signer.generate().private_pem())
+    return RecorderConfig(evidence_root=tmp_path / "evidence", data_root=tmp_path / "data",
+                          signing_key_file=tmp_path / "ed25519.pem", poll_seconds=0.1)
+
+
 def _phase(kd, kind: str, name: str, namespace: str | None = None) -> str | None:
     return ((kd.get(TAU, kind, name, namespace) or {}).get("status") or {}).get("phase")
 
 
 def test_the_workspaces_are_ready_while_the_recorder_is_still_listing_the_nodes(
-        kube_double, small_cluster, settings, tmp_path, monkeypatch):
+        kube_double, small_cluster, settings, config, monkeypatch):
     kd = kube_double
-    (tmp_path / "ed25519.pem").write_bytes(Signer.generate().private_pem())
-    config = RecorderConfig(evidence_root=tmp_path / "evidence", data_root=tmp_path / "data",
-                            signing_key_file=tmp_path / "ed25519.pem", poll_seconds=0.1)
     held, gate = threading.Event(), threading.Event()
     indexed: list[str] = []
     trim_node = watch.trim_node
@@ -89,12 +94,9 @@ def test_the_recorders_operator_failing_stops_the_controllers_and_is_raised():
 
 
 def test_a_wedged_recorder_fails_the_operators_liveness_probe_until_its_loop_answers_again(
-        kube_double, small_cluster, settings, tmp_path, monkeypatch):
+        kube_double, small_cluster, settings, config, monkeypatch):
     # the recorder's loop blocked inside its start: the pod must not look healthy while it records nothing
     kd = kube_double
-    (tmp_path / "ed25519.pem").write_bytes(Signer.generate().private_pem())
-    config = RecorderConfig(evidence_root=tmp_path / "evidence", data_root=tmp_path / "data",
-                            signing_key_file=tmp_path / "ed25519.pem", poll_seconds=0.1)
     held, gate = threading.Event(), threading.Event()
     start = watch.Recorder.start
 
@@ -137,11 +139,8 @@ def _get(url: str) -> tuple[int, str] | None:
         return None
 
 
-def test_every_watch_handler_of_the_operator_and_the_recorder_runs_on_its_event_loop(tmp_path, settings):
+def test_every_watch_handler_of_the_operator_and_the_recorder_runs_on_its_event_loop(config, settings):
     # kopf runs a plain function in a thread pool: the handlers share dicts and a WorkQueue with the loop
-    (tmp_path / "ed25519.pem").write_bytes(Signer.generate().private_pem())
-    config = RecorderConfig(evidence_root=tmp_path / "evidence", data_root=tmp_path / "data",
-                            signing_key_file=tmp_path / "ed25519.pem")
     controllers = build_registry(Controller(kube=None, settings=settings, options=OperatorOptions()),
                                  kubernetes.client.Configuration())
     recorder = kopf.OperatorRegistry()
