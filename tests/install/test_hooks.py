@@ -34,8 +34,7 @@ RESOURCES = (
     ("v1/secrets", "Secret", True),
     ("v1/namespaces", "Namespace", False),
     ("tau.azure.com/v1alpha1/profileplacements", "TauProfilePlacement", False),
-    ("apps/v1/deployments", "Deployment", True),  # the cleanup hook stops the operator first (none here:
-    ("v1/pods", "Pod", True),                     # tests/e2e/test_helm_... has one)
+    ("apps/v1/deployments", "Deployment", True),  # the cleanup hook stops the operator first (none here)
 )
 PLACEMENTS = ("tau.azure.com", "v1alpha1", "profileplacements")
 SERVICE_DNS = f"taugate-webhook.{NAMESPACE}.svc"
