@@ -489,14 +489,14 @@ async def _run(cfg: kubernetes.client.Configuration, settings: Settings, options
     if controller_hook is not None:
         controller_hook(ctl)
     registry = build_registry(ctl, cfg)
-    recorder = recorder_registry = beside = None
+    recorder = recorder_registry = None
+    beside = Beside()
     if options.recorder is not None:
         from taugate.controllers.recorder.watch import Recorder
         recorder = Recorder.create(options.recorder, settings, cfg)
         recorder_registry = kopf.OperatorRegistry()
         register_connection(recorder_registry, cfg, options)
         recorder.register(recorder_registry)
-        beside = Beside()
         beside.register_probe(registry)
     if options.audit is not None:  # its own API client
         from taugate.controllers.audit import AuditLoop
@@ -555,7 +555,7 @@ class Beside:
 
 
 async def run_beside(controllers: Coroutine[Any, Any, None], registry: kopf.OperatorRegistry,
-                     beside: Beside | None = None) -> None:
+                     beside: Beside) -> None:
     """Run the controllers' kopf operator and, beside it, the recorder's: a kopf operator of its own
     for ``registry``, on an event loop of its own in a thread (kopf's way to embed an operator).
 
@@ -570,13 +570,11 @@ async def run_beside(controllers: Coroutine[Any, Any, None], registry: kopf.Oper
     stop = threading.Event()
 
     async def recorder() -> None:
-        if beside is not None:
-            beside.loop = asyncio.get_running_loop()
+        beside.loop = asyncio.get_running_loop()
         try:
             await kopf.operator(registry=registry, standalone=True, clusterwide=True, stop_flag=stop)
         finally:
-            if beside is not None:
-                beside.loop = None
+            beside.loop = None
             stop.set()  # ends kopf's wait on the flag in an executor thread, which asyncio.run joins
 
     main = asyncio.create_task(controllers, name="taugate-operator")

@@ -87,7 +87,7 @@ def test_the_recorders_operator_failing_stops_the_controllers_and_is_raised():
 
     async def main():
         with pytest.raises(RuntimeError, match="the recorder.s operator failed: ActivityError"):
-            await run_beside(controllers(), registry)
+            await run_beside(controllers(), registry, Beside())
 
     asyncio.run(main())
     assert cancelled.is_set()
