@@ -201,8 +201,14 @@ class GuardedHandler(RequestHandler):
 
     @property
     def idle(self) -> bool:
-        """No request being handled or queued (a partial head counts as idle)."""
-        return not self._request_in_progress and not self._messages and not self._force_close
+        """Between requests: no head has arrived yet, or aiohttp's ``start()`` waits for the next
+        one (its own test for an idle connection in ``_process_keepalive``). A partial head counts
+        as idle; a request taken from the queue whose handler has not started yet does not (on
+        Python 3.11 aiohttp starts the handler as a task, one loop step later)."""
+        if self._force_close:
+            return False
+        waiter = self._waiter
+        return self._request_count == 0 or (waiter is not None and not waiter.done())
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
@@ -218,8 +224,9 @@ class GuardedHandler(RequestHandler):
 
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
-        if self._head_timer is None and not self._request_in_progress and not self._messages \
-                and not self._force_close:
+        # Still idle after the bytes: they are the start of a head (start() reads a body to its
+        # end before it waits for the next head), not a body's late record.
+        if self._head_timer is None and self.idle:
             self._head_mark = self._request_count  # a head has started and is not complete yet
             self._head_timer = self._loop.call_later(self._guard.header_timeout, self._head_expired)
 
