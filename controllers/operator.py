@@ -1,8 +1,8 @@
 """The operator: a kopf operator whose ``on.event`` handlers only enqueue keys into one
 ``WorkQueue``; ``OperatorOptions.workers`` workers reconcile them (level-triggered, like
 controller-runtime, never one key by two at once), retrying with backoff (1 s doubling to 60 s)
-and resyncing every key. The recorder runs beside it as a kopf operator of its own
-(``run_beside``). An event wakes anything only when it
+and resyncing every key. The recorder runs beside it in a process of its own
+(``controllers/beside.py``). An event wakes anything only when it
 changes what the controllers read (``relevant``). kopf never patches the objects (no kopf
 annotations or finalizers); kopf's peering is off and CRD scanning too (restart after installing
 Kueue). With ``OperatorOptions.leader`` (``taugate operator --leader-elect``) a replica stands by
@@ -15,10 +15,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import re
 import threading
-import time
-from collections.abc import Callable, Coroutine, Hashable
+from collections.abc import Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,7 +28,11 @@ from pydantic import ValidationError
 from taugate import admission_policy, labels
 from taugate.controllers import resources as R
 from taugate.controllers.admission_policy import reconcile_admission_policy
-from taugate.controllers.kopf_startup import wake_waiters_only_on_change
+from taugate.controllers.kopf_startup import (
+    quiet_routine_handler_lines,
+    register_connection,
+    wake_waiters_only_on_change,
+)
 from taugate.controllers.taugrid.cluster import reconcile_cluster
 from taugate.controllers.taugrid.quotarequest import reconcile_quota_request
 from taugate.controllers.taugrid.workspace import reconcile_workspace
@@ -41,33 +43,6 @@ from taugate.settings import Settings
 from taugate.workqueue import WorkQueue, cancel
 
 log = logging.getLogger("taugate.operator")
-
-
-class RoutineAtDebug(logging.Filter):
-    """kopf's ``Handler '<id>' succeeded.`` line (kopf ``_core/actions/execution.py``
-    ``execute_handler_once``, INFO on ``kopf.objects``) at DEBUG: the handlers run for every watch
-    event, a Node heartbeat included (1,273 lines in 11 minutes with 10 kwok nodes at INFO).
-    kopf's failures and retries keep their levels; a record kept is rewritten to DEBUG, so
-    ``--log-level debug`` still shows it."""
-
-    ROUTINE = re.compile(r"^(Handler|Timer|Daemon|Activity) '[^']*' succeeded\.$")
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno != logging.INFO or not isinstance(record.msg, str) or not self.ROUTINE.match(record.msg):
-            return True
-        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
-        return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
-
-
-ROUTINE_AT_DEBUG = RoutineAtDebug()
-KOPF_HANDLER_LOGGERS = ("kopf.objects",)
-"""``kopf.objects``: kopf's ``ObjectLogger`` of every resource handler."""
-
-
-def quiet_routine_handler_lines() -> None:
-    """Put ``ROUTINE_AT_DEBUG`` on kopf's handler loggers (idempotent)."""
-    for name in KOPF_HANDLER_LOGGERS:
-        logging.getLogger(name).addFilter(ROUTINE_AT_DEBUG)
 
 
 Key = tuple[str, str, str]
@@ -270,21 +245,6 @@ def relevant(kind: str, body: dict) -> Any:
     return [keep_meta, {k: v for k, v in body.items() if k not in ("metadata", "status")}]
 
 
-def connection_info(cfg: kubernetes.client.Configuration) -> kopf.ConnectionInfo:
-    """kopf's credentials from the controllers' ``Configuration``; the token is refreshed first
-    when the configuration can (the in-cluster service account token rotates)."""
-    hook = getattr(cfg, "refresh_api_key_hook", None)
-    if callable(hook):
-        hook(cfg)
-    token = None
-    auth = (cfg.api_key or {}).get("authorization") or (cfg.api_key or {}).get("BearerToken")
-    if auth:
-        token = auth.split(" ", 1)[1] if auth.lower().startswith("bearer ") else auth
-    return kopf.ConnectionInfo(
-        server=cfg.host, ca_path=cfg.ssl_ca_cert or None, insecure=not cfg.verify_ssl, token=token,
-        certificate_path=cfg.cert_file or None, private_key_path=cfg.key_file or None)
-
-
 def build_registry(ctl: Controller, cfg: kubernetes.client.Configuration) -> kopf.OperatorRegistry:
     """Login, settings, and the ``on.event`` handlers that feed ``ctl``."""
     registry = kopf.OperatorRegistry()
@@ -294,35 +254,10 @@ def build_registry(ctl: Controller, cfg: kubernetes.client.Configuration) -> kop
     return registry
 
 
-def register_connection(registry: kopf.OperatorRegistry, cfg: kubernetes.client.Configuration,
-                        opts: OperatorOptions) -> None:
-    """Login with ``cfg`` and kopf's settings: what each of the process's kopf operators (the
-    controllers', the recorder's) starts with."""
-
-    @kopf.on.login(registry=registry)
-    def _login(**_: Any) -> kopf.ConnectionInfo:
-        return connection_info(cfg)
-
-    @kopf.on.startup(registry=registry)
-    def _configure(settings: kopf.OperatorSettings, **_: Any) -> None:
-        settings.peering.standalone = True
-        settings.scanning.disabled = True
-        settings.posting.enabled = not opts.test_mode
-        settings.posting.level = logging.WARNING
-        settings.watching.server_timeout = 300
-        settings.watching.client_timeout = 330
-        settings.networking.request_timeout = 30
-        if opts.test_mode:
-            settings.queueing.idle_timeout = 1.0
-            settings.queueing.exit_timeout = 1.0
-            settings.watching.reconnect_backoff = 0.05
-            settings.networking.connect_timeout = 2
-
-
 def _register_lifecycle(registry: kopf.OperatorRegistry, ctl: Controller,
                         cfg: kubernetes.client.Configuration) -> None:
     """Login with ``cfg``, kopf's settings, and the worker started and stopped with kopf."""
-    register_connection(registry, cfg, ctl.options)
+    register_connection(registry, cfg, ctl.options.test_mode)
 
     @kopf.on.startup(registry=registry)
     async def _first_key(**_: Any) -> None:
@@ -489,14 +424,10 @@ async def _run(cfg: kubernetes.client.Configuration, settings: Settings, options
     if controller_hook is not None:
         controller_hook(ctl)
     registry = build_registry(ctl, cfg)
-    recorder = recorder_registry = None
-    beside = Beside()
-    if options.recorder is not None:
-        from taugate.controllers.recorder.watch import Recorder
-        recorder = Recorder.create(options.recorder, settings, cfg)
-        recorder_registry = kopf.OperatorRegistry()
-        register_connection(recorder_registry, cfg, options)
-        recorder.register(recorder_registry)
+    beside = None
+    if options.recorder is not None:  # a process of its own (controllers/beside.py)
+        from taugate.controllers.beside import Beside
+        beside = Beside(cfg, settings, options.recorder, options.test_mode)
         beside.register_probe(registry)
     if options.audit is not None:  # its own API client
         from taugate.controllers.audit import AuditLoop
@@ -507,91 +438,14 @@ async def _run(cfg: kubernetes.client.Configuration, settings: Settings, options
         # on the worker as a hung task at exit.
         controllers = kopf.operator(registry=registry, standalone=True, clusterwide=True, stop_flag=stop_flag,
                                     ready_flag=ready_flag, liveness_endpoint=options.liveness_endpoint)
-        if recorder_registry is None:
+        if beside is None:
             await controllers
         else:
-            await run_beside(controllers, recorder_registry, beside)
+            from taugate.controllers.beside import run_beside
+            await run_beside(controllers, beside)
     finally:
         await ctl.stop()
         await asyncio.to_thread(kube.close)
-        if recorder is not None:
-            await asyncio.to_thread(recorder.close)
         if ctl.audit is not None:
             await ctl.audit.stop()
             await asyncio.to_thread(ctl.audit.kube.close)
-
-
-class Beside:
-    """The recorder's event loop, as the controllers' liveness probe sees it: the recorder's loop
-    must answer within ``limit`` seconds, as the controllers' own must answer kopf's health
-    endpoint (a wedged recorder would otherwise record nothing with the pod Live). Below the
-    chart's probe timeout (3 s), so the probe's answer says why; the kubelet restarts the pod after
-    four failures 15 s apart."""
-
-    limit = 2.0
-
-    def __init__(self) -> None:
-        self.loop: asyncio.AbstractEventLoop | None = None
-
-    async def responds(self) -> dict:
-        """How long the recorder's loop took to run a no-op; raises TimeoutError past ``limit``."""
-        if self.loop is None:
-            return {"recorder": "starting"}
-        started = time.monotonic()
-        async with asyncio.timeout(self.limit):
-            await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(asyncio.sleep(0), self.loop))
-        return {"recorderLoopSeconds": round(time.monotonic() - started, 3)}
-
-    def register_probe(self, registry: kopf.OperatorRegistry) -> None:
-        """A kopf probe on the controllers' health endpoint (HTTP 500 when it fails)."""
-
-        @kopf.on.probe(registry=registry, id="recorder")
-        async def _recorder_responds(**_: Any) -> dict:
-            try:
-                return await self.responds()
-            except TimeoutError:
-                raise kopf.PermanentError(
-                    f"the recorder's event loop has not answered within {self.limit:g} s") from None
-
-
-async def run_beside(controllers: Coroutine[Any, Any, None], registry: kopf.OperatorRegistry,
-                     beside: Beside) -> None:
-    """Run the controllers' kopf operator and, beside it, the recorder's: a kopf operator of its own
-    for ``registry``, on an event loop of its own in a thread (kopf's way to embed an operator).
-
-    kopf calls none of an operator's handlers until every one of its indices has listed its whole
-    resource (kopf ``_core/reactor/observation.py``/``processing.py``: the ``operator_indexed``
-    toggles). The recorder indexes every run's Jobs, Workloads, Pods and every Node: 145 s at 5,000
-    Nodes and 10,000 Jobs, which the workspaces used to wait for. Apart, they wait for nothing of it.
-
-    One operator stopping stops the other: the controllers' on their stop flag, a signal or an
-    error; the recorder's only on an error (raised here, so the process exits and the pod restarts;
-    a replica without its recorder would follow no run)."""
-    stop = threading.Event()
-
-    async def recorder() -> None:
-        beside.loop = asyncio.get_running_loop()
-        try:
-            await kopf.operator(registry=registry, standalone=True, clusterwide=True, stop_flag=stop)
-        finally:
-            beside.loop = None
-            stop.set()  # ends kopf's wait on the flag in an executor thread, which asyncio.run joins
-
-    main = asyncio.create_task(controllers, name="taugate-operator")
-    # Created before the controllers' operator first runs, so that kopf counts it among the tasks it
-    # found, not among the ones it cancels as hung at its exit.
-    side = asyncio.create_task(asyncio.to_thread(asyncio.run, recorder()), name="taugate-recorder-operator")
-    try:
-        done, _ = await asyncio.wait({main, side}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        stop.set()
-        if not main.done():
-            main.cancel()
-        await asyncio.wait({main, side})
-    error = None if main.cancelled() else main.exception()
-    if error is not None:
-        raise error
-    if side.exception() is not None:
-        raise RuntimeError(f"the recorder's operator failed: {side.exception()!r}") from side.exception()
-    if main not in done:  # kopf ends without an error when, e.g., a startup activity failed for good
-        raise RuntimeError("the recorder's operator stopped on its own (its log says why)")

@@ -12,6 +12,7 @@ import logging
 import os
 import re
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 
@@ -31,8 +32,8 @@ from taugate.kubeaccess import (
     kubeconfig_problem,
 )
 
-__all__ = ["Kube", "KubeConfigError", "KubeError", "KubeUnreachable", "WatchExpired", "check_reachable",
-           "load_configuration"]
+__all__ = ["CredentialsReload", "Kube", "KubeConfigError", "KubeError", "KubeUnreachable", "WatchExpired",
+           "check_reachable", "load_configuration"]
 
 log = logging.getLogger("taugate.kube")
 Obj = dict[str, Any]  # a Kubernetes object (or a part of one) as the API serves it
@@ -90,7 +91,39 @@ def load_configuration(*, in_cluster: bool | None = False, kubeconfig: str | Non
                 f"{kubeconfig}: the user of the context impersonates ({impersonated}), which taugate's client does "
                 f"not do, so it would ask as the kubeconfig's own credentials instead; use a kubeconfig with the "
                 f"credentials of the user to ask as")
+    hook: Any = CredentialsReload(bool(in_cluster), kubeconfig, context)
+    if getattr(cfg, "refresh_api_key_hook", None) is not None:  # a token that changes; the client's hook: a closure
+        cfg.refresh_api_key_hook = hook
     return cfg
+
+
+class CredentialsReload:
+    """A configuration's ``refresh_api_key_hook`` for a token that changes (the service account's
+    rotates; a kubeconfig's exec plugin or OIDC token expires): at most once every ``every`` seconds
+    it loads the configuration again as ``load_configuration`` did and takes its token. The
+    kubernetes client's own hooks do the same (the in-cluster one re-reads the token file once a
+    minute) but are closures, which no ``Configuration`` can be pickled with; this one can, so the
+    configuration starts the recorder's process (``controllers/beside.py``). A load that fails
+    keeps the token it has (logged; the API server's 401 says when it no longer works)."""
+
+    every = 60.0
+
+    def __init__(self, in_cluster: bool, kubeconfig: str | None, context: str | None) -> None:
+        self.in_cluster, self.kubeconfig, self.context = in_cluster, kubeconfig, context
+        self.loaded_at = time.monotonic()  # the token loaded with the configuration is fresh
+
+    def __call__(self, cfg: kubernetes.client.Configuration) -> None:
+        now = time.monotonic()
+        if now - self.loaded_at < self.every:
+            return
+        self.loaded_at = now
+        try:
+            fresh = load_configuration(in_cluster=self.in_cluster, kubeconfig=self.kubeconfig, context=self.context)
+        except KubeConfigError as e:
+            log.warning("cannot load the credentials again (%s): the current token is kept", e)
+            return
+        cfg.api_key.update(fresh.api_key)
+        cfg.api_key_prefix.update(fresh.api_key_prefix)
 
 
 def _impersonation(kubeconfig: str, context: str | None) -> str | None:

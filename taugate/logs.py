@@ -64,9 +64,19 @@ def formatter(fmt: str) -> logging.Formatter:
                          reserved_attrs=[*JsonFormatter().reserved_attrs, *DROPPED_FIELDS])
 
 
+_configured: list[tuple[str, str]] = []
+
+
+def configured() -> tuple[str, str] | None:
+    """The level and format ``configure`` last set, or None: what a child process of the command
+    (the recorder's) logs with."""
+    return _configured[-1] if _configured else None
+
+
 def configure(level: str, fmt: str, stream: TextIO | None = None) -> logging.Handler:
     """Make one handler on ``stream`` (standard error) the root logger's only one, at ``level`` in
     ``fmt``; returns it."""
+    _configured[:] = [(level, fmt)]
     handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
     handler.setFormatter(formatter(fmt))
     root = logging.getLogger()

@@ -5,7 +5,7 @@ so JSON at INFO, recorder on).
 Node status heartbeats are written as a kubelet (or kwok's ``node/heartbeat`` stage, every 20-45 s
 per node) writes them: the Ready condition's ``lastHeartbeatTime``. kopf ran a handler for each
 and logged ``Handler '_node' succeeded.`` at INFO (1,273 lines in 11 minutes with 10 kwok nodes);
-that line is DEBUG now (``controllers/operator.py`` ``RoutineAtDebug``). kopf merges one object's
+that line is DEBUG now (``controllers/kopf_startup.py`` ``RoutineAtDebug``). kopf merges one object's
 events that arrive within ``settings.batching.batch_window`` (0.1 s), so a burst of heartbeats is
 fewer handler runs than heartbeats spread out: the bound below counts changes, never heartbeats.
 The measured numbers are printed (``pytest -s``).

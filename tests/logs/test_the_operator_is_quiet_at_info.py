@@ -9,7 +9,7 @@ import logging
 
 import pytest
 
-from taugate.controllers.operator import quiet_routine_handler_lines
+from taugate.controllers.kopf_startup import quiet_routine_handler_lines
 
 
 @pytest.fixture
