@@ -51,8 +51,9 @@ log = logging.getLogger("taugate.operator")
 
 
 class Beside:
-    """The recorder's process: ``start`` spawns it, ``ended`` waits for its end (its failure
-    message, or None after ``stop``), ``stop`` asks it to stop and waits (then terminates it).
+    """The recorder's process: ``start`` spawns it, ``ended`` waits for its end (its exit code;
+    ``failure`` holds what it said when it failed), ``stop`` asks it to stop and waits (after
+    ``stop_seconds``, kills it).
 
     The controllers' liveness probe (``register_probe``) asks its event loop to answer within
     ``limit`` seconds, as the controllers' own loop must answer kopf's health endpoint (a wedged
@@ -129,22 +130,20 @@ class Beside:
         return self.process.exitcode
 
     async def stop(self) -> None:
-        """Ask the child to stop; after ``stop_seconds``, terminate it (then kill it)."""
+        """Ask the child to stop; after ``stop_seconds``, kill it."""
         if self.process is None or self.process.exitcode is not None:
             return
         with contextlib.suppress(OSError):  # gone already
             self._conn.send(("stop",))
-        for action in (None, self.process.terminate, self.process.kill):
-            if action is not None:
-                log.warning("the recorder's process did not stop within %g s: %s", self.stop_seconds,
-                            action.__name__)
-                action()
-            try:
-                async with asyncio.timeout(self.stop_seconds):
-                    await self.ended()
-                return
-            except TimeoutError:
-                continue
+        try:
+            async with asyncio.timeout(self.stop_seconds):
+                await self.ended()
+            return
+        except TimeoutError:
+            pass
+        log.warning("the recorder's process did not stop within %g s: killing it", self.stop_seconds)
+        self.process.kill()  # it ignores SIGTERM: its parent decides when it stops
+        await self.ended()
 
     def close(self) -> None:
         if self._conn is not None:

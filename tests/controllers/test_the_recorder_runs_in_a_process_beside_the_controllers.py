@@ -34,7 +34,7 @@ from taugate.controllers.recorder.config import RecorderConfig
 from taugate.controllers.recorder.evidence.records import EvidenceError, Signer
 from taugate.kube import CredentialsReload, Kube, load_configuration
 from tests.paths import REPO
-from tests.waiting import until_sync
+from tests.waiting import until, until_sync
 
 TAU = "tau.azure.com/v1alpha1"
 SYS = "tau-platform"
@@ -139,6 +139,25 @@ def test_the_recorders_failure_stops_the_controllers_and_is_raised_with_its_mess
 
     asyncio.run(main())
     assert cancelled.is_set()
+
+
+def test_a_recorder_that_does_not_stop_when_asked_is_killed(kube_double, settings, config, monkeypatch):
+    monkeypatch.setattr(Beside, "stop_seconds", 1.0)
+    monkeypatch.setattr(Beside, "limit", 10.0)
+
+    async def main():
+        beside = Beside(kube_double.configuration, settings, config, True)
+        stopped = asyncio.Event()
+        task = asyncio.ensure_future(run_beside(stopped.wait(), beside))
+        await until(beside.responds, check=lambda r: "recorderLoopSeconds" in r, timeout=30,
+                    what="the recorder's loop to answer")
+        os.kill(beside.pid, signal.SIGSTOP)  # it cannot hear "stop" now
+        stopped.set()  # the controllers end: the recorder is asked to stop
+        async with asyncio.timeout(30):
+            await task
+        return beside.process.exitcode
+
+    assert asyncio.run(main()) == -signal.SIGKILL
 
 
 KILLED_OPERATOR = textwrap.dedent("""
