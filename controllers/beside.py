@@ -29,6 +29,7 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Coroutine
@@ -76,6 +77,7 @@ class Beside:
         self.failure_kind: str | None = None
         self._gone: asyncio.Future | None = None
         self._hello = False
+        self._ran = False
         self._started = 0.0
 
     @property
@@ -150,9 +152,9 @@ class Beside:
             self._conn.close()
 
     async def responds(self) -> dict:
-        """How long the recorder's loop took to answer; raises TimeoutError past ``limit``, or
-        while the child has not said hello (a fresh interpreter importing taugate and kopf, 2-3 s)
-        ``start_seconds`` after its start."""
+        """How long the recorder's loop took to answer; raises TimeoutError past ``limit``, when
+        its loop has ended, or when the child has not said hello (a fresh interpreter importing
+        taugate and kopf, 2-3 s) or started its loop ``start_seconds`` after its start."""
         if self.process is None:
             return {"recorder": "starting"}
         if not self._hello:
@@ -166,14 +168,17 @@ class Beside:
         try:
             self._conn.send(("ping", seq))
             async with asyncio.timeout(self.limit):
-                running = await fut
+                state = await fut
         except OSError:
             raise TimeoutError from None  # the child is gone: ``ended`` ends the operator
         finally:
             self._pongs.pop(seq, None)
-        if not running:
+        if state == "running":
+            self._ran = True
+            return {"recorderLoopSeconds": round(time.monotonic() - started, 3)}
+        if state == "starting" and not self._ran and time.monotonic() - self._started < self.start_seconds:
             return {"recorder": "starting"}
-        return {"recorderLoopSeconds": round(time.monotonic() - started, 3)}
+        raise TimeoutError  # no loop after start_seconds, or no longer one
 
     def register_probe(self, registry: kopf.OperatorRegistry) -> None:
         """A kopf probe on the controllers' health endpoint (HTTP 500 when it fails)."""
@@ -218,6 +223,26 @@ async def run_beside(controllers: Coroutine[Any, Any, None], beside: Beside) -> 
     raise RuntimeError(f"the recorder's process stopped on its own (exit code {side.result()}; its log says why)")
 
 
+def run_kopf(registry: kopf.OperatorRegistry, stop: threading.Event,
+             loops: list[asyncio.AbstractEventLoop]) -> bool:
+    """Run kopf for ``registry`` on a new event loop (appended to ``loops``) until ``stop`` is set;
+    whether it was (False: kopf ended on its own). kopf waits on a ``threading.Event`` stop flag in
+    an executor thread (kopf ``_cogs/aiokits/aioadapters.py``), which ``asyncio.run`` joins at its
+    end: the flag is set whatever ends kopf, or a failing kopf would wait there forever."""
+    asked: list[bool] = []
+
+    async def operator() -> None:
+        loops.append(asyncio.get_running_loop())
+        try:
+            await kopf.operator(registry=registry, standalone=True, clusterwide=True, stop_flag=stop)
+        finally:
+            asked.append(stop.is_set())
+            stop.set()
+
+    asyncio.run(operator())
+    return asked[0]
+
+
 def child_main(conn: multiprocessing.connection.Connection, cfg: kubernetes.client.Configuration,
                settings: Settings, config: RecorderConfig, test_mode: bool, logging_setup: Any) -> None:
     """The recorder's process: its kopf operator on a thread, the pipe on the main thread."""
@@ -229,6 +254,7 @@ def child_main(conn: multiprocessing.connection.Connection, cfg: kubernetes.clie
     wake_waiters_only_on_change()
     stop = threading.Event()
     loops: list[asyncio.AbstractEventLoop] = []
+    failed: list[bool] = []
     sending = threading.Lock()
     ended_r, ended_w = os.pipe()
 
@@ -245,17 +271,14 @@ def child_main(conn: multiprocessing.connection.Connection, cfg: kubernetes.clie
                 registry = kopf.OperatorRegistry()
                 register_connection(registry, cfg, test_mode)
                 recorder.register(registry)
-
-                async def operator() -> None:
-                    loops.append(asyncio.get_running_loop())
-                    await kopf.operator(registry=registry, standalone=True, clusterwide=True, stop_flag=stop)
-
-                asyncio.run(operator())
+                asked = run_kopf(registry, stop, loops)
             finally:
                 recorder.close()
-            if not stop.is_set():
+            if not asked:
+                failed.append(True)
                 send(("failed", "Stopped", "kopf ended on its own (the log above says why)"))
         except BaseException as e:
+            failed.append(True)
             log.exception("the recorder failed")
             send(("failed", e.__class__.__name__, str(e)))
         finally:
@@ -277,9 +300,10 @@ def child_main(conn: multiprocessing.connection.Connection, cfg: kubernetes.clie
             stop.set()
         elif message[0] == "ping":
             try:
-                loops[0].call_soon_threadsafe(send, ("pong", message[1], True))
-            except (IndexError, RuntimeError):  # no loop yet, or no longer
-                send(("pong", message[1], False))
+                loops[0].call_soon_threadsafe(send, ("pong", message[1], "running"))
+            except IndexError:
+                send(("pong", message[1], "starting"))
+            except RuntimeError:  # its loop is closed: the recorder is ending
+                send(("pong", message[1], "ended"))
     worker.join()
-    logging.shutdown()
-    os._exit(0 if stop.is_set() else 1)  # kopf's executor threads are not waited for
+    sys.exit(1 if failed else 0)  # through atexit: the kubernetes client's temporary key files go

@@ -6,6 +6,7 @@ are JSON merge patches (RFC 7386), never PUT, so a field another controller owns
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import logging
@@ -32,7 +33,7 @@ from taugate.kubeaccess import (
     kubeconfig_problem,
 )
 
-__all__ = ["CredentialsReload", "Kube", "KubeConfigError", "KubeError", "KubeUnreachable", "WatchExpired",
+__all__ = ["CredentialsRefresh", "Kube", "KubeConfigError", "KubeError", "KubeUnreachable", "WatchExpired",
            "check_reachable", "load_configuration"]
 
 log = logging.getLogger("taugate.kube")
@@ -91,39 +92,57 @@ def load_configuration(*, in_cluster: bool | None = False, kubeconfig: str | Non
                 f"{kubeconfig}: the user of the context impersonates ({impersonated}), which taugate's client does "
                 f"not do, so it would ask as the kubeconfig's own credentials instead; use a kubeconfig with the "
                 f"credentials of the user to ask as")
-    hook: Any = CredentialsReload(bool(in_cluster), kubeconfig, context)
-    if getattr(cfg, "refresh_api_key_hook", None) is not None:  # a token that changes; the client's hook: a closure
+    own = getattr(cfg, "refresh_api_key_hook", None)
+    if own is not None:  # a token that changes, refreshed by the client's own hook (a closure)
+        if not in_cluster and context is None:  # the context it was loaded from, not the file's next current one
+            with contextlib.suppress(Exception):
+                context = kubernetes.config.list_kube_config_contexts(config_file=kubeconfig)[1]["name"]
+        hook: Any = CredentialsRefresh(own, bool(in_cluster), kubeconfig, context)
         cfg.refresh_api_key_hook = hook
     return cfg
 
 
-class CredentialsReload:
-    """A configuration's ``refresh_api_key_hook`` for a token that changes (the service account's
-    rotates; a kubeconfig's exec plugin or OIDC token expires): at most once every ``every`` seconds
-    it loads the configuration again as ``load_configuration`` did and takes its token. The
-    kubernetes client's own hooks do the same (the in-cluster one re-reads the token file once a
-    minute) but are closures, which no ``Configuration`` can be pickled with; this one can, so the
-    configuration starts the recorder's process (``controllers/beside.py``). A load that fails
-    keeps the token it has (logged; the API server's 401 says when it no longer works)."""
+class CredentialsRefresh:
+    """A configuration's ``refresh_api_key_hook`` that can be pickled (the configuration starts the
+    recorder's process, ``controllers/beside.py``). In its process it calls the kubernetes client's
+    own hook, a closure: the in-cluster one re-reads the service account token once a minute, a
+    kubeconfig's runs its exec plugin or refreshes its OIDC token when the token expires. Pickled,
+    it keeps only where the configuration came from (the service account, or the kubeconfig and
+    the context it was loaded from); its first call in the new process loads that again, once, for
+    a hook of the client's own there, and takes nothing from it unless it is for the same API
+    server. A refresh that fails keeps the token there is (logged; the API server's 401 says when
+    it no longer works). Serialised: the client's hooks keep state without a lock."""
 
-    every = 60.0
-
-    def __init__(self, in_cluster: bool, kubeconfig: str | None, context: str | None) -> None:
+    def __init__(self, own: Callable[[Any], None] | None, in_cluster: bool, kubeconfig: str | None,
+                 context: str | None) -> None:
+        self.own = own
         self.in_cluster, self.kubeconfig, self.context = in_cluster, kubeconfig, context
-        self.loaded_at = time.monotonic()  # the token loaded with the configuration is fresh
+        self._lock = threading.Lock()
+        self._retry_at = 0.0  # after a failed load, not again for a minute (the hook runs per request)
+
+    def __reduce__(self) -> tuple:
+        return CredentialsRefresh, (None, self.in_cluster, self.kubeconfig, self.context)
 
     def __call__(self, cfg: kubernetes.client.Configuration) -> None:
-        now = time.monotonic()
-        if now - self.loaded_at < self.every:
-            return
-        self.loaded_at = now
-        try:
-            fresh = load_configuration(in_cluster=self.in_cluster, kubeconfig=self.kubeconfig, context=self.context)
-        except KubeConfigError as e:
-            log.warning("cannot load the credentials again (%s): the current token is kept", e)
-            return
-        cfg.api_key.update(fresh.api_key)
-        cfg.api_key_prefix.update(fresh.api_key_prefix)
+        with self._lock:
+            try:
+                if self.own is None:
+                    if time.monotonic() < self._retry_at:
+                        return
+                    self._retry_at = time.monotonic() + 60.0
+                    fresh = load_configuration(in_cluster=self.in_cluster, kubeconfig=self.kubeconfig,
+                                               context=self.context)
+                    if fresh.host != cfg.host:
+                        raise KubeConfigError(f"it now names the API server {fresh.host}, not {cfg.host}")
+                    self.own = fresh.refresh_api_key_hook.own
+                try:
+                    self.own(cfg)
+                finally:
+                    cfg.refresh_api_key_hook = self  # the client's hook sets itself there again each time
+            except Exception as e:  # an exec plugin or an OIDC provider failing, a file gone
+                source = "the service account" if self.in_cluster else f"{self.kubeconfig} ({self.context})"
+                log.warning("cannot refresh the API token from %s (%s): the current one is kept", source,
+                            f"{e.__class__.__name__}: {e}")
 
 
 def _impersonation(kubeconfig: str, context: str | None) -> str | None:

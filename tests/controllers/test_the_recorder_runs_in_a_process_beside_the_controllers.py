@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -27,12 +28,12 @@ import kubernetes.client
 import pytest
 import yaml
 
-from taugate.controllers.beside import Beside, run_beside
+from taugate.controllers.beside import Beside, run_beside, run_kopf
 from taugate.controllers.operator import Controller, OperatorOptions, build_registry
 from taugate.controllers.recorder import watch
 from taugate.controllers.recorder.config import RecorderConfig
 from taugate.controllers.recorder.evidence.records import EvidenceError, Signer
-from taugate.kube import CredentialsReload, Kube, load_configuration
+from taugate.kube import CredentialsRefresh, Kube, load_configuration
 from tests.paths import REPO
 from tests.waiting import until, until_sync
 
@@ -141,9 +142,8 @@ def test_the_recorders_failure_stops_the_controllers_and_is_raised_with_its_mess
     assert cancelled.is_set()
 
 
-def test_a_recorder_that_does_not_stop_when_asked_is_killed(kube_double, settings, config, monkeypatch):
-    monkeypatch.setattr(Beside, "stop_seconds", 1.0)
-    monkeypatch.setattr(Beside, "limit", 10.0)
+def _stopped_by_the_controllers(kube_double, settings, config, wedge: bool) -> int:
+    """The recorder's exit code after the controllers end, its process stopped first if ``wedge``."""
 
     async def main():
         beside = Beside(kube_double.configuration, settings, config, True)
@@ -151,18 +151,54 @@ def test_a_recorder_that_does_not_stop_when_asked_is_killed(kube_double, setting
         task = asyncio.ensure_future(run_beside(stopped.wait(), beside))
         await until(beside.responds, check=lambda r: "recorderLoopSeconds" in r, timeout=30,
                     what="the recorder's loop to answer")
-        os.kill(beside.pid, signal.SIGSTOP)  # it cannot hear "stop" now
+        if wedge:
+            os.kill(beside.pid, signal.SIGSTOP)  # it cannot hear "stop" now
         stopped.set()  # the controllers end: the recorder is asked to stop
-        async with asyncio.timeout(30):
+        async with asyncio.timeout(40):
             await task
         return beside.process.exitcode
 
-    assert asyncio.run(main()) == -signal.SIGKILL
+    return asyncio.run(main())
+
+
+def test_a_recorder_asked_to_stop_exits_0_within_the_stop_time(kube_double, settings, config, monkeypatch):
+    monkeypatch.setattr(Beside, "stop_seconds", 20.0)
+    monkeypatch.setattr(Beside, "limit", 10.0)
+    assert _stopped_by_the_controllers(kube_double, settings, config, wedge=False) == 0
+
+
+def test_a_recorder_that_does_not_stop_when_asked_is_killed(kube_double, settings, config, monkeypatch):
+    monkeypatch.setattr(Beside, "stop_seconds", 1.0)
+    monkeypatch.setattr(Beside, "limit", 10.0)
+    assert _stopped_by_the_controllers(kube_double, settings, config, wedge=True) == -signal.SIGKILL
+
+
+def test_kopf_failing_in_the_recorders_process_ends_its_thread_instead_of_hanging_it():
+    # kopf waits on the stop flag in an executor thread that asyncio.run joins: a failing kopf must set it
+    registry = kopf.OperatorRegistry()
+
+    @kopf.on.startup(registry=registry)
+    def _broken(**_):
+        raise kopf.PermanentError("no evidence store")
+
+    raised: list[BaseException] = []
+
+    def run():
+        try:
+            run_kopf(registry, threading.Event(), [])
+        except BaseException as e:
+            raised.append(e)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(30)
+    assert not thread.is_alive(), "kopf's failure left the recorder's thread waiting"
+    assert [e.__class__.__name__ for e in raised] == ["ActivityError"]
 
 
 KILLED_OPERATOR = textwrap.dedent("""
     import asyncio, pickle, sys
-    from taugate.controllers.beside import Beside, run_beside
+    from taugate.controllers.beside import Beside, run_beside, run_kopf
 
     cfg, settings, config = pickle.load(sys.stdin.buffer)
 
@@ -196,28 +232,32 @@ def test_the_recorders_process_ends_at_once_when_the_operators_process_is_killed
         parent.kill()
 
 
-def test_a_configuration_with_a_changing_token_starts_the_recorders_process_and_reloads_its_token(
-        tmp_path, monkeypatch):
+def test_a_configuration_with_a_refreshing_token_goes_to_the_recorders_process_with_its_own_context(tmp_path):
     # the kubernetes client's own token hooks are closures: no Configuration with one can be pickled
     kubeconfig = tmp_path / "kubeconfig"
 
-    def write(token: str) -> None:
+    def write(current: str, token: str, server: str = "https://127.0.0.1:6443") -> None:
         kubeconfig.write_text(yaml.safe_dump({
-            "apiVersion": "v1", "kind": "Config", "current-context": "c",
-            "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:6443"}}],
-            "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
-            "users": [{"name": "u", "user": {"token": token}}]}))
+            "apiVersion": "v1", "kind": "Config", "current-context": current,
+            "clusters": [{"name": "c", "cluster": {"server": server}},
+                         {"name": "d", "cluster": {"server": "https://10.9.9.9:6443"}}],
+            "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}},
+                         {"name": "d", "context": {"cluster": "d", "user": "v"}}],
+            "users": [{"name": "u", "user": {"token": token}}, {"name": "v", "user": {"token": "other"}}]}))
 
-    write("first")
-    cfg = pickle.loads(pickle.dumps(load_configuration(kubeconfig=str(kubeconfig))))
-    assert isinstance(cfg.refresh_api_key_hook, CredentialsReload)
-    assert cfg.get_api_key_with_prefix("BearerToken") == "Bearer first"
-    write("second")
-    assert cfg.get_api_key_with_prefix("BearerToken") == "Bearer first"  # at most once a minute
-    monkeypatch.setattr(CredentialsReload, "every", 0.0)
-    assert cfg.get_api_key_with_prefix("BearerToken") == "Bearer second"
+    def in_a_new_process(cfg: kubernetes.client.Configuration) -> str:
+        return pickle.loads(pickle.dumps(cfg)).get_api_key_with_prefix("BearerToken")
+
+    write("c", "first")
+    cfg = load_configuration(kubeconfig=str(kubeconfig))
+    assert isinstance(cfg.refresh_api_key_hook, CredentialsRefresh)
+    write("d", "second")  # another current context, and the first one's token changed
+    assert in_a_new_process(cfg) == "Bearer second"  # the context it was loaded from, loaded again
+    assert cfg.get_api_key_with_prefix("BearerToken") == "Bearer first"  # the client's own hook: a static token
+    write("c", "third", server="https://10.0.0.1:6443")
+    assert in_a_new_process(cfg) == "Bearer first"  # nothing taken for another API server
     kubeconfig.write_text("not: [a kubeconfig")
-    assert cfg.get_api_key_with_prefix("BearerToken") == "Bearer second"  # a failed load keeps the token
+    assert in_a_new_process(cfg) == "Bearer first"  # a failed load keeps the token
 
 
 def test_every_watch_handler_of_the_operator_and_the_recorder_runs_on_its_event_loop(config, settings):
