@@ -120,7 +120,7 @@ class CredentialsRefresh:
         self._lock = threading.Lock()
         self._retry_at = 0.0  # after a failed load, not again for a minute (the hook runs per request)
 
-    def __reduce__(self) -> tuple:
+    def __reduce__(self) -> tuple[Any, ...]:
         return CredentialsRefresh, (None, self.in_cluster, self.kubeconfig, self.context)
 
     def __call__(self, cfg: kubernetes.client.Configuration) -> None:
@@ -134,11 +134,13 @@ class CredentialsRefresh:
                                                context=self.context)
                     if fresh.host != cfg.host:
                         raise KubeConfigError(f"it now names the API server {fresh.host}, not {cfg.host}")
-                    self.own = fresh.refresh_api_key_hook.own
+                    loaded: Any = fresh.refresh_api_key_hook
+                    self.own = loaded.own
                 try:
                     self.own(cfg)
                 finally:
-                    cfg.refresh_api_key_hook = self  # the client's hook sets itself there again each time
+                    again: Any = self
+                    cfg.refresh_api_key_hook = again  # the client's hook sets itself there again each time
             except Exception as e:  # an exec plugin or an OIDC provider failing, a file gone
                 source = "the service account" if self.in_cluster else f"{self.kubeconfig} ({self.context})"
                 log.warning("cannot refresh the API token from %s (%s): the current one is kept", source,
