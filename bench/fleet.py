@@ -317,7 +317,9 @@ class Fleet:
     def add_workspaces(self, total: int, concurrency: int) -> dict:
         """The cold start: the operator stopped, the new workspaces created, the operator started."""
         assert self.plat.operator is not None
-        self.plat.operator.stop()
+        # SIGTERM, then the kubelet's default grace period (the chart sets none for the operator):
+        # a clean stop releases the Lease, so the start below does not wait for it to expire.
+        self.plat.operator.stop(timeout=30.0)
         self.plat.operator = None
         new = [workspace_objects(i) for i in range(self.workspaces, total)]
         self.send("creating ClusterQueues", [("POST", "/apis/kueue.x-k8s.io/v1beta2/clusterqueues",
