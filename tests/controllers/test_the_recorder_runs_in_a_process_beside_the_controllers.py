@@ -54,9 +54,10 @@ def _phase(kd, kind: str, name: str, namespace: str | None = None) -> str | None
 
 
 def _recorder_pid() -> int | None:
-    """The recorder's process, a child of this one (the operator runs in a thread of the test)."""
+    """The recorder's process, a child of this one (the operator runs in a thread of the test):
+    the one only (None while there is none, or another test's is still ending)."""
     found = [p.pid for p in multiprocessing.active_children() if p.name == "taugate-recorder"]
-    return found[0] if found else None
+    return found[0] if len(found) == 1 else None
 
 
 def _state(pid: int) -> str:
@@ -111,7 +112,7 @@ def test_a_wedged_recorder_fails_the_operators_liveness_probe_until_it_answers_a
     with kd.operator(settings, recorder=config, resync_seconds=60, liveness_endpoint=url):
         kd.wait_for(lambda: (r := _get(url)) and r[0] == 200 and "recorderLoopSeconds" in r[1],
                     timeout=30, message="the recorder's loop answering the liveness probe (kopf keeps an answer 10 s)")
-        pid = _recorder_pid()
+        pid = kd.wait_for(_recorder_pid, message="the recorder's process")
         os.kill(pid, signal.SIGSTOP)
         try:
             kd.wait_for(lambda: (r := _get(url)) and r[0] == 500, timeout=30,
