@@ -25,11 +25,15 @@ workspaces and ``N * workloads-per-node`` workloads, all created through the API
    allocatable GPUs to 16 (``/status``, as a device plugin's kubelet reports it) and times until a
    dry run is allowed, then sets it back and times until one is denied again (dry runs back to
    back, each a full admission through the API server).
-2. **Workspaces.** With the operator stopped, the step's new TauWorkspaces, their ClusterQueues
+2. **Workspaces.** The operator is stopped as the kubelet stops a pod (SIGTERM, 30 s, SIGKILL;
+   **the stop's seconds and exit code**: 0 when it stopped cleanly and released its Lease). With
+   the operator stopped, the step's new TauWorkspaces, their ClusterQueues
    (one GPU flavor each, ``stopPolicy: Hold``: Kueue keeps every workload pending, so a workload
    stays queued) and one workload profile each (on the TauCluster) are created; then the operator
    starts and **the time until every TauWorkspace and the TauCluster are Ready** (the operator
-   makes each workspace's namespace, LocalQueue, RBAC and ServiceAccount) is its cold start.
+   makes each workspace's namespace, LocalQueue, RBAC and ServiceAccount) is its cold start, and
+   the time until the first new workspace was Ready (its condition's ``lastTransitionTime``) the
+   part of it before the first workspace reconcile ended.
 3. **Workloads.** The step's new workloads are created at ``--concurrency`` in flight, spread
    over every workspace: the Kueue sample Job (``03-agi-job.yaml``, 3 pods) asking its
    workspace's GPUs per pod, with the workspace's queue label. **Admission while all that runs**
@@ -83,6 +87,7 @@ from tests.e2e.stack import KWOK_NODE_ANNOTATION, Stack  # noqa: E402
 from tests.paths import KUEUE_JOB  # noqa: E402
 
 SYSTEM_NAMESPACE = e2e_platform.SYSTEM_NAMESPACE
+LEASE = "taugate-operator"  # the chart's leader Lease, in the release namespace
 TAU = "/apis/tau.azure.com/v1alpha1"
 PROBE_PROFILE = "fleet-probe"
 PROBE_GPUS = 16
@@ -236,6 +241,31 @@ class Fleet:
         self.stack.stop()
         self.cp.stop()
 
+    def lease_holder(self) -> str:
+        lease = self.get(f"/apis/coordination.k8s.io/v1/namespaces/{e2e_platform.NAMESPACE}/leases/{LEASE}")
+        return str((lease.get("spec") or {}).get("holderIdentity") or "")
+
+    def start_live_operator(self) -> None:
+        """The operator on the live evidence root, once it holds the Lease: the next stop then
+        times a running operator, not a process still importing (which SIGTERM ends by default)."""
+        before = self.lease_holder()
+        self.plat.start_operator(record=True, env={"TAUGATE_RECORDER_EVIDENCE_ROOT": self.evidence_dir("live")})
+        assert self.plat.operator is not None
+        wait_until("the operator to hold the Lease", lambda: self.lease_holder() not in ("", before), 120,
+                   processes=[*self.cp.processes, self.plat.operator], interval=0.5)
+
+    def stop_operator(self) -> dict:
+        """SIGTERM, then the kubelet's default grace period (30 s; the chart sets none for the
+        operator), then SIGKILL: the seconds until it exited and its exit code (0: it stopped
+        cleanly and released its Lease, so the next start does not wait for it to expire; -9:
+        killed)."""
+        op = self.plat.operator
+        assert op is not None
+        t0 = time.monotonic()
+        op.stop(timeout=30.0)
+        self.plat.operator = None
+        return {"operator_stop_s": round(time.monotonic() - t0, 1), "operator_stop_exit": op.popen.returncode}
+
     # -- API helpers --
     def get(self, path: str) -> dict:
         with urllib.request.urlopen(f"{self.cp.server}{path}", context=self.cp.ssl_context(), timeout=120) as r:
@@ -316,11 +346,7 @@ class Fleet:
 
     def add_workspaces(self, total: int, concurrency: int) -> dict:
         """The cold start: the operator stopped, the new workspaces created, the operator started."""
-        assert self.plat.operator is not None
-        # SIGTERM, then the kubelet's default grace period (the chart sets none for the operator):
-        # a clean stop releases the Lease, so the start below does not wait for it to expire.
-        self.plat.operator.stop(timeout=30.0)
-        self.plat.operator = None
+        stopped = self.stop_operator()
         new = [workspace_objects(i) for i in range(self.workspaces, total)]
         self.send("creating ClusterQueues", [("POST", "/apis/kueue.x-k8s.io/v1beta2/clusterqueues",
                                               json.dumps(cq).encode()) for _, cq, _ in new], concurrency)
@@ -329,14 +355,16 @@ class Fleet:
         self.send("creating TauWorkspaces", [("POST", f"{TAU}/namespaces/{SYSTEM_NAMESPACE}/workspaces",
                                               json.dumps(tw).encode()) for tw, _, _ in new], concurrency)
         self.workspaces = total
-        t0 = time.monotonic()
+        t0, wall = time.monotonic(), time.time()
         self.plat.start_operator(record=True, env={"TAUGATE_RECORDER_EVIDENCE_ROOT": self.evidence_dir("live")})
         assert self.plat.operator is not None
         wait_until(f"the operator to make {total} workspaces and the TauCluster Ready", self.all_ready, 3600,
                    processes=[*self.cp.processes, self.plat.operator], interval=1)
         op = self.plat.operator
         assert op is not None
-        return {"operator_cold_start_s": round(time.monotonic() - t0, 1),
+        became = sorted(t - wall for t in self.ready_since() if t >= wall - 1)
+        return {**stopped, "operator_cold_start_s": round(time.monotonic() - t0, 1),
+                "operator_first_ready_s": round(became[0], 1) if became else None,
                 "operator_rss_mib": tree_rss_mib(op.popen.pid)}
 
     def patch_profiles(self) -> None:
@@ -358,6 +386,16 @@ class Fleet:
             return False
         ws = self.list_all(f"{TAU}/namespaces/{SYSTEM_NAMESPACE}/workspaces")
         return len(ws) >= self.workspaces and all((w.get("status") or {}).get("phase") == "Ready" for w in ws)
+
+    def ready_since(self) -> list[float]:
+        """When each TauWorkspace became Ready (its Ready condition's ``lastTransitionTime``, whole
+        seconds): the new workspaces of a cold start from the first reconciled on."""
+        out = []
+        for w in self.list_all(f"{TAU}/namespaces/{SYSTEM_NAMESPACE}/workspaces"):
+            for c in (w.get("status") or {}).get("conditions") or []:
+                if c.get("type") == "Ready" and c.get("status") == "True" and c.get("lastTransitionTime"):
+                    out.append(_dt.datetime.fromisoformat(c["lastTransitionTime"].replace("Z", "+00:00")).timestamp())
+        return out
 
     def add_workloads(self, total: int, concurrency: int) -> dict:
         reqs = [("POST", *workload(i, self.workspaces)) for i in range(self.workloads, total)]
@@ -419,9 +457,7 @@ class Fleet:
     def backlog(self, backend: str, runs: int) -> dict:
         """The operator restarted on an empty evidence root records the runs again: the time until
         ``runs`` of them (all, or the first ones of a large fleet) are recorded."""
-        assert self.plat.operator is not None
-        self.plat.operator.stop()
-        self.plat.operator = None
+        stopped = self.stop_operator()
         self.backlogs += 1
         if backend == "files":
             root = self.evidence_dir(f"backlog-{self.backlogs}")
@@ -437,10 +473,9 @@ class Fleet:
         got = self.wait_recorded(f"the recorder to record {runs} runs again in {backend}", root, runs, 7200)
         seconds = time.monotonic() - t0
         # back to the live root for the next step
-        assert self.plat.operator is not None
-        self.plat.operator.stop()
-        self.plat.start_operator(record=True, env={"TAUGATE_RECORDER_EVIDENCE_ROOT": self.evidence_dir("live")})
-        return {"backend": backend, "of": self.workloads, "runs": got["runs"], "events": got["events"],
+        self.stop_operator()
+        self.start_live_operator()
+        return {**stopped, "backend": backend, "of": self.workloads, "runs": got["runs"], "events": got["events"],
                 "seconds": round(seconds, 1),
                 "runs_per_s": _r(got["runs"] / seconds), "events_per_s": _r(got["events"] / seconds)}
 
@@ -470,7 +505,7 @@ def start(workdir: Path) -> Fleet:
         # the live recorder writes under the bench's evidence root from the start
         assert plat.operator is not None
         plat.operator.stop()
-        plat.start_operator(record=True, env={"TAUGATE_RECORDER_EVIDENCE_ROOT": f.evidence_dir("live")})
+        f.start_live_operator()
         return f
     except BaseException:
         stack.stop()
@@ -504,17 +539,20 @@ def _machine() -> str:
 def markdown(result: dict) -> str:
     lines = [f"Measured {result['when']} on {result['machine']}; creates at {result['concurrency']} in flight.", "",
              "| GPU nodes | workspaces | workloads | webhook RSS MiB | webhook CPU s/min at rest | node change → "
-             "decision p50 / max s | operator cold start s | operator RSS MiB (with its recorder) | creates/s | "
+             "decision p50 / max s | operator stop s (exit code) | operator cold start s (first workspace Ready) | "
+             "operator RSS MiB (with its recorder) | creates/s | "
              "create p50 / p99 ms | "
              "taugate on the API server's clock p50 / p99 ms | taugate's own p50 / p99 ms | recorder live runs/s "
              "(runs recorded in the step) |",
-             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in result["rows"]:
         api: dict = next((w for w in r["taugate_api_server"] if w["type"] == "admit"), {})
         own = r.get("taugate_own") or {}
         lines.append(f"| {r['nodes']} | {r['workspaces']} | {r['workloads']} | {r['webhook_rss_mib']} | "
                      f"{r['webhook_cpu_s_per_min']} | {r['node_change_p50_s']} / {r['node_change_max_s']} | "
-                     f"{r['operator_cold_start_s']} | {r['operator_rss_mib']} | {r['creates_per_s']} | "
+                     f"{r['operator_stop_s']} ({r['operator_stop_exit']}) | "
+                     f"{r['operator_cold_start_s']} ({r['operator_first_ready_s']}) | {r['operator_rss_mib']} | "
+                     f"{r['creates_per_s']} | "
                      f"{r['create_p50_ms']} / {r['create_p99_ms']} | {api.get('p50_ms')} / {api.get('p99_ms')} | "
                      f"{own.get('p50_ms')} / {own.get('p99_ms')} | {r['recorder_live_runs_per_s']} "
                      f"({r['recorder_live_runs']}) |")
@@ -522,11 +560,12 @@ def markdown(result: dict) -> str:
     if backlogs:
         lines += ["", "The recorder from a cold start on an empty evidence root (every run recorded again):", "",
                   "| GPU nodes | backend | runs timed (of the fleet's) | evidence events | seconds | runs/s | "
-                  "events/s |",
-                  "| ---: | --- | ---: | ---: | ---: | ---: | ---: |"]
+                  "events/s | operator stop before it s (exit code) |",
+                  "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
         for r, b in backlogs:
             lines.append(f"| {r['nodes']} | {b['backend']} | {b['runs']} ({b['of']}) | {b['events']} | "
-                         f"{b['seconds']} | {b['runs_per_s']} | {b['events_per_s']} |")
+                         f"{b['seconds']} | {b['runs_per_s']} | {b['events_per_s']} | "
+                         f"{b['operator_stop_s']} ({b['operator_stop_exit']}) |")
     return "\n".join(lines) + "\n"
 
 

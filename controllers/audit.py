@@ -7,14 +7,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from taugate import labels
+from taugate import labels, logs
 from taugate.access import namespace_of
 from taugate.kubeaccess import KubeError
 from taugate.policy_report import (
@@ -82,43 +85,64 @@ class AuditMetrics:
         self.duration.set(seconds)
 
 
-def read_cluster(kube: Any, settings: Settings, *, page_size: int = 500) -> tuple[ClusterState, list[dict]]:
+class AuditStopped(Exception):
+    """The operator is stopping: the audit ends before its next request (``AuditLoop.stop``)."""
+
+
+def _go_on() -> None:
+    """The default of ``go_on``: never stops."""
+
+
+def read_cluster(kube: Any, settings: Settings, *, page_size: int = 500,
+                 go_on: Callable[[], None] = _go_on) -> tuple[ClusterState, list[dict]]:
     """The cluster state and every governed workload in the workspace namespaces, paged as
     Gatekeeper's audit pages with ``--audit-chunk-size``. A resource the cluster does not serve
-    (HTTP 404: its operator is not installed) has no workloads. Raises ``KubeError``."""
+    (HTTP 404: its operator is not installed) has no workloads. ``go_on`` is called before each
+    page (it raises to stop). Raises ``KubeError``."""
     state_objects: list[dict] = []
     for res in STATE_RESOURCES:
-        try:
-            state_objects += [trim(res, o) for page in kube.list_pages(res, limit=page_size) for o in page]
-        except KubeError as e:
-            if e.status != 404:
-                raise
+        state_objects += [trim(res, o) for o in _pages(kube, res, None, page_size, go_on)]
     usable, _ = usable_objects(state_objects, settings.system_namespace)
     state = build_state(usable, settings, source="the API")
     workloads: list[dict] = []
     for res in workload_resources():
         for ns in sorted(state.workspaces):
-            try:
-                workloads += [o for page in kube.list_pages(res, ns, limit=page_size) for o in page]
-            except KubeError as e:
-                if e.status != 404:
-                    raise
+            workloads += _pages(kube, res, ns, page_size, go_on)
     return state, workloads
 
 
-def write_reports(kube: Any, reports: Reports) -> dict[str, int]:
+def _pages(kube: Any, res: Any, namespace: str | None, page_size: int, go_on: Callable[[], None]) -> list[dict]:
+    """Every object of ``res`` (in ``namespace``), ``go_on()`` before each page; none when the
+    cluster does not serve it (HTTP 404)."""
+    out: list[dict] = []
+    try:
+        go_on()
+        for page in kube.list_pages(res, namespace, limit=page_size):
+            out += page
+            go_on()
+    except KubeError as e:
+        if e.status != 404:
+            raise
+        return []
+    return out
+
+
+def write_reports(kube: Any, reports: Reports, go_on: Callable[[], None] = _go_on) -> dict[str, int]:
     """Write only what differs; returns the writes by verb. Only taugate's own reports (named
     ``REPORT_NAME``, labelled as taugate's) are touched; those of namespaces with no workload left
-    are deleted."""
+    are deleted. ``go_on`` is called before each write (it raises to stop)."""
     writes = {"create": 0, "patch": 0, "delete": 0, "none": 0}
     mine = {labels.MANAGED_BY: labels.MANAGED_BY_VALUE}
     stored = {str(namespace_of(r) or ""): r for r in kube.list(POLICY_REPORTS, labels=mine)
               if (r.get("metadata") or {}).get("name") == REPORT_NAME}
     for ns, desired in reports.namespaced.items():
+        go_on()
         writes[_write(kube, POLICY_REPORTS, stored.get(ns), desired, ns)] += 1
     for ns in sorted(set(stored) - set(reports.namespaced)):
+        go_on()
         kube.delete(POLICY_REPORTS, REPORT_NAME, ns)
         writes["delete"] += 1
+    go_on()
     current = kube.get(CLUSTER_POLICY_REPORTS, REPORT_NAME)
     writes[_write(kube, CLUSTER_POLICY_REPORTS, current, reports.cluster, None)] += 1
     writes.pop("none", None)
@@ -159,27 +183,39 @@ class AuditLoop:
     queue: WorkQueue = field(default_factory=WorkQueue)
     due: float = 0.0  # time.monotonic() of the next audit by the interval
     waiting_since: float | None = None  # time.monotonic() the audit began waiting for the profile set
+    stopping: threading.Event = field(default_factory=threading.Event)
+    executor: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(max_workers=1, thread_name_prefix="taugate-audit"))
+    """The audit's thread: ``stop`` waits for it (a leader releases its Lease after its last write),
+    and a fleet's audit takes minutes, so it is asked to stop between its requests."""
 
     def run_once(self) -> Reports:
-        """One audit: read, judge, write what changed, set the metrics. Raises ``KubeError``."""
+        """One audit: read, judge, write what changed, set the metrics. Raises ``KubeError``, and
+        ``AuditStopped`` once ``stop`` began (checked before every request and every workload)."""
         start = time.monotonic()
         auditor = self.options.auditor
         digest = auditor.digest
-        state, workloads = read_cluster(self.kube, self.settings, page_size=self.options.page_size)
+        go_on = self._go_on
+        state, workloads = read_cluster(self.kube, self.settings, page_size=self.options.page_size, go_on=go_on)
         if state.profile_set_problem and self._may_wait(start):
             raise ProfileSetNotResolved(state.profile_set_problem)
         self.waiting_since = None
-        audits = auditor.audit(workloads, state)
+        audits = auditor.audit(workloads, state, go_on=go_on)
         reports = build_reports(audits, digest=digest)
-        for verb, n in write_reports(self.kube, reports).items():
+        for verb, n in write_reports(self.kube, reports, go_on).items():
             if n:
                 self.metrics.writes.labels(verb).inc(n)
-        self.metrics.observe(audits, time.monotonic() - start)
+        seconds = time.monotonic() - start
+        self.metrics.observe(audits, seconds)
         self.audited_digest, self.runs = digest, self.runs + 1
-        log.info("audit: %d workload(s) in %d namespace(s), %d failing, %d warning result(s) (policy set %s)",
-                 len(audits), len(reports.namespaced), reports.cluster["summary"]["fail"],
-                 reports.cluster["summary"]["warn"], digest[:12])
+        log.info("audit: %d workload(s) in %d namespace(s), %d failing, %d warning result(s) (policy set %s) "
+                 "in %.1f s", len(audits), len(reports.namespaced), reports.cluster["summary"]["fail"],
+                 reports.cluster["summary"]["warn"], digest[:12], seconds)
         return reports
+
+    def _go_on(self) -> None:
+        if self.stopping.is_set():
+            raise AuditStopped("the operator is stopping")
 
     def _may_wait(self, now: float) -> bool:
         """Wait for the operator to resolve the profile set (after a restart, a profile change),
@@ -193,12 +229,14 @@ class AuditLoop:
         """One audit in a thread; False when it waits for the profile set (tried again at the next
         poll, reports left as they are)."""
         try:
-            await asyncio.to_thread(self.run_once)
+            await asyncio.get_running_loop().run_in_executor(self.executor, self.run_once)
         except ProfileSetNotResolved as e:
             self.metrics.runs.labels("deferred").inc()
             log.info("audit deferred until the operator resolves the profile set (at most %.0f s): %s",
                      self.options.interval_seconds, e)
             return False
+        except AuditStopped:
+            return True
         except (KubeError, OSError, ValueError) as e:
             self.metrics.runs.labels("failed").inc()
             log.warning("audit failed (retried in %.0f s): %s", self.options.interval_seconds, e)
@@ -227,8 +265,13 @@ class AuditLoop:
         self.queue.add(AUDIT_KEY, min(self.options.poll_seconds, max(0.0, self.due - time.monotonic())))
 
     async def stop(self) -> None:
+        """Stop the loop and wait for an audit in its thread, which ends before its next request
+        (the one in flight is bounded by the client's timeout): nothing is written after this
+        returns."""
+        self.stopping.set()
         task, self.task = self.task, None
         await cancel(task)
+        await asyncio.to_thread(self.executor.shutdown, True)
 
     def register(self, registry: kopf.OperatorRegistry) -> None:
         """Start the loop with kopf (and the metrics server, when a port is set); stop it at exit."""
@@ -243,4 +286,5 @@ class AuditLoop:
 
         @kopf.on.cleanup(registry=registry)
         async def _stop_audit(**_: Any) -> None:
-            await self.stop()
+            with logs.timed(log, "stopped the audit"):
+                await self.stop()

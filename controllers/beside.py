@@ -33,6 +33,7 @@ import sys
 import threading
 import time
 from collections.abc import Coroutine
+from multiprocessing import resource_tracker
 from typing import Any
 
 import kopf
@@ -91,7 +92,7 @@ class Beside:
         self._conn, child = context.Pipe()
         self.process = context.Process(target=child_main, args=(child, *self._args), name="taugate-recorder")
         self._started = time.monotonic()
-        self.process.start()
+        _start_deaf(self.process)
         child.close()
         loop = asyncio.get_running_loop()
         self._gone = loop.create_future()
@@ -192,6 +193,36 @@ class Beside:
                     f"the recorder's event loop has not answered within {self.limit:g} s") from None
 
 
+SIGNALS = {signal.SIGTERM, signal.SIGINT}
+"""What the child ignores: its parent decides when it stops (``child_main``)."""
+
+
+def _start_deaf(process: Any) -> None:
+    """Start ``process`` from a thread that blocks ``SIGNALS``. The child inherits the mask across
+    the fork and exec, so a signal sent to the whole process group while it imports (a terminal's
+    Ctrl-C; an init such as dumb-init forwards the kubelet's SIGTERM to the group) stays pending
+    until ``child_main`` ignores it, instead of killing it by the default action; the parent's
+    other threads keep their masks, so the parent hears it."""
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            # The first start launches multiprocessing's resource tracker, which unblocks SIGINT
+            # and SIGTERM in the calling thread after (CPython Lib/multiprocessing/
+            # resource_tracker.py ensure_running): launched first, before the mask is set.
+            resource_tracker.ensure_running()
+            signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+            process.start()
+        except BaseException as e:
+            failed.append(e)
+
+    starter = threading.Thread(target=run, name="taugate-recorder-start")
+    starter.start()
+    starter.join()
+    if failed:
+        raise failed[0]
+
+
 async def run_beside(controllers: Coroutine[Any, Any, None], beside: Beside) -> None:
     """Run the controllers' kopf operator and, beside it, the recorder's process.
 
@@ -208,7 +239,8 @@ async def run_beside(controllers: Coroutine[Any, Any, None], beside: Beside) -> 
     finally:
         if not main.done():
             main.cancel()
-        await beside.stop()
+        with logs.timed(log, "stopped the recorder's process"):
+            await beside.stop()
         await asyncio.wait({main, side})
         beside.close()
     error = None if main.cancelled() else main.exception()
@@ -246,8 +278,9 @@ def run_kopf(registry: kopf.OperatorRegistry, stop: threading.Event,
 def child_main(conn: multiprocessing.connection.Connection, cfg: kubernetes.client.Configuration,
                settings: Settings, config: RecorderConfig, test_mode: bool, logging_setup: Any) -> None:
     """The recorder's process: its kopf operator on a thread, the pipe on the main thread."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    for sig in SIGNALS:  # a pending one (blocked since the spawn, ``_start_deaf``) is discarded
+        signal.signal(sig, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)
     if logging_setup is not None:
         logs.configure(*logging_setup)
     quiet_routine_handler_lines()

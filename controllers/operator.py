@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import signal
 import threading
 from collections.abc import Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
@@ -25,7 +26,7 @@ import kopf
 import kubernetes.client
 from pydantic import ValidationError
 
-from taugate import admission_policy, labels
+from taugate import admission_policy, labels, logs
 from taugate.controllers import resources as R
 from taugate.controllers.admission_policy import reconcile_admission_policy
 from taugate.controllers.kopf_startup import (
@@ -270,7 +271,8 @@ def _register_lifecycle(registry: kopf.OperatorRegistry, ctl: Controller,
 
     @kopf.on.cleanup(registry=registry)
     async def _stop_worker(**_: Any) -> None:
-        await ctl.stop()
+        with logs.timed(log, "stopped the reconciles"):
+            await ctl.stop()
 
 
 def _register_events(registry: kopf.OperatorRegistry, ctl: Controller) -> None:
@@ -363,13 +365,16 @@ async def run_operator(cfg: kubernetes.client.Configuration, settings: Settings 
                        stop_flag: threading.Event | asyncio.Event | None = None,
                        ready_flag: threading.Event | asyncio.Event | None = None,
                        controller_hook: Callable[[Controller], None] | None = None) -> None:
-    """Run the operator until ``stop_flag`` is set (or the task is cancelled).
+    """Run the operator until ``stop_flag`` is set (or the task is cancelled); without one, until
+    SIGTERM or SIGINT (``stop_on_signals``).
 
     ``ready_flag`` is set once kopf has started; ``controller_hook`` receives the ``Controller``
     (tests read its counters). With ``options.leader``, stand by first (``stand_by``); the Lease
     is released once everything has stopped, its threads included."""
     settings = settings or Settings()
     options = options or OperatorOptions()
+    if stop_flag is None:
+        stop_flag = stop_on_signals()
     if options.leader is None:
         await _run(cfg, settings, options, stop_flag, ready_flag, controller_hook)
         return
@@ -380,9 +385,24 @@ async def run_operator(cfg: kubernetes.client.Configuration, settings: Settings 
         await _run(cfg, settings, options, stop_flag, ready_flag, controller_hook)
     finally:
         # A reconcile still running in its thread writes before the next leader may.
-        await asyncio.get_running_loop().shutdown_default_executor()
+        with logs.timed(log, "stopped the remaining threads"):
+            await asyncio.get_running_loop().shutdown_default_executor()
         elector.release()
         elector.kube.close()
+
+
+def stop_on_signals() -> asyncio.Event | None:
+    """A flag SIGTERM and SIGINT set, from the operator's first moment on the main thread (None
+    elsewhere): the kubelet's SIGTERM ends a standby, or a leader whose kopf has not started yet,
+    as cleanly as a running one (kopf's own handlers take over once it runs, ``spawn_tasks``);
+    without it Python's default action killed the process, the Lease still held if it had one."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    flag = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, flag.set)
+    return flag
 
 
 async def stand_by(cfg: kubernetes.client.Configuration, options: OperatorOptions,
@@ -424,6 +444,13 @@ async def _run(cfg: kubernetes.client.Configuration, settings: Settings, options
     if controller_hook is not None:
         controller_hook(ctl)
     registry = build_registry(ctl, cfg)
+    if stop_flag is not None:
+        @kopf.on.cleanup(registry=registry)
+        async def _flag_stopped(**_: Any) -> None:
+            # kopf stopped by its own signal handler leaves its waiter on the flag pending, and
+            # then waits 5 s for it as a hung task (kopf _core/reactor/running.py run_tasks)
+            stop_flag.set()
+
     beside = None
     if options.recorder is not None:  # a process of its own (controllers/beside.py)
         from taugate.controllers.beside import Beside

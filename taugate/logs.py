@@ -7,10 +7,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
-from collections.abc import Mapping
+import time
+from collections.abc import Iterator, Mapping
 from typing import TextIO
 
 from pythonjsonlogger.json import JsonFormatter
@@ -62,6 +64,16 @@ def formatter(fmt: str) -> logging.Formatter:
     return JsonFormatter("%(levelname)s %(name)s %(message)s", timestamp="time",
                          rename_fields={"levelname": "level", "name": "logger"},
                          reserved_attrs=[*JsonFormatter().reserved_attrs, *DROPPED_FIELDS])
+
+
+@contextlib.contextmanager
+def timed(logger: logging.Logger, what: str) -> Iterator[None]:
+    """Log ``<what> in N s`` at info when the block ends, however it ends (each part of a stop)."""
+    start = time.monotonic()
+    try:
+        yield
+    finally:
+        logger.info("%s in %.1f s", what, time.monotonic() - start)
 
 
 _configured: list[tuple[str, str]] = []

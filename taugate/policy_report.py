@@ -8,7 +8,7 @@ A result's ``rule`` repeats its ``policy`` (a taugate policy is one rule set wit
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -97,7 +97,8 @@ class Auditor(Protocol):
 
     def check_for_changes(self) -> bool: ...
 
-    def audit(self, objects: Iterable[dict[str, Any]], state: ClusterState) -> list[WorkloadAudit]: ...
+    def audit(self, objects: Iterable[dict[str, Any]], state: ClusterState, *,
+              go_on: Callable[[], None] = ...) -> list[WorkloadAudit]: ...
 
 
 def _clip(text: str) -> str:

@@ -6,7 +6,7 @@ rule of Gatekeeper's audit (open-policy-agent/gatekeeper ``pkg/audit/manager.go`
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from taugate.access import metadata_of
@@ -84,8 +84,10 @@ class PolicyAuditor:
         return WorkloadAudit.of(obj, violations, self.policies() if counting.calls else (),
                                 failed or None)
 
-    def audit(self, objects: Iterable[dict], state: ClusterState) -> list[WorkloadAudit]:
-        """The audits of ``objects`` (see the class docstring). A child whose controller owner
+    def audit(self, objects: Iterable[dict], state: ClusterState, *,
+              go_on: Callable[[], None] = lambda: None) -> list[WorkloadAudit]:
+        """The audits of ``objects`` (see the class docstring), ``go_on()`` before each (it raises
+        to stop: the operator is stopping, ``controllers.audit.AuditLoop``). A child whose controller owner
         (a governed workload, ``mutation.controller_owner``) is among ``objects`` is judged
         through its owner and not again: KubeRay copies a RayJob's labels onto the RayCluster it
         creates (ray-operator v1.6.0 ``rayjob_controller.go``, ``constructRayClusterForRayJob``),
@@ -94,6 +96,7 @@ class PolicyAuditor:
         owners = {uid for o in objects if (uid := metadata_of(o).get("uid"))}
         out = []
         for obj in objects:
+            go_on()
             owner = controller_owner(obj)
             if owner is not None and owner.get("uid") in owners:
                 continue

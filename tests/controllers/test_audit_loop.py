@@ -5,9 +5,11 @@ as Prometheus gauges, and audits again when the policy set changes."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import shutil
 import socket
+import threading
 import urllib.request
 
 import pytest
@@ -209,3 +211,44 @@ def test_the_operator_started_after_a_profile_change_audits_once_the_profile_set
                                       timeout=120, message="the first audit's report")
     assert any(r["policy"] == "gpu-per-pod-fits-node" for r in report["results"])
     assert _profile_results(kube_double) == []
+
+
+class HeldKube:
+    """The audit's client with its first paged list held after its first page, until the
+    operator begins to stop: an audit in the middle of a fleet's reads when the pod is asked to
+    stop."""
+
+    def __init__(self, kube: Kube, until: threading.Event):
+        self.kube, self.until, self.reached = kube, until, threading.Event()
+
+    def __getattr__(self, name: str):
+        return getattr(self.kube, name)
+
+    def list_pages(self, *args, **kwargs):
+        for page in self.kube.list_pages(*args, **kwargs):
+            if not self.reached.is_set():
+                self.reached.set()
+                assert self.until.wait(30), "the operator did not begin to stop"
+            yield page
+
+
+async def test_an_audit_running_when_the_operator_stops_ends_before_its_next_request_and_writes_nothing(
+        kube_double, small_cluster, nine_gpu_rayjob, settings):
+    kube_double.apply([*small_cluster, nine_gpu_rayjob])
+    applied = kube_double.request_count()
+    kube = Kube(kube_double.api_client())
+    loop = AuditLoop(kube, settings, AuditOptions(auditor=PolicyAuditor(load_policy_engine(POLICIES), settings),
+                                                  page_size=2))
+    held = loop.kube = HeldKube(kube, until=loop.stopping)
+    try:
+        loop.task = asyncio.create_task(loop.run())
+        assert await asyncio.to_thread(held.reached.wait, 30), "the audit never read"
+        requests = kube_double.request_count()
+        await asyncio.wait_for(loop.stop(), 30)  # the audit's thread has ended when stop returns
+        # the held page was the audit's last request: no further page, no judging, no report
+        assert kube_double.request_count() == requests
+        assert kube_double.writes(since=applied) == []
+        assert kube_double.get(WG, "ClusterPolicyReport", REPORT_NAME) is None
+        assert loop.runs == 0
+    finally:
+        kube.close()

@@ -271,3 +271,27 @@ def test_every_watch_handler_of_the_operator_and_the_recorder_runs_on_its_event_
     handlers = {h.id: h.fn for registry in (controllers, recorder) for h in registry._watching.get_all_handlers()}
     assert len(handlers) >= 20
     assert [name for name, fn in handlers.items() if not asyncio.iscoroutinefunction(fn)] == []
+
+
+def test_a_signal_to_the_process_group_while_the_recorder_starts_leaves_it_running(
+        kube_double, settings, config, monkeypatch):
+    """A terminal's Ctrl-C, or an init that forwards the kubelet's SIGTERM to the whole group,
+    reaches the recorder too, maybe while it still imports: the operator decides when it stops."""
+    monkeypatch.setattr(Beside, "limit", 10.0)
+
+    async def main():
+        beside = Beside(kube_double.configuration, settings, config, True)
+        stopped = asyncio.Event()
+        task = asyncio.ensure_future(run_beside(stopped.wait(), beside))
+        await until(lambda: beside.pid is not None, timeout=10, what="the recorder's process")
+        for sig in (signal.SIGINT, signal.SIGTERM):  # at once: a fresh interpreter, still importing
+            os.kill(beside.pid, sig)
+        answer = await until(beside.responds, check=lambda r: "recorderLoopSeconds" in r, timeout=30,
+                             what="the recorder's loop to answer after the signals")
+        stopped.set()
+        async with asyncio.timeout(40):
+            await task
+        return answer, beside.process.exitcode
+
+    answer, code = asyncio.run(main())
+    assert code == 0, answer

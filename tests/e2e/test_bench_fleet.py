@@ -27,12 +27,15 @@ def test_the_fleet_benchmark_measures_each_step_and_the_recorders_backlog_in_bot
         assert r["node_change_samples"] == 2 and 0 < r["node_change_p50_s"] <= r["node_change_max_s"]
         assert r["webhook_rss_mib"] > 0 and r["webhook_cpu_s_per_min"] >= 0
         assert r["operator_cold_start_s"] > 0 and r["operator_rss_mib"] > 0
+        assert -1 <= r["operator_first_ready_s"] <= r["operator_cold_start_s"] + 1
+        assert r["operator_stop_exit"] == 0 and r["operator_stop_s"] < 30  # a clean stop, its Lease released
         assert r["recorder_live_runs_per_s"] > 0
     assert "backlog" not in first
     files, s3 = last["backlog"]
     assert (files["backend"], s3["backend"]) == ("files", "s3")
     for b in (files, s3):
         assert b["runs"] == 20 and b["events"] >= 2 * b["runs"] and b["runs_per_s"] > 0
+        assert b["operator_stop_exit"] == 0
     assert files["events"] == s3["events"]  # the same runs, the same chains, in either store
     table = fleet.markdown(result)
     assert "| 20 | 4 | 20 |" in table and "| 20 | s3 | 20 (20) |" in table

@@ -27,6 +27,7 @@ from tests.paths import REPO
 
 LEASE = "taugate-operator"
 STANDBY_POD = "taugate-operator-b"
+RETRY = 2.0  # the chart's leader retry period: a standby tries every 2 to 4.4 s (client-go's jitter)
 FINAL = ("Completed", "QuotaReleased", "GPUsReleased")
 
 
@@ -204,6 +205,46 @@ def test_killing_the_leader_mid_run_hands_the_run_to_the_standby_within_the_leas
     assert written_twice(events) == []
     assert written_twice(_events(plat, control_id, monkeypatch)) == []
     cp.kubectl("delete", "job", "handover", "no-handover", "-n", WORKSPACE, "--wait=true", timeout=120)
+
+
+def _sigterm(process) -> float:
+    """SIGTERM to the process alone, as the kubelet stops a container's first process: the
+    seconds until it exited (within the kubelet's default 30 s grace)."""
+    started = time.monotonic()
+    os.kill(process.popen.pid, signal.SIGTERM)
+    process.popen.wait(30)
+    return time.monotonic() - started
+
+
+def test_a_replica_stopped_with_sigterm_exits_0_and_a_leader_hands_the_lease_over_at_once(whole_stack, two_operators):
+    """A rollout or a drain stops replicas with SIGTERM: a standby ends at once, and a leader
+    releases the Lease, so the standby takes it at its next try, not a lease duration later."""
+    cp, plat = whole_stack.cp, whole_stack.platform
+    _, leader = two_operators  # the leader since the kill above
+    whole_stack.wait_for("the second operator to lead", lambda: _pod_of(
+        _lease(cp)["spec"].get("holderIdentity")) == STANDBY_POD, 60)
+
+    standby = plat.start_operator(record=True, pod_name="taugate-operator-c")
+    whole_stack.wait_for("a third operator to stand by", lambda: "standing by:" in standby.tail(), 60)
+    took = _sigterm(standby)
+    print(f"a standby stopped with SIGTERM exited {standby.popen.returncode} after {took:.1f} s")
+    assert standby.popen.returncode == 0, standby.tail()
+    assert took <= 2 * RETRY * 1.1 + 1.0  # at its next try at the latest
+    assert "Traceback" not in standby.tail(200), standby.tail(200)
+
+    standby = plat.start_operator(record=True, pod_name="taugate-operator-d")  # the platform's from here on
+    whole_stack.wait_for("a fourth operator to stand by", lambda: "standing by:" in standby.tail(), 60)
+    stopped_at = time.time()
+    took = _sigterm(leader)
+    after = whole_stack.wait_for("the standby to take the released Lease", lambda: (
+        s := _lease(cp)["spec"]) and _pod_of(s.get("holderIdentity")) == "taugate-operator-d" and s, 30)
+    since_stop = _seconds(after["acquireTime"]) - stopped_at
+    print(f"the leader stopped with SIGTERM exited {leader.popen.returncode} after {took:.1f} s; the standby "
+          f"took the Lease {since_stop:.1f} s after the SIGTERM")
+    assert leader.popen.returncode == 0, leader.tail(200)
+    assert "released the leader lease" in leader.tail(50), leader.tail(50)
+    assert since_stop <= took + 2 * RETRY * 1.1 + 1.0  # its next try after the release, no lease to wait out
+    whole_stack.wait_for("the new leader to log it leads", lambda: "became the leader" in standby.tail(400), 30)
 
 
 def test_the_written_twice_check_finds_a_repeated_transition_and_a_repeated_event():
