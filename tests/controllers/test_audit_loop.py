@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 import shutil
 import socket
 import threading
@@ -89,14 +90,22 @@ def test_an_unchanged_cluster_is_audited_again_without_a_single_write(
     assert kube_double.writes(since) == []
 
 
-def test_lists_are_paged_with_limit(kube_double, small_cluster, nine_gpu_rayjob, loop):
-    kube_double.apply([*small_cluster, nine_gpu_rayjob])
+def test_each_kind_is_listed_across_the_cluster_in_pages_and_only_the_workspaces_objects_are_audited(
+        kube_double, small_cluster, nine_gpu_rayjob, loop):
+    outside = copy.deepcopy(nine_gpu_rayjob)
+    outside["metadata"].update(namespace="default", name="not-a-workspaces")
+    kube_double.apply([*small_cluster, nine_gpu_rayjob, outside])
     since = kube_double.request_count()
     loop.run_once()
     listed = [(path, q) for method, path, q in kube_double.request_log(since)
               if method == "GET" and path.endswith("/rayjobs")]
+    # one paged list of the kind (a page of 2), not one per workspace (Gatekeeper's audit)
     assert listed and all(q.get("limit") == "2" for _, q in listed)
-    assert {p for p, _ in listed} == {f"/apis/ray.io/v1/namespaces/{ns}/rayjobs" for ns in ("nlp", "vision")}
+    assert {p for p, _ in listed} == {"/apis/ray.io/v1/rayjobs"}
+    assert kube_double.get(WG, "PolicyReport", REPORT_NAME, "vision") is not None
+    assert kube_double.get(WG, "PolicyReport", REPORT_NAME, "default") is None
+    summary = kube_double.get(WG, "ClusterPolicyReport", REPORT_NAME)
+    assert "not-a-workspaces" not in json.dumps(summary)
 
 
 def test_a_new_violation_updates_the_report_and_a_deleted_workload_takes_its_results_and_report_away(
